@@ -1,0 +1,1 @@
+//! tarn-dataset (placeholder)
