@@ -1,1 +1,272 @@
-//! tarn-alloc (placeholder)
+//! alloc — free space of one top-level vdev.
+//!
+//! Owns: which sectors of a vdev's data area hold live bytes. Blocks are packed without
+//! sector padding, so several blocks may share a sector; the map keeps a live-byte count
+//! per sector, and a sector is free only when its count is zero.
+//!
+//! Promises: a sector freed in txg N is handed out again only after `release_deferred`,
+//! which the pool calls once txg N's uberblock is durable; allocation never returns a
+//! sector that holds a live byte; running out of space is `None`, never a panic.
+//!
+//! Must never: persist anything. The map is rebuilt at import by walking the block tree
+//! (`claim`), so it can never disagree with the tree.
+use std::collections::BTreeMap;
+
+pub struct SpaceMap {
+    shift: u32,
+    live: Vec<u32>,
+    /// Free extents: first sector -> length in sectors.
+    free: BTreeMap<u64, u64>,
+    free_sectors: u64,
+    /// Sectors that reached zero live bytes in the syncing txg; free after it commits.
+    deferred: Vec<u64>,
+    rotor: u64,
+}
+
+/// A run of whole sectors handed to the packer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Run {
+    pub first: u64,
+    pub sectors: u64,
+}
+
+impl SpaceMap {
+    /// A map of `bytes` (rounded down to whole sectors) with nothing live. Call `claim`
+    /// for every live block, then `rebuild_free`.
+    pub fn new(bytes: u64, shift: u32) -> SpaceMap {
+        let sectors = bytes >> shift;
+        SpaceMap {
+            shift,
+            live: vec![0; sectors as usize],
+            free: BTreeMap::new(),
+            free_sectors: 0,
+            deferred: Vec::new(),
+            rotor: 0,
+        }
+    }
+
+    pub fn sector_size(&self) -> u64 {
+        1 << self.shift
+    }
+
+    pub fn total_bytes(&self) -> u64 {
+        (self.live.len() as u64) << self.shift
+    }
+
+    /// Bytes not free for allocation now (live, partly live, or freed but not yet
+    /// released).
+    pub fn allocated_bytes(&self) -> u64 {
+        self.total_bytes() - (self.free_sectors << self.shift)
+    }
+
+    pub fn free_bytes(&self) -> u64 {
+        self.free_sectors << self.shift
+    }
+
+    /// Bytes that become free once the syncing txg commits.
+    pub fn deferred_bytes(&self) -> u64 {
+        (self.deferred.len() as u64) << self.shift
+    }
+
+    /// Records `len` live bytes at byte `offset` (import walk, or a block just written).
+    pub fn claim(&mut self, offset: u64, len: u64) {
+        self.for_each_sector_share(offset, len, |count, share| {
+            *count = count.checked_add(share).expect("live-byte count overflow");
+        });
+    }
+
+    /// After the import walk: every sector with no live byte is free.
+    pub fn rebuild_free(&mut self) {
+        self.free.clear();
+        self.free_sectors = 0;
+        let mut s = 0u64;
+        let n = self.live.len() as u64;
+        while s < n {
+            if self.live[s as usize] != 0 {
+                s += 1;
+                continue;
+            }
+            let start = s;
+            while s < n && self.live[s as usize] == 0 {
+                s += 1;
+            }
+            self.insert_free(start, s - start);
+        }
+    }
+
+    /// A run of at least `min` and at most `want` free sectors, next-fit from the
+    /// rotor so consecutive txgs write forward, like a log.
+    pub fn alloc_run(&mut self, min: u64, want: u64) -> Option<Run> {
+        assert!(min >= 1 && min <= want, "bad run request {min}..{want}");
+        let fits = |len: u64| len >= want;
+        let found = self
+            .free
+            .range(self.rotor..)
+            .chain(self.free.range(..self.rotor))
+            .find(|(_, &len)| fits(len))
+            .or_else(|| self.free.iter().filter(|(_, &len)| len >= min).max_by_key(|(_, &len)| len))
+            .map(|(&s, &l)| (s, l))?;
+        let (start, len) = found;
+        let take = len.min(want);
+        self.free.remove(&start);
+        if len > take {
+            self.free.insert(start + take, len - take);
+        }
+        self.free_sectors -= take;
+        self.rotor = start + take;
+        Some(Run { first: start, sectors: take })
+    }
+
+    /// Gives back the tail of a run the packer did not use (sectors with no live byte).
+    pub fn return_unused(&mut self, first: u64, sectors: u64) {
+        for s in first..first + sectors {
+            assert_eq!(self.live[s as usize], 0, "returning a sector that holds live bytes");
+        }
+        if sectors > 0 {
+            self.insert_free(first, sectors);
+        }
+    }
+
+    /// Drops `len` live bytes at `offset`; sectors left empty wait in the deferred list.
+    pub fn free(&mut self, offset: u64, len: u64) {
+        let mut emptied = Vec::new();
+        let shift = self.shift;
+        self.for_each_sector_share_indexed(offset, len, |sector, count, share| {
+            *count = count.checked_sub(share).unwrap_or_else(|| {
+                panic!("freeing {share} bytes from sector {sector} holding {count}")
+            });
+            if *count == 0 {
+                emptied.push(sector);
+            }
+        });
+        let _ = shift;
+        self.deferred.extend(emptied);
+    }
+
+    /// Called once the txg that freed the deferred sectors is committed.
+    pub fn release_deferred(&mut self) {
+        let mut sectors = std::mem::take(&mut self.deferred);
+        sectors.sort_unstable();
+        let mut i = 0;
+        while i < sectors.len() {
+            let start = sectors[i];
+            let mut end = start + 1;
+            i += 1;
+            while i < sectors.len() && sectors[i] == end {
+                end += 1;
+                i += 1;
+            }
+            self.insert_free(start, end - start);
+        }
+    }
+
+    /// Adds a free extent, merging with its neighbours.
+    fn insert_free(&mut self, mut start: u64, mut len: u64) {
+        self.free_sectors += len;
+        if let Some((&ps, &pl)) = self.free.range(..start).next_back() {
+            assert!(ps + pl <= start, "free extents overlap at sector {start}");
+            if ps + pl == start {
+                self.free.remove(&ps);
+                start = ps;
+                len += pl;
+            }
+        }
+        if let Some(&nl) = self.free.get(&(start + len)) {
+            self.free.remove(&(start + len));
+            len += nl;
+        }
+        if let Some((&ns, _)) = self.free.range(start..).next() {
+            assert!(ns >= start + len, "free extents overlap at sector {ns}");
+        }
+        self.free.insert(start, len);
+    }
+
+    fn for_each_sector_share(&mut self, offset: u64, len: u64, mut f: impl FnMut(&mut u32, u32)) {
+        self.for_each_sector_share_indexed(offset, len, |_, c, s| f(c, s));
+    }
+
+    /// Splits [offset, offset+len) into per-sector byte shares.
+    fn for_each_sector_share_indexed(
+        &mut self,
+        offset: u64,
+        len: u64,
+        mut f: impl FnMut(u64, &mut u32, u32),
+    ) {
+        let size = self.sector_size();
+        let end = offset + len;
+        assert!(end <= self.total_bytes(), "block [{offset}, {end}) beyond the vdev");
+        let mut at = offset;
+        while at < end {
+            let sector = at >> self.shift;
+            let sector_end = (sector + 1) * size;
+            let share = (end.min(sector_end) - at) as u32;
+            f(sector, &mut self.live[sector as usize], share);
+            at += share as u64;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn empty(sectors: u64) -> SpaceMap {
+        let mut m = SpaceMap::new(sectors * 512, 9);
+        m.rebuild_free();
+        m
+    }
+
+    #[test]
+    fn shared_sector_is_free_only_when_both_blocks_are_freed() {
+        let mut m = empty(8);
+        let run = m.alloc_run(1, 1).unwrap();
+        assert_eq!(run, Run { first: 0, sectors: 1 });
+        m.claim(0, 100);
+        m.claim(100, 200);
+        m.free(0, 100);
+        m.release_deferred();
+        assert_eq!(m.free_bytes(), 7 * 512);
+        m.free(100, 200);
+        assert_eq!(m.free_bytes(), 7 * 512, "freed sector waits for the txg to commit");
+        m.release_deferred();
+        assert_eq!(m.free_bytes(), 8 * 512);
+    }
+
+    #[test]
+    fn full_map_returns_none_and_freed_space_is_reused_after_release() {
+        let mut m = empty(4);
+        let r = m.alloc_run(4, 4).unwrap();
+        m.claim(0, 4 * 512);
+        assert!(m.alloc_run(1, 1).is_none());
+        m.free(512, 512);
+        assert!(m.alloc_run(1, 1).is_none(), "deferred sectors are not handed out");
+        m.release_deferred();
+        assert_eq!(m.alloc_run(1, 4), Some(Run { first: 1, sectors: 1 }));
+        let _ = r;
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn allocation_never_overlaps_live_bytes(ops in proptest::collection::vec((1u64..6, 0usize..3), 1..60)) {
+            let mut m = empty(64);
+            let mut blocks: Vec<(u64, u64)> = Vec::new();
+            for (want, action) in ops {
+                if action == 0 && !blocks.is_empty() {
+                    let (off, len) = blocks.remove(0);
+                    m.free(off, len);
+                    m.release_deferred();
+                } else if let Some(run) = m.alloc_run(1, want) {
+                    let off = run.first * 512;
+                    let len = run.sectors * 512 - 7;
+                    for &(o, l) in &blocks {
+                        proptest::prop_assert!(off + len <= o || o + l <= off);
+                    }
+                    m.claim(off, len);
+                    blocks.push((off, len));
+                }
+            }
+            let live: u64 = blocks.iter().map(|b| b.1).sum();
+            proptest::prop_assert!(m.allocated_bytes() >= live);
+        }
+    }
+}

@@ -1,1 +1,25 @@
-//! tarn-vdev (placeholder)
+//! vdev — the devices of a pool and their geometry.
+//!
+//! Owns: leaf devices (image files or block devices), top-level vdevs (a single disk or a
+//! mirror), the pool's stripe across them, labels at both ends of every device, the
+//! uberblock ring inside each label, and per-device read/write/checksum error counters.
+//!
+//! Promises: every write is sector-aligned (`ashift`); a mirror read returns only bytes
+//! the caller's verifier accepts, and rewrites a bad side from a good one; labels and
+//! uberblocks are checksummed and versioned, and an unknown version is refused.
+//!
+//! Must never: interpret block contents (that is the io pipeline's job), or overwrite a
+//! label's uberblock slot that holds the newest committed txg.
+
+mod device;
+mod error;
+mod label;
+mod tree;
+
+pub use device::{BlockDevice, FileDevice};
+pub use error::VdevError;
+pub use label::{slot_count, LabelDecode, 
+    Label, LabelState, TopConfig, TreeConfig, Uberblock, LABEL_SIZE, LABEL_VERSION,
+    UBERBLOCK_VERSION,
+};
+pub use tree::{read_device_labels, DeviceLabels, Leaf, LeafHealth, LeafStatus, TopVdev, VdevTree, DATA_START};

@@ -1,0 +1,345 @@
+//! One object (file, directory, symlink) in memory: its dnode as the open txg sees it,
+//! its block tree as committed, and its changes per txg (open and syncing).
+//!
+//! A write lands in the open txg's records (read-modify-write of a partial record); a
+//! quiesce freezes them as the syncing txg's; the sync writes them and updates the tree.
+//! A read looks in the open records, then the syncing ones, then the tree.
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use parking_lot::{Mutex, MutexGuard};
+use tarn_zio::{BlockPtr, Zio, ZioError};
+
+use crate::dir::{self, Entries};
+use crate::dnode::{Dnode, ObjType, Timespec};
+use crate::tree::BlockTree;
+use crate::ObjError;
+
+/// Smallest block size step for a file still made of one block.
+const MIN_BLOCK: u32 = 512;
+
+/// A record's content in a txg's changes; an empty vector is a hole (zeros, no block).
+pub type Record = Arc<Vec<u8>>;
+
+#[derive(Default)]
+pub struct Changes {
+    pub records: BTreeMap<u64, Record>,
+    /// Records at or beyond this index were cut off by a truncate in this txg.
+    pub truncate_blocks: Option<u64>,
+    /// The dnode as of the quiesce (syncing side only).
+    pub dnode: Option<Dnode>,
+    pub free_object: bool,
+}
+
+impl Changes {
+    fn is_empty(&self) -> bool {
+        self.records.is_empty() && self.truncate_blocks.is_none() && !self.free_object
+    }
+}
+
+pub struct ObjState {
+    pub dnode: Dnode,
+    pub tree: BlockTree,
+    pub open: Changes,
+    pub syncing: Changes,
+    pub last_dirty_txg: u64,
+    /// Loaded entries of a directory; `dir_dirty` says they changed in the open txg.
+    pub dir: Option<Entries>,
+    pub dir_dirty: bool,
+    /// The object was freed (its dnode slot will be zeroed).
+    pub gone: bool,
+}
+
+pub struct Object {
+    pub id: u64,
+    state: Mutex<ObjState>,
+}
+
+/// Where a record's current bytes are.
+enum Source {
+    Mem(Record),
+    Disk(BlockPtr),
+    Hole,
+}
+
+impl Object {
+    pub fn new(id: u64, dnode: Dnode) -> Object {
+        let tree = BlockTree::new(dnode.root, dnode.nlevels);
+        Object {
+            id,
+            state: Mutex::new(ObjState {
+                dnode,
+                tree,
+                open: Changes::default(),
+                syncing: Changes::default(),
+                last_dirty_txg: 0,
+                dir: None,
+                dir_dirty: false,
+                gone: false,
+            }),
+        }
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, ObjState> {
+        self.state.lock()
+    }
+
+    pub fn dnode(&self) -> Dnode {
+        self.state.lock().dnode.clone()
+    }
+}
+
+impl ObjState {
+    fn blksz(&self) -> u64 {
+        self.dnode.blksz as u64
+    }
+
+    fn source(&mut self, zio: &Zio, blkid: u64) -> Result<Source, ZioError> {
+        if let Some(r) = self.open.records.get(&blkid) {
+            return Ok(Source::Mem(r.clone()));
+        }
+        if self.open.truncate_blocks.is_some_and(|t| blkid >= t) {
+            return Ok(Source::Hole);
+        }
+        if let Some(r) = self.syncing.records.get(&blkid) {
+            return Ok(Source::Mem(r.clone()));
+        }
+        if self.syncing.truncate_blocks.is_some_and(|t| blkid >= t) {
+            return Ok(Source::Hole);
+        }
+        Ok(match self.tree.get(zio, blkid)? {
+            Some(bp) => Source::Disk(bp),
+            None => Source::Hole,
+        })
+    }
+
+    /// The whole record `blkid` as bytes of the current block size (zeros for a hole).
+    fn load_record(&mut self, zio: &Zio, blkid: u64) -> Result<Vec<u8>, ZioError> {
+        let blksz = self.blksz() as usize;
+        let mut out = match self.source(zio, blkid)? {
+            Source::Mem(r) if r.is_empty() => vec![0u8; blksz],
+            Source::Mem(r) => r.as_ref().clone(),
+            Source::Disk(bp) => zio.read(&bp)?,
+            Source::Hole => vec![0u8; blksz],
+        };
+        out.resize(blksz, 0);
+        Ok(out)
+    }
+
+    /// Copies file bytes [off, off + buf.len()) into `buf`, clamped to the file size.
+    /// Disk reads happen with the object unlocked, so one slow read does not stall other
+    /// readers and writers of the same file.
+    pub fn read(
+        mut guard: MutexGuard<'_, ObjState>,
+        zio: &Zio,
+        reclaim: &parking_lot::RwLock<()>,
+        off: u64,
+        buf: &mut [u8],
+    ) -> Result<usize, ZioError> {
+        let size = guard.dnode.size;
+        if off >= size {
+            return Ok(0);
+        }
+        let len = (buf.len() as u64).min(size - off) as usize;
+        let blksz = guard.blksz();
+        let mut done = 0usize;
+        let mut disk_reads: Vec<(BlockPtr, usize, usize, usize)> = Vec::new();
+        while done < len {
+            let pos = off + done as u64;
+            let blkid = pos / blksz;
+            let in_rec = (pos % blksz) as usize;
+            let n = (blksz as usize - in_rec).min(len - done);
+            match guard.source(zio, blkid)? {
+                Source::Mem(r) if !r.is_empty() => buf[done..done + n].copy_from_slice(&r[in_rec..in_rec + n]),
+                Source::Disk(bp) => disk_reads.push((bp, in_rec, done, n)),
+                _ => buf[done..done + n].fill(0),
+            }
+            done += n;
+        }
+        // Hold off the release of freed blocks while we read blocks the tree pointed to.
+        let _reclaim = reclaim.read_recursive();
+        drop(guard);
+        for (bp, in_rec, at, n) in disk_reads {
+            if in_rec == 0 && n == bp.lsize as usize {
+                zio.read_into(&bp, &mut buf[at..at + n])?;
+            } else {
+                let rec = zio.read(&bp)?;
+                let avail = rec.len().saturating_sub(in_rec).min(n);
+                buf[at..at + avail].copy_from_slice(&rec[in_rec..in_rec + avail]);
+                buf[at + avail..at + n].fill(0);
+            }
+        }
+        Ok(len)
+    }
+
+    /// Grows the block size of a file that is still one block, so that a file smaller
+    /// than a record is one block of its own size.
+    fn fit_block_size(&mut self, zio: &Zio, end: u64, recordsize: u32) -> Result<(), ZioError> {
+        let blksz = self.dnode.blksz;
+        if self.dnode.size > blksz as u64 || end <= blksz as u64 || blksz >= recordsize {
+            return Ok(());
+        }
+        let wanted = (end.min(recordsize as u64) as u32).next_multiple_of(MIN_BLOCK).min(recordsize);
+        let wanted = if end > recordsize as u64 { recordsize } else { wanted };
+        if wanted <= blksz {
+            return Ok(());
+        }
+        let mut rec0 = if self.dnode.size > 0 { self.load_record(zio, 0)? } else { Vec::new() };
+        self.dnode.blksz = wanted;
+        rec0.resize(wanted as usize, 0);
+        if self.dnode.size > 0 {
+            self.open.records.insert(0, Arc::new(rec0));
+        }
+        Ok(())
+    }
+
+    /// Writes `data` at `off` into the open txg.
+    pub fn write(&mut self, zio: &Zio, txg: u64, off: u64, data: &[u8], recordsize: u32) -> Result<(), ZioError> {
+        let end = off + data.len() as u64;
+        self.fit_block_size(zio, end, recordsize)?;
+        let blksz = self.blksz();
+        let mut done = 0usize;
+        while done < data.len() {
+            let pos = off + done as u64;
+            let blkid = pos / blksz;
+            let in_rec = (pos % blksz) as usize;
+            let n = (blksz as usize - in_rec).min(data.len() - done);
+            let rec = self.record_for_write(zio, blkid, in_rec == 0 && n == blksz as usize)?;
+            rec[in_rec..in_rec + n].copy_from_slice(&data[done..done + n]);
+            done += n;
+        }
+        if end > self.dnode.size {
+            self.dnode.size = end;
+        }
+        let now = Timespec::now();
+        self.dnode.mtime = now;
+        self.dnode.ctime = now;
+        self.last_dirty_txg = txg;
+        Ok(())
+    }
+
+    /// The open txg's copy of record `blkid`, made from the current bytes unless the
+    /// caller overwrites it whole.
+    fn record_for_write(&mut self, zio: &Zio, blkid: u64, whole: bool) -> Result<&mut Vec<u8>, ZioError> {
+        let blksz = self.blksz() as usize;
+        let present = self.open.records.get(&blkid).is_some_and(|r| !r.is_empty());
+        if !present {
+            let fresh = if whole { vec![0u8; blksz] } else { self.load_record(zio, blkid)? };
+            self.open.records.insert(blkid, Arc::new(fresh));
+        }
+        let rec = Arc::make_mut(self.open.records.get_mut(&blkid).expect("inserted"));
+        if rec.len() < blksz {
+            rec.resize(blksz, 0);
+        }
+        Ok(rec)
+    }
+
+    /// Sets the file size; bytes past a shrink are gone, bytes past a growth are zeros.
+    pub fn truncate(&mut self, zio: &Zio, txg: u64, size: u64) -> Result<(), ZioError> {
+        let blksz = self.blksz();
+        if size < self.dnode.size {
+            let keep = size.div_ceil(blksz);
+            self.open.records.retain(|&b, _| b < keep);
+            self.open.truncate_blocks = Some(self.open.truncate_blocks.map_or(keep, |t| t.min(keep)));
+            let tail = (size % blksz) as usize;
+            if tail != 0 {
+                let rec = self.record_for_write(zio, size / blksz, false)?;
+                rec[tail..].fill(0);
+            }
+        }
+        self.dnode.size = size;
+        let now = Timespec::now();
+        self.dnode.mtime = now;
+        self.dnode.ctime = now;
+        self.last_dirty_txg = txg;
+        Ok(())
+    }
+
+    /// Zeros [off, off+len) without changing the size; whole records become holes.
+    pub fn punch_hole(&mut self, zio: &Zio, txg: u64, off: u64, len: u64) -> Result<(), ZioError> {
+        let end = (off + len).min(self.dnode.size);
+        let blksz = self.blksz();
+        let mut pos = off;
+        while pos < end {
+            let blkid = pos / blksz;
+            let in_rec = pos % blksz;
+            let n = (blksz - in_rec).min(end - pos);
+            if n == blksz {
+                self.open.records.insert(blkid, Arc::new(Vec::new()));
+            } else {
+                let rec = self.record_for_write(zio, blkid, false)?;
+                rec[in_rec as usize..(in_rec + n) as usize].fill(0);
+            }
+            pos += n;
+        }
+        self.dnode.mtime = Timespec::now();
+        self.dnode.ctime = self.dnode.mtime;
+        self.last_dirty_txg = txg;
+        Ok(())
+    }
+
+    /// Loads a directory's entries on first use.
+    pub fn dir_entries(&mut self, zio: &Zio) -> Result<&mut Entries, ObjError> {
+        if self.dnode.obj_type != ObjType::Dir {
+            return Err(ObjError::NotDir);
+        }
+        if self.dir.is_none() {
+            let mut bytes = vec![0u8; self.dnode.size as usize];
+            let size = self.dnode.size;
+            let blksz = self.blksz();
+            let mut at = 0u64;
+            while at < size {
+                let rec = self.load_record(zio, at / blksz)?;
+                let n = (blksz.min(size - at)) as usize;
+                bytes[at as usize..at as usize + n].copy_from_slice(&rec[..n]);
+                at += n as u64;
+            }
+            self.dir = Some(dir::decode(&bytes).map_err(ObjError::Corrupt)?);
+        }
+        Ok(self.dir.as_mut().expect("loaded"))
+    }
+
+    /// Moves the open txg's changes to the syncing side (the txg barrier is held).
+    pub fn quiesce(&mut self, zio: &Zio, txg: u64) -> Result<(), ZioError> {
+        assert!(self.syncing.is_empty() && self.syncing.dnode.is_none(), "object {} synced twice", self.dnode.gen);
+        if self.dir_dirty && !self.gone {
+            let bytes = dir::encode(self.dir.as_ref().expect("dirty directory is loaded"));
+            self.write(zio, txg, 0, &bytes, 16384)?;
+            self.truncate(zio, txg, bytes.len() as u64)?;
+            self.dir_dirty = false;
+        }
+        self.syncing = std::mem::take(&mut self.open);
+        self.syncing.dnode = Some(self.dnode.clone());
+        Ok(())
+    }
+
+    /// The dnode as of the syncing txg, pointing at the tree just written.
+    pub fn syncing_dnode_bytes(&self, out: &mut [u8]) {
+        let mut d = self.syncing.dnode.clone().unwrap_or_else(|| self.dnode.clone());
+        d.root = self.tree.root();
+        d.nlevels = self.tree.nlevels();
+        d.encode(out);
+    }
+
+    /// The syncing txg is written: drop its changes, keep the tree's new root.
+    pub fn finish_sync(&mut self) {
+        self.syncing = Changes::default();
+        self.dnode.root = self.tree.root();
+        self.dnode.nlevels = self.tree.nlevels();
+    }
+
+    /// A record of the syncing txg to change during the sync itself (the dnode table is
+    /// written this way: its records change only while a txg syncs).
+    pub fn syncing_record_mut(&mut self, zio: &Zio, blkid: u64) -> Result<&mut Vec<u8>, ZioError> {
+        if !self.syncing.records.contains_key(&blkid) {
+            let blksz = self.blksz() as usize;
+            let mut rec = match self.tree.get(zio, blkid)? {
+                Some(bp) => zio.read(&bp)?,
+                None => vec![0u8; blksz],
+            };
+            rec.resize(blksz, 0);
+            self.syncing.records.insert(blkid, Arc::new(rec));
+        }
+        Ok(Arc::make_mut(self.syncing.records.get_mut(&blkid).expect("inserted")))
+    }
+}

@@ -1,0 +1,254 @@
+//! An object set: the dnode table (object 0, itself an object whose records are arrays
+//! of dnodes) and the objects it describes, loaded on demand and cached.
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tarn_zio::{BlockPtr, BlockType, ChecksumKind, Compression, PendingBlock};
+
+use crate::dnode::{Dnode, ObjType, DNODE_SIZE};
+use crate::object::{Object, Record};
+use crate::{Ctx, ObjError};
+
+/// Records of the dnode table: 64 dnodes each.
+pub const META_BLKSZ: u32 = 16384;
+
+/// How the dataset wants this txg's blocks encoded.
+#[derive(Clone, Copy, Debug)]
+pub struct SyncPolicy {
+    pub compression: Compression,
+    pub checksum: ChecksumKind,
+}
+
+/// What a sync did, for space accounting.
+#[derive(Default, Debug, Clone, Copy)]
+pub struct SyncResult {
+    pub allocated_physical: u64,
+    pub allocated_logical: u64,
+    pub freed_physical: u64,
+    pub freed_logical: u64,
+}
+
+pub struct ObjSet {
+    ctx: Arc<Ctx>,
+    meta: Object,
+    cache: Mutex<HashMap<u64, Arc<Object>>>,
+    next_obj: AtomicU64,
+    dirty: Mutex<BTreeSet<u64>>,
+    syncing: Mutex<Vec<u64>>,
+}
+
+impl ObjSet {
+    /// Opens an object set from its meta dnode (`None` for a new, empty set).
+    pub fn open(ctx: Arc<Ctx>, meta: Option<Dnode>, next_obj: u64) -> ObjSet {
+        let meta = meta.unwrap_or_else(|| Dnode::new(ObjType::Meta, META_BLKSZ, 0, 0));
+        ObjSet {
+            ctx,
+            meta: Object::new(0, meta),
+            cache: Mutex::new(HashMap::new()),
+            next_obj: AtomicU64::new(next_obj.max(1)),
+            dirty: Mutex::new(BTreeSet::new()),
+            syncing: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub fn ctx(&self) -> &Arc<Ctx> {
+        &self.ctx
+    }
+
+    pub fn next_obj(&self) -> u64 {
+        self.next_obj.load(Ordering::Relaxed)
+    }
+
+    pub fn meta_dnode(&self) -> Dnode {
+        self.meta.dnode()
+    }
+
+    /// The object `id`, loading its dnode if needed.
+    pub fn get(&self, id: u64) -> Result<Arc<Object>, ObjError> {
+        if let Some(o) = self.cache.lock().get(&id) {
+            if o.lock().gone {
+                return Err(ObjError::NoObject(id));
+            }
+            return Ok(o.clone());
+        }
+        if id == 0 || id >= self.next_obj() {
+            return Err(ObjError::NoObject(id));
+        }
+        let mut raw = [0u8; DNODE_SIZE];
+        let guard = self.meta.lock();
+        let n = crate::object::ObjState::read(guard, &self.ctx.zio, &self.ctx.reclaim, id * DNODE_SIZE as u64, &mut raw)?;
+        if n < DNODE_SIZE {
+            return Err(ObjError::NoObject(id));
+        }
+        let dnode = Dnode::decode(&raw).map_err(ObjError::Corrupt)?.ok_or(ObjError::NoObject(id))?;
+        let mut cache = self.cache.lock();
+        let obj = cache.entry(id).or_insert_with(|| Arc::new(Object::new(id, dnode)));
+        Ok(obj.clone())
+    }
+
+    /// A new object in the open txg `txg`.
+    pub fn alloc(&self, dnode: Dnode) -> Arc<Object> {
+        let id = self.next_obj.fetch_add(1, Ordering::Relaxed);
+        let obj = Arc::new(Object::new(id, dnode));
+        self.cache.lock().insert(id, obj.clone());
+        self.dirty.lock().insert(id);
+        obj
+    }
+
+    /// Records that object `id` changed in the open txg.
+    pub fn mark_dirty(&self, id: u64) {
+        self.dirty.lock().insert(id);
+    }
+
+    /// Frees object `id` in the open txg: all its blocks and its dnode slot.
+    pub fn free_object(&self, obj: &Object, txg: u64) {
+        let mut st = obj.lock();
+        st.open.records.clear();
+        st.open.free_object = true;
+        st.gone = true;
+        st.dir = None;
+        st.dir_dirty = false;
+        st.last_dirty_txg = txg;
+        drop(st);
+        self.mark_dirty(obj.id);
+    }
+
+    /// Freezes the open txg's changes (called with the txg barrier held).
+    pub fn quiesce(&self, txg: u64) -> Result<(), ObjError> {
+        let ids: Vec<u64> = std::mem::take(&mut *self.dirty.lock()).into_iter().collect();
+        let cache = self.cache.lock();
+        for &id in &ids {
+            let obj = cache.get(&id).expect("a dirty object is cached");
+            obj.lock().quiesce(&self.ctx.zio, txg)?;
+        }
+        *self.syncing.lock() = ids;
+        Ok(())
+    }
+
+    pub fn has_changes(&self) -> bool {
+        !self.dirty.lock().is_empty()
+    }
+
+    /// Writes the syncing txg's changes: records, indirect blocks, then the dnode table.
+    /// Returns the accounting; the new meta dnode is `meta_dnode()` afterwards.
+    pub fn sync(&self, txg: u64, policy: SyncPolicy) -> Result<SyncResult, ObjError> {
+        let ids = std::mem::take(&mut *self.syncing.lock());
+        let objects: Vec<Arc<Object>> = {
+            let cache = self.cache.lock();
+            ids.iter().map(|id| cache[id].clone()).collect()
+        };
+        let mut freed = Vec::new();
+        let mut result = SyncResult::default();
+        let refs: Vec<&Object> = objects.iter().map(|o| o.as_ref()).collect();
+        self.sync_objects(&refs, txg, policy, &mut freed, &mut result)?;
+
+        // Every synced object's dnode goes into the dnode table, in this same txg.
+        {
+            let mut meta = self.meta.lock();
+            for obj in &objects {
+                let st = obj.lock();
+                let mut raw = [0u8; DNODE_SIZE];
+                if !st.gone {
+                    st.syncing_dnode_bytes(&mut raw);
+                }
+                drop(st);
+                meta_write_syncing(&mut meta, &self.ctx, obj.id, &raw)?;
+            }
+        }
+        self.sync_objects(&[&self.meta], txg, SyncPolicy { compression: Compression::Lz4, ..policy }, &mut freed, &mut result)?;
+
+        for bp in &freed {
+            self.ctx.zio.free(bp);
+            result.freed_physical += bp.psize as u64;
+            result.freed_logical += bp.lsize as u64;
+        }
+        let mut cache = self.cache.lock();
+        for obj in &objects {
+            let st = obj.lock();
+            if st.gone && st.open.records.is_empty() {
+                cache.remove(&obj.id);
+            }
+        }
+        Ok(result)
+    }
+
+    /// Writes the data records of `objects` in one batch, then their indirect blocks.
+    fn sync_objects(
+        &self,
+        objects: &[&Object],
+        txg: u64,
+        policy: SyncPolicy,
+        freed: &mut Vec<BlockPtr>,
+        result: &mut SyncResult,
+    ) -> Result<(), ObjError> {
+        let zio = &self.ctx.zio;
+        let mut work: Vec<(usize, u64, Option<Record>)> = Vec::new();
+        for (i, obj) in objects.iter().enumerate() {
+            let mut st = obj.lock();
+            // A truncate frees the cut-off blocks before this txg's records land, so a
+            // record written after the truncate in the same txg survives it.
+            let cut = if st.syncing.free_object { Some(0) } else { st.syncing.truncate_blocks };
+            if let Some(first) = cut {
+                st.tree.free_from(zio, first, freed)?;
+            }
+            for (&blkid, rec) in &st.syncing.records {
+                let hole = rec.is_empty() || rec.iter().all(|&b| b == 0);
+                work.push((i, blkid, (!hole).then(|| rec.clone())));
+            }
+        }
+        let block_type = |obj: &Object| if obj.id == 0 { BlockType::Dnodes } else { BlockType::Data };
+        let pending: Vec<PendingBlock> = work
+            .iter()
+            .filter_map(|(i, _, rec)| {
+                rec.as_ref().map(|r| PendingBlock {
+                    data: r.as_ref().clone(),
+                    compression: policy.compression,
+                    checksum: policy.checksum,
+                    level: 0,
+                    block_type: block_type(objects[*i]),
+                })
+            })
+            .collect();
+        let mut written = zio.write_blocks(&pending, txg)?.into_iter();
+        for (i, blkid, rec) in work {
+            let bp = rec.map(|_| written.next().expect("one pointer per written record"));
+            if let Some(bp) = &bp {
+                result.allocated_physical += bp.psize as u64;
+                result.allocated_logical += bp.lsize as u64;
+            }
+            let mut st = objects[i].lock();
+            if let Some(old) = st.tree.set(zio, blkid, bp)? {
+                freed.push(old);
+            }
+        }
+        for obj in objects {
+            let mut st = obj.lock();
+            let (psize, lsize) = st.tree.sync(zio, txg, policy.checksum, freed)?;
+            st.finish_sync();
+            result.allocated_physical += psize;
+            result.allocated_logical += lsize;
+        }
+        Ok(())
+    }
+}
+
+/// Writes dnode bytes for object `id` into the dnode table's syncing records.
+fn meta_write_syncing(
+    meta: &mut crate::object::ObjState,
+    ctx: &Ctx,
+    id: u64,
+    raw: &[u8; DNODE_SIZE],
+) -> Result<(), ObjError> {
+    let off = id * DNODE_SIZE as u64;
+    let blkid = off / META_BLKSZ as u64;
+    let in_rec = (off % META_BLKSZ as u64) as usize;
+    let rec = meta.syncing_record_mut(&ctx.zio, blkid)?;
+    rec[in_rec..in_rec + DNODE_SIZE].copy_from_slice(raw);
+    let end = off + DNODE_SIZE as u64;
+    if end > meta.dnode.size {
+        meta.dnode.size = end;
+    }
+    Ok(())
+}

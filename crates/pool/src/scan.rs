@@ -1,0 +1,63 @@
+//! Finding pools on devices: read every candidate's labels and group them by pool.
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use tarn_vdev::{read_device_labels, FileDevice, Label, LabelState, VdevError};
+
+/// A pool found on one or more devices.
+#[derive(Debug, Clone)]
+pub struct Discovered {
+    pub name: String,
+    pub guid: u64,
+    pub state: LabelState,
+    pub label: Label,
+    pub devices: Vec<PathBuf>,
+    /// Newest txg seen in any uberblock.
+    pub txg: u64,
+}
+
+/// Reads the labels of every file or block device under `dirs` (or the given paths) and
+/// groups them by pool guid. Unreadable and non-tarn files are skipped.
+pub fn discover(paths: &[PathBuf]) -> Vec<Discovered> {
+    let mut found: BTreeMap<u64, Discovered> = BTreeMap::new();
+    for path in candidates(paths) {
+        let Ok(labels) = probe(&path) else { continue };
+        let txg = labels.uberblocks.iter().map(|u| u.txg).max().unwrap_or(0);
+        let label = labels.label;
+        let entry = found.entry(label.pool_guid).or_insert_with(|| Discovered {
+            name: label.pool_name.clone(),
+            guid: label.pool_guid,
+            state: label.state,
+            label: label.clone(),
+            devices: Vec::new(),
+            txg,
+        });
+        entry.devices.push(path);
+        if txg > entry.txg {
+            entry.txg = txg;
+            entry.label = label;
+        }
+    }
+    found.into_values().collect()
+}
+
+fn probe(path: &Path) -> Result<tarn_vdev::DeviceLabels, VdevError> {
+    let dev = FileDevice::open(path)?;
+    read_device_labels(&dev)
+}
+
+fn candidates(paths: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            if let Ok(rd) = std::fs::read_dir(p) {
+                let mut v: Vec<PathBuf> = rd.flatten().map(|e| e.path()).filter(|p| !p.is_dir()).collect();
+                v.sort();
+                out.extend(v);
+            }
+        } else {
+            out.push(p.clone());
+        }
+    }
+    out
+}

@@ -1,0 +1,237 @@
+//! Labels and uberblocks: how a device says which pool it belongs to, and where the
+//! pool's newest committed state is.
+//!
+//! Each device carries two labels of `LABEL_SIZE` bytes, one at each end. A label is a
+//! 64 KiB config area (binary header + JSON config, checksummed) followed by the
+//! uberblock ring (slots of one sector, at least 1 KiB). Byte tables: docs/FORMAT.md.
+use serde::{Deserialize, Serialize};
+use xxhash_rust::xxh3::xxh3_128;
+
+pub const LABEL_SIZE: u64 = 256 * 1024;
+pub const CONFIG_AREA: usize = 64 * 1024;
+pub const LABEL_VERSION: u32 = 1;
+pub const UBERBLOCK_VERSION: u32 = 1;
+const LABEL_MAGIC: u64 = u64::from_le_bytes(*b"TARNLABL");
+const UBER_MAGIC: u64 = u64::from_le_bytes(*b"TARNUBER");
+const LABEL_HEADER: usize = 32;
+pub const UBERBLOCK_BYTES: usize = 256;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LabelState {
+    Active,
+    Exported,
+    Destroyed,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum TopConfig {
+    Disk { guid: u64, path: String },
+    Mirror { guid: u64, children: Vec<(u64, String)> },
+}
+
+impl TopConfig {
+    pub fn guid(&self) -> u64 {
+        match self {
+            TopConfig::Disk { guid, .. } | TopConfig::Mirror { guid, .. } => *guid,
+        }
+    }
+    /// (guid, path) of every leaf under this top-level vdev.
+    pub fn leaves(&self) -> Vec<(u64, String)> {
+        match self {
+            TopConfig::Disk { guid, path } => vec![(*guid, path.clone())],
+            TopConfig::Mirror { children, .. } => children.clone(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TreeConfig {
+    pub tops: Vec<TopConfig>,
+}
+
+impl TreeConfig {
+    pub fn guid_sum(&self) -> u64 {
+        self.tops.iter().flat_map(|t| t.leaves()).fold(0u64, |s, (g, _)| s.wrapping_add(g))
+    }
+}
+
+/// The config a device's label holds: what pool, which device this is, the whole tree.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Label {
+    pub pool_name: String,
+    pub pool_guid: u64,
+    pub vdev_guid: u64,
+    pub top_index: u32,
+    pub ashift: u32,
+    pub state: LabelState,
+    pub hostname: String,
+    pub create_txg: u64,
+    /// Bytes of the device usable for data: the same for every device of a top-level vdev.
+    pub asize: u64,
+    pub tree: TreeConfig,
+}
+
+pub enum LabelDecode {
+    Ok(Label),
+    /// A tarn label with a version this build does not know.
+    Version(u32),
+    Invalid,
+}
+
+impl Label {
+    /// The config area: magic, version, JSON length, checksum, JSON.
+    pub fn encode(&self) -> Vec<u8> {
+        let json = serde_json::to_vec(self).expect("label config serialises");
+        assert!(json.len() <= CONFIG_AREA - LABEL_HEADER, "label config too large");
+        let mut area = vec![0u8; CONFIG_AREA];
+        area[0..8].copy_from_slice(&LABEL_MAGIC.to_le_bytes());
+        area[8..12].copy_from_slice(&LABEL_VERSION.to_le_bytes());
+        area[12..16].copy_from_slice(&(json.len() as u32).to_le_bytes());
+        area[LABEL_HEADER..LABEL_HEADER + json.len()].copy_from_slice(&json);
+        let sum = xxh3_128(&area);
+        area[16..32].copy_from_slice(&sum.to_le_bytes());
+        area
+    }
+
+    pub fn decode(area: &[u8]) -> LabelDecode {
+        if area.len() < CONFIG_AREA || u64_at(area, 0) != LABEL_MAGIC {
+            return LabelDecode::Invalid;
+        }
+        let version = u32_at(area, 8);
+        let json_len = u32_at(area, 12) as usize;
+        let mut copy = area[..CONFIG_AREA].to_vec();
+        let stored = u128::from_le_bytes(copy[16..32].try_into().expect("16 bytes"));
+        copy[16..32].fill(0);
+        if xxh3_128(&copy) != stored {
+            return LabelDecode::Invalid;
+        }
+        if version != LABEL_VERSION {
+            return LabelDecode::Version(version);
+        }
+        if json_len > CONFIG_AREA - LABEL_HEADER {
+            return LabelDecode::Invalid;
+        }
+        match serde_json::from_slice(&area[LABEL_HEADER..LABEL_HEADER + json_len]) {
+            Ok(label) => LabelDecode::Ok(label),
+            Err(_) => LabelDecode::Invalid,
+        }
+    }
+}
+
+/// The root of one committed transaction group.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Uberblock {
+    pub txg: u64,
+    pub pool_guid: u64,
+    pub guid_sum: u64,
+    pub timestamp: u64,
+    /// The block pointer of the pool's root (MOS) block, opaque to this layer.
+    pub root: [u8; 64],
+}
+
+impl Uberblock {
+    pub fn encode(&self) -> [u8; UBERBLOCK_BYTES] {
+        let mut b = [0u8; UBERBLOCK_BYTES];
+        b[0..8].copy_from_slice(&UBER_MAGIC.to_le_bytes());
+        b[8..12].copy_from_slice(&UBERBLOCK_VERSION.to_le_bytes());
+        b[16..24].copy_from_slice(&self.txg.to_le_bytes());
+        b[24..32].copy_from_slice(&self.pool_guid.to_le_bytes());
+        b[32..40].copy_from_slice(&self.timestamp.to_le_bytes());
+        b[40..104].copy_from_slice(&self.root);
+        b[104..112].copy_from_slice(&self.guid_sum.to_le_bytes());
+        let sum = xxh3_128(&b[..240]);
+        b[240..256].copy_from_slice(&sum.to_le_bytes());
+        b
+    }
+
+    /// `Err(version)` for a valid uberblock of an unknown version; `Ok(None)` for an empty
+    /// or torn slot.
+    pub fn decode(b: &[u8]) -> Result<Option<Uberblock>, u32> {
+        if b.len() < UBERBLOCK_BYTES || u64_at(b, 0) != UBER_MAGIC {
+            return Ok(None);
+        }
+        let stored = u128::from_le_bytes(b[240..256].try_into().expect("16 bytes"));
+        if xxh3_128(&b[..240]) != stored {
+            return Ok(None);
+        }
+        let version = u32_at(b, 8);
+        if version != UBERBLOCK_VERSION {
+            return Err(version);
+        }
+        let mut root = [0u8; 64];
+        root.copy_from_slice(&b[40..104]);
+        Ok(Some(Uberblock {
+            txg: u64_at(b, 16),
+            pool_guid: u64_at(b, 24),
+            timestamp: u64_at(b, 32),
+            root,
+            guid_sum: u64_at(b, 104),
+        }))
+    }
+}
+
+/// Size of one uberblock slot: a whole sector, so a slot is written without touching its
+/// neighbours.
+pub fn slot_size(ashift: u32) -> usize {
+    (1usize << ashift).max(1024)
+}
+
+pub fn slot_count(ashift: u32) -> usize {
+    (LABEL_SIZE as usize - CONFIG_AREA) / slot_size(ashift)
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Label {
+        Label {
+            pool_name: "tank".into(),
+            pool_guid: 7,
+            vdev_guid: 9,
+            top_index: 0,
+            ashift: 12,
+            state: LabelState::Active,
+            hostname: "h".into(),
+            create_txg: 1,
+            asize: 1 << 30,
+            tree: TreeConfig { tops: vec![TopConfig::Disk { guid: 9, path: "/x".into() }] },
+        }
+    }
+
+    #[test]
+    fn label_round_trips_and_detects_a_flipped_bit() {
+        let mut area = sample().encode();
+        assert!(matches!(Label::decode(&area), LabelDecode::Ok(l) if l == sample()));
+        area[40] ^= 1;
+        assert!(matches!(Label::decode(&area), LabelDecode::Invalid));
+    }
+
+    #[test]
+    fn label_of_unknown_version_is_reported_as_such() {
+        let mut area = sample().encode();
+        area[8..12].copy_from_slice(&2u32.to_le_bytes());
+        area[16..32].fill(0);
+        let sum = xxh3_128(&area);
+        area[16..32].copy_from_slice(&sum.to_le_bytes());
+        assert!(matches!(Label::decode(&area), LabelDecode::Version(2)));
+    }
+
+    #[test]
+    fn uberblock_round_trips_and_torn_slot_is_empty() {
+        let ub = Uberblock { txg: 5, pool_guid: 1, guid_sum: 2, timestamp: 3, root: [7; 64] };
+        let mut b = ub.encode();
+        assert_eq!(Uberblock::decode(&b), Ok(Some(ub)));
+        b[100] ^= 0xff;
+        assert_eq!(Uberblock::decode(&b), Ok(None));
+    }
+}

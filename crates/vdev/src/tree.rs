@@ -1,0 +1,352 @@
+//! The vdev tree: a stripe of top-level vdevs, each a single disk or a mirror.
+//!
+//! Offsets given to a `TopVdev` are offsets into its data area (after label 0, before
+//! label 1); the same offset is used on every side of a mirror.
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use crate::label::{slot_count, slot_size, Label, LabelDecode, Uberblock, CONFIG_AREA};
+use crate::{BlockDevice, VdevError, LABEL_SIZE};
+
+/// First byte of the data area on every device: label 0 plus a reserve for later use.
+pub const DATA_START: u64 = 2 * LABEL_SIZE;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum LeafHealth {
+    Online,
+    /// The device could not be opened at import.
+    Unavail,
+    /// Writes to it failed; it is no longer written.
+    Faulted,
+}
+
+pub struct Leaf {
+    pub guid: u64,
+    pub path: String,
+    dev: Option<Arc<dyn BlockDevice>>,
+    faulted: std::sync::atomic::AtomicBool,
+    read_errors: AtomicU64,
+    write_errors: AtomicU64,
+    checksum_errors: AtomicU64,
+}
+
+/// What `status` shows of one device.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct LeafStatus {
+    pub path: String,
+    pub guid: u64,
+    pub health: LeafHealth,
+    pub read_errors: u64,
+    pub write_errors: u64,
+    pub checksum_errors: u64,
+}
+
+impl Leaf {
+    pub fn new(guid: u64, path: String, dev: Option<Arc<dyn BlockDevice>>) -> Leaf {
+        Leaf {
+            guid,
+            path,
+            dev,
+            faulted: Default::default(),
+            read_errors: AtomicU64::new(0),
+            write_errors: AtomicU64::new(0),
+            checksum_errors: AtomicU64::new(0),
+        }
+    }
+
+    fn usable(&self) -> Option<&Arc<dyn BlockDevice>> {
+        if self.faulted.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.dev.as_ref()
+    }
+
+    pub fn health(&self) -> LeafHealth {
+        if self.dev.is_none() {
+            LeafHealth::Unavail
+        } else if self.faulted.load(Ordering::Relaxed) {
+            LeafHealth::Faulted
+        } else {
+            LeafHealth::Online
+        }
+    }
+
+    pub fn status(&self) -> LeafStatus {
+        LeafStatus {
+            path: self.path.clone(),
+            guid: self.guid,
+            health: self.health(),
+            read_errors: self.read_errors.load(Ordering::Relaxed),
+            write_errors: self.write_errors.load(Ordering::Relaxed),
+            checksum_errors: self.checksum_errors.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Restores counters saved by an earlier import (they persist across imports).
+    pub fn restore_counters(&self, read: u64, write: u64, checksum: u64) {
+        self.read_errors.store(read, Ordering::Relaxed);
+        self.write_errors.store(write, Ordering::Relaxed);
+        self.checksum_errors.store(checksum, Ordering::Relaxed);
+    }
+
+    pub fn clear_counters(&self) {
+        self.restore_counters(0, 0, 0);
+    }
+
+    /// Offset of label 1: the last whole label-sized slice of the device.
+    fn label1_offset(size: u64) -> u64 {
+        (size / LABEL_SIZE) * LABEL_SIZE - LABEL_SIZE
+    }
+}
+
+pub struct TopVdev {
+    pub index: usize,
+    pub guid: u64,
+    pub ashift: u32,
+    /// Bytes of data area, the same on every side.
+    pub asize: u64,
+    pub leaves: Vec<Leaf>,
+    rotor: AtomicUsize,
+}
+
+impl TopVdev {
+    pub fn new(index: usize, guid: u64, ashift: u32, asize: u64, leaves: Vec<Leaf>) -> TopVdev {
+        assert!(!leaves.is_empty(), "a top-level vdev has at least one device");
+        TopVdev { index, guid, ashift, asize, leaves, rotor: AtomicUsize::new(0) }
+    }
+
+    /// Data-area size a device of `size` bytes offers, aligned to the sector size.
+    pub fn asize_of(size: u64, ashift: u32) -> u64 {
+        if size < 2 * LABEL_SIZE + DATA_START {
+            return 0;
+        }
+        let end = Leaf::label1_offset(size);
+        let raw = end.saturating_sub(DATA_START);
+        raw & !((1u64 << ashift) - 1)
+    }
+
+    pub fn is_mirror(&self) -> bool {
+        self.leaves.len() > 1
+    }
+
+    pub fn sector(&self) -> u64 {
+        1 << self.ashift
+    }
+
+    /// Reads `len` bytes at `offset` of the data area; the caller's `verify` decides
+    /// whether a copy is good. A bad or unreadable side is counted, and on a mirror the
+    /// bad sides are rewritten from the good copy.
+    pub fn read(
+        &self,
+        offset: u64,
+        len: usize,
+        verify: &dyn Fn(&[u8]) -> bool,
+    ) -> Result<Vec<u8>, VdevError> {
+        assert!(offset + len as u64 <= self.asize, "read past the end of vdev {}", self.index);
+        let sector = self.sector();
+        let start = offset & !(sector - 1);
+        let end = (offset + len as u64 + sector - 1) & !(sector - 1);
+        let skip = (offset - start) as usize;
+        let mut span = vec![0u8; (end - start) as usize];
+        let first = self.rotor.fetch_add(1, Ordering::Relaxed);
+        let n = self.leaves.len();
+        let mut bad_sides = Vec::new();
+        let mut detail = String::new();
+        let mut saw_checksum_error = false;
+        for k in 0..n {
+            let i = (first + k) % n;
+            let leaf = &self.leaves[i];
+            let Some(dev) = leaf.usable() else { continue };
+            if let Err(e) = dev.read_at(&mut span, DATA_START + start) {
+                leaf.read_errors.fetch_add(1, Ordering::Relaxed);
+                detail = format!("{}: {e}", leaf.path);
+                continue;
+            }
+            if !verify(&span[skip..skip + len]) {
+                leaf.checksum_errors.fetch_add(1, Ordering::Relaxed);
+                saw_checksum_error = true;
+                bad_sides.push(i);
+                continue;
+            }
+            self.repair(&bad_sides, &span, start);
+            span.truncate(skip + len);
+            span.drain(..skip);
+            return Ok(span);
+        }
+        if saw_checksum_error {
+            Err(VdevError::Checksum { top: self.index, offset })
+        } else {
+            Err(VdevError::NoCopy { top: self.index, offset, detail })
+        }
+    }
+
+    /// Self-healing: rewrite the sectors of the sides that returned bad data.
+    fn repair(&self, bad_sides: &[usize], good_span: &[u8], start: u64) {
+        for &i in bad_sides {
+            let leaf = &self.leaves[i];
+            if let Some(dev) = leaf.usable() {
+                if dev.write_at(good_span, DATA_START + start).is_err() {
+                    leaf.write_errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Writes sector-aligned `data` at `offset` on every side; succeeds if one side did.
+    pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), VdevError> {
+        let sector = self.sector();
+        assert!(offset % sector == 0 && data.len() as u64 % sector == 0, "unaligned vdev write");
+        assert!(offset + data.len() as u64 <= self.asize, "write past the end of vdev {}", self.index);
+        self.on_every_side(|dev| dev.write_at(data, DATA_START + offset))
+    }
+
+    pub fn flush(&self) -> Result<(), VdevError> {
+        self.on_every_side(|dev| dev.flush())
+    }
+
+    fn on_every_side(
+        &self,
+        op: impl Fn(&Arc<dyn BlockDevice>) -> std::io::Result<()>,
+    ) -> Result<(), VdevError> {
+        let mut ok = false;
+        let mut detail = String::new();
+        for leaf in &self.leaves {
+            let Some(dev) = leaf.usable() else { continue };
+            match op(dev) {
+                Ok(()) => ok = true,
+                Err(e) => {
+                    leaf.write_errors.fetch_add(1, Ordering::Relaxed);
+                    leaf.faulted.store(true, Ordering::Relaxed);
+                    detail = format!("{}: {e}", leaf.path);
+                }
+            }
+        }
+        if ok {
+            Ok(())
+        } else {
+            Err(VdevError::WriteFailed { top: self.index, detail })
+        }
+    }
+}
+
+/// The pool's devices: a stripe over top-level vdevs.
+pub struct VdevTree {
+    pub tops: Vec<TopVdev>,
+    pub ashift: u32,
+}
+
+impl VdevTree {
+    pub fn new(tops: Vec<TopVdev>, ashift: u32) -> VdevTree {
+        VdevTree { tops, ashift }
+    }
+
+    pub fn flush_all(&self) -> Result<(), VdevError> {
+        for top in &self.tops {
+            top.flush()?;
+        }
+        Ok(())
+    }
+
+    pub fn leaves(&self) -> impl Iterator<Item = &Leaf> {
+        self.tops.iter().flat_map(|t| t.leaves.iter())
+    }
+
+    /// Writes the config area of both labels on every device (pool create, export,
+    /// config change). Label 0 everywhere, flush, then label 1, so a crash leaves one
+    /// consistent copy on each device.
+    pub fn write_labels(&self, template: &Label) -> Result<(), VdevError> {
+        for which in 0..2 {
+            for top in &self.tops {
+                for leaf in &top.leaves {
+                    let Some(dev) = leaf.usable() else { continue };
+                    let mut label = template.clone();
+                    label.vdev_guid = leaf.guid;
+                    label.top_index = top.index as u32;
+                    label.asize = top.asize;
+                    let at = if which == 0 { 0 } else { Leaf::label1_offset(dev.size()) };
+                    let io = |source| VdevError::Io { path: leaf.path.clone().into(), source };
+                    dev.write_at(&label.encode(), at).map_err(io)?;
+                    dev.flush().map_err(io)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes `ub` into its ring slot in both labels of every device. The caller has
+    /// flushed everything the uberblock points to; this flushes the uberblock itself.
+    pub fn write_uberblock(&self, ub: &Uberblock) -> Result<(), VdevError> {
+        let slot = slot_size(self.ashift);
+        let index = (ub.txg % slot_count(self.ashift) as u64) as usize;
+        let mut buf = vec![0u8; slot];
+        buf[..crate::label::UBERBLOCK_BYTES].copy_from_slice(&ub.encode());
+        let mut any = false;
+        let mut detail = String::new();
+        for leaf in self.leaves() {
+            let Some(dev) = leaf.usable() else { continue };
+            let mut ok = true;
+            for base in [0, Leaf::label1_offset(dev.size())] {
+                let at = base + CONFIG_AREA as u64 + (index * slot) as u64;
+                if let Err(e) = dev.write_at(&buf, at).and_then(|_| dev.flush()) {
+                    leaf.write_errors.fetch_add(1, Ordering::Relaxed);
+                    detail = format!("{}: {e}", leaf.path);
+                    ok = false;
+                }
+            }
+            any |= ok;
+        }
+        if any {
+            Ok(())
+        } else {
+            Err(VdevError::WriteFailed { top: 0, detail })
+        }
+    }
+}
+
+/// What one device's labels say: its config and every valid uberblock in either ring.
+pub struct DeviceLabels {
+    pub label: Label,
+    pub uberblocks: Vec<Uberblock>,
+}
+
+/// Reads both labels of a device. Refuses a device with no valid label, or whose label
+/// (or newest uberblock) has a format version this build does not know.
+pub fn read_device_labels(dev: &dyn BlockDevice) -> Result<DeviceLabels, VdevError> {
+    let path = dev.path().to_path_buf();
+    let min = 2 * LABEL_SIZE + DATA_START;
+    if dev.size() < min {
+        return Err(VdevError::TooSmall { path, size: dev.size(), min });
+    }
+    let mut label = None;
+    let mut unknown_version = None;
+    let mut uberblocks = Vec::new();
+    for base in [0, Leaf::label1_offset(dev.size())] {
+        let mut area = vec![0u8; LABEL_SIZE as usize];
+        dev.read_at(&mut area, base).map_err(|source| VdevError::Io { path: path.clone(), source })?;
+        match Label::decode(&area[..CONFIG_AREA]) {
+            LabelDecode::Ok(l) => {
+                let slot = slot_size(l.ashift);
+                for s in 0..slot_count(l.ashift) {
+                    let at = CONFIG_AREA + s * slot;
+                    match Uberblock::decode(&area[at..at + slot]) {
+                        Ok(Some(ub)) if ub.pool_guid == l.pool_guid => uberblocks.push(ub),
+                        Ok(_) => {}
+                        Err(v) => unknown_version = Some(v),
+                    }
+                }
+                label.get_or_insert(l);
+            }
+            LabelDecode::Version(v) => unknown_version = Some(v),
+            LabelDecode::Invalid => {}
+        }
+    }
+    match (label, unknown_version) {
+        (_, Some(found)) => {
+            // A newer tarn wrote this device; guessing at its format could corrupt it.
+            Err(VdevError::UnsupportedVersion { path, found, supported: crate::LABEL_VERSION })
+        }
+        (Some(label), _) => Ok(DeviceLabels { label, uberblocks }),
+        (None, _) => Err(VdevError::NotTarn { path }),
+    }
+}

@@ -1,0 +1,141 @@
+//! Compression codecs and checksums, by well-kept crates (lz4_flex, zstd, xxhash, sha2,
+//! blake3). The engine decides when to use them; this module only encodes and decodes.
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Compression {
+    Off,
+    Lz4,
+    /// zstd at a level (1..=19); 0 stands for "whatever level, decoding only".
+    Zstd(i32),
+}
+
+impl Compression {
+    pub fn code(self) -> u8 {
+        match self {
+            Compression::Off => 0,
+            Compression::Lz4 => 1,
+            Compression::Zstd(_) => 2,
+        }
+    }
+    pub fn from_code(code: u8) -> Option<Compression> {
+        Some(match code {
+            0 => Compression::Off,
+            1 => Compression::Lz4,
+            2 => Compression::Zstd(0),
+            _ => return None,
+        })
+    }
+
+    /// Compresses `data`; `None` when the result would not save at least 1/8 (then the
+    /// block is stored raw, as the format promises).
+    pub fn compress(self, data: &[u8]) -> Option<Vec<u8>> {
+        let limit = data.len() - data.len() / 8;
+        let out = match self {
+            Compression::Off => return None,
+            Compression::Lz4 => lz4_flex::block::compress(data),
+            Compression::Zstd(level) => zstd::bulk::compress(data, level).ok()?,
+        };
+        (out.len() <= limit && !out.is_empty()).then_some(out)
+    }
+
+    /// Decompresses into `out`, which has exactly the logical size.
+    pub fn decompress(self, src: &[u8], out: &mut [u8]) -> Result<(), String> {
+        let n = match self {
+            Compression::Off => {
+                if src.len() != out.len() {
+                    return Err(format!("raw block of {} bytes, expected {}", src.len(), out.len()));
+                }
+                out.copy_from_slice(src);
+                return Ok(());
+            }
+            Compression::Lz4 => lz4_flex::block::decompress_into(src, out).map_err(|e| e.to_string())?,
+            Compression::Zstd(_) => zstd::bulk::decompress_to_buffer(src, out).map_err(|e| e.to_string())?,
+        };
+        if n != out.len() {
+            return Err(format!("block decompressed to {n} bytes, expected {}", out.len()));
+        }
+        Ok(())
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ChecksumKind {
+    /// xxh3-128: fast, the default (`checksum=on`), like ZFS's fletcher4.
+    Xxh3,
+    Sha256,
+    Blake3,
+}
+
+impl ChecksumKind {
+    pub fn code(self) -> u8 {
+        match self {
+            ChecksumKind::Xxh3 => 1,
+            ChecksumKind::Sha256 => 2,
+            ChecksumKind::Blake3 => 3,
+        }
+    }
+    pub fn from_code(code: u8) -> Option<ChecksumKind> {
+        Some(match code {
+            1 => ChecksumKind::Xxh3,
+            2 => ChecksumKind::Sha256,
+            3 => ChecksumKind::Blake3,
+            _ => return None,
+        })
+    }
+
+    pub fn digest(self, data: &[u8]) -> [u8; 32] {
+        let mut out = [0u8; 32];
+        match self {
+            ChecksumKind::Xxh3 => {
+                out[..16].copy_from_slice(&xxhash_rust::xxh3::xxh3_128(data).to_le_bytes());
+            }
+            ChecksumKind::Sha256 => {
+                use sha2::Digest;
+                out.copy_from_slice(&sha2::Sha256::digest(data));
+            }
+            ChecksumKind::Blake3 => out.copy_from_slice(blake3::hash(data).as_bytes()),
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compressible_data_shrinks_and_round_trips() {
+        let data: Vec<u8> = (0..16384u32).map(|i| (i % 7) as u8).collect();
+        for c in [Compression::Lz4, Compression::Zstd(3)] {
+            let packed = c.compress(&data).expect("compresses");
+            let mut out = vec![0u8; data.len()];
+            c.decompress(&packed, &mut out).unwrap();
+            assert_eq!(out, data);
+        }
+    }
+
+    #[test]
+    fn incompressible_data_is_left_raw() {
+        let mut x = 0x12345678u32;
+        let data: Vec<u8> = (0..16384)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                x as u8
+            })
+            .collect();
+        assert!(Compression::Lz4.compress(&data).is_none());
+        assert!(Compression::Zstd(3).compress(&data).is_none());
+    }
+
+    #[test]
+    fn checksums_differ_on_one_flipped_bit() {
+        for k in [ChecksumKind::Xxh3, ChecksumKind::Sha256, ChecksumKind::Blake3] {
+            let mut d = vec![5u8; 4096];
+            let a = k.digest(&d);
+            d[100] ^= 4;
+            assert_ne!(a, k.digest(&d));
+        }
+    }
+}
