@@ -84,8 +84,8 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> Result<(), PacerError> {
-    preflight::check_fuse_device()?;
     let mountpoint = preflight::check_mountpoint(&args.mountpoint)?;
+    preflight::check_fuse_device()?;
     let backing = preflight::prepare_backing(&args.backing, args.size)?;
     // The daemon chdirs to /, so a relative stats path must be resolved now.
     let stats_path = args.stats.as_ref().map(|p| absolute(p));
