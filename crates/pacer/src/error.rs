@@ -15,7 +15,9 @@ pub enum PacerError {
     #[error("mountpoint {0} is not a directory: pass an empty directory as --mountpoint")]
     MountpointNotDir(PathBuf),
 
-    #[error("mountpoint {0} is busy: something is already mounted there; unmount it first (umount {0})")]
+    #[error(
+        "mountpoint {0} is busy: something is already mounted there; unmount it first (umount {0})"
+    )]
     MountpointBusy(PathBuf),
 
     #[error("cannot inspect mountpoint {path}: {source}")]
@@ -28,7 +30,11 @@ pub enum PacerError {
         "backing file {path} is {current} bytes, larger than --size {requested}: refusing to \
          shrink it (that would lose data); pass --size {current} or a new --backing path"
     )]
-    WouldShrink { path: PathBuf, current: u64, requested: u64 },
+    WouldShrink {
+        path: PathBuf,
+        current: u64,
+        requested: u64,
+    },
 
     #[error("backing {path} is not a regular file: pass an image file path as --backing")]
     BackingNotFile { path: PathBuf },

@@ -11,8 +11,8 @@
 
 use std::ffi::OsStr;
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, SystemTime};
@@ -46,7 +46,15 @@ impl PacedDisk {
     pub fn new(backing: File, size: u64, pacer: Arc<Pacer>, stats: Arc<Stats>) -> PacedDisk {
         // SAFETY: getuid/getgid cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-        PacedDisk { backing, size, pacer, stats, uid, gid, born: SystemTime::now() }
+        PacedDisk {
+            backing,
+            size,
+            pacer,
+            stats,
+            uid,
+            gid,
+            born: SystemTime::now(),
+        }
     }
 
     fn attr(&self, ino: INodeNo) -> FileAttr {
@@ -252,7 +260,14 @@ impl Filesystem for PacedDisk {
         reply.ok();
     }
 
-    fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
         if ino != DISK_INO {
             reply.ok();
             return;
@@ -285,7 +300,9 @@ impl Filesystem for PacedDisk {
         // Discard from the loop device arrives as PUNCH_HOLE|KEEP_SIZE: pass it on so
         // the sparse image stays thin. Nothing may change the disk's size.
         let keeps_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
-        let inside = offset.checked_add(length).is_some_and(|end| end <= self.size);
+        let inside = offset
+            .checked_add(length)
+            .is_some_and(|end| end <= self.size);
         if ino != DISK_INO || !(keeps_size || inside) {
             reply.error(Errno::EOPNOTSUPP);
             return;
@@ -304,7 +321,14 @@ impl Filesystem for PacedDisk {
         }
     }
 
-    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
         if ino != INodeNo::ROOT {
             reply.error(Errno::ENOTDIR);
             return;

@@ -103,7 +103,12 @@ fn run(args: Args) -> Result<(), PacerError> {
         latency_us: args.latency_us,
     };
     let stats = Arc::new(Stats::new());
-    let disk = fs::PacedDisk::new(backing, args.size, Arc::new(Pacer::new(limits)), stats.clone());
+    let disk = fs::PacedDisk::new(
+        backing,
+        args.size,
+        Arc::new(Pacer::new(limits)),
+        stats.clone(),
+    );
     let session = match mount(disk, &mountpoint) {
         Ok(session) => session,
         Err(err) => {
@@ -117,7 +122,10 @@ fn run(args: Args) -> Result<(), PacerError> {
 
 /// Mount and start the worker threads; once this returns the kernel has our INIT reply
 /// and requests are being served, so the disk is usable.
-fn mount(disk: fs::PacedDisk, mountpoint: &std::path::Path) -> Result<fuser::BackgroundSession, PacerError> {
+fn mount(
+    disk: fs::PacedDisk,
+    mountpoint: &std::path::Path,
+) -> Result<fuser::BackgroundSession, PacerError> {
     let mut config = fuser::Config::default();
     config.mount_options = vec![
         MountOption::FSName("tarn-pacer".to_owned()),
@@ -128,7 +136,10 @@ fn mount(disk: fs::PacedDisk, mountpoint: &std::path::Path) -> Result<fuser::Bac
     config.acl = SessionACL::All; // allow_other: the lab's database users reach the disk
     config.n_threads = Some(WORKERS);
     config.clone_fd = true;
-    let mount_err = |source| PacerError::Mount { path: mountpoint.to_path_buf(), source };
+    let mount_err = |source| PacerError::Mount {
+        path: mountpoint.to_path_buf(),
+        source,
+    };
     let session = fuser::Session::new(disk, mountpoint, &config).map_err(mount_err)?;
     session.spawn().map_err(mount_err)
 }

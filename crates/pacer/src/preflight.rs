@@ -34,14 +34,22 @@ pub fn check_mountpoint(dir: &Path) -> Result<PathBuf, PacerError> {
         Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
             return Err(PacerError::MountpointBusy(dir.to_path_buf()))
         }
-        Err(source) => return Err(PacerError::MountpointIo { path: dir.to_path_buf(), source }),
+        Err(source) => {
+            return Err(PacerError::MountpointIo {
+                path: dir.to_path_buf(),
+                source,
+            })
+        }
     };
     if !meta.is_dir() {
         return Err(PacerError::MountpointNotDir(dir.to_path_buf()));
     }
     let abs = dir
         .canonicalize()
-        .map_err(|source| PacerError::MountpointIo { path: dir.to_path_buf(), source })?;
+        .map_err(|source| PacerError::MountpointIo {
+            path: dir.to_path_buf(),
+            source,
+        })?;
     if is_mount_point(&abs, meta.dev())? {
         return Err(PacerError::MountpointBusy(abs));
     }
@@ -53,7 +61,10 @@ pub fn check_mountpoint(dir: &Path) -> Result<PathBuf, PacerError> {
 fn is_mount_point(abs: &Path, dev: u64) -> Result<bool, PacerError> {
     let parent = abs.parent().unwrap_or(abs);
     let parent_dev = fs::metadata(parent)
-        .map_err(|source| PacerError::MountpointIo { path: parent.to_path_buf(), source })?
+        .map_err(|source| PacerError::MountpointIo {
+            path: parent.to_path_buf(),
+            source,
+        })?
         .dev();
     if parent != abs && parent_dev != dev {
         return Ok(true);
@@ -72,7 +83,9 @@ fn unescape_mountinfo(field: &str) -> String {
     let mut rest = field;
     while let Some(pos) = rest.find('\\') {
         out.push_str(&rest[..pos]);
-        let code = rest.get(pos + 1..pos + 4).and_then(|o| u8::from_str_radix(o, 8).ok());
+        let code = rest
+            .get(pos + 1..pos + 4)
+            .and_then(|o| u8::from_str_radix(o, 8).ok());
         match code {
             Some(byte) => {
                 out.push(byte as char);
@@ -90,10 +103,15 @@ fn unescape_mountinfo(field: &str) -> String {
 
 /// Open (creating or growing, sparse) the backing image so it is exactly `size` bytes.
 pub fn prepare_backing(path: &Path, size: u64) -> Result<File, PacerError> {
-    let io_err = |source| PacerError::Backing { path: path.to_path_buf(), source };
+    let io_err = |source| PacerError::Backing {
+        path: path.to_path_buf(),
+        source,
+    };
     match fs::metadata(path) {
         Ok(meta) if !meta.is_file() => {
-            return Err(PacerError::BackingNotFile { path: path.to_path_buf() })
+            return Err(PacerError::BackingNotFile {
+                path: path.to_path_buf(),
+            })
         }
         Ok(meta) if meta.len() > size => {
             return Err(PacerError::WouldShrink {
@@ -145,12 +163,21 @@ mod tests {
     fn mountpoint_checks_name_the_problem() {
         let dir = tempfile::tempdir().expect("tempdir");
         let missing = dir.path().join("nope");
-        assert!(matches!(check_mountpoint(&missing), Err(PacerError::MountpointMissing(_))));
+        assert!(matches!(
+            check_mountpoint(&missing),
+            Err(PacerError::MountpointMissing(_))
+        ));
         let file = dir.path().join("file");
         fs::write(&file, b"x").expect("write");
-        assert!(matches!(check_mountpoint(&file), Err(PacerError::MountpointNotDir(_))));
+        assert!(matches!(
+            check_mountpoint(&file),
+            Err(PacerError::MountpointNotDir(_))
+        ));
         assert!(check_mountpoint(dir.path()).is_ok());
-        assert!(matches!(check_mountpoint(Path::new("/proc")), Err(PacerError::MountpointBusy(_))));
+        assert!(matches!(
+            check_mountpoint(Path::new("/proc")),
+            Err(PacerError::MountpointBusy(_))
+        ));
     }
 
     #[test]

@@ -87,7 +87,10 @@ mod tests {
     fn bad_suffixes_name_the_problem() {
         for bad in ["4X", "4iB", "4KB", "4 Gigs", "G", "", "-4K", "1.5G"] {
             let err = parse_size(bad).expect_err(bad);
-            assert!(err.contains("size") || err.contains("suffix"), "{bad}: {err}");
+            assert!(
+                err.contains("size") || err.contains("suffix"),
+                "{bad}: {err}"
+            );
         }
         assert!(parse_size("4Q").unwrap_err().contains("unknown suffix 'Q'"));
     }
