@@ -73,7 +73,10 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args = match Args::try_parse() {
+        Ok(args) => args,
+        Err(err) => return usage_error(err),
+    };
     match run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
@@ -81,6 +84,30 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `--help`/`--version` print as usual; a bad argument becomes one line on stderr
+/// (clap's first line names the flag and the problem), exit status 2.
+fn usage_error(err: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(
+        err.kind(),
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
+    ) {
+        let _ = err.print();
+        return ExitCode::SUCCESS;
+    }
+    let text = err.render().to_string();
+    // clap's message is the first paragraph (a missing-flag error lists them below).
+    let paragraph: Vec<&str> = text
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+        .map(str::trim)
+        .collect();
+    let joined = paragraph.join(" ");
+    let problem = joined.strip_prefix("error: ").unwrap_or(&joined);
+    eprintln!("tarn-pacer: {problem} (see tarn-pacer --help)");
+    ExitCode::from(2)
 }
 
 fn run(args: Args) -> Result<(), PacerError> {
