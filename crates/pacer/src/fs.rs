@@ -18,7 +18,7 @@ use std::thread;
 use std::time::{Duration, SystemTime};
 
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty,
     ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, WriteFlags,
 };
@@ -124,6 +124,9 @@ impl Filesystem for PacedDisk {
         // Let queued background requests (loop's async I/O, writeback) reach our
         // worker threads in parallel instead of 12 at a time.
         let _ = config.set_max_background(64);
+        // Async direct I/O: a loop device in --direct-io=on mode can then keep several
+        // requests in flight (without it each O_DIRECT request waits for the previous).
+        let _ = config.add_capabilities(InitFlags::FUSE_ASYNC_DIO);
         Ok(())
     }
 
