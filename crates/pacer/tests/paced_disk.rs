@@ -599,7 +599,7 @@ fn added_latency_delays_every_io_and_foreground_stays_attached() {
     }
     let secs = t0.elapsed().as_secs_f64();
     println!("10 sequential reads with 20 ms added latency: {secs:.3} s");
-    assert!(secs >= 0.2, "latency not applied: {secs}");
+    assert!(secs >= 0.19, "latency not applied: {secs}");
     drop(f);
 
     // SIGTERM unmounts cleanly and ends the process with success.
