@@ -1,1 +1,542 @@
-fn main() {}
+//! cli — `tarn`, in the spirit of zpool/zfs: human output by default, `-H`/`-p` and
+//! `--json` for scripts, and one clear line per error with a non-zero exit.
+//!
+//! Owns: argument parsing, the pool cache (which pools this machine imported), output
+//! formatting, and copying files between the host and a dataset.
+//!
+//! Must never: print a Rust panic or debug dump for something the user or the disk
+//! caused; every engine error becomes one line naming the object and, where there is
+//! one, the fix.
+
+mod cache;
+mod copy;
+mod table;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use tarn_dataset::props::{format_size, parse_size};
+use tarn_pool::{CreateOptions, ImportOptions, Pool, VdevSpec};
+
+use cache::{absolute, Cache, CachedPool};
+use table::Table;
+
+#[derive(Parser)]
+#[command(name = "tarn", version, about = "tarn: a copy-on-write storage pool for databases")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Pools: create, import, export, status, list, scrub, clear, destroy.
+    #[command(subcommand)]
+    Pool(PoolCmd),
+    /// Datasets: create, destroy, list.
+    #[command(subcommand)]
+    Ds(DsCmd),
+    /// Set properties: tarn set PROP=VALUE... DATASET
+    Set {
+        #[arg(required = true, num_args = 1..)]
+        assignments_then_dataset: Vec<String>,
+    },
+    /// Show properties: tarn get PROP[,PROP]|all DATASET
+    Get {
+        props: String,
+        dataset: String,
+        #[command(flatten)]
+        out: Output,
+    },
+    /// Clear a local property so it is inherited again.
+    Inherit { prop: String, dataset: String },
+    /// Copy host files or directories into a dataset: tarn put SRC... POOL/DS[:DIR]
+    Put {
+        #[arg(required = true, num_args = 2..)]
+        paths: Vec<PathBuf>,
+    },
+    /// Print a file stored in a dataset: tarn cat POOL/DS:PATH
+    Cat { target: String },
+    /// List a directory of a dataset: tarn ls POOL/DS[:PATH]
+    Ls { target: String },
+}
+
+#[derive(Args, Clone, Copy)]
+struct Output {
+    /// Scripted mode: no header, tab-separated.
+    #[arg(short = 'H')]
+    scripted: bool,
+    /// Exact numbers (bytes) instead of human sizes.
+    #[arg(short = 'p')]
+    parsable: bool,
+    /// JSON output.
+    #[arg(long)]
+    json: bool,
+}
+
+impl Output {
+    fn size(&self, bytes: u64) -> String {
+        if self.parsable {
+            bytes.to_string()
+        } else {
+            format_size(bytes)
+        }
+    }
+}
+
+#[derive(Subcommand)]
+enum PoolCmd {
+    /// Create a pool: tarn pool create POOL [mirror] DEV... [mirror DEV...]
+    Create {
+        /// Reuse devices that belong to another pool (destroys it).
+        #[arg(short = 'f')]
+        force: bool,
+        /// Pool options, e.g. -o ashift=12.
+        #[arg(short = 'o', value_name = "PROP=VALUE")]
+        options: Vec<String>,
+        /// Size of image files created for device paths that do not exist, e.g. 4G.
+        #[arg(long)]
+        size: Option<String>,
+        pool: String,
+        #[arg(required = true, num_args = 1..)]
+        vdevs: Vec<String>,
+    },
+    /// Import a pool found on devices (lists importable pools without POOL).
+    Import {
+        /// Where to look for devices (directories or device paths); repeatable.
+        #[arg(short = 'd', value_name = "DIR")]
+        dirs: Vec<PathBuf>,
+        pool: Option<String>,
+    },
+    /// Commit everything and release the pool's devices.
+    Export { pool: String },
+    /// Show health, capacity and per-device error counts.
+    Status {
+        pool: Option<String>,
+        #[command(flatten)]
+        out: Output,
+    },
+    /// One line per imported pool.
+    List {
+        #[command(flatten)]
+        out: Output,
+    },
+    /// Read and verify every block; repair mirrors from a good copy.
+    Scrub {
+        pool: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Reset the device error counters.
+    Clear { pool: String },
+    /// Destroy a pool: its devices no longer import.
+    Destroy {
+        #[arg(short = 'f')]
+        force: bool,
+        pool: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum DsCmd {
+    /// Create a dataset: tarn ds create [-o PROP=VALUE]... POOL/NAME
+    Create {
+        #[arg(short = 'o', value_name = "PROP=VALUE")]
+        options: Vec<String>,
+        name: String,
+    },
+    /// Destroy a dataset with no children.
+    Destroy { name: String },
+    /// List datasets with space used.
+    List {
+        pool: Option<String>,
+        #[command(flatten)]
+        out: Output,
+    },
+}
+
+fn main() -> ExitCode {
+    // `tarn ls … | head` should end quietly like other Unix tools, not panic on EPIPE.
+    // SAFETY: setting a signal disposition before any thread starts.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    let cli = Cli::parse();
+    match run(cli.cmd) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(msg) => {
+            eprintln!("tarn: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+type Res = Result<(), String>;
+
+fn run(cmd: Cmd) -> Res {
+    match cmd {
+        Cmd::Pool(p) => run_pool(p),
+        Cmd::Ds(d) => run_ds(d),
+        Cmd::Set { assignments_then_dataset } => cmd_set(assignments_then_dataset),
+        Cmd::Get { props, dataset, out } => cmd_get(&props, &dataset, out),
+        Cmd::Inherit { prop, dataset } => with_pool_of(&dataset, |pool| pool.inherit_property(&dataset, &prop).map_err(err)),
+        Cmd::Put { mut paths } => {
+            let target = paths.pop().expect("clap requires two paths").display().to_string();
+            let (ds, dir) = split_target(&target);
+            with_pool_of(ds, |pool| copy::put(pool, ds, dir, &paths))
+        }
+        Cmd::Cat { target } => {
+            let (ds, path) = split_target(&target);
+            with_pool_of(ds, |pool| copy::cat(pool, ds, path))
+        }
+        Cmd::Ls { target } => {
+            let (ds, path) = split_target(&target);
+            with_pool_of(ds, |pool| copy::ls(pool, ds, path))
+        }
+    }
+}
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+/// "POOL/DS:PATH" → ("POOL/DS", "PATH").
+fn split_target(t: &str) -> (&str, &str) {
+    t.split_once(':').unwrap_or((t, "/"))
+}
+
+/// Opens an imported pool by name from the cache.
+fn open_pool(name: &str) -> Result<Pool, String> {
+    let cache = Cache::load()?;
+    let entry = cache.get(name)?;
+    let pool = Pool::import_paths(&entry.devices, &ImportOptions::default()).map_err(err)?;
+    if pool.guid() != entry.guid {
+        return Err(format!("the devices of pool '{name}' now hold another pool; run `tarn pool import -d DIR`"));
+    }
+    Ok(pool)
+}
+
+/// Runs `f` on the pool that holds dataset `ds`, then commits and closes the pool.
+fn with_pool_of(ds: &str, f: impl FnOnce(&Pool) -> Res) -> Res {
+    let pool_name = ds.split('/').next().unwrap_or(ds);
+    let pool = open_pool(pool_name)?;
+    let result = f(&pool);
+    let closed = pool.close().map_err(err);
+    result.and(closed)
+}
+
+fn parse_vdevs(words: &[String]) -> Result<Vec<VdevSpec>, String> {
+    let mut specs = Vec::new();
+    let mut i = 0;
+    while i < words.len() {
+        if words[i] == "mirror" {
+            let mut children = Vec::new();
+            i += 1;
+            while i < words.len() && words[i] != "mirror" {
+                children.push(absolute(words[i].as_ref()));
+                i += 1;
+            }
+            if children.len() < 2 {
+                return Err("a mirror needs at least two devices: mirror DEV DEV".into());
+            }
+            specs.push(VdevSpec::Mirror(children));
+        } else {
+            specs.push(VdevSpec::Disk(absolute(words[i].as_ref())));
+            i += 1;
+        }
+    }
+    Ok(specs)
+}
+
+fn run_pool(cmd: PoolCmd) -> Res {
+    match cmd {
+        PoolCmd::Create { force, options, size, pool, vdevs } => pool_create(force, &options, size, &pool, &vdevs),
+        PoolCmd::Import { dirs, pool } => pool_import(&dirs, pool.as_deref()),
+        PoolCmd::Export { pool } => {
+            let p = open_pool(&pool)?;
+            p.export().map_err(err)?;
+            forget(&pool)
+        }
+        PoolCmd::Destroy { force, pool } => {
+            let p = open_pool(&pool)?;
+            let used: u64 = p.datasets_info().iter().filter(|d| d.name == pool).map(|d| d.logicalused).sum();
+            if used > 0 && !force {
+                let _ = p.close();
+                return Err(format!("pool '{pool}' holds {} of data; use -f to destroy it", format_size(used)));
+            }
+            p.destroy().map_err(err)?;
+            forget(&pool)
+        }
+        PoolCmd::Status { pool, out } => pool_status(pool.as_deref(), out),
+        PoolCmd::List { out } => pool_list(out),
+        PoolCmd::Scrub { pool, json } => {
+            let p = open_pool(&pool)?;
+            let r = p.scrub().map_err(err)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r).expect("json"));
+            } else {
+                println!(
+                    "scrub of '{pool}': {} blocks ({}) in {:.1}s; {} bad copies found, {} unrecoverable",
+                    r.blocks,
+                    format_size(r.bytes),
+                    r.seconds,
+                    r.checksum_errors_seen,
+                    r.errors
+                );
+            }
+            p.close().map_err(err)?;
+            if r.errors > 0 {
+                return Err(format!("{} blocks could not be read from any copy; see `tarn pool status {pool}`", r.errors));
+            }
+            Ok(())
+        }
+        PoolCmd::Clear { pool } => {
+            let p = open_pool(&pool)?;
+            p.clear_errors().map_err(err)?;
+            p.close().map_err(err)
+        }
+    }
+}
+
+fn pool_create(force: bool, options: &[String], size: Option<String>, name: &str, vdevs: &[String]) -> Res {
+    let mut opts = CreateOptions { force, ..Default::default() };
+    if let Some(s) = size {
+        opts.size = Some(parse_size(&s).ok_or_else(|| format!("invalid --size '{s}': use a size like 512M, 4G"))?);
+    }
+    for o in options {
+        match o.split_once('=') {
+            Some(("ashift", v)) => {
+                opts.ashift = v.parse().map_err(|_| format!("invalid ashift '{v}': use a number from 9 to 16"))?;
+            }
+            _ => return Err(format!("unknown pool option '{o}'; supported: ashift=N")),
+        }
+    }
+    if Cache::load()?.pools.contains_key(name) {
+        return Err(format!("pool '{name}' is already imported on this machine"));
+    }
+    let specs = parse_vdevs(vdevs)?;
+    let pool = Pool::create(name, &specs, &opts).map_err(err)?;
+    remember(&pool)?;
+    pool.close().map_err(err)
+}
+
+fn remember(pool: &Pool) -> Res {
+    let mut cache = Cache::load()?;
+    cache.pools.insert(pool.name().to_string(), CachedPool { guid: pool.guid(), devices: pool.device_paths() });
+    cache.save()
+}
+
+fn forget(name: &str) -> Res {
+    let mut cache = Cache::load()?;
+    cache.pools.remove(name);
+    cache.save()
+}
+
+fn pool_import(dirs: &[PathBuf], pool: Option<&str>) -> Res {
+    let dirs: Vec<PathBuf> = if dirs.is_empty() { vec![PathBuf::from("/dev")] } else { dirs.iter().map(|d| absolute(d)).collect() };
+    let found = tarn_pool::discover(&dirs);
+    let Some(want) = pool else {
+        if found.is_empty() {
+            println!("no pools available to import");
+        }
+        for d in &found {
+            println!("   pool: {}\n     id: {}\n  state: {:?}\n    txg: {}\n devices:", d.name, d.guid, d.label.state, d.txg);
+            for dev in &d.devices {
+                println!("         {}", dev.display());
+            }
+        }
+        return Ok(());
+    };
+    let matching: Vec<_> = found.iter().filter(|d| d.name == want || d.guid.to_string() == want).collect();
+    let d = match matching.as_slice() {
+        [] => return Err(format!("no pool '{want}' found on devices in {}", join_paths(&dirs))),
+        [one] => *one,
+        _ => return Err(format!("several pools are named '{want}'; import by id (see `tarn pool import -d DIR`)")),
+    };
+    if Cache::load()?.pools.contains_key(&d.name) {
+        return Err(format!("a pool named '{}' is already imported on this machine", d.name));
+    }
+    let p = Pool::import_paths(&d.devices, &ImportOptions::default()).map_err(err)?;
+    let mut cache = Cache::load()?;
+    cache.pools.insert(p.name().to_string(), CachedPool { guid: p.guid(), devices: d.devices.clone() });
+    cache.save()?;
+    p.close().map_err(err)
+}
+
+fn join_paths(p: &[PathBuf]) -> String {
+    p.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+}
+
+fn cached_pool_names(pool: Option<&str>) -> Result<Vec<String>, String> {
+    let cache = Cache::load()?;
+    match pool {
+        Some(p) => cache.get(p).map(|_| vec![p.to_string()]),
+        None => Ok(cache.pools.keys().cloned().collect()),
+    }
+}
+
+fn pool_status(pool: Option<&str>, out: Output) -> Res {
+    let names = cached_pool_names(pool)?;
+    if names.is_empty() {
+        println!("no pools imported");
+        return Ok(());
+    }
+    let mut all = Vec::new();
+    for name in names {
+        let p = open_pool(&name)?;
+        all.push(p.status());
+        p.close().map_err(err)?;
+    }
+    if out.json {
+        println!("{}", serde_json::to_string_pretty(&all).expect("json"));
+        return Ok(());
+    }
+    for s in all {
+        print_status(&s);
+    }
+    Ok(())
+}
+
+fn print_status(s: &tarn_pool::PoolStatus) {
+    println!("  pool: {}", s.name);
+    println!(" state: {}", s.state);
+    if let Some(reason) = &s.suspended {
+        println!("status: suspended: {reason}");
+    }
+    println!("   txg: {}", s.txg);
+    println!("config:\n");
+    let mut t = Table::new(&["NAME", "STATE", "READ", "WRITE", "CKSUM"]);
+    let totals = s.vdevs.iter().flat_map(|v| &v.leaves).fold((0, 0, 0), |a, l| {
+        (a.0 + l.read_errors, a.1 + l.write_errors, a.2 + l.checksum_errors)
+    });
+    t.row(vec![s.name.clone(), s.state.clone(), totals.0.to_string(), totals.1.to_string(), totals.2.to_string()]);
+    for top in &s.vdevs {
+        let mirror = top.leaves.len() > 1;
+        if mirror {
+            let e = top.leaves.iter().fold((0, 0, 0), |a, l| (a.0 + l.read_errors, a.1 + l.write_errors, a.2 + l.checksum_errors));
+            t.row(vec![format!("  {}", top.name), top.health.clone(), e.0.to_string(), e.1.to_string(), e.2.to_string()]);
+        }
+        for l in &top.leaves {
+            let indent = if mirror { "    " } else { "  " };
+            let health = serde_json::to_value(l.health).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
+            t.row(vec![
+                format!("{indent}{}", l.path),
+                health,
+                l.read_errors.to_string(),
+                l.write_errors.to_string(),
+                l.checksum_errors.to_string(),
+            ]);
+        }
+    }
+    t.print(false);
+    let cksum: u64 = s.vdevs.iter().flat_map(|v| &v.leaves).map(|l| l.checksum_errors).sum();
+    if cksum == 0 {
+        println!("\nerrors: No known data errors");
+    } else {
+        println!("\nerrors: {cksum} checksum errors since the last clear; run `tarn pool scrub {}` to find damaged files", s.name);
+    }
+    println!();
+}
+
+fn pool_list(out: Output) -> Res {
+    let names = cached_pool_names(None)?;
+    let mut statuses = Vec::new();
+    for name in names {
+        let p = open_pool(&name)?;
+        statuses.push(p.status());
+        p.close().map_err(err)?;
+    }
+    if out.json {
+        println!("{}", serde_json::to_string_pretty(&statuses).expect("json"));
+        return Ok(());
+    }
+    let mut t = Table::new(&["NAME", "SIZE", "ALLOC", "FREE", "CAP", "HEALTH"]);
+    for s in &statuses {
+        let cap = if s.size == 0 { 0 } else { s.allocated * 100 / s.size };
+        t.row(vec![s.name.clone(), out.size(s.size), out.size(s.allocated), out.size(s.free), format!("{cap}%"), s.state.clone()]);
+    }
+    if statuses.is_empty() && !out.scripted {
+        println!("no pools imported");
+        return Ok(());
+    }
+    t.print(out.scripted);
+    Ok(())
+}
+
+fn run_ds(cmd: DsCmd) -> Res {
+    match cmd {
+        DsCmd::Create { options, name } => {
+            let assignments = options.iter().map(|o| split_assignment(o)).collect::<Result<Vec<_>, _>>()?;
+            with_pool_of(&name, |pool| {
+                pool.create_dataset(&name).map_err(err)?;
+                for (k, v) in assignments {
+                    pool.set_property(&name, k, v).map_err(err)?;
+                }
+                Ok(())
+            })
+        }
+        DsCmd::Destroy { name } => with_pool_of(&name, |pool| pool.destroy_dataset(&name).map_err(err)),
+        DsCmd::List { pool, out } => {
+            let mut rows = Vec::new();
+            for name in cached_pool_names(pool.as_deref())? {
+                let p = open_pool(&name)?;
+                rows.extend(p.datasets_info());
+                p.close().map_err(err)?;
+            }
+            if out.json {
+                println!("{}", serde_json::to_string_pretty(&rows).expect("json"));
+                return Ok(());
+            }
+            let mut t = Table::new(&["NAME", "USED", "AVAIL", "LUSED", "RATIO", "MOUNTPOINT"]);
+            for d in rows {
+                let ratio = if d.used == 0 { 1.0 } else { d.logicalused as f64 / d.used as f64 };
+                t.row(vec![d.name, out.size(d.used), out.size(d.available), out.size(d.logicalused), format!("{ratio:.2}x"), d.mountpoint]);
+            }
+            t.print(out.scripted);
+            Ok(())
+        }
+    }
+}
+
+fn split_assignment(a: &str) -> Result<(&str, &str), String> {
+    a.split_once('=').ok_or_else(|| format!("'{a}' is not PROP=VALUE"))
+}
+
+fn cmd_set(mut args: Vec<String>) -> Res {
+    if args.len() < 2 {
+        return Err("usage: tarn set PROP=VALUE... DATASET".into());
+    }
+    let ds = args.pop().expect("checked length");
+    if ds.contains('=') {
+        return Err(format!("the last argument must be a dataset, not '{ds}'"));
+    }
+    let assignments = args.iter().map(|a| split_assignment(a)).collect::<Result<Vec<_>, _>>()?;
+    with_pool_of(&ds, |pool| {
+        for (k, v) in assignments {
+            pool.set_property(&ds, k, v).map_err(err)?;
+        }
+        Ok(())
+    })
+}
+
+fn cmd_get(props: &str, dataset: &str, out: Output) -> Res {
+    with_pool_of(dataset, |pool| {
+        let mut rows = Vec::new();
+        if props == "all" {
+            rows = pool.get_properties(dataset, None).map_err(err)?;
+        } else {
+            for p in props.split(',') {
+                rows.extend(pool.get_properties(dataset, Some(p)).map_err(err)?);
+            }
+        }
+        if out.json {
+            println!("{}", serde_json::to_string_pretty(&rows).expect("json"));
+            return Ok(());
+        }
+        let mut t = Table::new(&["NAME", "PROPERTY", "VALUE", "SOURCE"]);
+        for r in rows {
+            t.row(vec![dataset.to_string(), r.property, r.value, r.source]);
+        }
+        t.print(out.scripted);
+        Ok(())
+    })
+}

@@ -365,6 +365,12 @@ impl Pool {
             ds.used_logical.store(l, std::sync::atomic::Ordering::Relaxed);
         }
         zio.finish_load();
+        if pool.inner.label.state != LabelState::Active {
+            let mut active = pool.inner.label.clone();
+            active.state = LabelState::Active;
+            active.hostname = hostname();
+            zio.vdevs.write_labels(&active)?;
+        }
         pool.start();
         for (_, ds) in pool.inner.datasets.read().values() {
             ds.reclaim_unlinked()?;

@@ -51,7 +51,7 @@ fn candidates(paths: &[PathBuf]) -> Vec<PathBuf> {
     for p in paths {
         if p.is_dir() {
             if let Ok(rd) = std::fs::read_dir(p) {
-                let mut v: Vec<PathBuf> = rd.flatten().map(|e| e.path()).filter(|p| !p.is_dir()).collect();
+                let mut v: Vec<PathBuf> = rd.flatten().map(|e| e.path()).filter(|p| is_device_candidate(p)).collect();
                 v.sort();
                 out.extend(v);
             }
@@ -60,4 +60,14 @@ fn candidates(paths: &[PathBuf]) -> Vec<PathBuf> {
         }
     }
     out
+}
+
+/// Regular files (images) and block devices; never character devices, which may block
+/// or have side effects when opened.
+fn is_device_candidate(p: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::metadata(p) {
+        Ok(m) => m.is_file() || m.file_type().is_block_device(),
+        Err(_) => false,
+    }
 }
