@@ -1,0 +1,136 @@
+//! Layering: a workspace crate may depend only on crates listed before it in the root
+//! Cargo.toml `members` (lowest layer first; see docs/ARCHITECTURE.md). Every dependency
+//! kind counts (normal, dev, build). The test reads `cargo metadata` and fails naming
+//! each offending edge.
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+/// One workspace crate: its package name and its place in `members`.
+#[derive(Debug, Clone)]
+struct Member {
+    name: String,
+    path: String,
+    index: usize,
+}
+
+/// An edge `from -> to` of kind `kind` ("normal", "dev", "build").
+#[derive(Debug, Clone)]
+struct Edge {
+    from: String,
+    to: String,
+    kind: String,
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("workspace root exists")
+}
+
+/// The `members = [...]` list of the root Cargo.toml, in order.
+fn members_in_order(root_toml: &str) -> Vec<String> {
+    // Strip comments first so a `#` line cannot add or hide a member.
+    let text: String = root_toml
+        .lines()
+        .map(|l| match l.find('#') {
+            Some(i) => &l[..i],
+            None => l,
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let start = text
+        .match_indices("members")
+        .map(|(i, _)| i)
+        .find(|&i| {
+            let line_start = text[..i].rfind('\n').map_or(0, |n| n + 1);
+            text[line_start..i].trim().is_empty() && text[i + 7..].trim_start().starts_with('=')
+        })
+        .expect("root Cargo.toml has a `members = [...]` line");
+    let open = start + text[start..].find('[').expect("members = [");
+    let close = open + text[open..].find(']').expect("members list is closed");
+    text[open + 1..close]
+        .split(',')
+        .map(|s| s.trim().trim_matches('"').trim_end_matches('/').to_string())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+/// Every edge that points at a crate not listed before its source, as messages.
+fn violations(members: &[Member], edges: &[Edge]) -> Vec<String> {
+    let by_name: BTreeMap<&str, &Member> = members.iter().map(|m| (m.name.as_str(), m)).collect();
+    let mut bad = Vec::new();
+    for e in edges {
+        let (Some(from), Some(to)) = (by_name.get(e.from.as_str()), by_name.get(e.to.as_str())) else {
+            continue;
+        };
+        if to.index >= from.index {
+            bad.push(format!(
+                "{} ({}, member #{}) has a {} dependency on {} ({}, member #{}), which is not listed before it",
+                from.name, from.path, from.index + 1, e.kind, to.name, to.path, to.index + 1
+            ));
+        }
+    }
+    bad
+}
+
+#[test]
+fn every_crate_depends_only_on_crates_listed_before_it() {
+    let root = workspace_root();
+    let toml = std::fs::read_to_string(root.join("Cargo.toml")).expect("read root Cargo.toml");
+    let order = members_in_order(&toml);
+    assert!(!order.is_empty(), "root Cargo.toml lists no members");
+
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["metadata", "--format-version", "1", "--no-deps", "--offline"])
+        .current_dir(&root)
+        .output()
+        .expect("run cargo metadata");
+    assert!(out.status.success(), "cargo metadata failed: {}", String::from_utf8_lossy(&out.stderr));
+    let meta: Value = serde_json::from_slice(&out.stdout).expect("cargo metadata prints JSON");
+    let packages = meta["packages"].as_array().expect("packages array");
+
+    let mut members = Vec::new();
+    let mut edges = Vec::new();
+    for p in packages {
+        let name = p["name"].as_str().expect("package name").to_string();
+        let manifest = Path::new(p["manifest_path"].as_str().expect("manifest_path"));
+        let dir = manifest.parent().expect("manifest has a directory");
+        let rel = dir.strip_prefix(&root).unwrap_or(dir).to_string_lossy().to_string();
+        let index = order
+            .iter()
+            .position(|m| *m == rel)
+            .unwrap_or_else(|| panic!("workspace crate {name} ({rel}) is not in the root Cargo.toml members list"));
+        members.push(Member { name: name.clone(), path: rel, index });
+        for d in p["dependencies"].as_array().expect("dependencies array") {
+            edges.push(Edge {
+                from: name.clone(),
+                to: d["name"].as_str().expect("dependency name").to_string(),
+                kind: d["kind"].as_str().unwrap_or("normal").to_string(),
+            });
+        }
+    }
+    assert_eq!(members.len(), order.len(), "members list {order:?} and cargo metadata disagree");
+
+    let bad = violations(&members, &edges);
+    assert!(bad.is_empty(), "layering violated (see docs/ARCHITECTURE.md):\n  {}", bad.join("\n  "));
+}
+
+#[test]
+fn an_upward_edge_is_reported_by_name() {
+    let m = |name: &str, index| Member { name: name.into(), path: format!("crates/{name}"), index };
+    let members = [m("low", 0), m("high", 1)];
+    let edge = |from: &str, to: &str| Edge { from: from.into(), to: to.into(), kind: "normal".into() };
+    assert!(violations(&members, &[edge("high", "low"), edge("low", "serde")]).is_empty());
+    let bad = violations(&members, &[edge("low", "high")]);
+    assert_eq!(bad.len(), 1);
+    assert!(bad[0].contains("low (crates/low, member #1) has a normal dependency on high"), "{}", bad[0]);
+    assert_eq!(violations(&members, &[edge("low", "low")]).len(), 1, "a self edge is not below");
+}
+
+#[test]
+fn members_list_is_parsed_in_order_without_comments() {
+    let toml = "[workspace]\n# members are layers\nmembers = [\n  \"crates/a\", # first\n  \"crates/b\",\n]\n";
+    assert_eq!(members_in_order(toml), vec!["crates/a".to_string(), "crates/b".to_string()]);
+}
