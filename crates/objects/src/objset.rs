@@ -199,19 +199,22 @@ impl ObjSet {
             }
         }
         let block_type = |obj: &Object| if obj.id == 0 { BlockType::Dnodes } else { BlockType::Data };
-        let pending: Vec<PendingBlock> = work
-            .iter()
-            .filter_map(|(i, _, rec)| {
-                rec.as_ref().map(|r| PendingBlock {
-                    data: r.as_ref().clone(),
-                    compression: policy.compression,
-                    checksum: policy.checksum,
-                    level: 0,
-                    block_type: block_type(objects[*i]),
+        let ptrs = {
+            let pending: Vec<PendingBlock> = work
+                .iter()
+                .filter_map(|(i, _, rec)| {
+                    rec.as_ref().map(|r| PendingBlock {
+                        data: r.as_slice(),
+                        compression: policy.compression,
+                        checksum: policy.checksum,
+                        level: 0,
+                        block_type: block_type(objects[*i]),
+                    })
                 })
-            })
-            .collect();
-        let mut written = zio.write_blocks(&pending, txg)?.into_iter();
+                .collect();
+            zio.write_blocks(&pending, txg)?
+        };
+        let mut written = ptrs.into_iter();
         for (i, blkid, rec) in work {
             let bp = rec.map(|_| written.next().expect("one pointer per written record"));
             if let Some(bp) = &bp {

@@ -266,21 +266,19 @@ impl BlockTree {
             let mut dirty: Vec<u64> =
                 self.ind.iter().filter(|((l, _), i)| *l == level && i.dirty).map(|((_, idx), _)| *idx).collect();
             dirty.sort_unstable();
-            let mut pending = Vec::new();
+            let mut encoded = Vec::new();
             let mut written_idx = Vec::new();
             for &idx in &dirty {
                 let ind = &self.ind[&(level, idx)];
                 if !ind.is_empty() {
-                    pending.push(PendingBlock {
-                        data: ind.encode(),
-                        compression: Compression::Lz4,
-                        checksum,
-                        level,
-                        block_type: BlockType::Indirect,
-                    });
+                    encoded.push(ind.encode());
                     written_idx.push(idx);
                 }
             }
+            let pending: Vec<PendingBlock> = encoded
+                .iter()
+                .map(|data| PendingBlock { data, compression: Compression::Lz4, checksum, level, block_type: BlockType::Indirect })
+                .collect();
             let ptrs = zio.write_blocks(&pending, birth)?;
             for bp in &ptrs {
                 written.0 += bp.psize as u64;

@@ -828,15 +828,19 @@ fn walk_objset(zio: &Zio, meta: Option<&Dnode>, read_data: bool, f: &mut dyn FnM
     let mut dnode_blocks = Vec::new();
     walk_tree(zio, meta.root, meta.nlevels, true, f, &mut |bp, bytes| {
         if bp.block_type == BlockType::Dnodes {
-            dnode_blocks.push(bytes.to_vec());
+            dnode_blocks.push((*bp, bytes.to_vec()));
         }
     });
-    for block in dnode_blocks {
+    for (bp, block) in dnode_blocks {
         for raw in block.chunks_exact(DNODE_SIZE) {
-            if let Ok(Some(d)) = Dnode::decode(raw) {
-                if d.obj_type != ObjType::Free {
+            match Dnode::decode(raw) {
+                Ok(Some(d)) if d.obj_type != ObjType::Free => {
                     walk_tree(zio, d.root, d.nlevels, read_data, f, &mut |_, _| {});
                 }
+                Ok(_) => {}
+                // An object we cannot read would have its blocks counted free and then
+                // overwritten: report it, so import refuses rather than guesses.
+                Err(e) => f(&bp, Err(ZioError::Corrupt(e))),
             }
         }
     }
@@ -911,9 +915,9 @@ impl Inner {
         for meta in &frozen.destroyed {
             walk_objset(zio, Some(meta), false, &mut |bp, _| zio.free(bp));
         }
-        let mos = self.build_mos(frozen);
+        let mos = self.build_mos(frozen).encode();
         let block = PendingBlock {
-            data: mos.encode(),
+            data: &mos,
             compression: Compression::Lz4,
             checksum: ChecksumKind::Xxh3,
             level: 0,

@@ -28,8 +28,9 @@ pub enum ZioError {
     NoSpace(u64),
 }
 
-pub struct PendingBlock {
-    pub data: Vec<u8>,
+/// A block to write; it borrows its bytes so the caller's buffers are not copied.
+pub struct PendingBlock<'a> {
+    pub data: &'a [u8],
     pub compression: Compression,
     pub checksum: ChecksumKind,
     pub level: u8,
@@ -278,10 +279,10 @@ fn block_kind(t: BlockType) -> &'static str {
     }
 }
 
-fn encode(block: &PendingBlock) -> Encoded<'_> {
-    let (payload, compression) = match block.compression.compress(&block.data) {
+fn encode<'a>(block: &PendingBlock<'a>) -> Encoded<'a> {
+    let (payload, compression) = match block.compression.compress(block.data) {
         Some(packed) => (std::borrow::Cow::Owned(packed), block.compression),
-        None => (std::borrow::Cow::Borrowed(&block.data[..]), Compression::Off),
+        None => (std::borrow::Cow::Borrowed(block.data), Compression::Off),
     };
     let checksum = block.checksum.digest(&payload);
     Encoded { payload, compression, checksum }
