@@ -534,7 +534,8 @@ fn cmd_get(props: &str, dataset: &str, out: Output) -> Res {
         }
         let mut t = Table::new(&["NAME", "PROPERTY", "VALUE", "SOURCE"]);
         for r in rows {
-            t.row(vec![dataset.to_string(), r.property, r.value, r.source]);
+            let value = if out.parsable { r.raw.unwrap_or(r.value) } else { r.value };
+            t.row(vec![dataset.to_string(), r.property, value, r.source]);
         }
         t.print(out.scripted);
         Ok(())

@@ -151,6 +151,8 @@ pub struct PropRow {
     pub property: String,
     pub value: String,
     pub source: String,
+    /// The exact number behind a size or ratio, for `-p` and scripts.
+    pub raw: Option<String>,
 }
 
 #[derive(Clone, Debug, serde::Serialize)]
@@ -579,17 +581,24 @@ impl Pool {
         let (used, logical) = subtree_space(&sets, ds);
         let ratio = if used == 0 { 1.0 } else { logical as f64 / used as f64 };
         let creation = sets[ds].0.creation;
+        let row = |property: &str, value: String, raw: Option<String>| PropRow {
+            property: property.into(),
+            value,
+            source: "-".into(),
+            raw,
+        };
+        let available = self.available();
         let mut rows = vec![
-            PropRow { property: "type".into(), value: "filesystem".into(), source: "-".into() },
-            PropRow { property: "creation".into(), value: creation.to_string(), source: "-".into() },
-            PropRow { property: "used".into(), value: format_size(used), source: "-".into() },
-            PropRow { property: "available".into(), value: format_size(self.available()), source: "-".into() },
-            PropRow { property: "logicalused".into(), value: format_size(logical), source: "-".into() },
-            PropRow { property: "compressratio".into(), value: format!("{ratio:.2}x"), source: "-".into() },
+            row("type", "filesystem".into(), None),
+            row("creation", creation.to_string(), None),
+            row("used", format_size(used), Some(used.to_string())),
+            row("available", format_size(available), Some(available.to_string())),
+            row("logicalused", format_size(logical), Some(logical.to_string())),
+            row("compressratio", format!("{ratio:.2}x"), Some(format!("{ratio:.4}"))),
         ];
         for def in props::PROPS {
             let (value, source) = Self::resolve(&sets, ds, def.name);
-            rows.push(PropRow { property: def.name.into(), value, source });
+            rows.push(PropRow { property: def.name.into(), value, source, raw: None });
         }
         if let Some(w) = which {
             if props::find(w).is_none() && !READONLY.contains(&w) {
