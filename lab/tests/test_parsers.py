@@ -72,3 +72,16 @@ def test_zfs_get_recorded():
 
 def test_df_used_recorded():
     assert sizes.parse_df_used(text("df_used.txt")) == 11558912
+
+
+def test_tpcc_like_lua_script_ships_and_declares_itself():
+    lua = Path(sysbench.script_for(sysbench.TPCC_LIKE)).read_text()
+    for tx in ("new_order", "payment", "order_status", "delivery", "stock_level"):
+        assert f"local function {tx}(" in lua
+    assert "TPC-C-like" in lua and "scale" in lua
+
+
+def test_tpcc_like_argv_uses_warehouses_as_scale():
+    argv = sysbench.run_argv("tpcc_like", "/s.sock", {"warehouses": 3, "items": 500, "customers": 30, "duration": 5})
+    assert argv[1].endswith("tpcc_like.lua") and "--scale=3" in argv and "--items=500" in argv
+    assert "--report-interval=1" in argv and "--mysql-socket=/s.sock" in argv and argv[-1] == "run"
