@@ -75,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("run", help="results directory (or a scenario name: its latest run)")
     args = parser.parse_args(argv)
     console = Console()
+    if not console.is_terminal:
+        # Piped or in CI: rich would fold the tables to 80 columns; logs are wide enough.
+        console = Console(width=150)
     try:
         return {"list": cmd_list, "run": cmd_run, "report": cmd_report}[args.command](args, console)
     except (ScenarioError, MissingTool, PacerMissing, RuntimeError) as exc:
