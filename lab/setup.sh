@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Sets up tarn-lab: the Debian packages its stacks and workloads need, and lab/.venv with
+# the package installed editable plus its test extras. Idempotent: a re-run only checks.
+set -euo pipefail
+lab=$(cd "$(dirname "$0")" && pwd)
+
+apt_packages=(
+    fuse3 e2fsprogs xfsprogs btrfs-progs btrfs-compsize zfs-fuse
+    mariadb-server mariadb-client sysbench util-linux procps python3-venv
+)
+missing=()
+for p in "${apt_packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "lab/setup: installing Debian packages: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    # Keep Debian from starting its own mariadb / zfs-fuse services: the lab starts
+    # private instances and stops them by their own pid.
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" || { rm -f /usr/sbin/policy-rc.d; exit 1; }
+    rm -f /usr/sbin/policy-rc.d
+fi
+
+stamp="$lab/.venv/.installed-from"
+want=$(sha256sum "$lab/pyproject.toml" | cut -d' ' -f1)
+if [ ! -x "$lab/.venv/bin/python" ]; then
+    echo "lab/setup: creating lab/.venv"
+    python3 -m venv "$lab/.venv"
+fi
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    echo "lab/setup: pip install -e lab[test]"
+    "$lab/.venv/bin/pip" install -q --disable-pip-version-check -e "$lab[test]"
+    echo "$want" > "$stamp"
+fi
+echo "lab/setup: ok"

@@ -1,0 +1,100 @@
+"""Per-second system metrics: per-device IOPS and MB/s from /proc/diskstats, CPU from /proc/stat.
+
+Owns: parsing those two files and a sampler thread that turns counter deltas into rates,
+one row per second, for the data/cache/log devices separately.
+Promises: parsers are pure functions of text; the sampler stops when its `with` ends.
+Must never: write anything to the system; it only reads /proc.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+SECTOR = 512  # /proc/diskstats counts 512-byte sectors whatever the device's block size
+
+
+def parse_diskstats(text: str) -> dict[str, dict[str, int]]:
+    """device name -> {reads, read_bytes, writes, write_bytes, flushes}."""
+    devices = {}
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) < 14:
+            continue
+        devices[f[2]] = {
+            "reads": int(f[3]), "read_bytes": int(f[5]) * SECTOR,
+            "writes": int(f[7]), "write_bytes": int(f[9]) * SECTOR,
+            "flushes": int(f[18]) if len(f) >= 20 else 0,
+        }
+    return devices
+
+
+def parse_proc_stat_cpu(text: str) -> dict[str, int]:
+    """The aggregate `cpu` line -> {busy, idle, iowait, total} in jiffies."""
+    for line in text.splitlines():
+        if line.startswith("cpu "):
+            v = [int(x) for x in line.split()[1:]]
+            user, nice, system, idle, iowait, irq, softirq, steal = (v + [0] * 8)[:8]
+            total = user + nice + system + idle + iowait + irq + softirq + steal
+            return {"busy": total - idle - iowait, "idle": idle, "iowait": iowait, "total": total,
+                    "user": user + nice, "system": system + irq + softirq}
+    raise ValueError("no aggregate cpu line in /proc/stat")
+
+
+def device_rates(before: dict, after: dict, seconds: float) -> dict[str, float]:
+    d = {k: after[k] - before[k] for k in after}
+    return {"r_iops": d["reads"] / seconds, "w_iops": d["writes"] / seconds,
+            "r_mbps": d["read_bytes"] / seconds / 1e6, "w_mbps": d["write_bytes"] / seconds / 1e6,
+            "flushes_ps": d["flushes"] / seconds}
+
+
+def cpu_percent(before: dict, after: dict) -> dict[str, float]:
+    total = max(after["total"] - before["total"], 1)
+    return {k: 100.0 * (after[k] - before[k]) / total for k in ("busy", "user", "system", "iowait")}
+
+
+def read_diskstats() -> dict:
+    with open("/proc/diskstats") as f:
+        return parse_diskstats(f.read())
+
+
+def read_cpu() -> dict:
+    with open("/proc/stat") as f:
+        return parse_proc_stat_cpu(f.read())
+
+
+class Sampler:
+    """Samples once a second in a thread; `rows` holds one dict per second."""
+
+    def __init__(self, devices: dict[str, str], interval: float = 1.0):
+        self.devices = devices            # role -> kernel device name (loop3)
+        self.interval = interval
+        self.rows: list[dict] = []
+        self.totals: dict[str, dict] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> "Sampler":
+        self._start_disk, self._start_cpu = read_diskstats(), read_cpu()
+        self._t0 = time.monotonic()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        end = read_diskstats()
+        for role, name in self.devices.items():
+            if name in end and name in self._start_disk:
+                self.totals[role] = {k: end[name][k] - self._start_disk[name][k] for k in end[name]}
+
+    def _loop(self) -> None:
+        prev_disk, prev_cpu, prev_t = self._start_disk, self._start_cpu, self._t0
+        while not self._stop.wait(self.interval - ((time.monotonic() - self._t0) % self.interval)):
+            now_disk, now_cpu, now_t = read_diskstats(), read_cpu(), time.monotonic()
+            dt = max(now_t - prev_t, 1e-3)
+            row = {"t": round(now_t - self._t0, 2), "cpu": cpu_percent(prev_cpu, now_cpu)}
+            for role, name in self.devices.items():
+                if name in now_disk and name in prev_disk:
+                    row[role] = device_rates(prev_disk[name], now_disk[name], dt)
+            self.rows.append(row)
+            prev_disk, prev_cpu, prev_t = now_disk, now_cpu, now_t

@@ -1,0 +1,203 @@
+"""Reports from a results directory: the sysbench-style terminal table (rich) and an HTML
+page with matplotlib plots (TPS over time, size per stack, TPS and read IOPS per stack).
+
+Owns: reading <rundir>/runs/*/*.json back and presenting them; report.html and plots/.
+Promises: shows only measured numbers from the JSON files, and every skipped or failed
+stack with its reason; each run's settings and versions are shown beside its data.
+Must never: run benchmarks or change results.
+"""
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from .sysbench import TPCC_LIKE
+
+
+def workload_label(w: str) -> str:
+    return "TPC-C-like" if w == TPCC_LIKE else w
+
+
+def load_results(rundir: Path) -> tuple[dict, list[dict], list[dict]]:
+    scenario = json.loads((rundir / "scenario.json").read_text())
+    runs, stacks = [], []
+    order = [s["name"] for s in scenario.get("stacks", [])]
+    for stack_dir in sorted((rundir / "runs").glob("*"), key=lambda p: order.index(p.name) if p.name in order else 99):
+        sj = stack_dir / "stack.json"
+        if sj.exists():
+            stacks.append(json.loads(sj.read_text()))
+        for w in scenario["workloads"]:
+            p = stack_dir / f"{w}.json"
+            if p.exists():
+                r = json.loads(p.read_text())
+                if r.get("status") == "ok":
+                    runs.append(r)
+    return scenario, runs, stacks
+
+
+ROWS = [
+    ("SQL statistics:", None), ("    queries performed:", None),
+    ("        read:", lambda s: s["queries"].get("read")), ("        write:", lambda s: s["queries"].get("write")),
+    ("        other:", lambda s: s["queries"].get("other")), ("        total:", lambda s: s["queries"].get("total")),
+    ("    transactions:", None), ("        total", lambda s: s.get("transactions")),
+    ("        tps", lambda s: s.get("tps")), ("    qps:", lambda s: s.get("qps")), ("", None),
+    ("Latency (ms):", None), ("        min:", lambda s: s["latency_ms"].get("min")),
+    ("        avg:", lambda s: s["latency_ms"].get("avg")), ("        max:", lambda s: s["latency_ms"].get("max")),
+    ("        95th percentile:", lambda s: s["latency_ms"].get("p95")),
+]
+
+
+def fmt(v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.2f}"
+    return str(v)
+
+
+def sysbench_tables(scenario: dict, runs: list[dict]) -> list[Table]:
+    """One table per stack, workloads as columns: the ZFS-vs-ext4 article's layout."""
+    tables = []
+    for stack in dict.fromkeys(r["stack"] for r in runs):
+        mine = {r["workload"]: r for r in runs if r["stack"] == stack}
+        workloads = [w for w in scenario["workloads"] if w in mine]
+        t = Table(title=stack.upper(), title_style="bold")
+        t.add_column("")
+        for w in workloads:
+            t.add_column(workload_label(w), justify="right")
+        for label, get in ROWS:
+            t.add_row(label, *[fmt(get(mine[w]["summary"])) if get else "" for w in workloads])
+        tables.append(t)
+    return tables
+
+
+def io_and_size_table(runs: list[dict]) -> Table:
+    t = Table(title="Devices and size (measured)", title_style="bold")
+    for col in ("stack", "workload", "tps", "data r IOPS", "data w IOPS", "data MB read",
+                "data MB written", "cache/log I/Os", "CPU busy %", "dataset on disk MiB", "apparent MiB"):
+        t.add_column(col, justify="right" if col not in ("stack", "workload") else "left")
+    for r in runs:
+        secs = max(r["summary"].get("total_time_s", 1.0), 1e-3)
+        d = r["device_totals"].get("data", {})
+        other = sum(v.get("reads", 0) + v.get("writes", 0) for k, v in r["device_totals"].items() if k != "data")
+        cpu = [row["cpu"]["busy"] for row in r.get("system", [])]
+        t.add_row(r["stack"], workload_label(r["workload"]), fmt(r["summary"]["tps"]),
+                  fmt(d.get("reads", 0) / secs), fmt(d.get("writes", 0) / secs),
+                  fmt(d.get("read_bytes", 0) / 1e6), fmt(d.get("write_bytes", 0) / 1e6), str(other),
+                  fmt(sum(cpu) / len(cpu) if cpu else None),
+                  fmt(r["sizes"]["on_disk_bytes"] / 2**20), fmt(r["sizes"]["apparent_bytes"] / 2**20))
+    return t
+
+
+def print_terminal(rundir: Path, console: Console) -> None:
+    scenario, runs, stacks = load_results(rundir)
+    console.print(f"[bold]{scenario.get('title', scenario['name'])}[/bold] ({scenario.get('size_class')} sizes)")
+    for t in sysbench_tables(scenario, runs):
+        console.print(t)
+    if runs:
+        console.print(io_and_size_table(runs))
+    for s in stacks:
+        if s.get("status") != "ok":
+            console.print(f"[yellow]{s['stack']}: {s['status']}: {s.get('reason')}[/yellow]")
+
+
+def write_html(rundir: Path) -> Path:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    scenario, runs, stacks = load_results(rundir)
+    plots = rundir / "plots"
+    plots.mkdir(exist_ok=True)
+    images = []
+    for w in scenario["workloads"]:
+        mine = [r for r in runs if r["workload"] == w]
+        if not mine:
+            continue
+        fig, ax = plt.subplots(figsize=(8, 3.5))
+        for r in mine:
+            ax.plot([p["t"] for p in r["series"]], [p["tps"] for p in r["series"]], label=r["stack"])
+        ax.set_xlabel("seconds"); ax.set_ylabel("TPS"); ax.set_title(f"{workload_label(w)}: TPS over time")
+        ax.legend(); fig.tight_layout()
+        name = f"tps_{w}.png"; fig.savefig(plots / name, dpi=90); plt.close(fig)
+        images.append((f"{workload_label(w)}: TPS over time", name))
+    by_stack = {}
+    for r in runs:
+        by_stack[r["stack"]] = r
+    if by_stack:
+        fig, ax = plt.subplots(figsize=(8, 3.5))
+        names = list(by_stack)
+        ax.bar(names, [by_stack[n]["sizes"]["on_disk_bytes"] / 2**20 for n in names], label="on disk")
+        ax.plot(names, [by_stack[n]["sizes"]["apparent_bytes"] / 2**20 for n in names], "k_", markersize=30,
+                label="apparent (uncompressed)")
+        ax.set_ylabel("MiB"); ax.set_title("Dataset size on disk per stack"); ax.legend(); fig.tight_layout()
+        fig.savefig(plots / "size.png", dpi=90); plt.close(fig)
+        images.append(("Dataset size per stack", "size.png"))
+    for w in scenario["workloads"]:
+        mine = [r for r in runs if r["workload"] == w]
+        if not mine:
+            continue
+        fig, ax1 = plt.subplots(figsize=(8, 3.5))
+        labels = [r["stack"] for r in mine]
+        x = range(len(mine))
+        ax1.bar([i - 0.2 for i in x], [r["summary"]["tps"] for r in mine], 0.4, label="TPS", color="tab:blue")
+        ax2 = ax1.twinx()
+        riops = [r["device_totals"].get("data", {}).get("reads", 0) / max(r["summary"].get("total_time_s", 1), 1e-3) for r in mine]
+        ax2.bar([i + 0.2 for i in x], riops, 0.4, label="read IOPS (data device)", color="tab:orange")
+        ax1.set_xticks(list(x)); ax1.set_xticklabels(labels)
+        ax1.set_ylabel("TPS"); ax2.set_ylabel("read IOPS")
+        ax1.set_title(f"{workload_label(w)}: TPS and read IOPS per stack")
+        fig.legend(loc="upper right"); fig.tight_layout()
+        name = f"tps_riops_{w}.png"; fig.savefig(plots / name, dpi=90); plt.close(fig)
+        images.append((f"{workload_label(w)}: TPS and read IOPS", name))
+    out = rundir / "report.html"
+    out.write_text(_html(scenario, runs, stacks, images, rundir))
+    return out
+
+
+def _html(scenario, runs, stacks, images, rundir: Path) -> str:
+    e = html.escape
+    parts = [f"<html><head><meta charset='utf-8'><title>{e(scenario['name'])}</title>",
+             "<style>body{font-family:sans-serif;max-width:1100px;margin:auto} table{border-collapse:collapse}"
+             " td,th{border:1px solid #ccc;padding:2px 6px;text-align:right} pre{background:#f4f4f4;padding:6px;"
+             "overflow:auto;font-size:11px}</style></head><body>",
+             f"<h1>{e(scenario.get('title', scenario['name']))}</h1><p>{e(scenario.get('description', ''))}</p>",
+             f"<p>Sizes: {e(str(scenario.get('size_class')))}. Emulated disk: {e(json.dumps(scenario['disk']))}. "
+             "Workload names: TPC-C-like is a sysbench Lua script written from the public TPC-C "
+             "specification, not an audited TPC-C.</p>"]
+    for s in stacks:
+        if s.get("status") != "ok":
+            parts.append(f"<p><b>{e(s['stack'])}</b>: {e(s['status'])} — {e(str(s.get('reason')))}</p>")
+    for stack in dict.fromkeys(r["stack"] for r in runs):
+        mine = {r["workload"]: r for r in runs if r["stack"] == stack}
+        ws = [w for w in scenario["workloads"] if w in mine]
+        parts.append(f"<h2>{e(stack)}</h2><table><tr><th></th>" + "".join(f"<th>{e(workload_label(w))}</th>" for w in ws) + "</tr>")
+        for label, get in ROWS:
+            parts.append(f"<tr><td style='text-align:left'>{e(label)}</td>" +
+                         "".join(f"<td>{e(fmt(get(mine[w]['summary'])) if get else '')}</td>" for w in ws) + "</tr>")
+        parts.append("</table>")
+    parts.append("<h2>Devices and sizes</h2><table><tr>" + "".join(
+        f"<th>{c}</th>" for c in ("stack", "workload", "tps", "data reads", "data writes", "data MB read",
+                                  "data MB written", "cache/log I/Os", "on disk MiB", "apparent MiB", "InnoDB pool reads from disk")) + "</tr>")
+    for r in runs:
+        d = r["device_totals"].get("data", {})
+        other = sum(v.get("reads", 0) + v.get("writes", 0) for k, v in r["device_totals"].items() if k != "data")
+        cells = [r["stack"], workload_label(r["workload"]), fmt(r["summary"]["tps"]), d.get("reads", 0), d.get("writes", 0),
+                 fmt(d.get("read_bytes", 0) / 1e6), fmt(d.get("write_bytes", 0) / 1e6), other,
+                 fmt(r["sizes"]["on_disk_bytes"] / 2**20), fmt(r["sizes"]["apparent_bytes"] / 2**20),
+                 r.get("engine_cache", {}).get("Innodb_buffer_pool_reads", "")]
+        parts.append("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in cells) + "</tr>")
+    parts.append("</table>")
+    for title, name in images:
+        parts.append(f"<h3>{e(title)}</h3><img src='plots/{e(name)}'>")
+    parts.append("<h2>Settings and versions per run</h2>")
+    for r in runs:
+        parts.append(f"<h4>{e(r['stack'])} / {e(workload_label(r['workload']))}</h4><pre>" +
+                     e(json.dumps({"settings": r["settings"], "versions": r.get("versions"),
+                                   "dataset": r.get("dataset"), "sizes": r["sizes"]}, indent=1)) + "</pre>")
+    parts.append(f"<p>Raw results: {e(str(rundir / 'runs'))}</p></body></html>")
+    return "\n".join(parts)

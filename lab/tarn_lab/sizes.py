@@ -1,0 +1,72 @@
+"""The dataset's size on disk at the end of a run: df, du, btrfs compsize, ZFS properties.
+
+Owns: running those tools and parsing their outputs into bytes.
+Promises: parsers are pure functions of text; sizes are bytes (ints).
+Must never: change anything on the filesystem it measures.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from .shell import run
+
+
+def parse_df_used(text: str) -> int:
+    """`df -B1 --output=used PATH` -> bytes used."""
+    lines = [l.strip() for l in text.strip().splitlines() if l.strip()]
+    return int(lines[-1])
+
+
+def parse_du_bytes(text: str) -> int:
+    return int(text.split()[0])
+
+
+def parse_compsize(text: str) -> dict:
+    """`compsize -b DIR` TOTAL line -> disk / uncompressed / referenced bytes and percent."""
+    for line in text.splitlines():
+        f = line.split()
+        if f and f[0] == "TOTAL":
+            return {"percent": float(f[1].rstrip("%")), "disk_bytes": int(f[2]),
+                    "uncompressed_bytes": int(f[3]), "referenced_bytes": int(f[4])}
+    raise ValueError(f"no TOTAL line in compsize output: {text[:200]!r}")
+
+
+def parse_zfs_get(text: str) -> dict:
+    """`zfs get -Hp -o property,value used,referenced,compressratio POOL` -> dict."""
+    props: dict = {}
+    for line in text.splitlines():
+        f = line.split("\t")
+        if len(f) != 2:
+            continue
+        key, value = f
+        if key == "compressratio":
+            props[key] = float(value.rstrip("x"))
+        else:
+            try:
+                props[key] = int(value)
+            except ValueError:
+                props[key] = value
+    return props
+
+
+def measure(stack, datadir: Path) -> dict:
+    """Every size this stack can report, in bytes."""
+    sizes = {"df_used_bytes": parse_df_used(run(["df", "-B1", "--output=used", str(stack.mountpoint)])),
+             "apparent_bytes": parse_du_bytes(run(["du", "-sb", str(datadir)]))}
+    if stack.fs == "btrfs":
+        run(["btrfs", "filesystem", "sync", str(stack.mountpoint)])
+        try:
+            c = parse_compsize(run(["compsize", "-b", str(datadir)]))
+            sizes.update({"compsize_" + k: v for k, v in c.items()})
+            sizes["on_disk_bytes"] = c["disk_bytes"]
+        except Exception as exc:  # compsize is optional; df still says something
+            sizes["compsize_error"] = str(exc)
+    if stack.fs == "zfs" and stack.pool:
+        z = parse_zfs_get(run(["zfs", "get", "-Hp", "-o", "property,value",
+                               "used,referenced,compressratio", stack.pool]))
+        sizes.update({"zfs_" + k: v for k, v in z.items()})
+        sizes["on_disk_bytes"] = z.get("referenced", sizes["df_used_bytes"])
+    if "on_disk_bytes" not in sizes:
+        sizes["on_disk_bytes"] = sizes["df_used_bytes"]
+    return sizes

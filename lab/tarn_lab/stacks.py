@@ -1,0 +1,254 @@
+"""Stacks: a filesystem (or pool) built on the paced disk, mounted, ready for a datadir.
+
+Owns: mkfs/mount of ext4, xfs, btrfs (compress=zstd|lzo), ZFS (kernel ZFS if the module
+is loaded, else a private zfs-fuse daemon; compression, recordsize, ARC size, L2ARC, SLOG),
+ext4 on bcache, and tarn (`tarn mount`) once it exists; and the database settings each
+stack wants (doublewrite off on copy-on-write stacks, as the articles did).
+Promises: a stack this machine cannot build raises StackSkipped with the reason; every
+mount, pool and daemon it starts is registered on the Teardown.
+Must never: touch pools, mounts or daemons it did not create.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .cleanup import Teardown, stop_pid
+from .devices import REPO_ROOT, Device, is_mounted, start_fast_disk, start_paced_disk, umount_if_mounted
+from .shell import require, run, tool_version
+
+FILESYSTEMS = ("ext4", "xfs", "btrfs", "zfs", "bcache", "tarn")
+COPY_ON_WRITE = {"btrfs", "zfs", "tarn"}
+
+
+class StackSkipped(RuntimeError):
+    """This machine cannot build the stack; the message is the reason for the report."""
+
+
+@dataclass
+class BuiltStack:
+    name: str
+    fs: str
+    mountpoint: Path
+    devices: list[Device]
+    settings: dict                      # what was actually built, for the results json
+    db_overrides: dict = field(default_factory=dict)
+    pool: str | None = None             # zfs pool name, for size queries
+    versions: dict = field(default_factory=dict)
+
+    def device_names(self) -> dict[str, str]:
+        return {d.role: d.name for d in self.devices}
+
+
+def build_stack(spec: dict, disk: dict, fast_disk: dict, workdir: Path, teardown: Teardown) -> BuiltStack:
+    fs = spec["fs"]
+    check_buildable(spec)
+    mnt = workdir / "mnt"
+    mnt.mkdir(parents=True, exist_ok=True)
+    data = start_paced_disk(workdir, disk, teardown, role="data")
+    builder = {"ext4": _ext4, "xfs": _xfs, "btrfs": _btrfs, "zfs": _zfs,
+               "bcache": _bcache, "tarn": _tarn}[fs]
+    stack = builder(spec, data, fast_disk, workdir, mnt, teardown)
+    stack.db_overrides = {**default_db_overrides(fs), **spec.get("mariadb", {})}
+    return stack
+
+
+def check_buildable(spec: dict) -> None:
+    """Raise StackSkipped before anything is started if the machine lacks what fs needs."""
+    fs = spec["fs"]
+    if fs == "bcache":
+        if not os.path.isdir("/sys/fs/bcache"):
+            raise StackSkipped("kernel has no bcache (no /sys/fs/bcache)")
+        if not _which("make-bcache"):
+            raise StackSkipped("make-bcache missing: apt-get install bcache-tools")
+    if fs == "tarn":
+        binary = tarn_binary()
+        if not binary.exists():
+            raise StackSkipped("tarn mount not available yet (no target/release/tarn)")
+        proc = subprocess.run([str(binary), "mount", "--help"], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise StackSkipped("tarn mount not available yet")
+    if fs == "zfs" and not _kernel_zfs():
+        if _which("zfs-fuse") is None:
+            raise StackSkipped("no kernel ZFS and zfs-fuse missing: apt-get install zfs-fuse")
+        if subprocess.run(["pgrep", "-x", "zfs-fuse"], capture_output=True).returncode == 0:
+            raise StackSkipped("a zfs-fuse daemon not started by the lab is running; the lab "
+                               "needs its own (zfs-fuse allows one per machine)")
+
+
+def default_db_overrides(fs: str) -> dict:
+    """What the articles set per stack: no doublewrite on CoW; O_DIRECT where it works."""
+    overrides = {"innodb_flush_method": "O_DIRECT"}
+    if fs in COPY_ON_WRITE:
+        overrides["innodb_doublewrite"] = 0
+    if fs == "zfs":
+        # ZFS (and FUSE) reject O_DIRECT; the ZFS article used O_DSYNC for the redo log.
+        overrides["innodb_flush_method"] = "O_DSYNC" if _kernel_zfs() else "fsync"
+        overrides["innodb_use_native_aio"] = 0
+    if fs == "tarn":
+        overrides["innodb_flush_method"] = "fsync"
+        overrides["innodb_use_native_aio"] = 0
+    return overrides
+
+
+def tarn_binary() -> Path:
+    return Path(os.environ.get("TARN_BIN", REPO_ROOT / "target" / "release" / "tarn"))
+
+
+def _which(tool: str):
+    import shutil
+    return shutil.which(tool)
+
+
+def _kernel_zfs() -> bool:
+    return os.path.isdir("/sys/module/zfs")
+
+
+def _mount(dev: str, mnt: Path, options: str, teardown: Teardown, fstype: str | None = None) -> None:
+    argv = ["mount"] + (["-t", fstype] if fstype else []) + ["-o", options, dev, str(mnt)]
+    run(argv)
+    teardown.push(f"umount {mnt}", lambda: umount_if_mounted(str(mnt)))
+
+
+def _ext4(spec, data, fast, workdir, mnt, teardown) -> BuiltStack:
+    # lazy init off: otherwise ext4 zeroes inode tables in the background during the run.
+    run(["mkfs.ext4", "-F", "-q", "-E", "lazy_itable_init=0,lazy_journal_init=0", data.path])
+    _mount(data.path, mnt, "noatime", teardown)
+    return BuiltStack(spec["name"], "ext4", mnt, [data], {"mkfs": "mkfs.ext4", "mount": "noatime"},
+                      versions={"e2fsprogs": tool_version(["mkfs.ext4", "-V"])})
+
+
+def _xfs(spec, data, fast, workdir, mnt, teardown) -> BuiltStack:
+    run(["mkfs.xfs", "-f", "-q", data.path])
+    _mount(data.path, mnt, "noatime", teardown)
+    return BuiltStack(spec["name"], "xfs", mnt, [data], {"mkfs": "mkfs.xfs", "mount": "noatime"},
+                      versions={"xfsprogs": tool_version(["mkfs.xfs", "-V"])})
+
+
+def _btrfs(spec, data, fast, workdir, mnt, teardown) -> BuiltStack:
+    compression = spec.get("compression", "zstd")
+    run(["mkfs.btrfs", "-f", "-q", data.path])
+    options = f"noatime,compress={compression}" if compression != "off" else "noatime"
+    _mount(data.path, mnt, options, teardown)
+    return BuiltStack(spec["name"], "btrfs", mnt, [data], {"mount": options},
+                      versions={"btrfs-progs": tool_version(["mkfs.btrfs", "--version"])})
+
+
+# zfs-fuse (pool version 23) predates lz4 and zstd: the nearest it has is lzjb.
+ZFS_FUSE_COMPRESSION = {"lz4": "lzjb", "zstd": "lzjb"}
+
+
+def _zfs(spec, data, fast, workdir, mnt, teardown) -> BuiltStack:
+    settings: dict = {}
+    pool = f"tarnlab{os.getpid()}"
+    compression = spec.get("compression", "lz4")
+    if not _kernel_zfs():
+        arc_mb = max(16, int(spec.get("arc_mb", 256)))
+        _start_zfs_fuse(workdir, arc_mb, teardown)
+        settings["implementation"] = "zfs-fuse"
+        settings["arc_max_mb"] = arc_mb
+        if compression in ZFS_FUSE_COMPRESSION:
+            settings["compression_requested"] = compression
+            compression = ZFS_FUSE_COMPRESSION[compression]
+    else:
+        settings["implementation"] = "kernel zfs"
+    props = {"compression": compression, "recordsize": spec.get("recordsize", "16k"),
+             "atime": "off", "logbias": spec.get("logbias", "latency"),
+             "primarycache": spec.get("primarycache", "all")}
+    argv = ["zpool", "create", "-f", "-m", str(mnt)]
+    for k, v in props.items():
+        argv += ["-O", f"{k}={v}"]
+    argv += [pool, data.path]
+    devices = [data]
+    if spec.get("slog"):
+        log = start_fast_disk(workdir, fast.get("size", "1G"), teardown, role="log")
+        argv += ["log", log.path]
+        devices.append(log)
+    if spec.get("l2arc"):
+        cache = start_fast_disk(workdir, fast.get("size", "1G"), teardown, role="cache")
+        argv += ["cache", cache.path]
+        devices.append(cache)
+    run(argv)
+    teardown.push(f"destroy pool {pool}", lambda: _destroy_pool(pool, mnt))
+    settings.update(props)
+    settings["pool"] = pool
+    return BuiltStack(spec["name"], "zfs", mnt, devices, settings, pool=pool,
+                      versions={"zfs": settings["implementation"],
+                                "zfs-fuse": tool_version(["dpkg-query", "-W", "-f=${Version}", "zfs-fuse"])})
+
+
+def _start_zfs_fuse(workdir: Path, arc_mb: int, teardown: Teardown) -> None:
+    pidfile = workdir / "zfs-fuse.pid"
+    pidfile.unlink(missing_ok=True)
+    # Daemonizes; the pidfile names our daemon so teardown stops exactly it.
+    run(["zfs-fuse", "--pidfile", str(pidfile), "--no-kstat-mount", "-m", str(arc_mb),
+         "--fuse-attr-timeout", "1", "--fuse-entry-timeout", "1"])
+    deadline = time.monotonic() + 20
+    while not (pidfile.exists() and pidfile.read_text().strip()):
+        if time.monotonic() > deadline:
+            raise RuntimeError("zfs-fuse did not write its pidfile")
+        time.sleep(0.1)
+    pid = int(pidfile.read_text().strip())
+    teardown.push(f"stop zfs-fuse pid {pid}", lambda: stop_pid(pid, grace=30))
+    # The daemon answers on its socket a moment after forking.
+    for _ in range(50):
+        if subprocess.run(["zpool", "list"], capture_output=True).returncode == 0:
+            return
+        time.sleep(0.2)
+    raise RuntimeError("zfs-fuse daemon did not answer `zpool list`")
+
+
+def _destroy_pool(pool: str, mnt: Path) -> None:
+    for _ in range(10):
+        proc = subprocess.run(["zpool", "destroy", "-f", pool], capture_output=True, text=True)
+        if proc.returncode == 0 or "no such pool" in proc.stderr:
+            break
+        time.sleep(1)
+    umount_if_mounted(str(mnt))
+
+
+def _bcache(spec, data, fast, workdir, mnt, teardown) -> BuiltStack:
+    # ext4 on a bcache device: the paced disk as backing, the fast disk as cache (writethrough,
+    # a read cache as in the L2ARC article).
+    cache = start_fast_disk(workdir, fast.get("size", "1G"), teardown, role="cache")
+    run(["make-bcache", "--wipe-bcache", "-B", data.path, "-C", cache.path])
+    for dev in (data.path, cache.path):
+        subprocess.run(["sh", "-c", f"echo {dev} > /sys/fs/bcache/register"], capture_output=True)
+    sysdir = Path("/sys/block") / data.name / "bcache"
+    deadline = time.monotonic() + 10
+    while not (sysdir / "dev").exists():
+        if time.monotonic() > deadline:
+            raise StackSkipped("bcache did not register the backing device")
+        time.sleep(0.2)
+    bdev = "/dev/" + os.path.basename(os.path.realpath(sysdir / "dev"))
+    teardown.push(f"stop {bdev}", lambda: _stop_bcache(sysdir, cache))
+    run(["mkfs.ext4", "-F", "-q", "-E", "lazy_itable_init=0,lazy_journal_init=0", bdev])
+    _mount(bdev, mnt, "noatime", teardown)
+    return BuiltStack(spec["name"], "bcache", mnt, [data, cache],
+                      {"cache_mode": "writethrough", "bcache_device": bdev})
+
+
+def _stop_bcache(sysdir: Path, cache: Device) -> None:
+    (sysdir / "stop").write_text("1")
+    uuid_dir = Path("/sys/block") / cache.name / "bcache" / "set"
+    if uuid_dir.exists():
+        (uuid_dir / "stop").write_text("1")
+    time.sleep(1)
+
+
+def _tarn(spec, data, fast, workdir, mnt, teardown) -> BuiltStack:
+    # Contract (to be confirmed when the engine ships `tarn mount`): tarn mount DEVICE DIR
+    # [-o prop=value,...] runs in the foreground until SIGTERM.
+    props = ",".join(f"{k}={v}" for k, v in spec.get("properties", {}).items())
+    argv = [str(tarn_binary()), "mount", data.path, str(mnt)] + (["-o", props] if props else [])
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    teardown.push(f"stop tarn pid {proc.pid}", lambda: (stop_pid(proc.pid), umount_if_mounted(str(mnt))))
+    deadline = time.monotonic() + 30
+    while not is_mounted(str(mnt)):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise StackSkipped(f"tarn mount failed: {proc.stderr.read().decode()[-500:] if proc.stderr else ''}")
+        time.sleep(0.2)
+    return BuiltStack(spec["name"], "tarn", mnt, [data], {"properties": spec.get("properties", {})})

@@ -1,0 +1,87 @@
+"""Parsers on outputs recorded on this machine (fixtures/: real sysbench 1.0.20, /proc files,
+btrfs compsize, zfs-fuse `zfs get`, df)."""
+from pathlib import Path
+
+import pytest
+
+from tarn_lab import metrics, sizes, sysbench
+
+FIX = Path(__file__).parent / "fixtures"
+
+
+def text(name):
+    return (FIX / name).read_text()
+
+
+def test_sysbench_summary_from_recorded_run():
+    s = sysbench.parse_summary(text("sysbench_oltp_read_write.txt"))
+    assert s["transactions"] == 14495 and s["tps"] == 482.97
+    assert s["queries"] == {"read": 202930, "write": 57980, "other": 28990, "total": 289900}
+    assert s["qps"] == 9659.42
+    assert s["latency_ms"]["avg"] == 8.28 and s["latency_ms"]["p95"] == 16.12
+    assert s["latency_ms"]["max"] == 51.57 and s["latency_ms"]["min"] == 0.79
+    assert s["total_time_s"] == 30.0108
+
+
+def test_sysbench_interval_lines_from_recorded_run():
+    rows = [r for r in map(sysbench.parse_interval_line, text("sysbench_oltp_read_write.txt").splitlines()) if r]
+    assert [r["t"] for r in rows] == list(range(1, 31))
+    last = rows[-1]
+    assert last == {"t": 30, "threads": 4, "tps": 409.14, "qps": 8224.17, "reads_ps": 5759.24,
+                    "writes_ps": 1646.65, "other_ps": 818.29, "lat_p95_ms": 18.61, "err_ps": 0.0}
+
+
+def test_sysbench_summary_rejects_output_without_transactions():
+    with pytest.raises(ValueError, match="transactions"):
+        sysbench.parse_summary("FATAL: error 2002: Can't connect to local server\n")
+
+
+def test_diskstats_recorded():
+    devs = metrics.parse_diskstats(text("diskstats.txt"))
+    assert "vda" in devs
+    line = next(l.split() for l in text("diskstats.txt").splitlines() if l.split()[2] == "vda")
+    assert devs["vda"]["reads"] == int(line[3])
+    assert devs["vda"]["read_bytes"] == int(line[5]) * 512
+    assert devs["vda"]["writes"] == int(line[7])
+
+
+def test_device_rates_are_deltas_per_second():
+    a = {"reads": 10, "read_bytes": 1000, "writes": 0, "write_bytes": 0, "flushes": 0}
+    b = {"reads": 30, "read_bytes": 3000, "writes": 8, "write_bytes": 4_000_000, "flushes": 2}
+    r = metrics.device_rates(a, b, 2.0)
+    assert r["r_iops"] == 10 and r["w_iops"] == 4 and r["w_mbps"] == 2.0 and r["flushes_ps"] == 1
+
+
+def test_proc_stat_cpu_recorded():
+    cpu = metrics.parse_proc_stat_cpu(text("proc_stat.txt"))
+    assert cpu["total"] > cpu["busy"] > 0
+    assert metrics.cpu_percent(cpu, {k: v * 2 for k, v in cpu.items()})["busy"] == pytest.approx(
+        100 * cpu["busy"] / cpu["total"])
+
+
+def test_compsize_recorded():
+    c = sizes.parse_compsize(text("compsize.txt"))
+    assert c == {"percent": 25.0, "disk_bytes": 5496832, "uncompressed_bytes": 21782528,
+                 "referenced_bytes": 21782528}
+
+
+def test_zfs_get_recorded():
+    z = sizes.parse_zfs_get(text("zfs_get.txt"))
+    assert z == {"used": 1331200, "referenced": 1073152, "compressratio": 1.55}
+
+
+def test_df_used_recorded():
+    assert sizes.parse_df_used(text("df_used.txt")) == 11558912
+
+
+def test_tpcc_like_lua_script_ships_and_declares_itself():
+    lua = Path(sysbench.script_for(sysbench.TPCC_LIKE)).read_text()
+    for tx in ("new_order", "payment", "order_status", "delivery", "stock_level"):
+        assert f"local function {tx}(" in lua
+    assert "TPC-C-like" in lua and "scale" in lua
+
+
+def test_tpcc_like_argv_uses_warehouses_as_scale():
+    argv = sysbench.run_argv("tpcc_like", "/s.sock", {"warehouses": 3, "items": 500, "customers": 30, "duration": 5})
+    assert argv[1].endswith("tpcc_like.lua") and "--scale=3" in argv and "--items=500" in argv
+    assert "--report-interval=1" in argv and "--mysql-socket=/s.sock" in argv and argv[-1] == "run"

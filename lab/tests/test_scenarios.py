@@ -1,0 +1,70 @@
+"""Scenario files: every shipped one validates at both sizes; bad files name the bad key."""
+import pytest
+
+from tarn_lab import scenario as sc
+from tarn_lab.scenario import ScenarioError
+
+GOOD = {"name": "t", "workloads": ["oltp_read_write"], "disk": {"size": "1G", "iops": 500},
+        "stacks": [{"name": "e", "fs": "ext4"}]}
+
+
+def bad(**changes):
+    s = {**GOOD, **changes}
+    return s
+
+
+@pytest.mark.parametrize("name", sorted(sc.available()))
+@pytest.mark.parametrize("full", [False, True])
+def test_shipped_scenarios_validate(name, full):
+    s = sc.load(name, full=full)
+    assert s["stacks"] and s["workloads"] and s["size_class"] == ("full" if full else "quick")
+
+
+def test_quick_is_shipped_and_has_the_four_filesystems():
+    fss = {s["fs"] for s in sc.load("quick")["stacks"]}
+    assert {"ext4", "xfs", "btrfs", "zfs"} <= fss
+
+
+def test_full_overrides_sizes():
+    quick, full = sc.load("quick"), sc.load("quick", full=True)
+    assert full["workload"]["table_size"] > quick["workload"]["table_size"]
+
+
+@pytest.mark.parametrize("scenario, message", [
+    (bad(disks={}), "unknown key 'disks'"),
+    (bad(disk={"size": "1G", "iops": "fast"}), "'disk.iops' must be a non-negative integer"),
+    (bad(disk={"size": "lots"}), "'disk.size' must be a size"),
+    (bad(disk={"size": "1G", "iopz": 3}), "unknown key 'disk.iopz'"),
+    (bad(workloads=["oltp_fly"]), "'workloads[0]' = 'oltp_fly'"),
+    (bad(stacks=[{"name": "e", "fs": "ntfs"}]), "'stacks[0].fs' = 'ntfs'"),
+    (bad(stacks=[{"name": "e", "fs": "ext4", "recordsiz": "16k"}]), "unknown key 'stacks[0].recordsiz'"),
+    (bad(stacks=[{"name": "e", "fs": "ext4", "recordsize": "16k"}]), "'stacks[0].recordsize' only applies to fs = \"zfs\""),
+    (bad(stacks=[{"name": "b", "fs": "btrfs", "compression": "lz4"}]), "'stacks[0].compression' = 'lz4'"),
+    (bad(stacks=[{"fs": "ext4"}]), "missing required key 'stacks[0].name'"),
+    (bad(stacks=[{"name": "e", "fs": "ext4"}, {"name": "e", "fs": "xfs"}]), "'stacks[1].name' = 'e' is used twice"),
+    (bad(full={"disk": {"iops": -1}}), "'full.disk.iops' must be a non-negative integer"),
+    (bad(full={"name": "x"}), "unknown key 'full.name'"),
+    (bad(workload={"threads": 2, "durations": 3}), "unknown key 'workload.durations'"),
+])
+def test_bad_scenarios_name_the_key(scenario, message):
+    with pytest.raises(ScenarioError) as err:
+        sc.validate(scenario, origin="bad.toml")
+    assert message in str(err.value) and "bad.toml" in str(err.value)
+
+
+def test_missing_required_key():
+    s = dict(GOOD); del s["disk"]
+    with pytest.raises(ScenarioError, match="missing required key 'disk'"):
+        sc.validate(s, origin="bad.toml")
+
+
+def test_toml_syntax_error_names_the_file(tmp_path):
+    p = tmp_path / "broken.toml"
+    p.write_text("name = \n")
+    with pytest.raises(ScenarioError, match="broken.toml: not valid TOML"):
+        sc.load(str(p))
+
+
+def test_unknown_scenario_lists_the_shipped_ones():
+    with pytest.raises(ScenarioError, match="shipped: .*quick"):
+        sc.load("nope")

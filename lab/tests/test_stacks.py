@@ -1,0 +1,49 @@
+"""Stacks this machine cannot build are skipped with a reason, before anything starts."""
+import os
+
+import pytest
+
+from tarn_lab import stacks
+from tarn_lab.shell import MissingTool, require
+
+
+def test_tarn_without_mount_subcommand_is_skipped(tmp_path, monkeypatch):
+    fake = tmp_path / "tarn"
+    fake.write_text("#!/bin/sh\necho 'unknown subcommand' >&2\nexit 2\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("TARN_BIN", str(fake))
+    with pytest.raises(stacks.StackSkipped, match="tarn mount not available yet"):
+        stacks.check_buildable({"name": "t", "fs": "tarn"})
+
+
+def test_tarn_binary_absent_is_skipped(tmp_path, monkeypatch):
+    monkeypatch.setenv("TARN_BIN", str(tmp_path / "nope"))
+    with pytest.raises(stacks.StackSkipped, match="tarn mount not available yet"):
+        stacks.check_buildable({"name": "t", "fs": "tarn"})
+
+
+@pytest.mark.skipif(os.path.isdir("/sys/fs/bcache"), reason="this kernel has bcache")
+def test_bcache_without_kernel_support_is_skipped():
+    with pytest.raises(stacks.StackSkipped, match="bcache"):
+        stacks.check_buildable({"name": "b", "fs": "bcache"})
+
+
+def test_copy_on_write_stacks_turn_doublewrite_off():
+    assert stacks.default_db_overrides("btrfs")["innodb_doublewrite"] == 0
+    assert stacks.default_db_overrides("zfs")["innodb_doublewrite"] == 0
+    assert "innodb_doublewrite" not in stacks.default_db_overrides("ext4")
+
+
+def test_missing_tool_names_the_debian_package():
+    with pytest.raises(MissingTool, match="apt-get install btrfs-compsize"):
+        stacks_require_missing("compsize")
+
+
+def stacks_require_missing(tool):
+    # Pretend the tool is absent by searching an empty PATH.
+    old = os.environ["PATH"]
+    os.environ["PATH"] = "/nonexistent"
+    try:
+        require(tool)
+    finally:
+        os.environ["PATH"] = old
