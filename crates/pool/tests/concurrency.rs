@@ -106,6 +106,7 @@ fn writes_and_reads_proceed_while_a_txg_is_stuck_in_sync() {
     drop(ds);
     let pool = Arc::try_unwrap(pool).ok().expect("sole owner");
     pool.export().unwrap();
+    drop(dev); // releases the device lock
     let pool = Pool::import_paths(&[dir.path().join("d0.img")], &ImportOptions::default()).unwrap();
     let ds = pool.dataset("tank").unwrap();
     let b = ds.lookup(ROOT_ID, b"b").unwrap();
