@@ -4,7 +4,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use tarn_zio::{BlockPtr, BlockType, ChecksumKind, Compression, PendingBlock};
 
 use crate::dnode::{Dnode, ObjType, DNODE_SIZE};
@@ -33,7 +33,8 @@ pub struct SyncResult {
 pub struct ObjSet {
     ctx: Arc<Ctx>,
     meta: Object,
-    cache: Mutex<HashMap<u64, Arc<Object>>>,
+    /// Read-mostly: every file operation looks its object up here.
+    cache: RwLock<HashMap<u64, Arc<Object>>>,
     next_obj: AtomicU64,
     dirty: Mutex<BTreeSet<u64>>,
     syncing: Mutex<Vec<u64>>,
@@ -46,7 +47,7 @@ impl ObjSet {
         ObjSet {
             ctx,
             meta: Object::new(0, meta),
-            cache: Mutex::new(HashMap::new()),
+            cache: RwLock::new(HashMap::new()),
             next_obj: AtomicU64::new(next_obj.max(1)),
             dirty: Mutex::new(BTreeSet::new()),
             syncing: Mutex::new(Vec::new()),
@@ -67,11 +68,12 @@ impl ObjSet {
 
     /// The object `id`, loading its dnode if needed.
     pub fn get(&self, id: u64) -> Result<Arc<Object>, ObjError> {
-        if let Some(o) = self.cache.lock().get(&id) {
+        let cached = self.cache.read().get(&id).cloned();
+        if let Some(o) = cached {
             if o.lock().gone {
                 return Err(ObjError::NoObject(id));
             }
-            return Ok(o.clone());
+            return Ok(o);
         }
         if id == 0 || id >= self.next_obj() {
             return Err(ObjError::NoObject(id));
@@ -83,7 +85,7 @@ impl ObjSet {
             return Err(ObjError::NoObject(id));
         }
         let dnode = Dnode::decode(&raw).map_err(ObjError::Corrupt)?.ok_or(ObjError::NoObject(id))?;
-        let mut cache = self.cache.lock();
+        let mut cache = self.cache.write();
         let obj = cache.entry(id).or_insert_with(|| Arc::new(Object::new(id, dnode)));
         Ok(obj.clone())
     }
@@ -92,7 +94,7 @@ impl ObjSet {
     pub fn alloc(&self, dnode: Dnode) -> Arc<Object> {
         let id = self.next_obj.fetch_add(1, Ordering::Relaxed);
         let obj = Arc::new(Object::new(id, dnode));
-        self.cache.lock().insert(id, obj.clone());
+        self.cache.write().insert(id, obj.clone());
         self.dirty.lock().insert(id);
         obj
     }
@@ -118,7 +120,7 @@ impl ObjSet {
     /// Freezes the open txg's changes (called with the txg barrier held).
     pub fn quiesce(&self, txg: u64) -> Result<(), ObjError> {
         let ids: Vec<u64> = std::mem::take(&mut *self.dirty.lock()).into_iter().collect();
-        let cache = self.cache.lock();
+        let cache = self.cache.read();
         for &id in &ids {
             let obj = cache.get(&id).expect("a dirty object is cached");
             obj.lock().quiesce(&self.ctx.zio, txg)?;
@@ -136,7 +138,7 @@ impl ObjSet {
     pub fn sync(&self, txg: u64, policy: SyncPolicy) -> Result<SyncResult, ObjError> {
         let ids = std::mem::take(&mut *self.syncing.lock());
         let objects: Vec<Arc<Object>> = {
-            let cache = self.cache.lock();
+            let cache = self.cache.read();
             ids.iter().map(|id| cache[id].clone()).collect()
         };
         let mut freed = Vec::new();
@@ -164,7 +166,7 @@ impl ObjSet {
             result.freed_physical += bp.psize as u64;
             result.freed_logical += bp.lsize as u64;
         }
-        let mut cache = self.cache.lock();
+        let mut cache = self.cache.write();
         for obj in &objects {
             let st = obj.lock();
             if st.gone && st.open.records.is_empty() {

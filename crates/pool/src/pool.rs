@@ -483,10 +483,12 @@ impl Pool {
             *next += 1;
             *next
         };
+        // One txg holds both the new dataset and its root directory: a crash never
+        // leaves a dataset without a root.
         let hold = self.inner.ctx.txg.hold(1024).map_err(FsError::from)?;
         let ds = self.add_dataset(name, id, BTreeMap::new(), None, 1, Vec::new(), now_secs())?;
-        drop(hold);
         ds.init_root()?;
+        drop(hold);
         Ok(ds)
     }
 

@@ -137,18 +137,23 @@ impl TopVdev {
     /// Reads `len` bytes at `offset` of the data area; the caller's `verify` decides
     /// whether a copy is good. A bad or unreadable side is counted, and on a mirror the
     /// bad sides are rewritten from the good copy.
+    ///
+    /// `span` is the caller's scratch buffer (reused across reads, so the hot path does
+    /// not allocate); the verified bytes are `span[returned range]`.
     pub fn read(
         &self,
         offset: u64,
         len: usize,
         verify: &dyn Fn(&[u8]) -> bool,
-    ) -> Result<Vec<u8>, VdevError> {
+        span: &mut Vec<u8>,
+    ) -> Result<std::ops::Range<usize>, VdevError> {
         assert!(offset + len as u64 <= self.asize, "read past the end of vdev {}", self.index);
         let sector = self.sector();
         let start = offset & !(sector - 1);
         let end = (offset + len as u64 + sector - 1) & !(sector - 1);
         let skip = (offset - start) as usize;
-        let mut span = vec![0u8; (end - start) as usize];
+        span.resize((end - start) as usize, 0);
+        let span = &mut span[..(end - start) as usize];
         let first = self.rotor.fetch_add(1, Ordering::Relaxed);
         let n = self.leaves.len();
         let mut bad_sides = Vec::new();
@@ -158,7 +163,7 @@ impl TopVdev {
             let i = (first + k) % n;
             let leaf = &self.leaves[i];
             let Some(dev) = leaf.usable() else { continue };
-            if let Err(e) = dev.read_at(&mut span, DATA_START + start) {
+            if let Err(e) = dev.read_at(span, DATA_START + start) {
                 leaf.read_errors.fetch_add(1, Ordering::Relaxed);
                 detail = format!("{}: {e}", leaf.path);
                 continue;
@@ -169,10 +174,8 @@ impl TopVdev {
                 bad_sides.push(i);
                 continue;
             }
-            self.repair(&bad_sides, &span, start);
-            span.truncate(skip + len);
-            span.drain(..skip);
-            return Ok(span);
+            self.repair(&bad_sides, span, start);
+            return Ok(skip..skip + len);
         }
         if saw_checksum_error {
             Err(VdevError::Checksum { top: self.index, offset })

@@ -13,6 +13,12 @@ use tarn_vdev::{VdevError, VdevTree};
 
 use crate::{BlockPtr, BlockType, ChecksumKind, Compression};
 
+thread_local! {
+    /// Per-thread buffer for the physical bytes of a read: reused, so a 16 KiB page read
+    /// allocates nothing.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Largest run written with one I/O.
 const RUN_BYTES: u64 = 1 << 20;
 
@@ -51,6 +57,9 @@ pub struct ZioStats {
 pub struct Zio {
     pub vdevs: VdevTree,
     maps: Vec<Mutex<SpaceMap>>,
+    /// Free bytes per vdev, mirrored from the maps so writers can check space without
+    /// taking a map lock the sync thread is using.
+    free: Vec<AtomicU64>,
     next_top: AtomicUsize,
     pub stats: ZioStats,
 }
@@ -76,27 +85,35 @@ impl Zio {
     /// calls `finish_load`.
     pub fn new(vdevs: VdevTree) -> Zio {
         let maps = vdevs.tops.iter().map(|t| Mutex::new(SpaceMap::new(t.asize, t.ashift))).collect();
-        Zio { vdevs, maps, next_top: AtomicUsize::new(0), stats: ZioStats::default() }
+        let free = vdevs.tops.iter().map(|_| AtomicU64::new(0)).collect();
+        Zio { vdevs, maps, free, next_top: AtomicUsize::new(0), stats: ZioStats::default() }
+    }
+
+    /// Runs `f` on vdev `top`'s space map and refreshes its free-byte mirror.
+    fn with_map<R>(&self, top: usize, f: impl FnOnce(&mut SpaceMap) -> R) -> R {
+        let mut map = self.maps[top].lock();
+        let r = f(&mut map);
+        self.free[top].store(map.free_bytes(), Ordering::Relaxed);
+        r
     }
 
     pub fn claim(&self, bp: &BlockPtr) -> Result<(), ZioError> {
         self.check_bounds(bp)?;
-        self.maps[bp.vdev as usize].lock().claim(bp.offset, bp.psize as u64);
+        self.with_map(bp.vdev as usize, |m| m.claim(bp.offset, bp.psize as u64));
         Ok(())
     }
 
     pub fn finish_load(&self) {
-        for m in &self.maps {
-            m.lock().rebuild_free();
+        for top in 0..self.maps.len() {
+            self.with_map(top, |m| m.rebuild_free());
         }
     }
 
     /// (total, allocated, free) bytes over all vdevs.
     pub fn space(&self) -> (u64, u64, u64) {
-        self.maps.iter().fold((0, 0, 0), |(t, a, f), m| {
-            let m = m.lock();
-            (t + m.total_bytes(), a + m.allocated_bytes(), f + m.free_bytes())
-        })
+        let total: u64 = self.vdevs.tops.iter().map(|t| (t.asize >> t.ashift) << t.ashift).sum();
+        let free: u64 = self.free.iter().map(|f| f.load(Ordering::Relaxed)).sum();
+        (total, total - free, free)
     }
 
     /// Bytes that return to the free pool once the syncing txg commits.
@@ -201,7 +218,7 @@ impl Zio {
             let sector = self.sector(top);
             let min = min_bytes.div_ceil(sector);
             let want = remaining.min(RUN_BYTES).max(min_bytes).div_ceil(sector);
-            if let Some(run) = self.maps[top].lock().alloc_run(min, want) {
+            if let Some(run) = self.with_map(top, |m| m.alloc_run(min, want)) {
                 let len = (run.sectors * sector) as usize;
                 return Ok(OpenRun { top, run, buf: vec![0u8; len], cursor: 0, placed: Vec::new() });
             }
@@ -213,13 +230,12 @@ impl Zio {
     fn close_run(&self, run: OpenRun) -> Result<(), ZioError> {
         let sector = self.sector(run.top);
         let used = (run.cursor as u64).div_ceil(sector);
-        {
-            let mut map = self.maps[run.top].lock();
+        self.with_map(run.top, |map| {
             for &(off, len) in &run.placed {
                 map.claim(off, len);
             }
             map.return_unused(run.run.first + used, run.run.sectors - used);
-        }
+        });
         let bytes = &run.buf[..(used * sector) as usize];
         self.vdevs.tops[run.top].write(run.run.first * sector, bytes)?;
         self.stats.runs_written.fetch_add(1, Ordering::Relaxed);
@@ -240,7 +256,18 @@ impl Zio {
         assert_eq!(out.len(), bp.lsize as usize, "read buffer must be the logical size");
         let top = &self.vdevs.tops[bp.vdev as usize];
         let verify = |d: &[u8]| bp.checksum_kind.digest(d) == bp.checksum;
-        let phys = top.read(bp.offset, bp.psize as usize, &verify).map_err(|e| match e {
+        SCRATCH.with_borrow_mut(|scratch| self.read_verified(top, bp, &verify, scratch, out))
+    }
+
+    fn read_verified(
+        &self,
+        top: &tarn_vdev::TopVdev,
+        bp: &BlockPtr,
+        verify: &dyn Fn(&[u8]) -> bool,
+        scratch: &mut Vec<u8>,
+        out: &mut [u8],
+    ) -> Result<(), ZioError> {
+        let range = top.read(bp.offset, bp.psize as usize, verify, scratch).map_err(|e| match e {
             VdevError::Checksum { .. } => {
                 self.stats.checksum_errors.fetch_add(1, Ordering::Relaxed);
                 ZioError::Checksum { what: block_kind(bp.block_type), vdev: bp.vdev, offset: bp.offset }
@@ -248,19 +275,19 @@ impl Zio {
             other => ZioError::Vdev(other),
         })?;
         self.stats.blocks_read.fetch_add(1, Ordering::Relaxed);
-        self.stats.physical_bytes_read.fetch_add(phys.len() as u64, Ordering::Relaxed);
-        bp.compression.decompress(&phys, out).map_err(ZioError::Corrupt)
+        self.stats.physical_bytes_read.fetch_add(range.len() as u64, Ordering::Relaxed);
+        bp.compression.decompress(&scratch[range], out).map_err(ZioError::Corrupt)
     }
 
     /// Drops the block's bytes from its space map; its sectors wait for the txg commit.
     pub fn free(&self, bp: &BlockPtr) {
-        self.maps[bp.vdev as usize].lock().free(bp.offset, bp.psize as u64);
+        self.with_map(bp.vdev as usize, |m| m.free(bp.offset, bp.psize as u64));
     }
 
     /// Called after the freeing txg's uberblock is durable.
     pub fn release_deferred(&self) {
-        for m in &self.maps {
-            m.lock().release_deferred();
+        for top in 0..self.maps.len() {
+            self.with_map(top, |m| m.release_deferred());
         }
     }
 
