@@ -108,6 +108,9 @@ enum PoolCmd {
         #[arg(short = 'd', value_name = "DIR")]
         dirs: Vec<PathBuf>,
         pool: Option<String>,
+        /// JSON output (for the list of importable pools).
+        #[arg(long)]
+        json: bool,
     },
     /// Commit everything and release the pool's devices.
     Export { pool: String },
@@ -250,7 +253,7 @@ fn parse_vdevs(words: &[String]) -> Result<Vec<VdevSpec>, String> {
 fn run_pool(cmd: PoolCmd) -> Res {
     match cmd {
         PoolCmd::Create { force, options, size, pool, vdevs } => pool_create(force, &options, size, &pool, &vdevs),
-        PoolCmd::Import { dirs, pool } => pool_import(&dirs, pool.as_deref()),
+        PoolCmd::Import { dirs, pool, json } => pool_import(&dirs, pool.as_deref(), json),
         PoolCmd::Export { pool } => {
             let p = open_pool(&pool)?;
             p.export().map_err(err)?;
@@ -331,10 +334,18 @@ fn forget(name: &str) -> Res {
     cache.save()
 }
 
-fn pool_import(dirs: &[PathBuf], pool: Option<&str>) -> Res {
+fn pool_import(dirs: &[PathBuf], pool: Option<&str>, json: bool) -> Res {
     let dirs: Vec<PathBuf> = if dirs.is_empty() { vec![PathBuf::from("/dev")] } else { dirs.iter().map(|d| absolute(d)).collect() };
     let found = tarn_pool::discover(&dirs);
     let Some(want) = pool else {
+        if json {
+            let list: Vec<serde_json::Value> = found
+                .iter()
+                .map(|d| serde_json::json!({"name": d.name, "guid": d.guid, "state": format!("{:?}", d.label.state).to_lowercase(), "txg": d.txg, "devices": d.devices}))
+                .collect();
+            println!("{}", serde_json::to_string_pretty(&list).expect("json"));
+            return Ok(());
+        }
         if found.is_empty() {
             println!("no pools available to import");
         }
