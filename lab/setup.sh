@@ -8,20 +8,7 @@ apt_packages=(
     fuse3 e2fsprogs xfsprogs btrfs-progs btrfs-compsize zfs-fuse
     mariadb-server mariadb-client sysbench util-linux procps python3-venv
 )
-missing=()
-for p in "${apt_packages[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-    echo "lab/setup: installing Debian packages: ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    # Keep Debian from starting its own mariadb / zfs-fuse services: the lab starts
-    # private instances and stops them by their own pid.
-    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" || { rm -f /usr/sbin/policy-rc.d; exit 1; }
-    rm -f /usr/sbin/policy-rc.d
-fi
+bash "$lab/../scripts/apt-install.sh" "${apt_packages[@]}"
 
 stamp="$lab/.venv/.installed-from"
 want=$(sha256sum "$lab/pyproject.toml" | cut -d' ' -f1)

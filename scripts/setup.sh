@@ -12,20 +12,7 @@ apt_packages=(
     mariadb-server mariadb-client sysbench fio util-linux procps
     python3-venv
 )
-missing=()
-for p in "${apt_packages[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-    echo "setup: installing Debian packages: ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    # policy-rc.d keeps Debian from starting its own mariadb/zfs-fuse services: the lab
-    # starts private instances and stops them by their own pid.
-    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
-    apt-get install -y -qq --no-install-recommends "${missing[@]}"
-    rm -f /usr/sbin/policy-rc.d
-fi
+bash scripts/apt-install.sh "${apt_packages[@]}"
 modprobe fuse 2>/dev/null || true
 
 if ! command -v cargo >/dev/null; then
