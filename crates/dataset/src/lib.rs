@@ -345,7 +345,7 @@ impl Dataset {
             return Err(FsError::Invalid("not a symbolic link".into()));
         }
         let mut buf = vec![0u8; st.dnode.size as usize];
-        let n = ObjState::read(st, self.zio(), &self.os.ctx().reclaim, 0, &mut buf)?;
+        let n = ObjState::read(st, self.zio(), &self.os.ctx().reclaim, 0, &mut buf, self.effective().primarycache)?;
         buf.truncate(n);
         Ok(buf)
     }
@@ -550,7 +550,8 @@ impl Dataset {
         if st.dnode.obj_type == ObjType::Dir {
             return Err(FsError::IsDir);
         }
-        Ok(ObjState::read(st, self.zio(), &self.os.ctx().reclaim, off, buf)?)
+        let policy = self.eff.read().primarycache;
+        Ok(ObjState::read(st, self.zio(), &self.os.ctx().reclaim, off, buf, policy)?)
     }
 
     pub fn write(&self, ino: u64, off: u64, data: &[u8]) -> Result<usize, FsError> {

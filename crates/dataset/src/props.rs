@@ -1,7 +1,7 @@
 //! Dataset properties: names, defaults, validation, and what each value means to the
 //! engine. Values are stored as the user typed them (normalised), inherited from the
 //! parent dataset unless set locally, like `zfs get`'s SOURCE column.
-use tarn_zio::{ChecksumKind, Compression};
+use tarn_zio::{CachePolicy, ChecksumKind, Compression};
 
 pub struct PropDef {
     pub name: &'static str,
@@ -107,6 +107,7 @@ pub struct Effective {
     pub checksum: ChecksumKind,
     pub atime: bool,
     pub sync: SyncMode,
+    pub primarycache: CachePolicy,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -141,6 +142,11 @@ impl Effective {
             checksum,
             atime: value("atime") == "on",
             sync,
+            primarycache: match value("primarycache").as_str() {
+                "metadata" => CachePolicy::Metadata,
+                "none" => CachePolicy::None,
+                _ => CachePolicy::All,
+            },
         }
     }
 }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
-use tarn_zio::{BlockPtr, Zio, ZioError};
+use tarn_zio::{BlockPtr, CachePolicy, Zio, ZioError};
 
 use crate::dir::{self, Entries};
 use crate::dnode::{Dnode, ObjType, Timespec};
@@ -135,6 +135,7 @@ impl ObjState {
         reclaim: &parking_lot::RwLock<()>,
         off: u64,
         buf: &mut [u8],
+        policy: CachePolicy,
     ) -> Result<usize, ZioError> {
         let size = guard.dnode.size;
         if off >= size {
@@ -161,9 +162,10 @@ impl ObjState {
         drop(guard);
         for (bp, in_rec, at, n) in disk_reads {
             if in_rec == 0 && n == bp.lsize as usize {
-                zio.read_into(&bp, &mut buf[at..at + n])?;
+                zio.read_cached(&bp, &mut buf[at..at + n], policy)?;
             } else {
-                let rec = zio.read(&bp)?;
+                let mut rec = vec![0u8; bp.lsize as usize];
+                zio.read_cached(&bp, &mut rec, policy)?;
                 let avail = rec.len().saturating_sub(in_rec).min(n);
                 buf[at..at + avail].copy_from_slice(&rec[in_rec..in_rec + avail]);
                 buf[at + avail..at + n].fill(0);

@@ -80,7 +80,14 @@ impl ObjSet {
         }
         let mut raw = [0u8; DNODE_SIZE];
         let guard = self.meta.lock();
-        let n = crate::object::ObjState::read(guard, &self.ctx.zio, &self.ctx.reclaim, id * DNODE_SIZE as u64, &mut raw)?;
+        let n = crate::object::ObjState::read(
+            guard,
+            &self.ctx.zio,
+            &self.ctx.reclaim,
+            id * DNODE_SIZE as u64,
+            &mut raw,
+            tarn_zio::CachePolicy::All,
+        )?;
         if n < DNODE_SIZE {
             return Err(ObjError::NoObject(id));
         }

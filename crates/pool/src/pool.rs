@@ -724,7 +724,7 @@ impl Drop for Pool {
 fn scrub_block(zio: &Zio, bp: &BlockPtr, result: &mut ScrubResult) {
     result.blocks += 1;
     result.bytes += bp.psize as u64;
-    if zio.read(bp).is_err() {
+    if zio.read_from_devices(bp).is_err() {
         result.errors += 1;
     }
 }
@@ -872,7 +872,7 @@ fn walk_tree(
             f(&bp, Ok(()));
             continue;
         }
-        let bytes = match zio.read(&bp) {
+        let bytes = match zio.read_from_devices(&bp) {
             Ok(b) => b,
             Err(e) => {
                 f(&bp, Err(e));

@@ -5,10 +5,12 @@
 //! (raw blocks start on a sector boundary so a raw 16 KiB page is one 16 KiB read), write
 //! each run with one I/O, and hand back the block pointers.
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 use rayon::prelude::*;
 use tarn_alloc::{Run, SpaceMap};
+use tarn_arc::{ArcCache, BlockKey, Class};
 use tarn_vdev::{VdevError, VdevTree};
 
 use crate::{BlockPtr, BlockType, ChecksumKind, Compression};
@@ -62,6 +64,30 @@ pub struct Zio {
     free: Vec<AtomicU64>,
     next_top: AtomicUsize,
     pub stats: ZioStats,
+    /// Verified physical blocks kept in RAM (compressed, as on disk).
+    pub arc: ArcCache,
+}
+
+/// Which blocks a read may leave in the ARC (the `primarycache` property).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CachePolicy {
+    All,
+    Metadata,
+    None,
+}
+
+impl CachePolicy {
+    fn admits(self, block_type: BlockType) -> bool {
+        match self {
+            CachePolicy::All => true,
+            CachePolicy::Metadata => block_type != BlockType::Data,
+            CachePolicy::None => false,
+        }
+    }
+}
+
+fn arc_key(bp: &BlockPtr) -> BlockKey {
+    BlockKey { vdev: bp.vdev, offset: bp.offset, birth: bp.birth }
 }
 
 /// One block after compression and checksum, before placement.
@@ -86,7 +112,14 @@ impl Zio {
     pub fn new(vdevs: VdevTree) -> Zio {
         let maps = vdevs.tops.iter().map(|t| Mutex::new(SpaceMap::new(t.asize, t.ashift))).collect();
         let free = vdevs.tops.iter().map(|_| AtomicU64::new(0)).collect();
-        Zio { vdevs, maps, free, next_top: AtomicUsize::new(0), stats: ZioStats::default() }
+        Zio {
+            vdevs,
+            maps,
+            free,
+            next_top: AtomicUsize::new(0),
+            stats: ZioStats::default(),
+            arc: ArcCache::new(ArcCache::default_max()),
+        }
     }
 
     /// Runs `f` on vdev `top`'s space map and refreshes its free-byte mirror.
@@ -243,6 +276,15 @@ impl Zio {
         Ok(())
     }
 
+    /// Reads a block from the devices themselves, past the ARC (scrub, import walk):
+    /// verifies every copy it touches and repairs mirrors.
+    pub fn read_from_devices(&self, bp: &BlockPtr) -> Result<Vec<u8>, ZioError> {
+        self.check_bounds(bp)?;
+        let mut out = vec![0u8; bp.lsize as usize];
+        self.read_from_disk(bp, &mut out, CachePolicy::None)?;
+        Ok(out)
+    }
+
     /// Reads and verifies a block; returns its logical bytes.
     pub fn read(&self, bp: &BlockPtr) -> Result<Vec<u8>, ZioError> {
         let mut out = vec![0u8; bp.lsize as usize];
@@ -250,13 +292,33 @@ impl Zio {
         Ok(out)
     }
 
-    /// Reads and verifies a block into `out` (exactly `lsize` bytes).
+    /// Reads and verifies a block into `out` (exactly `lsize` bytes), through the ARC.
     pub fn read_into(&self, bp: &BlockPtr, out: &mut [u8]) -> Result<(), ZioError> {
+        self.read_cached(bp, out, CachePolicy::All)
+    }
+
+    /// Like `read_into`, leaving the block in the ARC only if `policy` admits it.
+    pub fn read_cached(&self, bp: &BlockPtr, out: &mut [u8], policy: CachePolicy) -> Result<(), ZioError> {
         self.check_bounds(bp)?;
+        if let Some(phys) = self.arc.get(&arc_key(bp)) {
+            return bp.compression.decompress(&phys, out).map_err(ZioError::Corrupt);
+        }
+        self.read_from_disk(bp, out, policy)
+    }
+
+    fn read_from_disk(&self, bp: &BlockPtr, out: &mut [u8], policy: CachePolicy) -> Result<(), ZioError> {
         assert_eq!(out.len(), bp.lsize as usize, "read buffer must be the logical size");
         let top = &self.vdevs.tops[bp.vdev as usize];
         let verify = |d: &[u8]| bp.checksum_kind.digest(d) == bp.checksum;
-        SCRATCH.with_borrow_mut(|scratch| self.read_verified(top, bp, &verify, scratch, out))
+        SCRATCH.with_borrow_mut(|scratch| {
+            let range = self.read_verified(top, bp, &verify, scratch)?;
+            let phys = &scratch[range];
+            if policy.admits(bp.block_type) {
+                let class = if bp.block_type == BlockType::Data { Class::Data } else { Class::Metadata };
+                self.arc.insert(arc_key(bp), Arc::from(phys), bp.lsize, class);
+            }
+            bp.compression.decompress(phys, out).map_err(ZioError::Corrupt)
+        })
     }
 
     fn read_verified(
@@ -265,8 +327,7 @@ impl Zio {
         bp: &BlockPtr,
         verify: &dyn Fn(&[u8]) -> bool,
         scratch: &mut Vec<u8>,
-        out: &mut [u8],
-    ) -> Result<(), ZioError> {
+    ) -> Result<std::ops::Range<usize>, ZioError> {
         let range = top.read(bp.offset, bp.psize as usize, verify, scratch).map_err(|e| match e {
             VdevError::Checksum { .. } => {
                 self.stats.checksum_errors.fetch_add(1, Ordering::Relaxed);
@@ -276,11 +337,12 @@ impl Zio {
         })?;
         self.stats.blocks_read.fetch_add(1, Ordering::Relaxed);
         self.stats.physical_bytes_read.fetch_add(range.len() as u64, Ordering::Relaxed);
-        bp.compression.decompress(&scratch[range], out).map_err(ZioError::Corrupt)
+        Ok(range)
     }
 
     /// Drops the block's bytes from its space map; its sectors wait for the txg commit.
     pub fn free(&self, bp: &BlockPtr) {
+        self.arc.remove(&arc_key(bp));
         self.with_map(bp.vdev as usize, |m| m.free(bp.offset, bp.psize as u64));
     }
 

@@ -1,0 +1,354 @@
+//! arc — the adaptive replacement cache: blocks kept in RAM as they are on disk
+//! (compressed), under a byte budget `arc_max`.
+//!
+//! Owns: the four ARC lists — T1 (seen once, recently), T2 (seen at least twice), and
+//! their ghosts B1/B2 (keys only, of blocks recently evicted from T1/T2) — and the target
+//! `p` for T1's share, which ghost hits steer: a hit in B1 says "recency deserved more
+//! room", a hit in B2 says "frequency did". Counters in the spirit of ZFS's arcstats.
+//!
+//! Promises: resident bytes never exceed `arc_max` after an insert returns; a one-time
+//! scan only cycles through T1 and leaves the frequently used set in T2 alone; a block is
+//! keyed by its identity (vdev, offset, birth txg), so a rewritten block never hits a
+//! stale copy.
+//!
+//! Must never: hold data that was not verified (callers insert only checksummed bytes),
+//! or be needed for correctness — losing the cache costs speed, never data.
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use hashlink::LinkedHashMap;
+use parking_lot::Mutex;
+
+/// A block's identity: where it lives and when it was born.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct BlockKey {
+    pub vdev: u16,
+    pub offset: u64,
+    pub birth: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Class {
+    Data,
+    Metadata,
+}
+
+struct Entry {
+    bytes: Arc<[u8]>,
+    lsize: u32,
+    class: Class,
+}
+
+#[derive(Default)]
+struct Lists {
+    t1: LinkedHashMap<BlockKey, Entry>,
+    t2: LinkedHashMap<BlockKey, Entry>,
+    b1: LinkedHashMap<BlockKey, u64>,
+    b2: LinkedHashMap<BlockKey, u64>,
+    t1_bytes: u64,
+    t2_bytes: u64,
+    b1_bytes: u64,
+    b2_bytes: u64,
+    /// Target bytes for T1.
+    p: u64,
+    /// The budget (arc_max).
+    c: u64,
+    logical_bytes: u64,
+    data_bytes: u64,
+    metadata_bytes: u64,
+}
+
+/// Counters; read them with `ArcCache::snapshot`.
+#[derive(Default)]
+pub struct Counters {
+    pub hits: AtomicU64,
+    pub misses: AtomicU64,
+    pub t1_hits: AtomicU64,
+    pub t2_hits: AtomicU64,
+    pub ghost_b1_hits: AtomicU64,
+    pub ghost_b2_hits: AtomicU64,
+    pub evictions: AtomicU64,
+    pub inserts: AtomicU64,
+}
+
+/// A consistent view of the cache for `tarn stats arc` and Prometheus.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct ArcSnapshot {
+    pub hits: u64,
+    pub misses: u64,
+    pub recency_hits: u64,
+    pub frequency_hits: u64,
+    pub ghost_recency_hits: u64,
+    pub ghost_frequency_hits: u64,
+    pub evictions: u64,
+    pub size: u64,
+    pub target_recency: u64,
+    pub max: u64,
+    pub recency_size: u64,
+    pub frequency_size: u64,
+    pub ghost_recency_size: u64,
+    pub ghost_frequency_size: u64,
+    pub compressed_size: u64,
+    pub logical_size: u64,
+    pub data_size: u64,
+    pub metadata_size: u64,
+    pub blocks: u64,
+}
+
+pub struct ArcCache {
+    lists: Mutex<Lists>,
+    pub counters: Counters,
+}
+
+impl ArcCache {
+    pub fn new(max_bytes: u64) -> ArcCache {
+        let lists = Lists { c: max_bytes, p: max_bytes / 2, ..Default::default() };
+        ArcCache { lists: Mutex::new(lists), counters: Counters::default() }
+    }
+
+    /// A default budget: a quarter of the machine's memory.
+    pub fn default_max() -> u64 {
+        (total_memory() / 4).max(64 << 20)
+    }
+
+    pub fn max(&self) -> u64 {
+        self.lists.lock().c
+    }
+
+    /// Changes the budget at run time; shrinking evicts at once.
+    pub fn set_max(&self, bytes: u64) {
+        let mut l = self.lists.lock();
+        l.c = bytes;
+        l.p = l.p.min(bytes);
+        let evicted = l.make_room(0, false);
+        l.trim_ghosts();
+        self.counters.evictions.fetch_add(evicted, Ordering::Relaxed);
+    }
+
+    /// The cached physical bytes of `key`, promoting it (T1 → T2, or to T2's MRU end).
+    pub fn get(&self, key: &BlockKey) -> Option<Arc<[u8]>> {
+        let mut l = self.lists.lock();
+        if let Some(e) = l.t1.remove(key) {
+            let bytes = e.bytes.clone();
+            let size = e.bytes.len() as u64;
+            l.t1_bytes -= size;
+            l.t2_bytes += size;
+            l.t2.insert(*key, e);
+            drop(l);
+            self.hit(&self.counters.t1_hits);
+            return Some(bytes);
+        }
+        if let Some(e) = l.t2.to_back(key) {
+            let bytes = e.bytes.clone();
+            drop(l);
+            self.hit(&self.counters.t2_hits);
+            return Some(bytes);
+        }
+        drop(l);
+        self.counters.misses.fetch_add(1, Ordering::Relaxed);
+        None
+    }
+
+    fn hit(&self, list: &AtomicU64) {
+        self.counters.hits.fetch_add(1, Ordering::Relaxed);
+        list.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Caches a block just read (and verified) from disk.
+    pub fn insert(&self, key: BlockKey, bytes: Arc<[u8]>, lsize: u32, class: Class) {
+        let size = bytes.len() as u64;
+        let mut l = self.lists.lock();
+        if size > l.c || l.t1.contains_key(&key) || l.t2.contains_key(&key) {
+            return;
+        }
+        let entry = Entry { bytes, lsize, class };
+        let evicted = if let Some(ghost) = l.b1.remove(&key) {
+            // Recency was evicted too early: give T1 more room.
+            l.b1_bytes -= ghost;
+            let step = size * (l.b2_bytes / l.b1_bytes.max(1)).max(1);
+            l.p = (l.p + step).min(l.c);
+            self.counters.ghost_b1_hits.fetch_add(1, Ordering::Relaxed);
+            let n = l.make_room(size, false);
+            l.add_t2(key, entry);
+            n
+        } else if let Some(ghost) = l.b2.remove(&key) {
+            // Frequency was evicted too early: give T2 more room.
+            l.b2_bytes -= ghost;
+            let step = size * (l.b1_bytes / l.b2_bytes.max(1)).max(1);
+            l.p = l.p.saturating_sub(step);
+            self.counters.ghost_b2_hits.fetch_add(1, Ordering::Relaxed);
+            let n = l.make_room(size, true);
+            l.add_t2(key, entry);
+            n
+        } else {
+            let n = l.make_room(size, false);
+            l.add_t1(key, entry);
+            n
+        };
+        l.trim_ghosts();
+        debug_assert!(l.t1_bytes + l.t2_bytes <= l.c, "ARC over budget");
+        drop(l);
+        self.counters.inserts.fetch_add(1, Ordering::Relaxed);
+        self.counters.evictions.fetch_add(evicted, Ordering::Relaxed);
+    }
+
+    /// Forgets a block whose space was freed.
+    pub fn remove(&self, key: &BlockKey) {
+        let mut l = self.lists.lock();
+        if let Some(e) = l.t1.remove(key) {
+            l.t1_bytes -= e.bytes.len() as u64;
+            l.account(&e, false);
+        } else if let Some(e) = l.t2.remove(key) {
+            l.t2_bytes -= e.bytes.len() as u64;
+            l.account(&e, false);
+        } else if let Some(g) = l.b1.remove(key) {
+            l.b1_bytes -= g;
+        } else if let Some(g) = l.b2.remove(key) {
+            l.b2_bytes -= g;
+        }
+    }
+
+    pub fn snapshot(&self) -> ArcSnapshot {
+        let l = self.lists.lock();
+        let c = &self.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        ArcSnapshot {
+            hits: get(&c.hits),
+            misses: get(&c.misses),
+            recency_hits: get(&c.t1_hits),
+            frequency_hits: get(&c.t2_hits),
+            ghost_recency_hits: get(&c.ghost_b1_hits),
+            ghost_frequency_hits: get(&c.ghost_b2_hits),
+            evictions: get(&c.evictions),
+            size: l.t1_bytes + l.t2_bytes,
+            target_recency: l.p,
+            max: l.c,
+            recency_size: l.t1_bytes,
+            frequency_size: l.t2_bytes,
+            ghost_recency_size: l.b1_bytes,
+            ghost_frequency_size: l.b2_bytes,
+            compressed_size: l.t1_bytes + l.t2_bytes,
+            logical_size: l.logical_bytes,
+            data_size: l.data_bytes,
+            metadata_size: l.metadata_bytes,
+            blocks: (l.t1.len() + l.t2.len()) as u64,
+        }
+    }
+}
+
+impl ArcSnapshot {
+    /// The counters as Prometheus text exposition.
+    pub fn prometheus(&self) -> String {
+        let mut out = String::new();
+        for (name, value) in self.fields() {
+            let kind = if name.ends_with("hits") || name == "misses" || name == "evictions" { "counter" } else { "gauge" };
+            out.push_str(&format!("# TYPE tarn_arc_{name} {kind}\ntarn_arc_{name} {value}\n"));
+        }
+        out
+    }
+}
+
+impl Lists {
+    fn account(&mut self, e: &Entry, add: bool) {
+        let size = e.bytes.len() as u64;
+        let class = match e.class {
+            Class::Data => &mut self.data_bytes,
+            Class::Metadata => &mut self.metadata_bytes,
+        };
+        if add {
+            *class += size;
+            self.logical_bytes += e.lsize as u64;
+        } else {
+            *class -= size;
+            self.logical_bytes -= e.lsize as u64;
+        }
+    }
+
+    fn add_t1(&mut self, key: BlockKey, e: Entry) {
+        self.t1_bytes += e.bytes.len() as u64;
+        self.account(&e, true);
+        self.t1.insert(key, e);
+    }
+
+    fn add_t2(&mut self, key: BlockKey, e: Entry) {
+        self.t2_bytes += e.bytes.len() as u64;
+        self.account(&e, true);
+        self.t2.insert(key, e);
+    }
+
+    /// Evicts until `incoming` more bytes fit: from T1 while it is over its target (or
+    /// exactly at it after a B2 ghost hit), else from T2. Returns how many were evicted.
+    fn make_room(&mut self, incoming: u64, after_b2_hit: bool) -> u64 {
+        let mut n = 0;
+        while self.t1_bytes + self.t2_bytes + incoming > self.c {
+            let from_t1 = !self.t1.is_empty()
+                && (self.t1_bytes > self.p || (after_b2_hit && self.t1_bytes == self.p) || self.t2.is_empty());
+            let (key, e) = if from_t1 { self.t1.pop_front() } else { self.t2.pop_front() }.expect("a non-empty list");
+            let size = e.bytes.len() as u64;
+            self.account(&e, false);
+            if from_t1 {
+                self.t1_bytes -= size;
+                self.b1.insert(key, size);
+                self.b1_bytes += size;
+            } else {
+                self.t2_bytes -= size;
+                self.b2.insert(key, size);
+                self.b2_bytes += size;
+            }
+            n += 1;
+        }
+        n
+    }
+
+    /// Ghosts remember at most `c` bytes each side: |T1|+|B1| <= c, total <= 2c.
+    fn trim_ghosts(&mut self) {
+        while self.t1_bytes + self.b1_bytes > self.c {
+            let Some((_, g)) = self.b1.pop_front() else { break };
+            self.b1_bytes -= g;
+        }
+        while self.t1_bytes + self.t2_bytes + self.b1_bytes + self.b2_bytes > 2 * self.c {
+            let Some((_, g)) = self.b2.pop_front() else { break };
+            self.b2_bytes -= g;
+        }
+    }
+}
+
+/// Physical memory in bytes, from /proc/meminfo (1 GiB if it cannot be read).
+fn total_memory() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map_or(1 << 30, |kb| kb * 1024)
+}
+
+impl ArcSnapshot {
+    /// (name, value) of every counter and size, in declaration order.
+    pub fn fields(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("hits", self.hits),
+            ("misses", self.misses),
+            ("recency_hits", self.recency_hits),
+            ("frequency_hits", self.frequency_hits),
+            ("ghost_recency_hits", self.ghost_recency_hits),
+            ("ghost_frequency_hits", self.ghost_frequency_hits),
+            ("evictions", self.evictions),
+            ("size", self.size),
+            ("target_recency", self.target_recency),
+            ("max", self.max),
+            ("recency_size", self.recency_size),
+            ("frequency_size", self.frequency_size),
+            ("ghost_recency_size", self.ghost_recency_size),
+            ("ghost_frequency_size", self.ghost_frequency_size),
+            ("compressed_size", self.compressed_size),
+            ("logical_size", self.logical_size),
+            ("data_size", self.data_size),
+            ("metadata_size", self.metadata_size),
+            ("blocks", self.blocks),
+        ]
+    }
+}
