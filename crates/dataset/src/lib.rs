@@ -22,6 +22,7 @@ use parking_lot::{Mutex, RwLock};
 use tarn_objects::{DirEntry, Dnode, ObjError, ObjSet, ObjState, ObjType, Object, SyncPolicy, Timespec};
 use tarn_txg::TxgError;
 use tarn_zio::ZioError;
+use tarn_zil::{Op, Zil};
 
 pub use props::{Effective, SyncMode};
 
@@ -185,6 +186,8 @@ pub struct Dataset {
     eff: RwLock<Effective>,
     ns: Mutex<()>,
     space: Arc<dyn SpaceOracle>,
+    /// The pool's intent log: every change is queued there, fsync commits the queue.
+    zil: Arc<Zil>,
     pub used_physical: AtomicU64,
     pub used_logical: AtomicU64,
     opens: Mutex<HashMap<u64, u32>>,
@@ -214,13 +217,21 @@ fn mode_with_type(kind: FileKind, mode: u32) -> u32 {
 }
 
 impl Dataset {
-    pub fn new(id: u64, os: ObjSet, eff: Effective, space: Arc<dyn SpaceOracle>, unlinked: Vec<u64>) -> Dataset {
+    pub fn new(
+        id: u64,
+        os: ObjSet,
+        eff: Effective,
+        space: Arc<dyn SpaceOracle>,
+        zil: Arc<Zil>,
+        unlinked: Vec<u64>,
+    ) -> Dataset {
         Dataset {
             id,
             os,
             eff: RwLock::new(eff),
             ns: Mutex::new(()),
             space,
+            zil,
             used_physical: AtomicU64::new(0),
             used_logical: AtomicU64::new(0),
             opens: Mutex::new(HashMap::new()),
@@ -258,6 +269,14 @@ impl Dataset {
 
     fn hold(&self, bytes: u64) -> Result<tarn_txg::TxgHold<'_>, FsError> {
         Ok(self.os.ctx().txg.hold(bytes)?)
+    }
+
+    /// Queues a change in the intent log (unless `sync=disabled`, where nothing waits
+    /// for it).
+    fn log(&self, txg: u64, op: Op) {
+        if self.eff.read().sync != SyncMode::Disabled {
+            self.zil.log(txg, self.id, op);
+        }
     }
 
     pub fn getattr(&self, ino: u64) -> Result<Attr, FsError> {
@@ -315,7 +334,14 @@ impl Dataset {
         if kind == FileKind::Dir {
             d.nlink = 2;
         }
+        let rdev = d.rdev;
+        let full_mode = d.mode;
         let obj = self.os.alloc(d);
+        let target = if let NewObject::Symlink(t) = what { t.to_vec() } else { Vec::new() };
+        self.log(
+            hold.txg,
+            Op::Create { parent: dir, obj: obj.id, kind: kind.obj_type() as u8, mode: full_mode, uid, gid, rdev, name: name.to_vec(), target },
+        );
         {
             let mut st = obj.lock();
             match what {
@@ -371,6 +397,7 @@ impl Dataset {
         }
         entries.insert(newname.to_vec(), DirEntry { obj: ino, obj_type: kind });
         touch_dir(&mut dst, hold.txg);
+        self.log(hold.txg, Op::Link { obj: ino, dir: newdir, name: newname.to_vec() });
         drop(dst);
         self.os.mark_dirty(newdir);
         let mut st = obj.lock();
@@ -403,6 +430,7 @@ impl Dataset {
         if is_dir && !self.dir_is_empty(entry.obj)? {
             return Err(FsError::NotEmpty);
         }
+        self.log(hold.txg, Op::Remove { parent: dir, name: name.to_vec(), is_dir });
         self.drop_entry(dir, name, is_dir, hold.txg)?;
         self.drop_link(entry.obj, is_dir, hold.txg)
     }
@@ -453,6 +481,9 @@ impl Dataset {
         let _ns = self.ns.lock();
         let src = self.entry(sdir, sname)?.ok_or(FsError::NotFound)?;
         let src_is_dir = src.obj_type == ObjType::Dir;
+        if src_is_dir && sdir != ddir && self.is_ancestor(src.obj, ddir)? {
+            return Err(FsError::Invalid("cannot move a directory into itself".into()));
+        }
         if let Some(dst) = self.entry(ddir, dname)? {
             if dst.obj == src.obj {
                 return Ok(());
@@ -469,11 +500,11 @@ impl Dataset {
             if dst_is_dir && !self.dir_is_empty(dst.obj)? {
                 return Err(FsError::NotEmpty);
             }
+            self.log_rename(hold.txg, sdir, sname, ddir, dname, noreplace);
             self.drop_entry(ddir, dname, dst_is_dir, hold.txg)?;
             self.drop_link(dst.obj, dst_is_dir, hold.txg)?;
-        }
-        if src_is_dir && sdir != ddir && self.is_ancestor(src.obj, ddir)? {
-            return Err(FsError::Invalid("cannot move a directory into itself".into()));
+        } else {
+            self.log_rename(hold.txg, sdir, sname, ddir, dname, noreplace);
         }
         self.drop_entry(sdir, sname, src_is_dir, hold.txg)?;
         let d = self.os.get(ddir)?;
@@ -493,6 +524,10 @@ impl Dataset {
         drop(mst);
         self.os.mark_dirty(src.obj);
         Ok(())
+    }
+
+    fn log_rename(&self, txg: u64, sdir: u64, sname: &[u8], ddir: u64, dname: &[u8], noreplace: bool) {
+        self.log(txg, Op::Rename { sdir, sname: sname.to_vec(), ddir, dname: dname.to_vec(), noreplace });
     }
 
     /// True if `dir` is `ancestor` or lies below it.
@@ -520,7 +555,10 @@ impl Dataset {
                 self.space.reserve(0)?;
             }
             st.truncate(self.zio(), hold.txg, size)?;
+            self.log(hold.txg, Op::Truncate { obj: ino, size });
         }
+        let ts = |t: Option<Timespec>| t.map(|t| (t.sec, t.nsec));
+        self.log(hold.txg, Op::SetAttr { obj: ino, mode: set.mode, uid: set.uid, gid: set.gid, atime: ts(set.atime), mtime: ts(set.mtime) });
         if let Some(mode) = set.mode {
             st.dnode.mode = (st.dnode.mode & libc::S_IFMT) | (mode & 0o7777);
         }
@@ -570,11 +608,14 @@ impl Dataset {
             }
             st.write(self.zio(), hold.txg, off, data, eff.recordsize)?;
             drop(st);
+            if eff.sync != SyncMode::Disabled {
+                self.zil.log_write(hold.txg, self.id, ino, off, data);
+            }
             self.os.mark_dirty(ino);
             hold.txg
         };
         if eff.sync == SyncMode::Always {
-            self.os.ctx().txg.wait_synced(txg)?;
+            self.commit_log(txg)?;
         }
         Ok(data.len())
     }
@@ -586,6 +627,7 @@ impl Dataset {
         let mut st = obj.lock();
         st.punch_hole(self.zio(), hold.txg, off, len)?;
         drop(st);
+        self.log(hold.txg, Op::PunchHole { obj: ino, offset: off, len });
         self.os.mark_dirty(ino);
         Ok(())
     }
@@ -596,7 +638,19 @@ impl Dataset {
             return Ok(());
         }
         let txg = self.os.get(ino)?.lock().last_dirty_txg;
-        Ok(self.os.ctx().txg.wait_synced(txg)?)
+        self.commit_log(txg)
+    }
+
+    /// Makes everything changed so far durable: one intent-log write (shared with
+    /// concurrent callers); if the log cannot be written, a txg commit instead.
+    fn commit_log(&self, txg: u64) -> Result<(), FsError> {
+        if self.os.ctx().txg.synced() >= txg {
+            return Ok(());
+        }
+        match self.zil.commit() {
+            Ok(()) => Ok(()),
+            Err(_) => Ok(self.os.ctx().txg.wait_synced(txg)?),
+        }
     }
 
     /// An open handle keeps an unlinked file's data alive until its release.

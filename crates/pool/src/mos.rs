@@ -7,7 +7,10 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use tarn_objects::{Dnode, DNODE_SIZE};
 
-pub const MOS_VERSION: u32 = 1;
+/// Version 2 added `zil` (the intent log's head). Version 1 roots are read as having
+/// an empty log.
+pub const MOS_VERSION: u32 = 2;
+const OLDEST_READABLE: u32 = 1;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Mos {
@@ -18,6 +21,9 @@ pub struct Mos {
     pub datasets: Vec<DatasetRecord>,
     /// Leaf guid → [read, write, checksum] error counts since the last `pool clear`.
     pub errors: BTreeMap<String, [u64; 3]>,
+    /// Where intent-log replay starts (version 2 on).
+    #[serde(default)]
+    pub zil: Option<tarn_zil::LogHead>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -69,12 +75,44 @@ impl Mos {
             version: u32,
         }
         let v: VersionOnly = serde_json::from_slice(bytes).map_err(|e| format!("pool root block is malformed: {e}"))?;
-        if v.version != MOS_VERSION {
+        if !(OLDEST_READABLE..=MOS_VERSION).contains(&v.version) {
             return Err(format!(
                 "pool root format version {} is not supported (this tarn reads {MOS_VERSION}); upgrade tarn",
                 v.version
             ));
         }
         serde_json::from_slice(bytes).map_err(|e| format!("pool root block is malformed: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(version: u32) -> Mos {
+        Mos {
+            version,
+            pool_name: "tank".into(),
+            pool_guid: 1,
+            next_dataset_id: 1,
+            datasets: Vec::new(),
+            errors: BTreeMap::new(),
+            zil: None,
+        }
+    }
+
+    #[test]
+    fn a_version_1_root_without_a_log_head_is_read() {
+        let mut v1 = serde_json::to_value(sample(1)).unwrap();
+        v1.as_object_mut().unwrap().remove("zil");
+        let mos = Mos::decode(&serde_json::to_vec(&v1).unwrap()).unwrap();
+        assert_eq!(mos.version, 1);
+        assert!(mos.zil.is_none());
+    }
+
+    #[test]
+    fn an_unknown_version_is_refused_with_the_fix() {
+        let err = Mos::decode(&sample(MOS_VERSION + 1).encode()).unwrap_err();
+        assert!(err.contains("not supported") && err.contains("upgrade tarn"), "{err}");
     }
 }

@@ -1,5 +1,7 @@
 //! The pool itself: create, import, export, datasets and properties, status, scrub, and
 //! the txg sync (`SyncTarget`).
+
+mod replay;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,6 +17,7 @@ use tarn_vdev::{
     TopVdev, TreeConfig, Uberblock, VdevError, VdevTree,
 };
 use tarn_zio::{BlockPtr, BlockType, ChecksumKind, Compression, PendingBlock, Zio, ZioError};
+use tarn_zil::Zil;
 
 use crate::mos::{dnode_hex, DatasetRecord, Mos, MOS_VERSION};
 
@@ -107,6 +110,9 @@ struct Inner {
     frozen: Mutex<Option<Frozen>>,
     quiesce_error: Mutex<Option<String>>,
     mos_bp: Mutex<Option<BlockPtr>>,
+    zil: Arc<Zil>,
+    /// What import found in the intent log, for the user.
+    replay_report: Mutex<Option<String>>,
 }
 
 pub struct Pool {
@@ -273,15 +279,16 @@ impl Pool {
         vdevs.write_labels(&label)?;
         let zio = Arc::new(Zio::new(vdevs));
         zio.finish_load();
-        let pool = Pool::assemble(label, zio, 0, opts.txg.clone(), 1);
+        let pool = Pool::assemble(label, zio, 0, opts.txg.clone(), 1, 1);
         pool.add_dataset(name, 1, BTreeMap::new(), None, 1, Vec::new(), now_secs())?.init_root()?;
         pool.start();
         pool.sync()?;
         Ok(pool)
     }
 
-    fn assemble(label: Label, zio: Arc<Zio>, last_txg: u64, txg_cfg: TxgConfig, next_ds: u64) -> Pool {
+    fn assemble(label: Label, zio: Arc<Zio>, last_txg: u64, txg_cfg: TxgConfig, next_ds: u64, zil_seq: u64) -> Pool {
         let txg = Arc::new(TxgEngine::new(last_txg, txg_cfg));
+        let zil = Arc::new(Zil::new(zio.clone(), label.pool_guid, zil_seq));
         let ctx = Arc::new(Ctx { zio, txg, reclaim: RwLock::new(()) });
         Pool {
             inner: Arc::new(Inner {
@@ -295,6 +302,8 @@ impl Pool {
                 frozen: Mutex::new(None),
                 quiesce_error: Mutex::new(None),
                 mos_bp: Mutex::new(None),
+                zil,
+                replay_report: Mutex::new(None),
             }),
             sync_thread: Mutex::new(None),
         }
@@ -319,7 +328,8 @@ impl Pool {
         let os = ObjSet::open(self.inner.ctx.clone(), meta, next_obj);
         let space = Arc::new(PoolSpace { zio: self.inner.ctx.zio.clone(), txg: self.inner.ctx.txg.clone() });
         let meta = DsMeta { id, props, creation };
-        let ds = Arc::new(Dataset::new(id, os, Effective::from_values(|_| String::new()), space, unlinked));
+        let eff = Effective::from_values(|_| String::new());
+        let ds = Arc::new(Dataset::new(id, os, eff, space, self.inner.zil.clone(), unlinked));
         self.inner.datasets.write().insert(name.to_string(), (meta, ds.clone()));
         self.refresh_effective();
         Ok(ds)
@@ -355,10 +365,15 @@ impl Pool {
         ubs.dedup_by_key(|u| u.txg);
         let zio = Arc::new(Zio::new(vdevs));
         let (ub, mos, mos_bp) = newest_loadable(&zio, &ubs).map_err(|detail| PoolError::CannotImport { pool: pool_name.clone(), detail })?;
-        let pool = Pool::assemble(label, zio.clone(), ub.txg, opts.txg.clone(), mos.next_dataset_id);
+        let chained = mos.zil.map(|head| tarn_zil::read_chain(&zio, label.pool_guid, &head, ub.txg));
+        let zil_seq = chained.as_ref().map_or(1, |c| c.end_seq + 1);
+        let pool = Pool::assemble(label, zio.clone(), ub.txg, opts.txg.clone(), mos.next_dataset_id, zil_seq);
         *pool.inner.mos_bp.lock() = Some(mos_bp);
         restore_error_counters(&zio.vdevs, &mos);
         zio.claim(&mos_bp)?;
+        for e in chained.iter().flat_map(|c| &c.blocks) {
+            zio.claim_extent(e)?;
+        }
         for rec in &mos.datasets {
             let meta = rec.meta().map_err(|e| PoolError::CannotImport { pool: pool_name.clone(), detail: e })?;
             let ds = pool.add_dataset(&rec.name, rec.id, rec.props.clone(), meta.clone(), rec.next_obj, rec.unlinked.clone(), rec.creation)?;
@@ -374,6 +389,8 @@ impl Pool {
             zio.vdevs.write_labels(&active)?;
         }
         pool.start();
+        let chained = chained.unwrap_or_else(|| tarn_zil::Chained { records: Vec::new(), blocks: Vec::new(), end_seq: 1, end: String::new() });
+        pool.replay_log(chained, ub.txg)?;
         for (_, ds) in pool.inner.datasets.read().values() {
             ds.reclaim_unlinked()?;
         }
@@ -926,7 +943,13 @@ impl Inner {
         for meta in &frozen.destroyed {
             walk_objset(zio, Some(meta), false, &mut |bp, _| zio.free(bp));
         }
-        let mos = self.build_mos(frozen).encode();
+        let (head, obsolete) = self.zil.head_for_txg(txg).map_err(|e| PoolError::Config(format!("intent log: {e}")))?;
+        for e in &obsolete {
+            zio.free_extent(e);
+        }
+        let mut mos = self.build_mos(frozen);
+        mos.zil = Some(head);
+        let mos = mos.encode();
         let block = PendingBlock {
             data: &mos,
             compression: Compression::Lz4,
@@ -949,6 +972,7 @@ impl Inner {
         zio.vdevs.write_uberblock(&ub)?;
         let _exclusive = self.ctx.reclaim.write();
         zio.release_deferred();
+        self.zil.txg_committed(txg);
         Ok(())
     }
 
@@ -983,6 +1007,7 @@ impl Inner {
             next_dataset_id: frozen.next_dataset_id,
             datasets,
             errors,
+            zil: None,
         }
     }
 }

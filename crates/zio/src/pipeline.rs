@@ -68,6 +68,14 @@ pub struct Zio {
     pub arc: ArcCache,
 }
 
+/// A run of whole sectors outside any block tree (an intent-log block).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Extent {
+    pub vdev: u16,
+    pub offset: u64,
+    pub len: u64,
+}
+
 /// Which blocks a read may leave in the ARC (the `primarycache` property).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CachePolicy {
@@ -351,6 +359,69 @@ impl Zio {
         for top in 0..self.maps.len() {
             self.with_map(top, |m| m.release_deferred());
         }
+    }
+
+    /// Allocates `bytes` (rounded up to whole sectors) outside any block tree, for an
+    /// intent-log block. The extent is live until `free_extent`.
+    pub fn alloc_extent(&self, bytes: u64) -> Result<Extent, ZioError> {
+        let n = self.maps.len();
+        let start = self.next_top.fetch_add(1, Ordering::Relaxed);
+        for k in 0..n {
+            let top = (start + k) % n;
+            let sector = self.sector(top);
+            let sectors = bytes.div_ceil(sector);
+            let got = self.with_map(top, |m| {
+                let run = m.alloc_run(sectors, sectors)?;
+                m.claim(run.first * sector, sectors * sector);
+                Some(run)
+            });
+            if let Some(run) = got {
+                return Ok(Extent { vdev: top as u16, offset: run.first * sector, len: sectors * sector });
+            }
+        }
+        Err(ZioError::NoSpace(bytes))
+    }
+
+    /// Marks an extent found at import (a log block) live.
+    pub fn claim_extent(&self, e: &Extent) -> Result<(), ZioError> {
+        self.check_extent(e)?;
+        self.with_map(e.vdev as usize, |m| m.claim(e.offset, e.len));
+        Ok(())
+    }
+
+    /// Frees an extent; like any free, it is reused only after the txg commits.
+    pub fn free_extent(&self, e: &Extent) {
+        self.with_map(e.vdev as usize, |m| m.free(e.offset, e.len));
+    }
+
+    fn check_extent(&self, e: &Extent) -> Result<(), ZioError> {
+        let top = self.vdevs.tops.get(e.vdev as usize).ok_or_else(|| ZioError::Corrupt(format!("vdev {} does not exist", e.vdev)))?;
+        if e.len == 0 || e.offset % top.sector() != 0 || e.len % top.sector() != 0 || e.offset + e.len > top.asize {
+            return Err(ZioError::Corrupt(format!("extent at vdev {} offset {} length {} is not valid", e.vdev, e.offset, e.len)));
+        }
+        Ok(())
+    }
+
+    /// Writes `data` at the start of extent `e` (padded to whole sectors, on every side
+    /// of a mirror). Not flushed.
+    pub fn write_extent(&self, e: &Extent, data: &[u8]) -> Result<(), ZioError> {
+        self.check_extent(e)?;
+        let top = &self.vdevs.tops[e.vdev as usize];
+        let len = (data.len() as u64).next_multiple_of(top.sector());
+        assert!(len <= e.len, "log block larger than its extent");
+        let mut buf = data.to_vec();
+        buf.resize(len as usize, 0);
+        top.write(e.offset, &buf)?;
+        Ok(())
+    }
+
+    /// Reads `len` bytes at the start of extent `e`, from a side whose bytes `verify`
+    /// accepts (a mirror tries every side). The caller checks the content.
+    pub fn read_extent(&self, e: &Extent, len: u64, verify: &dyn Fn(&[u8]) -> bool) -> Result<Vec<u8>, ZioError> {
+        self.check_extent(e)?;
+        let mut scratch = Vec::new();
+        let range = self.vdevs.tops[e.vdev as usize].read(e.offset, len.min(e.len) as usize, verify, &mut scratch)?;
+        Ok(scratch[range].to_vec())
     }
 
     pub fn flush(&self) -> Result<(), ZioError> {
