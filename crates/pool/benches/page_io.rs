@@ -101,10 +101,28 @@ fn main() {
     let tarn_read = pages as f64 / t.elapsed().as_secs_f64();
     let rows = pool.get_properties("bench", Some("compressratio")).expect("props");
 
+    // fsync: a redo-log style 700-byte append made durable, one at a time.
+    const APPENDS: usize = 2000;
+    let rec = vec![b'r'; 700];
+    let t = Instant::now();
+    for i in 0..APPENDS {
+        raw.write_all_at(&rec, (i * rec.len()) as u64).expect("pwrite");
+        raw.sync_data().expect("fdatasync");
+    }
+    let raw_fsync = t.elapsed().as_secs_f64() / APPENDS as f64;
+    let log = ds.create(ROOT_ID, b"redo", NewObject::File, 0o644, 0, 0).expect("create log");
+    let t = Instant::now();
+    for i in 0..APPENDS {
+        ds.write(log.ino, (i * rec.len()) as u64, &rec).expect("append");
+        ds.fsync(log.ino).expect("fsync");
+    }
+    let tarn_fsync = t.elapsed().as_secs_f64() / APPENDS as f64;
+
     println!("16 KiB pages: {pages} random over {} MiB, commit every {PAGES_PER_COMMIT}", file_pages * PAGE as u64 >> 20);
     println!("{:<28} {:>12} {:>12} {:>8}", "", "raw pages/s", "tarn pages/s", "tarn/raw");
     println!("{:<28} {:>12.0} {:>12.0} {:>8.2}", "random write + commit", raw_write, tarn_write, tarn_write / raw_write);
     println!("{:<28} {:>12.0} {:>12.0} {:>8.2}", "random read (cached image)", raw_read, tarn_read, tarn_read / raw_read);
+    println!("{:<28} {:>12.1} {:>12.1} {:>8.2}", "append 700 B + fsync (us)", raw_fsync * 1e6, tarn_fsync * 1e6, tarn_fsync / raw_fsync);
     println!("compressratio {}", rows[0].value);
     drop(ds);
     pool.close().expect("close");
