@@ -280,14 +280,18 @@ fn detach_dead(mountpoint: &Path) {
     }
 }
 
-/// No record names `target`: unmount it only if it is a tarn FUSE mount.
+/// No record names `target`: unmount it only if it is a tarn FUSE mount. fuser's
+/// pure-Rust mount drops the subtype, so a tarn mount shows as type `fuse` with a
+/// dataset name (POOL/DS, no leading '/') as its source.
 fn umount_unrecorded(abs: &Path, target: &str) -> Result<(), MountError> {
     let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let wanted = abs.to_string_lossy();
     let is_tarn = text.lines().any(|l| {
         let fields: Vec<&str> = l.split(' ').collect();
-        let fstype = fields.iter().skip_while(|f| **f != "-").nth(1).copied().unwrap_or("");
-        fields.get(4).is_some_and(|m| unescape_mountinfo(m) == wanted) && fstype == "fuse.tarn"
+        let mut after = fields.iter().skip_while(|f| **f != "-").skip(1);
+        let (fstype, source) = (after.next().copied().unwrap_or(""), after.next().copied().unwrap_or(""));
+        let looks_tarn = fstype == "fuse.tarn" || (fstype == "fuse" && !source.starts_with('/') && source.contains('/'));
+        fields.get(4).is_some_and(|m| unescape_mountinfo(m) == wanted) && looks_tarn
     });
     if !is_tarn {
         return Err(MountError::NotMounted(target.to_string()));
