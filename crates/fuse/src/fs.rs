@@ -40,6 +40,8 @@ use tarn_pool::Pool;
 const TTL: Duration = Duration::from_secs(1);
 /// statfs block size.
 const BLOCK: u32 = 4096;
+/// Longest file name (the dataset's limit too).
+const NAME_MAX: usize = 255;
 /// Largest write the kernel may send in one request.
 const MAX_WRITE: u32 = 1 << 20;
 
@@ -201,6 +203,11 @@ impl Filesystem for TarnFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        // The kernel passes names up to 1024 bytes; POSIX wants ENAMETOOLONG past
+        // NAME_MAX even when nothing by that name could exist.
+        if name.len() > NAME_MAX {
+            return reply.error(Errno::ENAMETOOLONG);
+        }
         match self.ds.lookup(parent.0, name.as_bytes()) {
             Ok(a) => reply.entry(&TTL, &fuse_attr(&a), Generation(0)),
             Err(e) => reply.error(errno(&e)),
