@@ -32,6 +32,9 @@ if ! command -v cargo >/dev/null; then
     [ -f "$HOME/.cargo/env" ] && . "$HOME/.cargo/env"
 fi
 command -v cargo >/dev/null || { echo "setup: cargo not found; install Rust with rustup first" >&2; exit 1; }
+# The POSIX suites the mount tests run (Rust rewrites of pjdfstest and fsx).
+command -v pjdfstest >/dev/null || cargo install --quiet pjdfstest
+command -v fsx >/dev/null || cargo install --quiet fsx
 echo "setup: building the workspace (cargo build --release)"
 cargo build --release --quiet
 
