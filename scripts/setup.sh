@@ -10,7 +10,7 @@ apt_packages=(
     build-essential pkg-config fuse3 libfuse3-dev
     e2fsprogs xfsprogs btrfs-progs btrfs-compsize zfs-fuse
     mariadb-server mariadb-client sysbench fio util-linux procps
-    python3-venv
+    python3-venv sqlite3
 )
 bash scripts/apt-install.sh "${apt_packages[@]}"
 modprobe fuse 2>/dev/null || true
@@ -19,6 +19,9 @@ if ! command -v cargo >/dev/null; then
     [ -f "$HOME/.cargo/env" ] && . "$HOME/.cargo/env"
 fi
 command -v cargo >/dev/null || { echo "setup: cargo not found; install Rust with rustup first" >&2; exit 1; }
+# The POSIX suites the mount tests run (Rust rewrites of pjdfstest and fsx).
+command -v pjdfstest >/dev/null || cargo install --quiet pjdfstest
+command -v fsx >/dev/null || cargo install --quiet fsx
 echo "setup: building the workspace (cargo build --release)"
 cargo build --release --quiet
 

@@ -60,6 +60,20 @@ enum Cmd {
     Cat { target: String },
     /// List a directory of a dataset: tarn ls POOL/DS[:PATH]
     Ls { target: String },
+    /// Mount a dataset with FUSE: tarn mount POOL/DS [MOUNTPOINT] [-f] [--threads N]
+    Mount {
+        dataset: String,
+        /// Default: the dataset's mountpoint property.
+        mountpoint: Option<PathBuf>,
+        /// Stay in the foreground instead of running as a daemon.
+        #[arg(short = 'f')]
+        foreground: bool,
+        /// Threads serving FUSE requests.
+        #[arg(long, default_value_t = 8)]
+        threads: usize,
+    },
+    /// Unmount a dataset, committing everything: tarn umount MOUNTPOINT|POOL/DS
+    Umount { target: String },
 }
 
 #[derive(Args, Clone, Copy)]
@@ -195,6 +209,12 @@ fn run(cmd: Cmd) -> Res {
             let (ds, path) = split_target(&target);
             with_pool_of(ds, |pool| copy::ls(pool, ds, path))
         }
+        Cmd::Mount { dataset, mountpoint, foreground, threads } => {
+            let pool_name = dataset.split('/').next().unwrap_or(&dataset).to_string();
+            let req = tarn_fuse::MountRequest { dataset, mountpoint, foreground, threads };
+            tarn_fuse::mount(req, || open_pool(&pool_name)).map_err(err)
+        }
+        Cmd::Umount { target } => tarn_fuse::umount(&target).map_err(err),
     }
 }
 
@@ -210,6 +230,8 @@ fn split_target(t: &str) -> (&str, &str) {
 /// Opens an imported pool by name from the cache.
 fn open_pool(name: &str) -> Result<Pool, String> {
     let cache = Cache::load()?;
+    // A `tarn mount` daemon holds the devices: say which one and how to release it.
+    tarn_fuse::state::refuse_if_mounted(name).map_err(err)?;
     let entry = cache.get(name)?;
     let pool = Pool::import_paths(&entry.devices, &ImportOptions::default()).map_err(err)?;
     if pool.guid() != entry.guid {

@@ -1,0 +1,150 @@
+//! Test harness for `tarn mount`: a private pool cache and run directory in a temp dir,
+//! the `tarn` binary, and a guard that unmounts and stops its own daemon (by pid) even
+//! when a test fails.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+pub struct Env {
+    pub dir: tempfile::TempDir,
+}
+
+impl Env {
+    /// A fresh environment with pool `tank` (one 512 MiB image) and dataset `tank/db`.
+    /// Fails loudly if FUSE is not usable: these tests must not silently skip.
+    pub fn with_pool(size: &str) -> Env {
+        assert!(
+            Path::new("/dev/fuse").exists(),
+            "FUSE is unavailable (/dev/fuse missing): the mount tests need it (modprobe fuse; run as root)"
+        );
+        let env = Env { dir: tempfile::tempdir().expect("tempdir") };
+        let img = env.path("d0.img");
+        env.ok(&["pool", "create", "tank", img.to_str().expect("utf8"), "--size", size]);
+        env.ok(&["ds", "create", "tank/db"]);
+        env
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub fn run_dir(&self) -> PathBuf {
+        self.path("run")
+    }
+
+    pub fn tarn(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_tarn"))
+            .args(args)
+            .env("TARN_CACHE_FILE", self.path("pools.json"))
+            .env("TARN_RUN_DIR", self.run_dir())
+            .output()
+            .expect("run tarn")
+    }
+
+    /// Runs tarn and asserts success; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.tarn(args);
+        assert!(out.status.success(), "tarn {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Runs tarn, asserts failure with exactly one line on stderr; returns that line.
+    pub fn fails(&self, args: &[&str]) -> String {
+        let out = self.tarn(args);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!out.status.success(), "tarn {args:?} should fail; stdout: {}", String::from_utf8_lossy(&out.stdout));
+        assert_eq!(err.trim_end().lines().count(), 1, "one clear line expected, got: {err}");
+        err
+    }
+
+    /// Mounts `tank/db` on a fresh (or given, empty) directory `name`.
+    pub fn mount(&self, name: &str, extra: &[&str]) -> Mounted<'_> {
+        let mp = self.path(name);
+        std::fs::create_dir_all(&mp).expect("mkdir mountpoint");
+        let mut args = vec!["mount", "tank/db", mp.to_str().expect("utf8")];
+        args.extend_from_slice(extra);
+        let out = self.tarn(&args);
+        assert!(out.status.success(), "tarn mount failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(out.stdout.is_empty() && out.stderr.is_empty(), "mount must print nothing on success");
+        let pid = self.daemon_pid().expect("mount record with the daemon's pid");
+        Mounted { env: self, mp: mp.canonicalize().expect("canonical mountpoint"), pid, done: false }
+    }
+
+    /// The pid in the pool's mount record.
+    pub fn daemon_pid(&self) -> Option<u32> {
+        let text = std::fs::read_to_string(self.run_dir().join("tank.mount")).ok()?;
+        let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+        v["pid"].as_u64().map(|p| p as u32)
+    }
+}
+
+pub struct Mounted<'a> {
+    pub env: &'a Env,
+    pub mp: PathBuf,
+    pub pid: u32,
+    done: bool,
+}
+
+impl<'a> Mounted<'a> {
+    /// Guards a mount made some other way (e.g. from the mountpoint property).
+    pub fn adopt(env: &'a Env, mp: &Path) -> Mounted<'a> {
+        let pid = env.daemon_pid().expect("mount record with the daemon's pid");
+        Mounted { env, mp: mp.canonicalize().expect("canonical mountpoint"), pid, done: false }
+    }
+
+    /// The daemon is already gone (the test stopped it): nothing to clean.
+    pub fn gone(mut self) {
+        assert!(wait_gone(self.pid, Duration::from_secs(30)), "daemon {} still running", self.pid);
+        self.done = true;
+    }
+
+    pub fn p(&self, rel: &str) -> PathBuf {
+        self.mp.join(rel)
+    }
+
+    /// Clean unmount through `tarn umount`; the daemon must be gone afterwards.
+    pub fn umount(mut self) {
+        self.env.ok(&["umount", self.mp.to_str().expect("utf8")]);
+        assert!(wait_gone(self.pid, Duration::from_secs(30)), "daemon {} still running after umount", self.pid);
+        self.done = true;
+    }
+
+    /// kill -9 of the daemon (a crash), then clearing the dead mount with `tarn umount`.
+    pub fn crash(mut self) {
+        // SAFETY: signalling our own daemon by its pid.
+        unsafe { libc::kill(self.pid as i32, libc::SIGKILL) };
+        assert!(wait_gone(self.pid, Duration::from_secs(10)), "daemon survived SIGKILL");
+        self.env.ok(&["umount", self.mp.to_str().expect("utf8")]);
+        self.done = true;
+    }
+}
+
+impl Drop for Mounted<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        // A failed test: stop our own daemon by pid and detach its mount.
+        // SAFETY: signalling our own daemon; umount2 on our own mountpoint.
+        unsafe { libc::kill(self.pid as i32, libc::SIGKILL) };
+        wait_gone(self.pid, Duration::from_secs(10));
+        if let Ok(c) = std::ffi::CString::new(self.mp.as_os_str().as_encoded_bytes()) {
+            unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+        }
+    }
+}
+
+/// True once `pid` has exited (or is a zombie nobody reaps).
+pub fn wait_gone(pid: u32, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Err(_) => return true,
+            Ok(s) if s.rsplit_once(')').is_some_and(|(_, t)| t.trim_start().starts_with('Z')) => return true,
+            Ok(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+    false
+}

@@ -1,0 +1,48 @@
+//! fuse — `tarn mount`: the POSIX face of a dataset, served to the kernel through FUSE,
+//! and the daemon that holds the pool while a dataset is mounted.
+//!
+//! Layer: between `pool` (below) and `cli` (above); depends only on lower crates.
+//! Owns: the FUSE filesystem ([`fs::TarnFs`]), the mount daemon's life (fork, readiness,
+//! signals, the final commit), and the record of running mounts ([`state`]).
+//! Promises: `mount` returns only once the mount is usable (or with one clear error);
+//! a clean unmount, SIGTERM or SIGINT commits everything (`Pool::close`) before the
+//! daemon exits; `umount` returns once the daemon has committed and released the pool.
+//! Must never: fork after a thread exists, or leave a mount record that claims a pool
+//! for a process that has gone.
+
+pub mod daemon;
+pub mod fs;
+pub mod mount;
+pub mod state;
+
+pub use mount::{mount, umount, MountRequest};
+
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    #[error("{0}")]
+    Pool(String),
+    #[error("{0}")]
+    PoolBusy(String),
+    #[error("/dev/fuse is missing: load the fuse module (modprobe fuse) or run where FUSE is available")]
+    NoFuseDevice,
+    #[error("mountpoint {0} does not exist: create it first (mkdir -p {0})")]
+    MountpointMissing(String),
+    #[error("mountpoint {0} is not a directory")]
+    MountpointNotDir(String),
+    #[error("mountpoint {0} is not empty; give an empty directory")]
+    MountpointNotEmpty(String),
+    #[error("mountpoint {0} is in use: something is already mounted there (if it is a dead tarn mount, run `tarn umount {0}`)")]
+    MountpointBusy(String),
+    #[error("dataset '{0}' has no mountpoint (its mountpoint property is 'none'): give one (tarn mount {0} DIR) or set it (tarn set mountpoint=/path {0})")]
+    NoMountpoint(String),
+    #[error("cannot mount FUSE at {path}: {source}")]
+    Mount { path: String, source: std::io::Error },
+    #[error("{0}")]
+    Startup(String),
+    #[error("no tarn mount at '{0}' (see `tarn ds list` for datasets; mounts are recorded in $TARN_RUN_DIR or /run/tarn)")]
+    NotMounted(String),
+    #[error("cannot unmount {path}: {detail}")]
+    Umount { path: String, detail: String },
+    #[error("mount state: {0}")]
+    State(String),
+}

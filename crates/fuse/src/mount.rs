@@ -1,0 +1,327 @@
+//! `tarn mount` and `tarn umount`: what the CLI calls.
+//!
+//! Owns: the order of a mount's life — fork, import the pool, resolve and check the
+//! mountpoint, record the mount, mount, report ready, serve, and at the end commit and
+//! close the pool and remove the record. Promises: every failure before "ready" is one
+//! clear error (relayed to the waiting parent in daemon mode) and leaves no mount and no
+//! record behind; after an unmount or a termination signal the pool is closed (all
+//! changes committed) before the process exits. Must never: report success before the
+//! kernel has our INIT reply, or close the pool while a request can still reach it.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fuser::{MountOption, SessionACL};
+use tarn_pool::Pool;
+
+use crate::daemon::{self, Readiness};
+use crate::fs::TarnFs;
+use crate::state::{self, MountRecord};
+use crate::MountError;
+
+/// What `tarn mount` was asked to do.
+pub struct MountRequest {
+    /// POOL/DS (or POOL for the root dataset).
+    pub dataset: String,
+    /// None: use the dataset's `mountpoint` property.
+    pub mountpoint: Option<PathBuf>,
+    pub foreground: bool,
+    /// FUSE worker threads.
+    pub threads: usize,
+}
+
+/// How long `umount` waits for the daemon to commit and exit.
+const UMOUNT_WAIT: Duration = Duration::from_secs(300);
+
+/// Mounts `req.dataset`; `open_pool` imports its pool (called after the fork, so the
+/// daemon, not the caller, holds the devices). Returns when the mount ends (foreground)
+/// or, in daemon mode, never returns in the parent (it exits 0 once the mount is ready).
+pub fn mount(req: MountRequest, open_pool: impl FnOnce() -> Result<Pool, String>) -> Result<(), MountError> {
+    if !Path::new("/dev/fuse").exists() {
+        return Err(MountError::NoFuseDevice);
+    }
+    // The daemon chdirs to /: resolve a relative mountpoint now.
+    let given = req.mountpoint.as_deref().map(|p| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()));
+    let readiness = if req.foreground { Readiness::Foreground } else { daemon::daemonize()? };
+    // From here on threads may exist (the pool's sync thread): no more forking.
+    daemon::block_termination_signals();
+    let started = match start(&req, given, open_pool) {
+        Ok(s) => s,
+        Err(e) => {
+            readiness.fail(&e);
+            return Err(e);
+        }
+    };
+    readiness.ready(&state::log_path(&started.record.pool));
+    started.serve()
+}
+
+/// A mounted dataset being served.
+struct Started {
+    session: fuser::BackgroundSession,
+    pool: Arc<Pool>,
+    record: MountRecord,
+}
+
+fn start(req: &MountRequest, given: Option<PathBuf>, open_pool: impl FnOnce() -> Result<Pool, String>) -> Result<Started, MountError> {
+    let pool = open_pool().map_err(MountError::Pool)?;
+    let ds = pool.dataset(&req.dataset).map_err(|e| MountError::Pool(e.to_string()))?;
+    let mountpoint = match given {
+        Some(p) => p,
+        None => mountpoint_property(&pool, &req.dataset)?,
+    };
+    let mountpoint = check_mountpoint(&mountpoint)?;
+    let record = MountRecord {
+        pid: std::process::id(),
+        pool: pool.name().to_string(),
+        dataset: req.dataset.clone(),
+        mountpoint: mountpoint.clone(),
+    };
+    record.save()?;
+    let pool = Arc::new(pool);
+    let fs = TarnFs::new(pool.clone(), ds);
+    match session(fs, &mountpoint, req.threads, &req.dataset) {
+        Ok(session) => Ok(Started { session, pool, record }),
+        Err(e) => {
+            record.remove();
+            let _ = close_pool(pool); // the mount error is the one to report
+            Err(e)
+        }
+    }
+}
+
+/// Mounts and starts the worker threads; once this returns the kernel has our INIT
+/// reply, so the mount is usable.
+fn session(fs: TarnFs, mountpoint: &Path, threads: usize, dataset: &str) -> Result<fuser::BackgroundSession, MountError> {
+    let mut config = fuser::Config::default();
+    config.mount_options = vec![
+        MountOption::FSName(dataset.to_string()),
+        MountOption::Subtype("tarn".to_string()),
+        MountOption::DefaultPermissions,
+        MountOption::NoAtime,
+        MountOption::Dev,
+        MountOption::Suid,
+    ];
+    // allow_other: databases run as their own users.
+    config.acl = SessionACL::All;
+    config.n_threads = Some(threads.max(1));
+    config.clone_fd = true;
+    let err = |source| MountError::Mount { path: mountpoint.display().to_string(), source };
+    let s = fuser::Session::new(fs, mountpoint, &config).map_err(err)?;
+    s.spawn().map_err(err)
+}
+
+impl Started {
+    /// Serves until the mount goes away (unmounted from outside) or a signal asks us to
+    /// unmount; then commits and closes the pool and removes the record.
+    fn serve(self) -> Result<(), MountError> {
+        let Started { session, pool, record } = self;
+        let mut signalled = false;
+        while !session.guard.is_finished() {
+            if daemon::wait_signal(Duration::from_millis(50)).is_some() {
+                if signalled {
+                    break; // second signal: stop now, still committing what we have
+                }
+                signalled = true;
+                unmount_or_detach(&record.mountpoint);
+            }
+        }
+        if session.guard.is_finished() {
+            if let Err(e) = session.join() {
+                eprintln!("tarn mount: session ended with: {e}");
+            }
+        } else {
+            // The kernel still has users: leave the session; commit what reached us.
+            std::mem::forget(session);
+        }
+        let result = close_pool(pool);
+        record.remove();
+        result
+    }
+}
+
+/// Commits everything and closes the pool (or, if a request thread still holds it
+/// because we were told to stop twice, commits what reached us).
+fn close_pool(pool: Arc<Pool>) -> Result<(), MountError> {
+    let closed = match Arc::try_unwrap(pool) {
+        Ok(pool) => pool.close(),
+        Err(shared) => shared.sync(),
+    };
+    closed.map_err(|e| {
+        eprintln!("tarn mount: final commit failed: {e}");
+        MountError::Pool(format!("final commit failed: {e}"))
+    })
+}
+
+/// Unmounts; a busy mount is detached lazily so it ends when its last user leaves.
+fn unmount_or_detach(mountpoint: &Path) {
+    if let Err(e) = daemon::umount(mountpoint, 0) {
+        if e.raw_os_error() == Some(libc::EBUSY) {
+            let _ = daemon::umount(mountpoint, libc::MNT_DETACH);
+        }
+    }
+}
+
+fn mountpoint_property(pool: &Pool, dataset: &str) -> Result<PathBuf, MountError> {
+    let rows = pool.get_properties(dataset, Some("mountpoint")).map_err(|e| MountError::Pool(e.to_string()))?;
+    match rows.first().map(|r| r.value.as_str()) {
+        Some(v) if v.starts_with('/') => Ok(PathBuf::from(v)),
+        _ => Err(MountError::NoMountpoint(dataset.to_string())),
+    }
+}
+
+/// The mountpoint, canonical, after checking it exists, is an empty directory and is
+/// not already a mount point.
+pub fn check_mountpoint(dir: &Path) -> Result<PathBuf, MountError> {
+    let shown = dir.display().to_string();
+    let meta = match std::fs::metadata(dir) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(MountError::MountpointMissing(shown)),
+        // ENOTCONN: a dead FUSE mount (its daemon was killed) is still there.
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => return Err(MountError::MountpointBusy(shown)),
+        Err(e) => return Err(MountError::Startup(format!("{shown}: {e}"))),
+    };
+    if !meta.is_dir() {
+        return Err(MountError::MountpointNotDir(shown));
+    }
+    let abs = dir.canonicalize().map_err(|e| MountError::Startup(format!("{shown}: {e}")))?;
+    if is_mount_point(&abs) {
+        return Err(MountError::MountpointBusy(abs.display().to_string()));
+    }
+    let mut entries = std::fs::read_dir(&abs).map_err(|e| MountError::Startup(format!("{shown}: {e}")))?;
+    if entries.next().is_some() {
+        return Err(MountError::MountpointNotEmpty(abs.display().to_string()));
+    }
+    Ok(abs)
+}
+
+/// True if `abs` is listed as a mount point in /proc/self/mountinfo.
+fn is_mount_point(abs: &Path) -> bool {
+    let wanted = abs.to_string_lossy();
+    mountinfo_points().iter().any(|m| *m == wanted)
+}
+
+/// Mount points of this mount namespace.
+fn mountinfo_points() -> Vec<String> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    text.lines().filter_map(|l| l.split(' ').nth(4)).map(unescape_mountinfo).collect()
+}
+
+/// mountinfo escapes space, tab, newline and backslash as octal (`\040`).
+fn unescape_mountinfo(field: &str) -> String {
+    let mut out = Vec::with_capacity(field.len());
+    let b = field.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        let code = (b[i] == b'\\').then(|| field.get(i + 1..i + 4).and_then(|o| u8::from_str_radix(o, 8).ok())).flatten();
+        match code {
+            Some(byte) => {
+                out.push(byte);
+                i += 4;
+            }
+            None => {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `tarn umount MOUNTPOINT|POOL/DS`: unmounts and waits until the daemon has committed
+/// and released the pool. A mount whose daemon died (kill -9) is detached and its
+/// record removed.
+pub fn umount(target: &str) -> Result<(), MountError> {
+    let records = state::all();
+    let by_path = || {
+        let p = Path::new(target);
+        let abs = p.canonicalize().unwrap_or_else(|_| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()));
+        records.iter().find(|r| r.mountpoint == abs).cloned().map(Ok).unwrap_or(Err(abs))
+    };
+    let found = match records.iter().find(|r| r.dataset == target) {
+        Some(r) => Ok(r.clone()),
+        None => by_path(),
+    };
+    match found {
+        Ok(r) if r.is_alive() => umount_live(&r),
+        Ok(r) => {
+            detach_dead(&r.mountpoint);
+            r.remove();
+            Ok(())
+        }
+        Err(abs) => umount_unrecorded(&abs, target),
+    }
+}
+
+fn umount_live(r: &MountRecord) -> Result<(), MountError> {
+    let path = r.mountpoint.display().to_string();
+    if let Err(e) = daemon::umount(&r.mountpoint, 0) {
+        let detail = match e.raw_os_error() {
+            Some(libc::EBUSY) => "it is busy: a process has a file open or its cwd there (see `fuser -vm`)".to_string(),
+            _ => e.to_string(),
+        };
+        return Err(MountError::Umount { path, detail });
+    }
+    let deadline = Instant::now() + UMOUNT_WAIT;
+    while state::load(&r.pool).ok().flatten().is_some_and(|now| now.pid == r.pid) && r.is_alive() {
+        if Instant::now() > deadline {
+            return Err(MountError::Umount { path, detail: format!("daemon pid {} did not finish its final commit in time", r.pid) });
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// A dead FUSE mount (daemon gone): detach it, ignoring "not mounted".
+fn detach_dead(mountpoint: &Path) {
+    if daemon::umount(mountpoint, 0).is_err() {
+        let _ = daemon::umount(mountpoint, libc::MNT_DETACH);
+    }
+}
+
+/// No record names `target`: unmount it only if it is a tarn FUSE mount. fuser's
+/// pure-Rust mount drops the subtype, so a tarn mount shows as type `fuse` with a
+/// dataset name (POOL/DS, no leading '/') as its source.
+fn umount_unrecorded(abs: &Path, target: &str) -> Result<(), MountError> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let wanted = abs.to_string_lossy();
+    let is_tarn = text.lines().any(|l| {
+        let fields: Vec<&str> = l.split(' ').collect();
+        let mut after = fields.iter().skip_while(|f| **f != "-").skip(1);
+        let (fstype, source) = (after.next().copied().unwrap_or(""), after.next().copied().unwrap_or(""));
+        let looks_tarn = fstype == "fuse.tarn" || (fstype == "fuse" && !source.starts_with('/') && source.contains('/'));
+        fields.get(4).is_some_and(|m| unescape_mountinfo(m) == wanted) && looks_tarn
+    });
+    if !is_tarn {
+        return Err(MountError::NotMounted(target.to_string()));
+    }
+    detach_dead(abs);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_escapes_are_decoded() {
+        assert_eq!(unescape_mountinfo("/mnt/a\\040b"), "/mnt/a b");
+        assert_eq!(unescape_mountinfo("/plain"), "/plain");
+    }
+
+    #[test]
+    fn mountpoint_checks_name_the_problem() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let missing = dir.path().join("nope");
+        assert!(matches!(check_mountpoint(&missing), Err(MountError::MountpointMissing(_))));
+        let file = dir.path().join("file");
+        std::fs::write(&file, b"x").expect("write");
+        assert!(matches!(check_mountpoint(&file), Err(MountError::MountpointNotDir(_))));
+        assert!(matches!(check_mountpoint(dir.path()), Err(MountError::MountpointNotEmpty(_))));
+        let empty = dir.path().join("empty");
+        std::fs::create_dir(&empty).expect("mkdir");
+        assert!(check_mountpoint(&empty).is_ok());
+        assert!(matches!(check_mountpoint(Path::new("/proc")), Err(MountError::MountpointBusy(_))));
+    }
+}

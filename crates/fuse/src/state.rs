@@ -1,0 +1,140 @@
+//! Running mounts, recorded in a small state directory (`/run/tarn`, or `$TARN_RUN_DIR`):
+//! one JSON file per pool held by a `tarn mount` daemon, with its pid, pool, dataset and
+//! mountpoint, plus the daemon's log.
+//!
+//! Owns: the record files and the liveness test of the process named in one.
+//! Promises: a record whose process is gone (killed, crashed, a zombie, or a reused pid
+//! that is not tarn) is reported as stale and removed by whoever finds it; other tarn
+//! commands use the records to explain *who* holds a pool and how to release it.
+//! Must never: signal or unmount anything by itself.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::MountError;
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct MountRecord {
+    pub pid: u32,
+    pub pool: String,
+    pub dataset: String,
+    pub mountpoint: PathBuf,
+}
+
+pub fn run_dir() -> PathBuf {
+    std::env::var_os("TARN_RUN_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/run/tarn"))
+}
+
+fn record_path(pool: &str) -> PathBuf {
+    run_dir().join(format!("{pool}.mount"))
+}
+
+/// Where a pool's mount daemon writes what it has to say after detaching.
+pub fn log_path(pool: &str) -> PathBuf {
+    run_dir().join(format!("{pool}.log"))
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> MountError + '_ {
+    move |e| MountError::State(format!("{}: {e}", path.display()))
+}
+
+impl MountRecord {
+    /// Writes the record (atomically: temp file, then rename).
+    pub fn save(&self) -> Result<(), MountError> {
+        let dir = run_dir();
+        std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+        let path = record_path(&self.pool);
+        let tmp = path.with_extension("tmp");
+        let bytes = serde_json::to_vec_pretty(self).map_err(|e| MountError::State(e.to_string()))?;
+        std::fs::write(&tmp, bytes).map_err(io_err(&tmp))?;
+        std::fs::rename(&tmp, &path).map_err(io_err(&path))
+    }
+
+    /// Removes this pool's record if it is still ours.
+    pub fn remove(&self) {
+        if load(&self.pool).ok().flatten().is_some_and(|r| r.pid == self.pid) {
+            let _ = std::fs::remove_file(record_path(&self.pool));
+        }
+    }
+
+    pub fn is_alive(&self) -> bool {
+        process_is_tarn(self.pid)
+    }
+
+    /// The one line telling a user why the pool is busy and what to do.
+    pub fn busy_message(&self) -> String {
+        let mp = self.mountpoint.display();
+        format!(
+            "pool '{}' is in use by `tarn mount` (pid {}, dataset {} mounted on {mp}); run `tarn umount {mp}` first",
+            self.pool, self.pid, self.dataset
+        )
+    }
+}
+
+/// The record for `pool`, if there is one (alive or not).
+pub fn load(pool: &str) -> Result<Option<MountRecord>, MountError> {
+    let path = record_path(pool);
+    match std::fs::read(&path) {
+        Ok(bytes) => Ok(serde_json::from_slice(&bytes).ok()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_err(&path)(e)),
+    }
+}
+
+/// Every record in the state directory.
+pub fn all() -> Vec<MountRecord> {
+    let Ok(dir) = std::fs::read_dir(run_dir()) else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "mount"))
+        .filter_map(|e| std::fs::read(e.path()).ok())
+        .filter_map(|b| serde_json::from_slice(&b).ok())
+        .collect()
+}
+
+/// Err with a clear message if a live `tarn mount` holds `pool`; a stale record (its
+/// process is gone) is removed.
+pub fn refuse_if_mounted(pool: &str) -> Result<(), MountError> {
+    match load(pool)? {
+        Some(r) if r.is_alive() && r.pid != std::process::id() => Err(MountError::PoolBusy(r.busy_message())),
+        Some(r) if !r.is_alive() => {
+            let _ = std::fs::remove_file(record_path(pool));
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// True if `pid` is a running (not zombie) process whose command is tarn's.
+fn process_is_tarn(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // Format: "pid (comm) state ...": comm may contain spaces, so split at the last ')'.
+    let Some((head, tail)) = stat.rsplit_once(')') else {
+        return false;
+    };
+    let comm = head.split_once('(').map(|(_, c)| c).unwrap_or("");
+    let state = tail.trim_start().chars().next().unwrap_or('?');
+    comm.starts_with("tarn") && state != 'Z' && state != 'X'
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dead_pid_is_not_alive_and_this_test_is_not_tarn() {
+        let r = MountRecord { pid: u32::MAX - 1, pool: "p".into(), dataset: "p/d".into(), mountpoint: "/x".into() };
+        assert!(!r.is_alive());
+    }
+
+    #[test]
+    fn busy_message_names_pid_mountpoint_and_fix() {
+        let r = MountRecord { pid: 42, pool: "tank".into(), dataset: "tank/db".into(), mountpoint: "/mnt/x".into() };
+        let m = r.busy_message();
+        assert!(m.contains("pid 42") && m.contains("/mnt/x") && m.contains("tarn umount /mnt/x"), "{m}");
+    }
+}
