@@ -150,6 +150,8 @@ def _check_stacks(stacks: list, origin: str) -> None:
                                 f"{', '.join(sorted(COMPRESSION[stack['fs']]))} for {stack['fs']}")
         if stack.get("dataset", "prepare") not in ("prepare", "tar"):
             raise ScenarioError(f"{origin}: '{where}.dataset' must be \"prepare\" or \"tar\"")
-        for key in ("l2arc", "slog", "recordsize", "arc_mb"):
+        for key in ("l2arc", "slog", "recordsize"):
             if key in stack and stack["fs"] != "zfs":
                 raise ScenarioError(f"{origin}: '{where}.{key}' only applies to fs = \"zfs\"")
+        if "arc_mb" in stack and stack["fs"] not in ("zfs", "tarn"):
+            raise ScenarioError(f"{origin}: '{where}.arc_mb' only applies to fs = \"zfs\" or \"tarn\"")

@@ -170,6 +170,12 @@ pub struct DatasetInfo {
     pub mountpoint: String,
 }
 
+/// `TARN_ARC_MAX=SIZE` sets the ARC budget, as the zfs_arc_max module parameter does for
+/// ZFS (default: a quarter of the machine's memory).
+fn arc_max_from_env() -> Option<u64> {
+    std::env::var("TARN_ARC_MAX").ok().and_then(|v| props::parse_size(&v))
+}
+
 fn random_guid() -> u64 {
     rand::random::<u64>() | 1
 }
@@ -287,6 +293,9 @@ impl Pool {
     }
 
     fn assemble(label: Label, zio: Arc<Zio>, last_txg: u64, txg_cfg: TxgConfig, next_ds: u64, zil_seq: u64) -> Pool {
+        if let Some(max) = arc_max_from_env() {
+            zio.arc.set_max(max);
+        }
         let txg = Arc::new(TxgEngine::new(last_txg, txg_cfg));
         let zil = Arc::new(Zil::new(zio.clone(), label.pool_guid, zil_seq));
         let ctx = Arc::new(Ctx { zio, txg, reclaim: RwLock::new(()) });
@@ -417,6 +426,16 @@ impl Pool {
     /// Paths of every device in the pool's config.
     pub fn device_paths(&self) -> Vec<PathBuf> {
         self.inner.label.tree.tops.iter().flat_map(|t| t.leaves()).map(|(_, p)| PathBuf::from(p)).collect()
+    }
+
+    /// ARC counters and sizes (arcstats).
+    pub fn arc_stats(&self) -> tarn_arc::ArcSnapshot {
+        self.inner.ctx.zio.arc.snapshot()
+    }
+
+    /// Changes the ARC budget at run time.
+    pub fn set_arc_max(&self, bytes: u64) {
+        self.inner.ctx.zio.arc.set_max(bytes);
     }
 
     pub fn txg(&self) -> &Arc<TxgEngine> {
