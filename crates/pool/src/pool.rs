@@ -614,10 +614,8 @@ impl Pool {
     pub fn status(&self) -> PoolStatus {
         let zio = &self.inner.ctx.zio;
         let (size, allocated, free) = zio.space();
-        let suspended = self.inner.ctx.txg.hold(0).err().and_then(|e| match e {
-            tarn_txg::TxgError::Suspended(m) => Some(m),
-            _ => None,
-        });
+        // Not `hold(0)`: joining the open txg would make it commit an empty txg.
+        let suspended = self.inner.ctx.txg.suspended();
         let mut degraded = false;
         let vdevs: Vec<TopStatus> = zio
             .vdevs
@@ -678,7 +676,7 @@ impl Pool {
         }
         for ds in datasets {
             let meta = ds.os.meta_dnode();
-            walk_objset(zio, Some(&meta), true, &mut |bp, res| {
+            walk_objset(zio, Some(&meta), true, true, &mut |bp, res| {
                 result.blocks += 1;
                 result.bytes += bp.psize as u64;
                 if res.is_err() {
@@ -707,7 +705,7 @@ impl Drop for Pool {
 fn scrub_block(zio: &Zio, bp: &BlockPtr, result: &mut ScrubResult) {
     result.blocks += 1;
     result.bytes += bp.psize as u64;
-    if zio.read(bp).is_err() {
+    if zio.read_all_copies(bp).is_err() {
         result.errors += 1;
     }
 }
@@ -797,11 +795,12 @@ fn restore_error_counters(vdevs: &VdevTree, mos: &Mos) {
 fn claim_dataset(zio: &Zio, meta: Option<&Dnode>) -> Result<(u64, u64), PoolError> {
     let mut first_error = None;
     let mut totals = (0u64, 0u64);
-    walk_objset(zio, meta, false, &mut |bp, res| {
-        if let Err(e) = res {
-            first_error.get_or_insert(e.to_string());
-            return;
-        }
+    walk_objset(zio, meta, false, false, &mut |bp, res| {
+        // A metadata block no copy of which verifies is still referenced, so its own
+        // space stays claimed; its children cannot be known. The pool imports anyway
+        // (reads through it fail with EIO and `status` counts the checksum error) rather
+        // than one damaged block making every other file unreachable.
+        let _ = res;
         if zio.claim(bp).is_err() {
             first_error.get_or_insert(format!("block pointer outside the device at vdev {} offset {}", bp.vdev, bp.offset));
         }
@@ -817,10 +816,17 @@ fn claim_dataset(zio: &Zio, meta: Option<&Dnode>) -> Result<(u64, u64), PoolErro
 /// Walks every block of an object set: the dnode table's tree, then each object's tree.
 /// `f` gets each pointer and the result of reading it (data blocks are read only if
 /// `read_data`; indirect and dnode blocks always are, to find their children).
-fn walk_objset(zio: &Zio, meta: Option<&Dnode>, read_data: bool, f: &mut dyn FnMut(&BlockPtr, Result<(), ZioError>)) {
+/// `all_copies` (scrub) verifies every side of a mirror, not just the first good one.
+fn walk_objset(
+    zio: &Zio,
+    meta: Option<&Dnode>,
+    read_data: bool,
+    all_copies: bool,
+    f: &mut dyn FnMut(&BlockPtr, Result<(), ZioError>),
+) {
     let Some(meta) = meta else { return };
     let mut dnode_blocks = Vec::new();
-    walk_tree(zio, meta.root, meta.nlevels, true, f, &mut |bp, bytes| {
+    walk_tree(zio, meta.root, meta.nlevels, true, all_copies, f, &mut |bp, bytes| {
         if bp.block_type == BlockType::Dnodes {
             dnode_blocks.push(bytes.to_vec());
         }
@@ -829,7 +835,7 @@ fn walk_objset(zio: &Zio, meta: Option<&Dnode>, read_data: bool, f: &mut dyn FnM
         for raw in block.chunks_exact(DNODE_SIZE) {
             if let Ok(Some(d)) = Dnode::decode(raw) {
                 if d.obj_type != ObjType::Free {
-                    walk_tree(zio, d.root, d.nlevels, read_data, f, &mut |_, _| {});
+                    walk_tree(zio, d.root, d.nlevels, read_data, all_copies, f, &mut |_, _| {});
                 }
             }
         }
@@ -841,6 +847,7 @@ fn walk_tree(
     root: Option<BlockPtr>,
     nlevels: u8,
     read_leaves: bool,
+    all_copies: bool,
     f: &mut dyn FnMut(&BlockPtr, Result<(), ZioError>),
     leaf: &mut dyn FnMut(&BlockPtr, &[u8]),
 ) {
@@ -851,7 +858,8 @@ fn walk_tree(
             f(&bp, Ok(()));
             continue;
         }
-        let bytes = match zio.read(&bp) {
+        let read = if all_copies { zio.read_all_copies(&bp) } else { zio.read(&bp) };
+        let bytes = match read {
             Ok(b) => b,
             Err(e) => {
                 f(&bp, Err(e));
@@ -903,7 +911,7 @@ impl Inner {
             ds.sync(txg).map_err(|e| PoolError::Config(format!("dataset {name}: {e}")))?;
         }
         for meta in &frozen.destroyed {
-            walk_objset(zio, Some(meta), false, &mut |bp, _| zio.free(bp));
+            walk_objset(zio, Some(meta), false, false, &mut |bp, _| zio.free(bp));
         }
         let mos = self.build_mos(frozen);
         let block = PendingBlock {

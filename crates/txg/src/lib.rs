@@ -151,6 +151,12 @@ impl TxgEngine {
         self.state.lock().dirty_open += bytes;
     }
 
+    /// The error that suspended the pool, if one did. Unlike `hold`, asking does not
+    /// join (and so dirty) the open txg.
+    pub fn suspended(&self) -> Option<String> {
+        self.state.lock().error.clone()
+    }
+
     /// The last committed txg.
     pub fn synced(&self) -> u64 {
         self.state.lock().synced

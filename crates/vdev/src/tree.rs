@@ -83,15 +83,19 @@ impl Leaf {
         }
     }
 
-    /// Restores counters saved by an earlier import (they persist across imports).
+    /// Restores counters saved by an earlier import (they persist across imports). Adds
+    /// to what this import already counted (a damaged newest root block passed over
+    /// while choosing the uberblock must still show in `status`).
     pub fn restore_counters(&self, read: u64, write: u64, checksum: u64) {
-        self.read_errors.store(read, Ordering::Relaxed);
-        self.write_errors.store(write, Ordering::Relaxed);
-        self.checksum_errors.store(checksum, Ordering::Relaxed);
+        self.read_errors.fetch_add(read, Ordering::Relaxed);
+        self.write_errors.fetch_add(write, Ordering::Relaxed);
+        self.checksum_errors.fetch_add(checksum, Ordering::Relaxed);
     }
 
     pub fn clear_counters(&self) {
-        self.restore_counters(0, 0, 0);
+        self.read_errors.store(0, Ordering::Relaxed);
+        self.write_errors.store(0, Ordering::Relaxed);
+        self.checksum_errors.store(0, Ordering::Relaxed);
     }
 
     /// Offset of label 1: the last whole label-sized slice of the device.
@@ -143,6 +147,27 @@ impl TopVdev {
         len: usize,
         verify: &dyn Fn(&[u8]) -> bool,
     ) -> Result<Vec<u8>, VdevError> {
+        self.read_sides(offset, len, verify, false)
+    }
+
+    /// Like `read`, but reads and verifies every side of a mirror instead of stopping at
+    /// the first good copy, so a scrub finds (and rewrites) a bad copy on any side.
+    pub fn read_all_sides(
+        &self,
+        offset: u64,
+        len: usize,
+        verify: &dyn Fn(&[u8]) -> bool,
+    ) -> Result<Vec<u8>, VdevError> {
+        self.read_sides(offset, len, verify, true)
+    }
+
+    fn read_sides(
+        &self,
+        offset: u64,
+        len: usize,
+        verify: &dyn Fn(&[u8]) -> bool,
+        all: bool,
+    ) -> Result<Vec<u8>, VdevError> {
         assert!(offset + len as u64 <= self.asize, "read past the end of vdev {}", self.index);
         let sector = self.sector();
         let start = offset & !(sector - 1);
@@ -154,6 +179,7 @@ impl TopVdev {
         let mut bad_sides = Vec::new();
         let mut detail = String::new();
         let mut saw_checksum_error = false;
+        let mut good: Option<Vec<u8>> = None;
         for k in 0..n {
             let i = (first + k) % n;
             let leaf = &self.leaves[i];
@@ -169,6 +195,16 @@ impl TopVdev {
                 bad_sides.push(i);
                 continue;
             }
+            if all {
+                good.get_or_insert_with(|| span.clone());
+                continue;
+            }
+            self.repair(&bad_sides, &span, start);
+            span.truncate(skip + len);
+            span.drain(..skip);
+            return Ok(span);
+        }
+        if let Some(mut span) = good {
             self.repair(&bad_sides, &span, start);
             span.truncate(skip + len);
             span.drain(..skip);

@@ -235,11 +235,28 @@ impl Zio {
 
     /// Reads and verifies a block into `out` (exactly `lsize` bytes).
     pub fn read_into(&self, bp: &BlockPtr, out: &mut [u8]) -> Result<(), ZioError> {
+        self.read_into_sides(bp, out, false)
+    }
+
+    /// Scrub read: verifies every copy of the block (each side of a mirror), rewriting
+    /// bad ones from a good one; returns its logical bytes.
+    pub fn read_all_copies(&self, bp: &BlockPtr) -> Result<Vec<u8>, ZioError> {
+        let mut out = vec![0u8; bp.lsize as usize];
+        self.read_into_sides(bp, &mut out, true)?;
+        Ok(out)
+    }
+
+    fn read_into_sides(&self, bp: &BlockPtr, out: &mut [u8], all: bool) -> Result<(), ZioError> {
         self.check_bounds(bp)?;
         assert_eq!(out.len(), bp.lsize as usize, "read buffer must be the logical size");
         let top = &self.vdevs.tops[bp.vdev as usize];
         let verify = |d: &[u8]| bp.checksum_kind.digest(d) == bp.checksum;
-        let phys = top.read(bp.offset, bp.psize as usize, &verify).map_err(|e| match e {
+        let phys = if all {
+            top.read_all_sides(bp.offset, bp.psize as usize, &verify)
+        } else {
+            top.read(bp.offset, bp.psize as usize, &verify)
+        };
+        let phys = phys.map_err(|e| match e {
             VdevError::Checksum { .. } => {
                 self.stats.checksum_errors.fetch_add(1, Ordering::Relaxed);
                 ZioError::Checksum { what: block_kind(bp.block_type), vdev: bp.vdev, offset: bp.offset }
