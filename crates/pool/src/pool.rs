@@ -328,7 +328,22 @@ impl Pool {
     pub fn import(devices: Vec<Arc<dyn BlockDevice>>, opts: &ImportOptions) -> Result<Pool, PoolError> {
         let mut labels = Vec::new();
         for dev in &devices {
-            labels.push((dev.clone(), read_device_labels(dev.as_ref())?));
+            let l = read_device_labels(dev.as_ref())?;
+            // A device that shrank (a truncated image) would silently lose the blocks
+            // past its new end; refuse it by name instead.
+            let asize = TopVdev::asize_of(dev.size(), l.label.ashift);
+            if asize < l.label.asize {
+                return Err(PoolError::CannotImport {
+                    pool: l.label.pool_name.clone(),
+                    detail: format!(
+                        "{} is smaller than when it was added to the pool ({} bytes of data area, the pool needs {}); was it truncated?",
+                        dev.path().display(),
+                        asize,
+                        l.label.asize
+                    ),
+                });
+            }
+            labels.push((dev.clone(), l));
         }
         let Some((_, first)) = labels.first() else {
             return Err(PoolError::Config("no devices given".into()));
@@ -728,11 +743,16 @@ fn open_for_create(path: &Path, opts: &CreateOptions) -> Result<Arc<dyn BlockDev
         return Err(PoolError::TooSmall { path: path.into(), size: dev.size(), min: MIN_DEVICE });
     }
     if !opts.force {
-        if let Ok(labels) = read_device_labels(&dev) {
-            if labels.label.state != LabelState::Destroyed {
+        match read_device_labels(&dev) {
+            Ok(labels) if labels.label.state != LabelState::Destroyed => {
                 let state = format!("{:?}", labels.label.state).to_lowercase();
                 return Err(PoolError::InUse { path: path.into(), pool: labels.label.pool_name, state });
             }
+            // A newer tarn's device is someone's pool too: never overwrite it unasked.
+            Err(e @ (VdevError::UnsupportedVersion { .. } | VdevError::UnsupportedUberblockVersion { .. })) => {
+                return Err(PoolError::Config(format!("{e}; or use -f to reuse the device, which destroys what it holds")));
+            }
+            _ => {}
         }
     }
     Ok(Arc::new(dev))

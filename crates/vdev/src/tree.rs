@@ -356,6 +356,8 @@ pub fn read_device_labels(dev: &dyn BlockDevice) -> Result<DeviceLabels, VdevErr
     }
     let mut label = None;
     let mut unknown_version = None;
+    // Reported apart from a label's version, so the message names the right structure.
+    let mut unknown_ub_version = None;
     let mut uberblocks = Vec::new();
     for base in [0, Leaf::label1_offset(dev.size())] {
         let mut area = vec![0u8; LABEL_SIZE as usize];
@@ -368,7 +370,7 @@ pub fn read_device_labels(dev: &dyn BlockDevice) -> Result<DeviceLabels, VdevErr
                     match Uberblock::decode(&area[at..at + slot]) {
                         Ok(Some(ub)) if ub.pool_guid == l.pool_guid => uberblocks.push(ub),
                         Ok(_) => {}
-                        Err(v) => unknown_version = Some(v),
+                        Err(v) => unknown_ub_version = Some(v),
                     }
                 }
                 label.get_or_insert(l);
@@ -382,6 +384,11 @@ pub fn read_device_labels(dev: &dyn BlockDevice) -> Result<DeviceLabels, VdevErr
             // A newer tarn wrote this device; guessing at its format could corrupt it.
             Err(VdevError::UnsupportedVersion { path, found, supported: crate::LABEL_VERSION })
         }
+        (_, None) if unknown_ub_version.is_some() => Err(VdevError::UnsupportedUberblockVersion {
+            path,
+            found: unknown_ub_version.unwrap_or_default(),
+            supported: crate::UBERBLOCK_VERSION,
+        }),
         (Some(label), _) => Ok(DeviceLabels { label, uberblocks }),
         (None, _) => Err(VdevError::NotTarn { path }),
     }
