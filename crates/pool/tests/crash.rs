@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{Ev, MemDevice, RecDevice};
+use common::{Ev, OverlayDevice, RecDevice};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tarn_dataset::{Dataset, FsError, NewObject, SetAttr, ROOT_ID};
@@ -29,15 +29,17 @@ fn manual_txgs() -> TxgConfig {
     TxgConfig { timeout: Duration::from_secs(3600), ..Default::default() }
 }
 
-/// A small pool made on a file, closed, and loaded into memory.
-fn base_image() -> Vec<u8> {
+/// A small pool (one disk, or a 2-way mirror) made on files, closed, and loaded into
+/// memory: one image per device.
+fn base_images(mirror: bool) -> Vec<Vec<u8>> {
     let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join("base.img");
+    let paths: Vec<PathBuf> = (0..if mirror { 2 } else { 1 }).map(|i| dir.path().join(format!("base{i}.img"))).collect();
+    let spec = if mirror { VdevSpec::Mirror(paths.clone()) } else { VdevSpec::Disk(paths[0].clone()) };
     let opts = CreateOptions { size: Some(64 << 20), txg: manual_txgs(), ..Default::default() };
-    let pool = Pool::create("tank", &[VdevSpec::Disk(img.clone())], &opts).unwrap();
+    let pool = Pool::create("tank", &[spec], &opts).unwrap();
     pool.set_property("tank", "recordsize", "16K").unwrap();
     pool.close().unwrap();
-    std::fs::read(&img).unwrap()
+    paths.iter().map(|p| std::fs::read(p).unwrap()).collect()
 }
 
 /// The workload's view of the dataset, kept alongside the pool.
@@ -109,8 +111,10 @@ struct Committed {
 
 /// Runs the workload on a recording device; returns the committed states in order
 /// (state 0 is the base image's).
-fn record_workload(dev: &Arc<RecDevice>) -> Vec<Committed> {
-    let pool = Pool::import(vec![dev.clone() as Arc<dyn BlockDevice>], &ImportOptions { txg: manual_txgs() }).unwrap();
+fn record_workload(devs: &[Arc<RecDevice>], random_txgs: usize) -> Vec<Committed> {
+    let dev = &devs[0];
+    let handles: Vec<Arc<dyn BlockDevice>> = devs.iter().map(|d| d.clone() as Arc<dyn BlockDevice>).collect();
+    let pool = Pool::import(handles, &ImportOptions { txg: manual_txgs() }).unwrap();
     let ds = pool.dataset("tank").unwrap();
     let mut states = vec![Committed { files: Files::new(), end: dev.events() }];
     let mut m = Model { ds: &ds, files: Files::new() };
@@ -149,7 +153,7 @@ fn record_workload(dev: &Arc<RecDevice>) -> Vec<Committed> {
 
     // A few txgs of random overwrites, appends and truncates over the same files.
     let names = ["a", "f", "g", "d/e2", "d/h"];
-    for _ in 0..5 {
+    for _ in 0..random_txgs {
         for _ in 0..6 {
             let name = names[rng.gen_range(0..names.len())];
             let len = rng.gen_range(1..60_000);
@@ -182,20 +186,23 @@ struct Cut {
     applied: Vec<(usize, usize)>,
 }
 
-fn check_cut(base_after: &[u8], events: &[Ev], states: &[Committed], sync_of: &[usize], cut: &Cut) {
-    let mut image = base_after.to_vec();
+/// Imports the image `cut` describes and checks it; returns which committed state it is.
+fn check_cut(bases: &[Arc<Vec<u8>>], events: &[(usize, Ev)], states: &[Committed], sync_of: &[usize], cut: &Cut) -> usize {
+    let images: Vec<Arc<OverlayDevice>> =
+        bases.iter().enumerate().map(|(i, b)| Arc::new(OverlayDevice::new(b.clone(), &format!("crash{i}")))).collect();
+    let size = bases[0].len() as u64;
     let mut newest = 0usize;
     for &(i, n) in &cut.applied {
-        if let Ev::Write { off, data } = &events[i] {
+        if let (d, Ev::Write { off, data }) = &events[i] {
             let n = n.min(data.len());
-            image[*off as usize..*off as usize + n].copy_from_slice(&data[..n]);
-            if is_uberblock_write(*off, image.len() as u64) && n >= tarn_vdev::Uberblock::encode(&dummy_ub()).len() {
+            images[*d].write_at(&data[..n], *off).unwrap();
+            if is_uberblock_write(*off, size) && n >= tarn_vdev::Uberblock::encode(&dummy_ub()).len() {
                 newest = newest.max(sync_of[i]);
             }
         }
     }
-    let dev = MemDevice::new(image, "crash");
-    let pool = Pool::import(vec![dev as Arc<dyn BlockDevice>], &ImportOptions { txg: manual_txgs() })
+    let devs: Vec<Arc<dyn BlockDevice>> = images.into_iter().map(|d| d as Arc<dyn BlockDevice>).collect();
+    let pool = Pool::import(devs, &ImportOptions { txg: manual_txgs() })
         .unwrap_or_else(|e| panic!("{}: import failed: {e}", cut.what));
     let ds = pool.dataset("tank").unwrap();
     let found = common::read_tree(&ds).unwrap_or_else(|e| panic!("{}: reading files: {e}", cut.what));
@@ -213,6 +220,7 @@ fn check_cut(base_after: &[u8], events: &[Ev], states: &[Committed], sync_of: &[
     let scrub = pool.scrub().unwrap();
     assert_eq!((scrub.errors, scrub.checksum_errors_seen), (0, 0), "{}: scrub found damage", cut.what);
     pool.close().unwrap();
+    newest
 }
 
 fn dummy_ub() -> tarn_vdev::Uberblock {
@@ -221,17 +229,30 @@ fn dummy_ub() -> tarn_vdev::Uberblock {
 
 #[test]
 fn every_prefix_of_the_write_stream_imports_as_one_committed_txg() {
-    let base = base_image();
-    let dev = RecDevice::new(base.clone(), "rec");
-    let states = record_workload(&dev);
-    let events: Vec<Ev> = dev.log.lock().clone();
+    crash_cuts(false);
+}
+
+#[test]
+fn every_prefix_of_a_mirror_write_stream_imports_as_one_committed_txg() {
+    crash_cuts(true);
+}
+
+fn crash_cuts(mirror: bool) {
+    let bases = base_images(mirror);
+    let size = bases[0].len() as u64;
+    let log = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let devs: Vec<Arc<RecDevice>> =
+        bases.iter().enumerate().map(|(i, b)| RecDevice::shared(b.clone(), &format!("rec{i}"), i, log.clone())).collect();
+    let states = record_workload(&devs, 5);
+    drop(devs);
+    let events: Vec<(usize, Ev)> = log.lock().clone();
     let n = events.len();
     // Which committed state an event's txg produces.
     let sync_of: Vec<usize> = (0..n).map(|i| states.iter().position(|s| s.end > i).unwrap_or(states.len())).collect();
-    let flushes: Vec<usize> = (0..n).filter(|&i| matches!(events[i], Ev::Flush)).collect();
-    let writes: Vec<usize> = (0..n).filter(|&i| matches!(events[i], Ev::Write { .. })).collect();
-    let ubs = writes.iter().filter(|&&i| matches!(&events[i], Ev::Write { off, .. } if is_uberblock_write(*off, base.len() as u64))).count();
-    assert!(ubs >= 2 * (states.len() - 1), "expected two uberblock writes per txg, saw {ubs}");
+    let flushes: Vec<usize> = (0..n).filter(|&i| matches!(events[i].1, Ev::Flush)).collect();
+    let writes: Vec<usize> = (0..n).filter(|&i| matches!(events[i].1, Ev::Write { .. })).collect();
+    let ubs = writes.iter().filter(|&&i| matches!(&events[i].1, Ev::Write { off, .. } if is_uberblock_write(*off, size))).count();
+    assert!(ubs >= 2 * bases.len() * (states.len() - 1), "expected two uberblock writes per device per txg, saw {ubs}");
     println!("{n} events ({} writes, {} flushes, {ubs} uberblock writes), {} committed states", writes.len(), flushes.len(), states.len());
 
     let mut rng = StdRng::seed_from_u64(42);
@@ -242,8 +263,8 @@ fn every_prefix_of_the_write_stream_imports_as_one_committed_txg() {
     }
     // The last write torn: only part of its bytes reached the disk.
     for &w in &writes {
-        let Ev::Write { data, .. } = &events[w] else { unreachable!() };
-        for _ in 0..2 {
+        let Ev::Write { data, .. } = &events[w].1 else { unreachable!() };
+        for _ in 0..3 {
             let t = rng.gen_range(1..data.len().max(2));
             let mut applied: Vec<(usize, usize)> = (0..w).map(|k| (k, usize::MAX)).collect();
             applied.push((w, t));
@@ -260,11 +281,11 @@ fn every_prefix_of_the_write_stream_imports_as_one_committed_txg() {
         if pending.len() < 2 {
             continue;
         }
-        for trial in 0..4 {
+        for trial in 0..8 {
             let mut applied: Vec<(usize, usize)> = (0..s).map(|k| (k, usize::MAX)).collect();
             let subset: Vec<usize> = pending.iter().copied().filter(|_| rng.gen_bool(0.5)).collect();
             for (j, &w) in subset.iter().enumerate() {
-                let Ev::Write { data, .. } = &events[w] else { unreachable!() };
+                let Ev::Write { data, .. } = &events[w].1 else { unreachable!() };
                 let torn = trial % 2 == 1 && j + 1 == subset.len();
                 applied.push((w, if torn { rng.gen_range(1..data.len().max(2)) } else { usize::MAX }));
             }
@@ -272,10 +293,13 @@ fn every_prefix_of_the_write_stream_imports_as_one_committed_txg() {
         }
     }
     println!("{} images to import", cuts.len());
+    let shared: Vec<Arc<Vec<u8>>> = bases.into_iter().map(Arc::new).collect();
     let started = Instant::now();
+    let mut seen = std::collections::BTreeSet::new();
     for cut in &cuts {
-        check_cut(&base, &events, &states, &sync_of, cut);
+        seen.insert(check_cut(&shared, &events, &states, &sync_of, cut));
     }
+    assert_eq!(seen.len(), states.len(), "the cuts should land in every committed state");
     println!("checked in {:.1}s", started.elapsed().as_secs_f64());
 }
 
@@ -314,7 +338,8 @@ fn child_main(img: &Path, log: &Path, iter: u64) {
             r
         };
         let (name, off, len) = &region;
-        writeln!(out, "W {seq} {name} {off} {len}").unwrap();
+        // One write(2) per line, so a kill leaves at most the last line partial.
+        out.write_all(format!("W {seq} {name} {off} {len}\n").as_bytes()).unwrap();
         let ino = match ds.lookup(ROOT_ID, name.as_bytes()) {
             Ok(a) => a.ino,
             Err(_) => ds.create(ROOT_ID, name.as_bytes(), NewObject::File, 0o644, 0, 0).unwrap().ino,
@@ -322,7 +347,7 @@ fn child_main(img: &Path, log: &Path, iter: u64) {
         ds.write(ino, *off, &region_data(seq, *len)).unwrap();
         if rng.gen_bool(0.7) {
             ds.fsync(ino).unwrap();
-            writeln!(out, "A {seq}").unwrap();
+            out.write_all(format!("A {seq}\n").as_bytes()).unwrap();
         }
     }
 }
@@ -409,6 +434,11 @@ fn sigkill_loop_keeps_every_acknowledged_write() {
         std::thread::sleep(Duration::from_millis(rng.gen_range(0..120)));
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
+        // End a line the kill cut short, so the next child's first line stands alone.
+        let text = std::fs::read(&log).unwrap();
+        if text.last().is_some_and(|&b| b != b'\n') {
+            std::fs::OpenOptions::new().append(true).open(&log).unwrap().write_all(b"\n").unwrap();
+        }
 
         let pool = Pool::import_paths(&[img.clone()], &ImportOptions::default())
             .unwrap_or_else(|e| panic!("iteration {iter}: import after SIGKILL failed: {e}"));

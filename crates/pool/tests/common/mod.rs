@@ -73,6 +73,77 @@ impl BlockDevice for MemDevice {
     }
 }
 
+/// A copy-on-write view of a shared base image: writes land in private 4 KiB pages, so
+/// many images differing from one base by a few megabytes cost only those megabytes.
+pub struct OverlayDevice {
+    base: Arc<Vec<u8>>,
+    pages: Mutex<std::collections::HashMap<u64, Vec<u8>>>,
+    path: PathBuf,
+}
+
+const PAGE: u64 = 4096;
+
+impl OverlayDevice {
+    pub fn new(base: Arc<Vec<u8>>, name: &str) -> OverlayDevice {
+        OverlayDevice { base, pages: Mutex::new(Default::default()), path: PathBuf::from(format!("overlay:{name}")) }
+    }
+
+    /// Splits [offset, offset+len) by page: (page, offset in page, offset in buffer, length).
+    fn spans(offset: u64, len: usize) -> impl Iterator<Item = (u64, usize, usize, usize)> {
+        let mut at = 0usize;
+        std::iter::from_fn(move || {
+            if at >= len {
+                return None;
+            }
+            let pos = offset + at as u64;
+            let in_page = (pos % PAGE) as usize;
+            let n = (PAGE as usize - in_page).min(len - at);
+            let item = (pos / PAGE, in_page, at, n);
+            at += n;
+            Some(item)
+        })
+    }
+}
+
+impl BlockDevice for OverlayDevice {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        range_check(offset, buf.len(), self.base.len())?;
+        let pages = self.pages.lock();
+        for (page, in_page, at, n) in Self::spans(offset, buf.len()) {
+            match pages.get(&page) {
+                Some(p) => buf[at..at + n].copy_from_slice(&p[in_page..in_page + n]),
+                None => {
+                    let from = (page * PAGE) as usize + in_page;
+                    buf[at..at + n].copy_from_slice(&self.base[from..from + n]);
+                }
+            }
+        }
+        Ok(())
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        range_check(offset, buf.len(), self.base.len())?;
+        let mut pages = self.pages.lock();
+        for (page, in_page, at, n) in Self::spans(offset, buf.len()) {
+            let p = pages.entry(page).or_insert_with(|| {
+                let from = (page * PAGE) as usize;
+                let to = (from + PAGE as usize).min(self.base.len());
+                self.base[from..to].to_vec()
+            });
+            p[in_page..in_page + n].copy_from_slice(&buf[at..at + n]);
+        }
+        Ok(())
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn size(&self) -> u64 {
+        self.base.len() as u64
+    }
+    fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
 /// One event of a device's write stream.
 #[derive(Clone, Debug)]
 pub enum Ev {
@@ -81,15 +152,20 @@ pub enum Ev {
 }
 
 /// A device that applies writes to an in-memory image and records every write and flush
-/// in order, so a test can rebuild the image as of any point of the stream.
+/// in order, so a test can rebuild the image as of any point of the stream. Devices of
+/// one pool may share a log (entries name the device by `id`), giving one global order.
 pub struct RecDevice {
     pub inner: Arc<MemDevice>,
-    pub log: Mutex<Vec<Ev>>,
+    pub id: usize,
+    pub log: Arc<Mutex<Vec<(usize, Ev)>>>,
 }
 
 impl RecDevice {
     pub fn new(image: Vec<u8>, name: &str) -> Arc<RecDevice> {
-        Arc::new(RecDevice { inner: MemDevice::new(image, name), log: Mutex::new(Vec::new()) })
+        RecDevice::shared(image, name, 0, Arc::new(Mutex::new(Vec::new())))
+    }
+    pub fn shared(image: Vec<u8>, name: &str, id: usize, log: Arc<Mutex<Vec<(usize, Ev)>>>) -> Arc<RecDevice> {
+        Arc::new(RecDevice { inner: MemDevice::new(image, name), id, log })
     }
     pub fn events(&self) -> usize {
         self.log.lock().len()
@@ -103,11 +179,11 @@ impl BlockDevice for RecDevice {
     fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
         let mut log = self.log.lock();
         self.inner.write_at(buf, offset)?;
-        log.push(Ev::Write { off: offset, data: buf.to_vec() });
+        log.push((self.id, Ev::Write { off: offset, data: buf.to_vec() }));
         Ok(())
     }
     fn flush(&self) -> std::io::Result<()> {
-        self.log.lock().push(Ev::Flush);
+        self.log.lock().push((self.id, Ev::Flush));
         Ok(())
     }
     fn size(&self) -> u64 {
