@@ -176,7 +176,9 @@ impl ObjSet {
         let mut cache = self.cache.write();
         for obj in &objects {
             let st = obj.lock();
-            if st.gone && st.open.records.is_empty() {
+            // An object freed in the open txg (while this one synced) is in the open dirty
+            // set; it must stay cached until that txg's quiesce picks it up.
+            if st.gone && st.open.records.is_empty() && !self.dirty.lock().contains(&obj.id) {
                 cache.remove(&obj.id);
             }
         }

@@ -176,10 +176,18 @@ impl BlockTree {
         Ok(())
     }
 
+    /// Loads an indirect block that is about to be freed. An unreadable one (damaged on
+    /// every copy) is treated as empty: its children are leaked until the next import
+    /// rebuilds the space maps, rather than failing the txg and suspending the pool
+    /// because a damaged file was removed or truncated.
+    fn load_for_free(&mut self, zio: &Zio, level: u8, idx: u64) -> bool {
+        self.load(zio, level, idx).unwrap_or(false)
+    }
+
     fn free_all(&mut self, zio: &Zio, freed: &mut Vec<BlockPtr>) -> Result<(), ZioError> {
         if self.nlevels >= 2 {
             let top = self.nlevels - 1;
-            if self.load(zio, top, 0)? {
+            if self.load_for_free(zio, top, 0) {
                 self.free_subtree(zio, top, 0, freed)?;
             }
         } else if let Some(bp) = self.root {
@@ -201,7 +209,7 @@ impl BlockTree {
         first: u64,
         freed: &mut Vec<BlockPtr>,
     ) -> Result<(), ZioError> {
-        if !self.load(zio, level, idx)? {
+        if !self.load_for_free(zio, level, idx) {
             return Ok(());
         }
         let child_span = span(level - 1);
@@ -235,7 +243,7 @@ impl BlockTree {
 
     /// Frees a whole subtree rooted at indirect block (level, idx), including itself.
     fn free_subtree(&mut self, zio: &Zio, level: u8, idx: u64, freed: &mut Vec<BlockPtr>) -> Result<(), ZioError> {
-        if !self.load(zio, level, idx)? {
+        if !self.load_for_free(zio, level, idx) {
             return Ok(());
         }
         let ind = self.ind.remove(&(level, idx)).expect("loaded");

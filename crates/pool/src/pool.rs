@@ -111,6 +111,8 @@ struct Inner {
     quiesce_error: Mutex<Option<String>>,
     mos_bp: Mutex<Option<BlockPtr>>,
     zil: Arc<Zil>,
+    /// The committed txg the pool was opened at (0 for a new pool).
+    opened_at_txg: u64,
     /// What import found in the intent log, for the user.
     replay_report: Mutex<Option<String>>,
 }
@@ -312,6 +314,7 @@ impl Pool {
                 quiesce_error: Mutex::new(None),
                 mos_bp: Mutex::new(None),
                 zil,
+                opened_at_txg: last_txg,
                 replay_report: Mutex::new(None),
             }),
             sync_thread: Mutex::new(None),
@@ -349,7 +352,22 @@ impl Pool {
     pub fn import(devices: Vec<Arc<dyn BlockDevice>>, opts: &ImportOptions) -> Result<Pool, PoolError> {
         let mut labels = Vec::new();
         for dev in &devices {
-            labels.push((dev.clone(), read_device_labels(dev.as_ref())?));
+            let l = read_device_labels(dev.as_ref())?;
+            // A device that shrank (a truncated image) would silently lose the blocks
+            // past its new end; refuse it by name instead.
+            let asize = TopVdev::asize_of(dev.size(), l.label.ashift);
+            if asize < l.label.asize {
+                return Err(PoolError::CannotImport {
+                    pool: l.label.pool_name.clone(),
+                    detail: format!(
+                        "{} is smaller than when it was added to the pool ({} bytes of data area, the pool needs {}); was it truncated?",
+                        dev.path().display(),
+                        asize,
+                        l.label.asize
+                    ),
+                });
+            }
+            labels.push((dev.clone(), l));
         }
         let Some((_, first)) = labels.first() else {
             return Err(PoolError::Config("no devices given".into()));
@@ -426,6 +444,12 @@ impl Pool {
     /// Paths of every device in the pool's config.
     pub fn device_paths(&self) -> Vec<PathBuf> {
         self.inner.label.tree.tops.iter().flat_map(|t| t.leaves()).map(|(_, p)| PathBuf::from(p)).collect()
+    }
+
+    /// The committed txg import chose (the newest whose root verified); later commits
+    /// (log replay, new changes) come after it.
+    pub fn opened_at_txg(&self) -> u64 {
+        self.inner.opened_at_txg
     }
 
     /// ARC counters and sizes (arcstats).
@@ -667,10 +691,8 @@ impl Pool {
     pub fn status(&self) -> PoolStatus {
         let zio = &self.inner.ctx.zio;
         let (size, allocated, free) = zio.space();
-        let suspended = self.inner.ctx.txg.hold(0).err().and_then(|e| match e {
-            tarn_txg::TxgError::Suspended(m) => Some(m),
-            _ => None,
-        });
+        // Not `hold(0)`: joining the open txg would make it commit an empty txg.
+        let suspended = self.inner.ctx.txg.suspended();
         let mut degraded = false;
         let vdevs: Vec<TopStatus> = zio
             .vdevs
@@ -731,7 +753,7 @@ impl Pool {
         }
         for ds in datasets {
             let meta = ds.os.meta_dnode();
-            walk_objset(zio, Some(&meta), true, &mut |bp, res| {
+            walk_objset(zio, Some(&meta), true, true, &mut |bp, res| {
                 result.blocks += 1;
                 result.bytes += bp.psize as u64;
                 if res.is_err() {
@@ -760,7 +782,7 @@ impl Drop for Pool {
 fn scrub_block(zio: &Zio, bp: &BlockPtr, result: &mut ScrubResult) {
     result.blocks += 1;
     result.bytes += bp.psize as u64;
-    if zio.read_from_devices(bp).is_err() {
+    if zio.read_all_copies(bp).is_err() {
         result.errors += 1;
     }
 }
@@ -783,11 +805,16 @@ fn open_for_create(path: &Path, opts: &CreateOptions) -> Result<Arc<dyn BlockDev
         return Err(PoolError::TooSmall { path: path.into(), size: dev.size(), min: MIN_DEVICE });
     }
     if !opts.force {
-        if let Ok(labels) = read_device_labels(&dev) {
-            if labels.label.state != LabelState::Destroyed {
+        match read_device_labels(&dev) {
+            Ok(labels) if labels.label.state != LabelState::Destroyed => {
                 let state = format!("{:?}", labels.label.state).to_lowercase();
                 return Err(PoolError::InUse { path: path.into(), pool: labels.label.pool_name, state });
             }
+            // A newer tarn's device is someone's pool too: never overwrite it unasked.
+            Err(e @ (VdevError::UnsupportedVersion { .. } | VdevError::UnsupportedUberblockVersion { .. })) => {
+                return Err(PoolError::Config(format!("{e}; or use -f to reuse the device, which destroys what it holds")));
+            }
+            _ => {}
         }
     }
     Ok(Arc::new(dev))
@@ -850,9 +877,13 @@ fn restore_error_counters(vdevs: &VdevTree, mos: &Mos) {
 fn claim_dataset(zio: &Zio, meta: Option<&Dnode>) -> Result<(u64, u64), PoolError> {
     let mut first_error = None;
     let mut totals = (0u64, 0u64);
-    walk_objset(zio, meta, false, &mut |bp, res| {
-        if let Err(e) = res {
-            first_error.get_or_insert(e.to_string());
+    walk_objset(zio, meta, false, false, &mut |bp, res| {
+        // A metadata block no copy of which verifies is still referenced, so its own
+        // space stays claimed; its children cannot be known. The pool imports anyway
+        // (reads through it fail with EIO and `status` counts the checksum error) rather
+        // than one damaged block making every other file unreachable.
+        if let Err(ZioError::Unsupported(e)) = res {
+            first_error.get_or_insert(e);
             return;
         }
         if zio.claim(bp).is_err() {
@@ -862,7 +893,7 @@ fn claim_dataset(zio: &Zio, meta: Option<&Dnode>) -> Result<(u64, u64), PoolErro
         totals.1 += bp.lsize as u64;
     });
     match first_error {
-        Some(e) => Err(PoolError::CannotImport { pool: String::new(), detail: format!("metadata is damaged: {e}") }),
+        Some(e) => Err(PoolError::CannotImport { pool: String::new(), detail: format!("metadata cannot be used: {e}") }),
         None => Ok(totals),
     }
 }
@@ -870,10 +901,17 @@ fn claim_dataset(zio: &Zio, meta: Option<&Dnode>) -> Result<(u64, u64), PoolErro
 /// Walks every block of an object set: the dnode table's tree, then each object's tree.
 /// `f` gets each pointer and the result of reading it (data blocks are read only if
 /// `read_data`; indirect and dnode blocks always are, to find their children).
-fn walk_objset(zio: &Zio, meta: Option<&Dnode>, read_data: bool, f: &mut dyn FnMut(&BlockPtr, Result<(), ZioError>)) {
+/// `all_copies` (scrub) verifies every side of a mirror, not just the first good one.
+fn walk_objset(
+    zio: &Zio,
+    meta: Option<&Dnode>,
+    read_data: bool,
+    all_copies: bool,
+    f: &mut dyn FnMut(&BlockPtr, Result<(), ZioError>),
+) {
     let Some(meta) = meta else { return };
     let mut dnode_blocks = Vec::new();
-    walk_tree(zio, meta.root, meta.nlevels, true, f, &mut |bp, bytes| {
+    walk_tree(zio, meta.root, meta.nlevels, true, all_copies, f, &mut |bp, bytes| {
         if bp.block_type == BlockType::Dnodes {
             dnode_blocks.push((*bp, bytes.to_vec()));
         }
@@ -882,12 +920,14 @@ fn walk_objset(zio: &Zio, meta: Option<&Dnode>, read_data: bool, f: &mut dyn FnM
         for raw in block.chunks_exact(DNODE_SIZE) {
             match Dnode::decode(raw) {
                 Ok(Some(d)) if d.obj_type != ObjType::Free => {
-                    walk_tree(zio, d.root, d.nlevels, read_data, f, &mut |_, _| {});
+                    walk_tree(zio, d.root, d.nlevels, read_data, all_copies, f, &mut |_, _| {});
                 }
                 Ok(_) => {}
-                // An object we cannot read would have its blocks counted free and then
-                // overwritten: report it, so import refuses rather than guesses.
-                Err(e) => f(&bp, Err(ZioError::Corrupt(e))),
+                // A dnode of a format this build does not know (a newer tarn wrote it):
+                // its blocks would be counted free and overwritten, so import refuses.
+                Err(e) if e.contains("not supported") => f(&bp, Err(ZioError::Unsupported(e))),
+                // Garbage in a verified block is a bug; the object is unreachable either way.
+                Err(_) => {}
             }
         }
     }
@@ -898,6 +938,7 @@ fn walk_tree(
     root: Option<BlockPtr>,
     nlevels: u8,
     read_leaves: bool,
+    all_copies: bool,
     f: &mut dyn FnMut(&BlockPtr, Result<(), ZioError>),
     leaf: &mut dyn FnMut(&BlockPtr, &[u8]),
 ) {
@@ -908,7 +949,9 @@ fn walk_tree(
             f(&bp, Ok(()));
             continue;
         }
-        let bytes = match zio.read_from_devices(&bp) {
+        // Past the ARC: the walk checks what the devices hold.
+        let read = if all_copies { zio.read_all_copies(&bp) } else { zio.read_from_devices(&bp) };
+        let bytes = match read {
             Ok(b) => b,
             Err(e) => {
                 f(&bp, Err(e));
@@ -960,7 +1003,7 @@ impl Inner {
             ds.sync(txg).map_err(|e| PoolError::Config(format!("dataset {name}: {e}")))?;
         }
         for meta in &frozen.destroyed {
-            walk_objset(zio, Some(meta), false, &mut |bp, _| zio.free(bp));
+            walk_objset(zio, Some(meta), false, false, &mut |bp, _| zio.free(bp));
         }
         let (head, obsolete) = self.zil.head_for_txg(txg).map_err(|e| PoolError::Config(format!("intent log: {e}")))?;
         for e in &obsolete {

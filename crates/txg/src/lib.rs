@@ -151,6 +151,12 @@ impl TxgEngine {
         self.state.lock().dirty_open += bytes;
     }
 
+    /// The error that suspended the pool, if one did. Unlike `hold`, asking does not
+    /// join (and so dirty) the open txg.
+    pub fn suspended(&self) -> Option<String> {
+        self.state.lock().error.clone()
+    }
+
     /// The last committed txg.
     pub fn synced(&self) -> u64 {
         self.state.lock().synced
@@ -204,16 +210,22 @@ impl TxgEngine {
     fn sync_loop(&self, target: &dyn SyncTarget) {
         loop {
             let Some(txg) = self.wait_for_work() else { return };
-            {
+            // A panic in quiesce or sync is a bug, but it must suspend the pool rather
+            // than kill this thread and leave every `wait_synced` caller waiting forever.
+            let quiesced = {
                 let _exclusive = self.barrier.write();
-                target.quiesce(txg);
+                let q = catch_panic(|| {
+                    target.quiesce(txg);
+                    Ok(())
+                });
                 let mut s = self.state.lock();
                 s.open = txg + 1;
                 s.dirty_syncing = s.dirty_open;
                 s.dirty_open = 0;
                 s.holds_in_open = 0;
-            }
-            let result = target.sync(txg);
+                q
+            };
+            let result = quiesced.and_then(|()| catch_panic(|| target.sync(txg)));
             let mut s = self.state.lock();
             match result {
                 Ok(()) => s.synced = txg,
@@ -254,6 +266,17 @@ impl TxgEngine {
             self.changed.wait_for(&mut s, wait);
         }
     }
+}
+
+fn catch_panic(f: impl FnOnce() -> Result<(), String>) -> Result<(), String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| {
+        let msg = p
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "unknown panic".into());
+        Err(format!("internal error in the txg sync: {msg}"))
+    })
 }
 
 fn check_usable(s: &State) -> Result<(), TxgError> {

@@ -11,6 +11,8 @@ pub enum VdevError {
     NotTarn { path: PathBuf },
     #[error("{path}: label format version {found} is not supported (this tarn reads version {supported}); upgrade tarn")]
     UnsupportedVersion { path: PathBuf, found: u32, supported: u32 },
+    #[error("{path}: uberblock format version {found} is not supported (this tarn reads version {supported}); upgrade tarn")]
+    UnsupportedUberblockVersion { path: PathBuf, found: u32, supported: u32 },
     #[error("checksum mismatch at vdev {top} offset {offset} (all copies bad)")]
     Checksum { top: usize, offset: u64 },
     #[error("vdev {top}: no readable copy at offset {offset}: {detail}")]

@@ -8,6 +8,17 @@ use std::sync::Arc;
 use crate::label::{slot_count, slot_size, Label, LabelDecode, Uberblock, CONFIG_AREA};
 use crate::{BlockDevice, VdevError, LABEL_SIZE};
 
+/// How a read treats the sides of a mirror.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Stop at the first side that verifies; count and repair the bad ones before it.
+    FirstGood,
+    /// Verify every side (scrub); count and repair every bad one.
+    AllSides,
+    /// Stop at the first side that verifies; a side that does not is not an error.
+    Quiet,
+}
+
 /// First byte of the data area on every device: label 0 plus a reserve for later use.
 pub const DATA_START: u64 = 2 * LABEL_SIZE;
 
@@ -83,15 +94,19 @@ impl Leaf {
         }
     }
 
-    /// Restores counters saved by an earlier import (they persist across imports).
+    /// Restores counters saved by an earlier import (they persist across imports). Adds
+    /// to what this import already counted (a damaged newest root block passed over
+    /// while choosing the uberblock must still show in `status`).
     pub fn restore_counters(&self, read: u64, write: u64, checksum: u64) {
-        self.read_errors.store(read, Ordering::Relaxed);
-        self.write_errors.store(write, Ordering::Relaxed);
-        self.checksum_errors.store(checksum, Ordering::Relaxed);
+        self.read_errors.fetch_add(read, Ordering::Relaxed);
+        self.write_errors.fetch_add(write, Ordering::Relaxed);
+        self.checksum_errors.fetch_add(checksum, Ordering::Relaxed);
     }
 
     pub fn clear_counters(&self) {
-        self.restore_counters(0, 0, 0);
+        self.read_errors.store(0, Ordering::Relaxed);
+        self.write_errors.store(0, Ordering::Relaxed);
+        self.checksum_errors.store(0, Ordering::Relaxed);
     }
 
     /// Offset of label 1: the last whole label-sized slice of the device.
@@ -147,18 +162,56 @@ impl TopVdev {
         verify: &dyn Fn(&[u8]) -> bool,
         span: &mut Vec<u8>,
     ) -> Result<std::ops::Range<usize>, VdevError> {
+        self.read_sides(offset, len, verify, span, Mode::FirstGood)
+    }
+
+    /// Like `read`, but a side whose bytes `verify` rejects is neither counted nor
+    /// repaired: for places that may legitimately hold anything (an intent-log block that
+    /// was never written ends the log, it is not an error).
+    pub fn read_quiet(
+        &self,
+        offset: u64,
+        len: usize,
+        verify: &dyn Fn(&[u8]) -> bool,
+        span: &mut Vec<u8>,
+    ) -> Result<std::ops::Range<usize>, VdevError> {
+        self.read_sides(offset, len, verify, span, Mode::Quiet)
+    }
+
+    /// Like `read`, but reads and verifies every side of a mirror instead of stopping at
+    /// the first good copy, so a scrub finds (and rewrites) a bad copy on any side.
+    pub fn read_all_sides(
+        &self,
+        offset: u64,
+        len: usize,
+        verify: &dyn Fn(&[u8]) -> bool,
+        span: &mut Vec<u8>,
+    ) -> Result<std::ops::Range<usize>, VdevError> {
+        self.read_sides(offset, len, verify, span, Mode::AllSides)
+    }
+
+    fn read_sides(
+        &self,
+        offset: u64,
+        len: usize,
+        verify: &dyn Fn(&[u8]) -> bool,
+        out: &mut Vec<u8>,
+        mode: Mode,
+    ) -> Result<std::ops::Range<usize>, VdevError> {
+        let all = mode == Mode::AllSides;
         assert!(offset + len as u64 <= self.asize, "read past the end of vdev {}", self.index);
         let sector = self.sector();
         let start = offset & !(sector - 1);
         let end = (offset + len as u64 + sector - 1) & !(sector - 1);
         let skip = (offset - start) as usize;
-        span.resize((end - start) as usize, 0);
-        let span = &mut span[..(end - start) as usize];
+        out.resize((end - start) as usize, 0);
+        let span = &mut out[..(end - start) as usize];
         let first = self.rotor.fetch_add(1, Ordering::Relaxed);
         let n = self.leaves.len();
         let mut bad_sides = Vec::new();
         let mut detail = String::new();
         let mut saw_checksum_error = false;
+        let mut good: Option<Vec<u8>> = None;
         for k in 0..n {
             let i = (first + k) % n;
             let leaf = &self.leaves[i];
@@ -169,12 +222,23 @@ impl TopVdev {
                 continue;
             }
             if !verify(&span[skip..skip + len]) {
-                leaf.checksum_errors.fetch_add(1, Ordering::Relaxed);
                 saw_checksum_error = true;
-                bad_sides.push(i);
+                if mode != Mode::Quiet {
+                    leaf.checksum_errors.fetch_add(1, Ordering::Relaxed);
+                    bad_sides.push(i);
+                }
+                continue;
+            }
+            if all {
+                good.get_or_insert_with(|| span.to_vec());
                 continue;
             }
             self.repair(&bad_sides, span, start);
+            return Ok(skip..skip + len);
+        }
+        if let Some(good) = good {
+            self.repair(&bad_sides, &good, start);
+            out[..good.len()].copy_from_slice(&good);
             return Ok(skip..skip + len);
         }
         if saw_checksum_error {
@@ -323,6 +387,8 @@ pub fn read_device_labels(dev: &dyn BlockDevice) -> Result<DeviceLabels, VdevErr
     }
     let mut label = None;
     let mut unknown_version = None;
+    // Reported apart from a label's version, so the message names the right structure.
+    let mut unknown_ub_version = None;
     let mut uberblocks = Vec::new();
     for base in [0, Leaf::label1_offset(dev.size())] {
         let mut area = vec![0u8; LABEL_SIZE as usize];
@@ -335,7 +401,7 @@ pub fn read_device_labels(dev: &dyn BlockDevice) -> Result<DeviceLabels, VdevErr
                     match Uberblock::decode(&area[at..at + slot]) {
                         Ok(Some(ub)) if ub.pool_guid == l.pool_guid => uberblocks.push(ub),
                         Ok(_) => {}
-                        Err(v) => unknown_version = Some(v),
+                        Err(v) => unknown_ub_version = Some(v),
                     }
                 }
                 label.get_or_insert(l);
@@ -349,6 +415,11 @@ pub fn read_device_labels(dev: &dyn BlockDevice) -> Result<DeviceLabels, VdevErr
             // A newer tarn wrote this device; guessing at its format could corrupt it.
             Err(VdevError::UnsupportedVersion { path, found, supported: crate::LABEL_VERSION })
         }
+        (_, None) if unknown_ub_version.is_some() => Err(VdevError::UnsupportedUberblockVersion {
+            path,
+            found: unknown_ub_version.unwrap_or_default(),
+            supported: crate::UBERBLOCK_VERSION,
+        }),
         (Some(label), _) => Ok(DeviceLabels { label, uberblocks }),
         (None, _) => Err(VdevError::NotTarn { path }),
     }

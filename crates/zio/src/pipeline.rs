@@ -32,6 +32,8 @@ pub enum ZioError {
     Vdev(#[from] VdevError),
     #[error("corrupt block pointer: {0}")]
     Corrupt(String),
+    #[error("{0}; upgrade tarn")]
+    Unsupported(String),
     #[error("out of space: no free run of {0} bytes on any vdev")]
     NoSpace(u64),
 }
@@ -289,7 +291,7 @@ impl Zio {
     pub fn read_from_devices(&self, bp: &BlockPtr) -> Result<Vec<u8>, ZioError> {
         self.check_bounds(bp)?;
         let mut out = vec![0u8; bp.lsize as usize];
-        self.read_from_disk(bp, &mut out, CachePolicy::None)?;
+        self.read_from_disk(bp, &mut out, CachePolicy::None, false)?;
         Ok(out)
     }
 
@@ -305,21 +307,30 @@ impl Zio {
         self.read_cached(bp, out, CachePolicy::All)
     }
 
+    /// Scrub read: verifies every copy of the block (each side of a mirror), rewriting
+    /// bad ones from a good one; returns its logical bytes. Bypasses the ARC.
+    pub fn read_all_copies(&self, bp: &BlockPtr) -> Result<Vec<u8>, ZioError> {
+        self.check_bounds(bp)?;
+        let mut out = vec![0u8; bp.lsize as usize];
+        self.read_from_disk(bp, &mut out, CachePolicy::None, true)?;
+        Ok(out)
+    }
+
     /// Like `read_into`, leaving the block in the ARC only if `policy` admits it.
     pub fn read_cached(&self, bp: &BlockPtr, out: &mut [u8], policy: CachePolicy) -> Result<(), ZioError> {
         self.check_bounds(bp)?;
         if let Some(phys) = self.arc.get(&arc_key(bp)) {
             return bp.compression.decompress(&phys, out).map_err(ZioError::Corrupt);
         }
-        self.read_from_disk(bp, out, policy)
+        self.read_from_disk(bp, out, policy, false)
     }
 
-    fn read_from_disk(&self, bp: &BlockPtr, out: &mut [u8], policy: CachePolicy) -> Result<(), ZioError> {
+    fn read_from_disk(&self, bp: &BlockPtr, out: &mut [u8], policy: CachePolicy, all_sides: bool) -> Result<(), ZioError> {
         assert_eq!(out.len(), bp.lsize as usize, "read buffer must be the logical size");
         let top = &self.vdevs.tops[bp.vdev as usize];
         let verify = |d: &[u8]| bp.checksum_kind.digest(d) == bp.checksum;
         SCRATCH.with_borrow_mut(|scratch| {
-            let range = self.read_verified(top, bp, &verify, scratch)?;
+            let range = self.read_verified(top, bp, &verify, scratch, all_sides)?;
             let phys = &scratch[range];
             if policy.admits(bp.block_type) {
                 let class = if bp.block_type == BlockType::Data { Class::Data } else { Class::Metadata };
@@ -335,8 +346,14 @@ impl Zio {
         bp: &BlockPtr,
         verify: &dyn Fn(&[u8]) -> bool,
         scratch: &mut Vec<u8>,
+        all_sides: bool,
     ) -> Result<std::ops::Range<usize>, ZioError> {
-        let range = top.read(bp.offset, bp.psize as usize, verify, scratch).map_err(|e| match e {
+        let range = if all_sides {
+            top.read_all_sides(bp.offset, bp.psize as usize, verify, scratch)
+        } else {
+            top.read(bp.offset, bp.psize as usize, verify, scratch)
+        };
+        let range = range.map_err(|e| match e {
             VdevError::Checksum { .. } => {
                 self.stats.checksum_errors.fetch_add(1, Ordering::Relaxed);
                 ZioError::Checksum { what: block_kind(bp.block_type), vdev: bp.vdev, offset: bp.offset }
@@ -420,7 +437,7 @@ impl Zio {
     pub fn read_extent(&self, e: &Extent, len: u64, verify: &dyn Fn(&[u8]) -> bool) -> Result<Vec<u8>, ZioError> {
         self.check_extent(e)?;
         let mut scratch = Vec::new();
-        let range = self.vdevs.tops[e.vdev as usize].read(e.offset, len.min(e.len) as usize, verify, &mut scratch)?;
+        let range = self.vdevs.tops[e.vdev as usize].read_quiet(e.offset, len.min(e.len) as usize, verify, &mut scratch)?;
         Ok(scratch[range].to_vec())
     }
 
