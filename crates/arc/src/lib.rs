@@ -72,7 +72,7 @@ pub struct Counters {
 }
 
 /// A consistent view of the cache for `tarn stats arc` and Prometheus.
-#[derive(Clone, Debug, Default, serde::Serialize)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct ArcSnapshot {
     pub hits: u64,
     pub misses: u64,

@@ -60,6 +60,18 @@ enum Cmd {
     Cat { target: String },
     /// List a directory of a dataset: tarn ls POOL/DS[:PATH]
     Ls { target: String },
+    /// Engine counters (arcstats, intent log, txg, io) of a pool: tarn stats [arc|zil|txg|io|all] POOL
+    Stats {
+        /// Which counters: arc, zil, txg, io or all.
+        #[arg(value_parser = ["arc", "zil", "txg", "io", "all"])]
+        which: String,
+        pool: String,
+        #[arg(long)]
+        json: bool,
+        /// Prometheus text exposition format.
+        #[arg(long, conflicts_with = "json")]
+        prometheus: bool,
+    },
     /// Mount a dataset with FUSE: tarn mount POOL/DS [MOUNTPOINT] [-f] [--threads N]
     Mount {
         dataset: String,
@@ -205,6 +217,7 @@ fn run(cmd: Cmd) -> Res {
             let (ds, path) = split_target(&target);
             with_pool_of(ds, |pool| copy::cat(pool, ds, path))
         }
+        Cmd::Stats { which, pool, json, prometheus } => cmd_stats(&which, &pool, json, prometheus),
         Cmd::Ls { target } => {
             let (ds, path) = split_target(&target);
             with_pool_of(ds, |pool| copy::ls(pool, ds, path))
@@ -573,4 +586,41 @@ fn cmd_get(props: &str, dataset: &str, out: Output) -> Res {
         t.print(out.scripted);
         Ok(())
     })
+}
+
+/// Counters of a mounted pool come from its daemon (published each second); an
+/// unmounted pool is opened here, so its caches start empty.
+fn cmd_stats(which: &str, pool: &str, json: bool, prometheus: bool) -> Res {
+    let stats = match tarn_fuse::stats::read_published(pool) {
+        Some(s) => s,
+        None => {
+            let p = open_pool(pool)?;
+            let s = p.stats();
+            p.close().map_err(err)?;
+            s
+        }
+    };
+    let arc: std::collections::BTreeMap<String, u64> =
+        stats.arc.fields().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    let groups: Vec<(&str, &std::collections::BTreeMap<String, u64>)> =
+        [("arc", &arc), ("zil", &stats.zil), ("txg", &stats.txg), ("io", &stats.io)]
+            .into_iter()
+            .filter(|(name, _)| which == "all" || which == *name)
+            .collect();
+    if json {
+        let v: serde_json::Map<String, serde_json::Value> =
+            groups.iter().map(|(n, m)| (n.to_string(), serde_json::to_value(m).expect("json"))).collect();
+        println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+        return Ok(());
+    }
+    for (group, map) in groups {
+        for (name, value) in map {
+            if prometheus {
+                println!("tarn_{group}_{name}{{pool=\"{pool}\"}} {value}");
+            } else {
+                println!("{group:<4} {name:<28} {value}");
+            }
+        }
+    }
+    Ok(())
 }

@@ -14,6 +14,7 @@ pub mod daemon;
 pub mod fs;
 pub mod mount;
 pub mod state;
+pub mod stats;
 
 pub use mount::{mount, umount, MountRequest};
 

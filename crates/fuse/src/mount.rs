@@ -118,7 +118,12 @@ impl Started {
     fn serve(self) -> Result<(), MountError> {
         let Started { session, pool, record } = self;
         let mut signalled = false;
+        let mut published = std::time::Instant::now() - Duration::from_secs(1);
         while !session.guard.is_finished() {
+            if published.elapsed() >= Duration::from_secs(1) {
+                crate::stats::publish(&pool);
+                published = std::time::Instant::now();
+            }
             if daemon::wait_signal(Duration::from_millis(50)).is_some() {
                 if signalled {
                     break; // second signal: stop now, still committing what we have
@@ -136,6 +141,7 @@ impl Started {
             std::mem::forget(session);
         }
         let result = close_pool(pool);
+        crate::stats::remove(&record.pool);
         record.remove();
         result
     }

@@ -16,7 +16,7 @@ mod scan;
 
 pub use mos::{Mos, MOS_VERSION};
 pub use pool::{
-    CreateOptions, DatasetInfo, ImportOptions, Pool, PoolError, PoolStatus, PropRow, ScrubResult, TopStatus,
+    CreateOptions, DatasetInfo, ImportOptions, Pool, PoolError, PoolStats, PoolStatus, PropRow, ScrubResult, TopStatus,
     VdevSpec,
 };
 pub use scan::{discover, Discovered};

@@ -154,6 +154,17 @@ pub struct ScrubResult {
     pub seconds: f64,
 }
 
+/// Engine counters of one pool (what `tarn stats` shows).
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct PoolStats {
+    pub pool: String,
+    pub time: u64,
+    pub arc: tarn_arc::ArcSnapshot,
+    pub zil: BTreeMap<String, u64>,
+    pub txg: BTreeMap<String, u64>,
+    pub io: BTreeMap<String, u64>,
+}
+
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct PropRow {
     pub property: String,
@@ -450,6 +461,41 @@ impl Pool {
     /// (log replay, new changes) come after it.
     pub fn opened_at_txg(&self) -> u64 {
         self.inner.opened_at_txg
+    }
+
+    /// Every engine counter, for `tarn stats` and Prometheus.
+    pub fn stats(&self) -> PoolStats {
+        let zio = &self.inner.ctx.zio;
+        let z = &self.inner.zil.stats;
+        let s = &zio.stats;
+        let get = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        let t = self.inner.ctx.txg.stats();
+        PoolStats {
+            pool: self.inner.name.clone(),
+            time: now_secs(),
+            arc: zio.arc.snapshot(),
+            zil: BTreeMap::from([
+                ("commits".to_string(), get(&z.commits)),
+                ("blocks_written".to_string(), get(&z.blocks_written)),
+                ("bytes_written".to_string(), get(&z.bytes_written)),
+                ("records_written".to_string(), get(&z.records_written)),
+            ]),
+            txg: BTreeMap::from([
+                ("open".to_string(), t.open),
+                ("synced".to_string(), t.synced),
+                ("dirty_open_bytes".to_string(), t.dirty_open),
+                ("dirty_syncing_bytes".to_string(), t.dirty_syncing),
+            ]),
+            io: BTreeMap::from([
+                ("blocks_written".to_string(), get(&s.blocks_written)),
+                ("logical_bytes_written".to_string(), get(&s.logical_bytes_written)),
+                ("physical_bytes_written".to_string(), get(&s.physical_bytes_written)),
+                ("runs_written".to_string(), get(&s.runs_written)),
+                ("blocks_read".to_string(), get(&s.blocks_read)),
+                ("physical_bytes_read".to_string(), get(&s.physical_bytes_read)),
+                ("checksum_errors".to_string(), get(&s.checksum_errors)),
+            ]),
+        }
     }
 
     /// ARC counters and sizes (arcstats).

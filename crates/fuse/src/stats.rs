@@ -1,0 +1,35 @@
+//! Engine counters of a mounted pool, published for `tarn stats` and for scrapers: the
+//! mount daemon rewrites `<run dir>/<pool>.stats.json` once a second (atomically, by
+//! rename), and removes it when it closes the pool.
+//!
+//! Must never: block the daemon on a slow disk for long (one small file a second).
+use std::path::PathBuf;
+
+use tarn_pool::Pool;
+
+use crate::state::run_dir;
+
+pub fn path(pool: &str) -> PathBuf {
+    run_dir().join(format!("{pool}.stats.json"))
+}
+
+/// Writes the current counters; a failure is reported once on the daemon's log.
+pub fn publish(pool: &Pool) {
+    let stats = pool.stats();
+    let target = path(&stats.pool);
+    let tmp = target.with_extension("json.tmp");
+    let Ok(bytes) = serde_json::to_vec_pretty(&stats) else { return };
+    if let Err(e) = std::fs::write(&tmp, bytes).and_then(|_| std::fs::rename(&tmp, &target)) {
+        eprintln!("tarn mount: cannot publish stats to {}: {e}", target.display());
+    }
+}
+
+pub fn remove(pool: &str) {
+    let _ = std::fs::remove_file(path(pool));
+}
+
+/// The counters a running mount daemon last published, if it is alive.
+pub fn read_published(pool: &str) -> Option<tarn_pool::PoolStats> {
+    crate::state::load(pool).ok().flatten().filter(|r| r.is_alive())?;
+    serde_json::from_slice(&std::fs::read(path(pool)).ok()?).ok()
+}
