@@ -68,6 +68,9 @@ pub struct Zio {
     pub stats: ZioStats,
     /// Verified physical blocks kept in RAM (compressed, as on disk).
     pub arc: ArcCache,
+    /// `TARN_READ_TRACE=FILE`: every block read (identity, physical and logical size) is
+    /// appended to FILE, to replay through cache policies (crates/arc/benches/trace.rs).
+    trace: Option<Mutex<std::io::BufWriter<std::fs::File>>>,
 }
 
 /// A run of whole sectors outside any block tree (an intent-log block).
@@ -94,6 +97,12 @@ impl CachePolicy {
             CachePolicy::None => false,
         }
     }
+}
+
+fn open_trace() -> Option<Mutex<std::io::BufWriter<std::fs::File>>> {
+    let path = std::env::var_os("TARN_READ_TRACE")?;
+    let file = std::fs::OpenOptions::new().create(true).append(true).open(path).ok()?;
+    Some(Mutex::new(std::io::BufWriter::new(file)))
 }
 
 fn arc_key(bp: &BlockPtr) -> BlockKey {
@@ -129,6 +138,7 @@ impl Zio {
             next_top: AtomicUsize::new(0),
             stats: ZioStats::default(),
             arc: ArcCache::new(ArcCache::default_max()),
+            trace: open_trace(),
         }
     }
 
@@ -319,6 +329,10 @@ impl Zio {
     /// Like `read_into`, leaving the block in the ARC only if `policy` admits it.
     pub fn read_cached(&self, bp: &BlockPtr, out: &mut [u8], policy: CachePolicy) -> Result<(), ZioError> {
         self.check_bounds(bp)?;
+        if let Some(t) = &self.trace {
+            use std::io::Write;
+            let _ = writeln!(t.lock(), "{} {} {} {} {}", bp.vdev, bp.offset, bp.birth, bp.psize, bp.lsize);
+        }
         if let Some(phys) = self.arc.get(&arc_key(bp)) {
             return bp.compression.decompress(&phys, out).map_err(ZioError::Corrupt);
         }
