@@ -22,4 +22,4 @@ pub use label::{slot_count, LabelDecode,
     Label, LabelState, TopConfig, TreeConfig, Uberblock, LABEL_SIZE, LABEL_VERSION,
     UBERBLOCK_VERSION,
 };
-pub use tree::{read_device_labels, DeviceLabels, Leaf, LeafHealth, LeafStatus, TopVdev, VdevTree, DATA_START};
+pub use tree::{read_device_labels, DeviceLabels, Leaf, LeafHealth, LeafStatus, ReadMode, TopVdev, VdevTree, DATA_START};

@@ -9,13 +9,14 @@ use crate::label::{slot_count, slot_size, Label, LabelDecode, Uberblock, CONFIG_
 use crate::{BlockDevice, VdevError, LABEL_SIZE};
 
 /// How a read treats the sides of a mirror.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Mode {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadMode {
     /// Stop at the first side that verifies; count and repair the bad ones before it.
     FirstGood,
     /// Verify every side (scrub); count and repair every bad one.
     AllSides,
-    /// Stop at the first side that verifies; a side that does not is not an error.
+    /// Stop at the first side that verifies; a side that does not is not an error (an
+    /// intent-log block that was never written ends the log).
     Quiet,
 }
 
@@ -150,8 +151,7 @@ impl TopVdev {
     }
 
     /// Reads `len` bytes at `offset` of the data area; the caller's `verify` decides
-    /// whether a copy is good. A bad or unreadable side is counted, and on a mirror the
-    /// bad sides are rewritten from the good copy.
+    /// whether a copy is good, and `mode` what a bad side means (see `ReadMode`).
     ///
     /// `span` is the caller's scratch buffer (reused across reads, so the hot path does
     /// not allocate); the verified bytes are `span[returned range]`.
@@ -161,33 +161,9 @@ impl TopVdev {
         len: usize,
         verify: &dyn Fn(&[u8]) -> bool,
         span: &mut Vec<u8>,
+        mode: ReadMode,
     ) -> Result<std::ops::Range<usize>, VdevError> {
-        self.read_sides(offset, len, verify, span, Mode::FirstGood)
-    }
-
-    /// Like `read`, but a side whose bytes `verify` rejects is neither counted nor
-    /// repaired: for places that may legitimately hold anything (an intent-log block that
-    /// was never written ends the log, it is not an error).
-    pub fn read_quiet(
-        &self,
-        offset: u64,
-        len: usize,
-        verify: &dyn Fn(&[u8]) -> bool,
-        span: &mut Vec<u8>,
-    ) -> Result<std::ops::Range<usize>, VdevError> {
-        self.read_sides(offset, len, verify, span, Mode::Quiet)
-    }
-
-    /// Like `read`, but reads and verifies every side of a mirror instead of stopping at
-    /// the first good copy, so a scrub finds (and rewrites) a bad copy on any side.
-    pub fn read_all_sides(
-        &self,
-        offset: u64,
-        len: usize,
-        verify: &dyn Fn(&[u8]) -> bool,
-        span: &mut Vec<u8>,
-    ) -> Result<std::ops::Range<usize>, VdevError> {
-        self.read_sides(offset, len, verify, span, Mode::AllSides)
+        self.read_sides(offset, len, verify, span, mode)
     }
 
     fn read_sides(
@@ -196,9 +172,9 @@ impl TopVdev {
         len: usize,
         verify: &dyn Fn(&[u8]) -> bool,
         out: &mut Vec<u8>,
-        mode: Mode,
+        mode: ReadMode,
     ) -> Result<std::ops::Range<usize>, VdevError> {
-        let all = mode == Mode::AllSides;
+        let all = mode == ReadMode::AllSides;
         assert!(offset + len as u64 <= self.asize, "read past the end of vdev {}", self.index);
         let sector = self.sector();
         let start = offset & !(sector - 1);
@@ -223,7 +199,7 @@ impl TopVdev {
             }
             if !verify(&span[skip..skip + len]) {
                 saw_checksum_error = true;
-                if mode != Mode::Quiet {
+                if mode != ReadMode::Quiet {
                     leaf.checksum_errors.fetch_add(1, Ordering::Relaxed);
                     bad_sides.push(i);
                 }

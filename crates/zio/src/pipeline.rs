@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 use rayon::prelude::*;
 use tarn_alloc::{Run, SpaceMap};
 use tarn_arc::{ArcCache, BlockKey, Class};
-use tarn_vdev::{VdevError, VdevTree};
+use tarn_vdev::{ReadMode, VdevError, VdevTree};
 
 use crate::{BlockPtr, BlockType, ChecksumKind, Compression};
 
@@ -362,11 +362,8 @@ impl Zio {
         scratch: &mut Vec<u8>,
         all_sides: bool,
     ) -> Result<std::ops::Range<usize>, ZioError> {
-        let range = if all_sides {
-            top.read_all_sides(bp.offset, bp.psize as usize, verify, scratch)
-        } else {
-            top.read(bp.offset, bp.psize as usize, verify, scratch)
-        };
+        let mode = if all_sides { ReadMode::AllSides } else { ReadMode::FirstGood };
+        let range = top.read(bp.offset, bp.psize as usize, verify, scratch, mode);
         let range = range.map_err(|e| match e {
             VdevError::Checksum { .. } => {
                 self.stats.checksum_errors.fetch_add(1, Ordering::Relaxed);
@@ -451,7 +448,7 @@ impl Zio {
     pub fn read_extent(&self, e: &Extent, len: u64, verify: &dyn Fn(&[u8]) -> bool) -> Result<Vec<u8>, ZioError> {
         self.check_extent(e)?;
         let mut scratch = Vec::new();
-        let range = self.vdevs.tops[e.vdev as usize].read_quiet(e.offset, len.min(e.len) as usize, verify, &mut scratch)?;
+        let range = self.vdevs.tops[e.vdev as usize].read(e.offset, len.min(e.len) as usize, verify, &mut scratch, ReadMode::Quiet)?;
         Ok(scratch[range].to_vec())
     }
 
