@@ -68,6 +68,12 @@ impl SpaceMap {
         (self.deferred.len() as u64) << self.shift
     }
 
+    /// (sectors holding any live byte, live bytes): their ratio says how full the
+    /// allocated sectors are (1.0 = no space lost to partly freed sectors).
+    pub fn occupancy(&self) -> (u64, u64) {
+        self.live.iter().filter(|&&c| c > 0).fold((0, 0), |(n, b), &c| (n + 1, b + c as u64))
+    }
+
     /// Records `len` live bytes at byte `offset` (import walk, or a block just written).
     pub fn claim(&mut self, offset: u64, len: u64) {
         self.for_each_sector_share(offset, len, |count, share| {

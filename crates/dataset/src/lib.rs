@@ -553,6 +553,8 @@ impl Dataset {
             }
             if size > st.dnode.size {
                 self.space.reserve(0)?;
+                let recordsize = self.eff.read().recordsize;
+                st.fit_block_size(self.zio(), size, recordsize)?;
             }
             st.truncate(self.zio(), hold.txg, size)?;
             self.log(hold.txg, Op::Truncate { obj: ino, size });

@@ -176,9 +176,13 @@ impl ObjState {
 
     /// Grows the block size of a file that is still one block, so that a file smaller
     /// than a record is one block of its own size.
-    fn fit_block_size(&mut self, zio: &Zio, end: u64, recordsize: u32) -> Result<(), ZioError> {
+    ///
+    /// The test is "no data beyond block 0", not "size <= block size": a file extended by
+    /// truncate or fallocate before its first write (as InnoDB does) must still get
+    /// `recordsize` blocks, not stay made of 512-byte ones.
+    pub fn fit_block_size(&mut self, zio: &Zio, end: u64, recordsize: u32) -> Result<(), ZioError> {
         let blksz = self.dnode.blksz;
-        if self.dnode.size > blksz as u64 || end <= blksz as u64 || blksz >= recordsize {
+        if end <= blksz as u64 || blksz >= recordsize || !self.has_only_block_zero() {
             return Ok(());
         }
         let wanted = (end.min(recordsize as u64) as u32).next_multiple_of(MIN_BLOCK).min(recordsize);
@@ -193,6 +197,14 @@ impl ObjState {
             self.open.records.insert(0, Arc::new(rec0));
         }
         Ok(())
+    }
+
+    /// True while no record beyond the first exists (on disk, syncing or open): the only
+    /// time the block size may change.
+    fn has_only_block_zero(&self) -> bool {
+        self.tree.nlevels() <= 1
+            && self.open.records.keys().all(|&b| b == 0)
+            && self.syncing.records.keys().all(|&b| b == 0)
     }
 
     /// Writes `data` at `off` into the open txg.

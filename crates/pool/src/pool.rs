@@ -163,6 +163,9 @@ pub struct PoolStats {
     pub zil: BTreeMap<String, u64>,
     pub txg: BTreeMap<String, u64>,
     pub io: BTreeMap<String, u64>,
+    /// Live bytes against the bytes of the sectors holding them (packing efficiency).
+    #[serde(default)]
+    pub space: BTreeMap<String, u64>,
 }
 
 #[derive(Clone, Debug, serde::Serialize)]
@@ -486,6 +489,10 @@ impl Pool {
                 ("dirty_open_bytes".to_string(), t.dirty_open),
                 ("dirty_syncing_bytes".to_string(), t.dirty_syncing),
             ]),
+            space: {
+                let (sectors, live) = zio.occupancy();
+                BTreeMap::from([("allocated_sector_bytes".to_string(), sectors), ("live_bytes".to_string(), live)])
+            },
             io: BTreeMap::from([
                 ("blocks_written".to_string(), get(&s.blocks_written)),
                 ("logical_bytes_written".to_string(), get(&s.logical_bytes_written)),

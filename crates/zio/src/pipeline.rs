@@ -169,6 +169,15 @@ impl Zio {
         (total, total - free, free)
     }
 
+    /// (bytes of sectors holding live data, live bytes) over all vdevs.
+    pub fn occupancy(&self) -> (u64, u64) {
+        self.maps.iter().fold((0, 0), |(s, b), m| {
+            let m = m.lock();
+            let (n, live) = m.occupancy();
+            (s + n * m.sector_size(), b + live)
+        })
+    }
+
     /// Bytes that return to the free pool once the syncing txg commits.
     pub fn deferred_bytes(&self) -> u64 {
         self.maps.iter().map(|m| m.lock().deferred_bytes()).sum()
