@@ -455,10 +455,13 @@ impl Filesystem for TarnFs {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let size = self.pool.status().size;
+        // As zfs does: the size shown is what is used plus what can still be written, so
+        // df's "used" is the bytes allocated and the reserve kept for metadata is not
+        // counted as either.
+        let allocated = self.pool.status().allocated;
         let avail = self.pool.available();
         let bs = u64::from(BLOCK);
-        let (blocks, free) = (size / bs, avail / bs);
+        let (blocks, free) = ((allocated + avail) / bs, avail / bs);
         // Every object needs at least one block, so free blocks bound the free inodes.
         reply.statfs(blocks, free, free, blocks, free, BLOCK, 255, BLOCK);
     }
