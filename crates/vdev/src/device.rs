@@ -52,15 +52,27 @@ impl FileDevice {
 }
 
 /// One process owns a device at a time: a second import would corrupt the pool.
+///
+/// A holder that was just killed keeps its lock until its last thread has exited, which
+/// can lag the kill by a moment; so a busy lock is retried briefly before giving up.
 fn lock_exclusively(file: &File, path: &Path) -> Result<(), VdevError> {
     use std::os::fd::AsRawFd;
-    // SAFETY: flock on a file descriptor we own; no memory is involved.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rc != 0 {
-        return Err(VdevError::Busy { path: path.to_path_buf() });
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    loop {
+        // SAFETY: flock on a file descriptor we own; no memory is involved.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc == 0 {
+            return Ok(());
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(VdevError::Busy { path: path.to_path_buf() });
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    Ok(())
 }
+
+/// How long a device held by another process is waited for.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Size of a regular file or a block device (seeking to the end works for both).
 fn device_size(file: &File) -> std::io::Result<u64> {
