@@ -113,7 +113,7 @@ impl Output {
 
 #[derive(Subcommand)]
 enum PoolCmd {
-    /// Create a pool: tarn pool create POOL [mirror] DEV... [mirror DEV...]
+    /// Create a pool: tarn pool create POOL [mirror] DEV... [mirror DEV...] [log [mirror] DEV...]
     Create {
         /// Reuse devices that belong to another pool (destroys it).
         #[arg(short = 'f')]
@@ -126,6 +126,18 @@ enum PoolCmd {
         size: Option<String>,
         pool: String,
         #[arg(required = true, num_args = 1..)]
+        vdevs: Vec<String>,
+    },
+    /// Add separate intent-log devices: tarn pool add POOL log [mirror] DEV...
+    Add {
+        /// Reuse devices that belong to another pool (destroys it).
+        #[arg(short = 'f')]
+        force: bool,
+        /// Size of image files created for device paths that do not exist, e.g. 1G.
+        #[arg(long)]
+        size: Option<String>,
+        pool: String,
+        #[arg(required = true, num_args = 2..)]
         vdevs: Vec<String>,
     },
     /// Import a pool found on devices (lists importable pools without POOL).
@@ -285,10 +297,44 @@ fn parse_vdevs(words: &[String]) -> Result<Vec<VdevSpec>, String> {
     Ok(specs)
 }
 
+/// Splits "DEV... log DEV..." into data and log vdev specs.
+fn split_logs(words: &[String]) -> Result<(Vec<VdevSpec>, Vec<VdevSpec>), String> {
+    match words.iter().position(|w| w == "log") {
+        Some(at) => {
+            if at + 1 == words.len() {
+                return Err("`log` needs at least one device after it".into());
+            }
+            Ok((parse_vdevs(&words[..at])?, parse_vdevs(&words[at + 1..])?))
+        }
+        None => Ok((parse_vdevs(words)?, Vec::new())),
+    }
+}
+
+fn spec_paths(spec: &VdevSpec) -> Vec<PathBuf> {
+    match spec {
+        VdevSpec::Disk(p) => vec![p.clone()],
+        VdevSpec::Mirror(ps) => ps.clone(),
+    }
+}
+
 fn run_pool(cmd: PoolCmd) -> Res {
     match cmd {
         PoolCmd::Create { force, options, size, pool, vdevs } => pool_create(force, &options, size, &pool, &vdevs),
         PoolCmd::Import { dirs, pool, json } => pool_import(&dirs, pool.as_deref(), json),
+        PoolCmd::Add { force, size, pool, vdevs } => {
+            let size = size.map(|s| parse_size(&s).ok_or_else(|| format!("invalid --size '{s}': use a size like 512M, 4G"))).transpose()?;
+            let (data, logs) = split_logs(&vdevs)?;
+            if !data.is_empty() || logs.is_empty() {
+                return Err("only log devices can be added: tarn pool add POOL log DEV...".into());
+            }
+            let p = open_pool(&pool)?;
+            p.add_logs(&logs, force, size).map_err(err)?;
+            let mut cache = Cache::load()?;
+            if let Some(entry) = cache.pools.get_mut(&pool) {
+                entry.devices.extend(logs.iter().flat_map(spec_paths));
+            }
+            cache.save()
+        }
         PoolCmd::Export { pool } => {
             let p = open_pool(&pool)?;
             p.export().map_err(err)?;
@@ -351,7 +397,11 @@ fn pool_create(force: bool, options: &[String], size: Option<String>, name: &str
     if Cache::load()?.pools.contains_key(name) {
         return Err(format!("pool '{name}' is already imported on this machine"));
     }
-    let specs = parse_vdevs(vdevs)?;
+    let (specs, logs) = split_logs(vdevs)?;
+    if specs.is_empty() {
+        return Err("a pool needs at least one data device before `log`".into());
+    }
+    opts.logs = logs;
     let pool = Pool::create(name, &specs, &opts).map_err(err)?;
     remember(&pool)?;
     pool.close().map_err(err)
@@ -455,7 +505,12 @@ fn print_status(s: &tarn_pool::PoolStatus) {
         (a.0 + l.read_errors, a.1 + l.write_errors, a.2 + l.checksum_errors)
     });
     t.row(vec![s.name.clone(), s.state.clone(), totals.0.to_string(), totals.1.to_string(), totals.2.to_string()]);
+    let mut logs_header = false;
     for top in &s.vdevs {
+        if top.log && !logs_header {
+            t.row(vec!["logs".into(), String::new(), String::new(), String::new(), String::new()]);
+            logs_header = true;
+        }
         let mirror = top.leaves.len() > 1;
         if mirror {
             let e = top.leaves.iter().fold((0, 0, 0), |a, l| (a.0 + l.read_errors, a.1 + l.write_errors, a.2 + l.checksum_errors));

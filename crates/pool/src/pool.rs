@@ -71,11 +71,13 @@ pub struct CreateOptions {
     pub size: Option<u64>,
     pub force: bool,
     pub txg: TxgConfig,
+    /// Separate intent-log devices (SLOG): fsync writes go there.
+    pub logs: Vec<VdevSpec>,
 }
 
 impl Default for CreateOptions {
     fn default() -> Self {
-        CreateOptions { ashift: 12, size: None, force: false, txg: TxgConfig::default() }
+        CreateOptions { ashift: 12, size: None, force: false, txg: TxgConfig::default(), logs: Vec::new() }
     }
 }
 
@@ -125,6 +127,8 @@ pub struct Pool {
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct TopStatus {
     pub name: String,
+    /// A separate intent-log device.
+    pub log: bool,
     pub health: String,
     pub leaves: Vec<LeafStatus>,
 }
@@ -263,27 +267,16 @@ impl Pool {
             return Err(PoolError::Config(format!("ashift={} is out of range; use 9 to 16 (12 for 4K sectors)", opts.ashift)));
         }
         let mut tops = Vec::new();
-        let mut tree_cfg = TreeConfig { tops: Vec::new() };
-        for (index, spec) in specs.iter().enumerate() {
-            let paths = match spec {
-                VdevSpec::Disk(p) => vec![p.clone()],
-                VdevSpec::Mirror(ps) => ps.clone(),
-            };
-            let mut leaves = Vec::new();
-            let mut asize = u64::MAX;
-            for path in &paths {
-                let dev = open_for_create(path, opts)?;
-                asize = asize.min(TopVdev::asize_of(dev.size(), opts.ashift));
-                leaves.push(Leaf::new(random_guid(), path.display().to_string(), Some(dev)));
-            }
-            let guid = random_guid();
-            tree_cfg.tops.push(match spec {
-                VdevSpec::Disk(_) => TopConfig::Disk { guid: leaves[0].guid, path: leaves[0].path.clone() },
-                VdevSpec::Mirror(_) => {
-                    TopConfig::Mirror { guid, children: leaves.iter().map(|l| (l.guid, l.path.clone())).collect() }
-                }
-            });
-            tops.push(TopVdev::new(index, guid, opts.ashift, asize, leaves));
+        let mut tree_cfg = TreeConfig { tops: Vec::new(), logs: Vec::new() };
+        for spec in specs {
+            let (top, cfg) = new_top(tops.len(), spec, opts)?;
+            tops.push(top);
+            tree_cfg.tops.push(cfg);
+        }
+        for spec in &opts.logs {
+            let (top, cfg) = new_top(tops.len(), spec, opts)?;
+            tops.push(top.as_log());
+            tree_cfg.logs.push(cfg);
         }
         let label = Label {
             pool_name: name.to_string(),
@@ -400,7 +393,8 @@ impl Pool {
         }
         let by_guid: BTreeMap<u64, Arc<dyn BlockDevice>> =
             labels.iter().map(|(d, l)| (l.label.vdev_guid, d.clone())).collect();
-        let vdevs = build_tree(&label, &by_guid)?;
+        let (vdevs, missing_logs) = build_tree(&label, &by_guid)?;
+        let was_exported = label.state == LabelState::Exported;
         let mut ubs: Vec<Uberblock> = labels.iter().flat_map(|(_, l)| l.uberblocks.clone()).collect();
         ubs.sort_by(|a, b| b.txg.cmp(&a.txg));
         ubs.dedup_by_key(|u| u.txg);
@@ -432,6 +426,9 @@ impl Pool {
         pool.start();
         let chained = chained.unwrap_or_else(|| tarn_zil::Chained { records: Vec::new(), blocks: Vec::new(), end_seq: 1, end: String::new() });
         pool.replay_log(chained, ub.txg)?;
+        if !missing_logs.is_empty() {
+            pool.note_missing_logs(&missing_logs, was_exported, ub.txg);
+        }
         for (_, ds) in pool.inner.datasets.read().values() {
             ds.reclaim_unlinked()?;
         }
@@ -457,7 +454,23 @@ impl Pool {
 
     /// Paths of every device in the pool's config.
     pub fn device_paths(&self) -> Vec<PathBuf> {
-        self.inner.label.tree.tops.iter().flat_map(|t| t.leaves()).map(|(_, p)| PathBuf::from(p)).collect()
+        let tree = &self.inner.label.tree;
+        tree.tops.iter().chain(&tree.logs).flat_map(|t| t.leaves()).map(|(_, p)| PathBuf::from(p)).collect()
+    }
+
+    /// Says plainly what a missing log device means for this import.
+    fn note_missing_logs(&self, missing: &[String], was_exported: bool, txg: u64) {
+        let devices = missing.join(", ");
+        let msg = if was_exported {
+            format!("log device {devices} is missing; the pool was exported cleanly, so nothing acknowledged was lost; fsync now logs to the data devices")
+        } else {
+            format!("log device {devices} is missing: changes acknowledged by fsync after txg {txg} (the last committed) may be lost; fsync now logs to the data devices")
+        };
+        let mut report = self.inner.replay_report.lock();
+        *report = Some(match report.take() {
+            Some(r) => format!("{r}; {msg}"),
+            None => msg,
+        });
     }
 
     /// The committed txg import chose (the newest whose root verified); later commits
@@ -549,6 +562,30 @@ impl Pool {
     /// Commits everything, marks the pool exported and closes it.
     pub fn export(self) -> Result<(), PoolError> {
         self.shutdown(true)
+    }
+
+    /// Adds separate log devices (`zpool add POOL log DEV`): commits, closes the pool and
+    /// writes the new configuration to every label; the next import uses the log.
+    pub fn add_logs(self, specs: &[VdevSpec], force: bool, size: Option<u64>) -> Result<(), PoolError> {
+        if specs.is_empty() {
+            return Err(PoolError::Config("give at least one log device".into()));
+        }
+        let zio = &self.inner.ctx.zio;
+        let opts = CreateOptions { ashift: zio.vdevs.ashift, force, size, ..Default::default() };
+        let mut label = self.inner.label.clone();
+        let mut added = Vec::new();
+        // Open (or create) every new device before touching the pool, so a bad one
+        // changes nothing.
+        for spec in specs {
+            let (top, cfg) = new_top(zio.vdevs.tops.len() + added.len(), spec, &opts)?;
+            label.tree.logs.push(cfg);
+            added.push(top.as_log());
+        }
+        self.shutdown(false)?;
+        // Every device, old and new, gets the new config (label 0 everywhere, then 1).
+        zio.vdevs.write_labels(&label)?;
+        VdevTree::new(added, zio.vdevs.ashift).write_labels(&label)?;
+        Ok(())
     }
 
     /// Marks the pool destroyed on every device and closes it.
@@ -757,7 +794,7 @@ impl Pool {
                 let health = if online == leaves.len() { "ONLINE" } else if online > 0 { "DEGRADED" } else { "UNAVAIL" };
                 degraded |= online < leaves.len();
                 let name = if top.is_mirror() { format!("mirror-{}", top.index) } else { leaves[0].path.clone() };
-                TopStatus { name, health: health.into(), leaves }
+                TopStatus { name, log: top.is_log, health: health.into(), leaves }
             })
             .collect();
         let state = if suspended.is_some() { "SUSPENDED" } else if degraded { "DEGRADED" } else { "ONLINE" };
@@ -852,6 +889,27 @@ fn subtree_space(sets: &BTreeMap<String, (DsMeta, Arc<Dataset>)>, ds: &str) -> (
         })
 }
 
+/// Opens (or creates) the devices of one top-level vdev for a new pool or log.
+fn new_top(index: usize, spec: &VdevSpec, opts: &CreateOptions) -> Result<(TopVdev, TopConfig), PoolError> {
+    let paths = match spec {
+        VdevSpec::Disk(p) => vec![p.clone()],
+        VdevSpec::Mirror(ps) => ps.clone(),
+    };
+    let mut leaves = Vec::new();
+    let mut asize = u64::MAX;
+    for path in &paths {
+        let dev = open_for_create(path, opts)?;
+        asize = asize.min(TopVdev::asize_of(dev.size(), opts.ashift));
+        leaves.push(Leaf::new(random_guid(), path.display().to_string(), Some(dev)));
+    }
+    let guid = random_guid();
+    let cfg = match spec {
+        VdevSpec::Disk(_) => TopConfig::Disk { guid: leaves[0].guid, path: leaves[0].path.clone() },
+        VdevSpec::Mirror(_) => TopConfig::Mirror { guid, children: leaves.iter().map(|l| (l.guid, l.path.clone())).collect() },
+    };
+    Ok((TopVdev::new(index, cfg.guid(), opts.ashift, asize, leaves), cfg))
+}
+
 fn open_for_create(path: &Path, opts: &CreateOptions) -> Result<Arc<dyn BlockDevice>, PoolError> {
     let dev = FileDevice::open_or_create(path, opts.size)?;
     if dev.size() < MIN_DEVICE {
@@ -873,9 +931,14 @@ fn open_for_create(path: &Path, opts: &CreateOptions) -> Result<Arc<dyn BlockDev
     Ok(Arc::new(dev))
 }
 
-fn build_tree(label: &Label, by_guid: &BTreeMap<u64, Arc<dyn BlockDevice>>) -> Result<VdevTree, PoolError> {
+/// Assembles the vdev tree from the label's config and the devices found. A data vdev
+/// with no device is fatal; a missing log device is not (ZFS would refuse without -m):
+/// the pool imports and says what the missing log may have held.
+fn build_tree(label: &Label, by_guid: &BTreeMap<u64, Arc<dyn BlockDevice>>) -> Result<(VdevTree, Vec<String>), PoolError> {
     let mut tops = Vec::new();
-    for (index, top) in label.tree.tops.iter().enumerate() {
+    let mut missing_logs = Vec::new();
+    let configs = label.tree.tops.iter().map(|t| (t, false)).chain(label.tree.logs.iter().map(|t| (t, true)));
+    for (index, (top, is_log)) in configs.enumerate() {
         let mut leaves = Vec::new();
         let mut asize = u64::MAX;
         for (guid, path) in top.leaves() {
@@ -887,14 +950,19 @@ fn build_tree(label: &Label, by_guid: &BTreeMap<u64, Arc<dyn BlockDevice>>) -> R
         }
         if leaves.iter().all(|l| l.health() == LeafHealth::Unavail) {
             let missing: Vec<String> = leaves.iter().map(|l| l.path.clone()).collect();
-            return Err(PoolError::CannotImport {
-                pool: label.pool_name.clone(),
-                detail: format!("vdev {index} has no available device (missing: {}); give its path to import", missing.join(", ")),
-            });
+            if !is_log {
+                return Err(PoolError::CannotImport {
+                    pool: label.pool_name.clone(),
+                    detail: format!("vdev {index} has no available device (missing: {}); give its path to import", missing.join(", ")),
+                });
+            }
+            missing_logs.extend(missing);
+            asize = 0;
         }
-        tops.push(TopVdev::new(index, top.guid(), label.ashift, asize, leaves));
+        let vdev = TopVdev::new(index, top.guid(), label.ashift, asize, leaves);
+        tops.push(if is_log { vdev.as_log() } else { vdev });
     }
-    Ok(VdevTree::new(tops, label.ashift))
+    Ok((VdevTree::new(tops, label.ashift), missing_logs))
 }
 
 /// The newest uberblock whose MOS block reads and verifies.

@@ -9,7 +9,11 @@ use xxhash_rust::xxh3::xxh3_128;
 
 pub const LABEL_SIZE: u64 = 256 * 1024;
 pub const CONFIG_AREA: usize = 64 * 1024;
-pub const LABEL_VERSION: u32 = 1;
+/// Version 2 added separate log devices (`tree.logs`); version 1 labels are read as
+/// having none. A version-1 tarn refuses a version-2 label instead of importing a pool
+/// whose intent log it would not see.
+pub const LABEL_VERSION: u32 = 2;
+const OLDEST_LABEL: u32 = 1;
 pub const UBERBLOCK_VERSION: u32 = 1;
 const LABEL_MAGIC: u64 = u64::from_le_bytes(*b"TARNLABL");
 const UBER_MAGIC: u64 = u64::from_le_bytes(*b"TARNUBER");
@@ -49,11 +53,14 @@ impl TopConfig {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TreeConfig {
     pub tops: Vec<TopConfig>,
+    /// Separate intent-log devices (SLOG), after the data vdevs in vdev numbering.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub logs: Vec<TopConfig>,
 }
 
 impl TreeConfig {
     pub fn guid_sum(&self) -> u64 {
-        self.tops.iter().flat_map(|t| t.leaves()).fold(0u64, |s, (g, _)| s.wrapping_add(g))
+        self.tops.iter().chain(&self.logs).flat_map(|t| t.leaves()).fold(0u64, |s, (g, _)| s.wrapping_add(g))
     }
 }
 
@@ -107,7 +114,7 @@ impl Label {
         if xxh3_128(&copy) != stored {
             return LabelDecode::Invalid;
         }
-        if version != LABEL_VERSION {
+        if !(OLDEST_LABEL..=LABEL_VERSION).contains(&version) {
             return LabelDecode::Version(version);
         }
         if json_len > CONFIG_AREA - LABEL_HEADER {
@@ -204,7 +211,7 @@ mod tests {
             hostname: "h".into(),
             create_txg: 1,
             asize: 1 << 30,
-            tree: TreeConfig { tops: vec![TopConfig::Disk { guid: 9, path: "/x".into() }] },
+            tree: TreeConfig { tops: vec![TopConfig::Disk { guid: 9, path: "/x".into() }], logs: Vec::new() },
         }
     }
 
@@ -217,13 +224,23 @@ mod tests {
     }
 
     #[test]
-    fn label_of_unknown_version_is_reported_as_such() {
+    fn a_version_1_label_without_log_devices_is_read() {
         let mut area = sample().encode();
-        area[8..12].copy_from_slice(&2u32.to_le_bytes());
+        area[8..12].copy_from_slice(&1u32.to_le_bytes());
         area[16..32].fill(0);
         let sum = xxh3_128(&area);
         area[16..32].copy_from_slice(&sum.to_le_bytes());
-        assert!(matches!(Label::decode(&area), LabelDecode::Version(2)));
+        assert!(matches!(Label::decode(&area), LabelDecode::Ok(l) if l.tree.logs.is_empty()));
+    }
+
+    #[test]
+    fn label_of_unknown_version_is_reported_as_such() {
+        let mut area = sample().encode();
+        area[8..12].copy_from_slice(&3u32.to_le_bytes());
+        area[16..32].fill(0);
+        let sum = xxh3_128(&area);
+        area[16..32].copy_from_slice(&sum.to_le_bytes());
+        assert!(matches!(Label::decode(&area), LabelDecode::Version(3)));
     }
 
     #[test]

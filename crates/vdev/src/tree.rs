@@ -123,13 +123,26 @@ pub struct TopVdev {
     /// Bytes of data area, the same on every side.
     pub asize: u64,
     pub leaves: Vec<Leaf>,
+    /// A separate intent-log device: only log blocks are allocated on it.
+    pub is_log: bool,
     rotor: AtomicUsize,
 }
 
 impl TopVdev {
     pub fn new(index: usize, guid: u64, ashift: u32, asize: u64, leaves: Vec<Leaf>) -> TopVdev {
         assert!(!leaves.is_empty(), "a top-level vdev has at least one device");
-        TopVdev { index, guid, ashift, asize, leaves, rotor: AtomicUsize::new(0) }
+        TopVdev { index, guid, ashift, asize, leaves, is_log: false, rotor: AtomicUsize::new(0) }
+    }
+
+    /// Marks this top-level vdev as a separate log device.
+    pub fn as_log(mut self) -> TopVdev {
+        self.is_log = true;
+        self
+    }
+
+    /// True if at least one side can be read and written.
+    pub fn usable(&self) -> bool {
+        self.leaves.iter().any(|l| l.health() == LeafHealth::Online)
     }
 
     /// Data-area size a device of `size` bytes offers, aligned to the sector size.
@@ -286,6 +299,9 @@ impl VdevTree {
 
     pub fn flush_all(&self) -> Result<(), VdevError> {
         for top in &self.tops {
+            if top.is_log && !top.usable() {
+                continue; // a missing log device holds nothing of the pool's state
+            }
             top.flush()?;
         }
         Ok(())

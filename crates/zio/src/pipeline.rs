@@ -163,9 +163,12 @@ impl Zio {
     }
 
     /// (total, allocated, free) bytes over all vdevs.
+    /// (total, allocated, free) bytes of the data vdevs (log devices are apart, as
+    /// `zpool list` shows them).
     pub fn space(&self) -> (u64, u64, u64) {
-        let total: u64 = self.vdevs.tops.iter().map(|t| (t.asize >> t.ashift) << t.ashift).sum();
-        let free: u64 = self.free.iter().map(|f| f.load(Ordering::Relaxed)).sum();
+        let data = || self.vdevs.tops.iter().filter(|t| !t.is_log);
+        let total: u64 = data().map(|t| (t.asize >> t.ashift) << t.ashift).sum();
+        let free: u64 = data().map(|t| self.free[t.index].load(Ordering::Relaxed)).sum();
         (total, total - free, free)
     }
 
@@ -277,6 +280,9 @@ impl Zio {
         let start = self.next_top.fetch_add(1, Ordering::Relaxed);
         for k in 0..n {
             let top = (start + k) % n;
+            if self.vdevs.tops[top].is_log {
+                continue; // log devices hold only intent-log blocks
+            }
             let sector = self.sector(top);
             let min = min_bytes.div_ceil(sector);
             let want = remaining.min(RUN_BYTES).max(min_bytes).div_ceil(sector);
@@ -400,11 +406,17 @@ impl Zio {
 
     /// Allocates `bytes` (rounded up to whole sectors) outside any block tree, for an
     /// intent-log block. The extent is live until `free_extent`.
+    /// A separate log device is used when one is usable; the data vdevs otherwise.
     pub fn alloc_extent(&self, bytes: u64) -> Result<Extent, ZioError> {
         let n = self.maps.len();
         let start = self.next_top.fetch_add(1, Ordering::Relaxed);
+        let has_log = self.vdevs.tops.iter().any(|t| t.is_log && t.usable() && t.asize > 0);
         for k in 0..n {
             let top = (start + k) % n;
+            let t = &self.vdevs.tops[top];
+            if t.is_log != has_log || !t.usable() {
+                continue;
+            }
             let sector = self.sector(top);
             let sectors = bytes.div_ceil(sector);
             let got = self.with_map(top, |m| {
