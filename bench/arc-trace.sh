@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ARC benchmark on a recorded IO-bound trace: MariaDB (small buffer pool) on a tarn mount
-# runs sysbench select_random_points while tarn records every block read
-# (TARN_READ_TRACE); the trace is then replayed through the ARC and a plain LRU with the
+# runs sysbench select_random_points over a hot table while a reporting query scans a
+# cold one now and then (the mix that defeats a plain LRU), and tarn records every block
+# read (TARN_READ_TRACE). The trace is replayed through the ARC and a plain LRU with the
 # same byte budget, and an LRU of uncompressed records.
 # Usage: bash bench/arc-trace.sh [SECONDS] [BUDGET_MIB...]   (root; after scripts/setup.sh)
 set -euo pipefail
@@ -51,7 +52,14 @@ stop_mysqld
 # Record only the measured run.
 TARN_READ_TRACE="$work/trace.txt" "$tarn" mount arcb/db "$work/mnt"
 start_mysqld
-sb select_random_points --threads=4 --time="$seconds" run | grep -E "transactions:|queries:" || true
+( end=$((SECONDS + seconds)); while [ $SECONDS -lt $end ]; do
+    mariadb --socket="$work/sock" -uroot -e "SELECT SUM(LENGTH(c)) FROM sbtest.sbtest4" >/dev/null 2>&1 || true
+    sleep 5
+  done ) &
+scanner=$!
+sysbench select_random_points --db-driver=mysql --mysql-socket="$work/sock" --mysql-user=root \
+    --tables=1 --table-size=100000 --threads=4 --time="$seconds" run | grep -E "transactions:|queries:" || true
+wait "$scanner" || true
 stop_mysqld
 "$tarn" umount "$work/mnt"
 echo "logical data: $(du -sb "$work/pool.img" >/dev/null; "$tarn" get -H -p logicalused,used,compressratio arcb/db | cut -f2,3 | tr '\n' ' ')"
