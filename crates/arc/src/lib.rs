@@ -37,6 +37,8 @@ struct Entry {
     bytes: Arc<[u8]>,
     lsize: u32,
     class: Class,
+    /// Read ahead and not yet asked for: its first demand read is not a second access.
+    prefetched: bool,
 }
 
 #[derive(Default)]
@@ -69,6 +71,8 @@ pub struct Counters {
     pub ghost_b2_hits: AtomicU64,
     pub evictions: AtomicU64,
     pub inserts: AtomicU64,
+    pub prefetch_inserts: AtomicU64,
+    pub prefetch_hits: AtomicU64,
 }
 
 /// A consistent view of the cache for `tarn stats arc` and Prometheus.
@@ -81,6 +85,11 @@ pub struct ArcSnapshot {
     pub ghost_recency_hits: u64,
     pub ghost_frequency_hits: u64,
     pub evictions: u64,
+    /// Blocks read ahead by sequential prefetch, and demand reads that found one.
+    #[serde(default)]
+    pub prefetch_reads: u64,
+    #[serde(default)]
+    pub prefetch_hits: u64,
     pub size: u64,
     pub target_recency: u64,
     pub max: u64,
@@ -128,6 +137,16 @@ impl ArcCache {
     /// The cached physical bytes of `key`, promoting it (T1 → T2, or to T2's MRU end).
     pub fn get(&self, key: &BlockKey) -> Option<Arc<[u8]>> {
         let mut l = self.lists.lock();
+        if let Some(e) = l.t1.get_mut(key).filter(|e| e.prefetched) {
+            // First demand read of a read-ahead block: it stays in the recency list.
+            e.prefetched = false;
+            let bytes = e.bytes.clone();
+            l.t1.to_back(key);
+            drop(l);
+            self.counters.prefetch_hits.fetch_add(1, Ordering::Relaxed);
+            self.hit(&self.counters.t1_hits);
+            return Some(bytes);
+        }
         if let Some(e) = l.t1.remove(key) {
             let bytes = e.bytes.clone();
             let size = e.bytes.len() as u64;
@@ -156,12 +175,28 @@ impl ArcCache {
 
     /// Caches a block just read (and verified) from disk.
     pub fn insert(&self, key: BlockKey, bytes: Arc<[u8]>, lsize: u32, class: Class) {
-        let size = bytes.len() as u64;
+        self.insert_entry(key, Entry { bytes, lsize, class, prefetched: false });
+    }
+
+    /// Caches a block read ahead of demand (sequential prefetch).
+    pub fn insert_prefetched(&self, key: BlockKey, bytes: Arc<[u8]>, lsize: u32, class: Class) {
+        if self.insert_entry(key, Entry { bytes, lsize, class, prefetched: true }) {
+            self.counters.prefetch_inserts.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub fn contains(&self, key: &BlockKey) -> bool {
+        let l = self.lists.lock();
+        l.t1.contains_key(key) || l.t2.contains_key(key)
+    }
+
+    /// Returns whether the entry was added.
+    fn insert_entry(&self, key: BlockKey, entry: Entry) -> bool {
+        let size = entry.bytes.len() as u64;
         let mut l = self.lists.lock();
         if size > l.c || l.t1.contains_key(&key) || l.t2.contains_key(&key) {
-            return;
+            return false;
         }
-        let entry = Entry { bytes, lsize, class };
         let evicted = if let Some(ghost) = l.b1.remove(&key) {
             // Recency was evicted too early: give T1 more room.
             l.b1_bytes -= ghost;
@@ -190,6 +225,7 @@ impl ArcCache {
         drop(l);
         self.counters.inserts.fetch_add(1, Ordering::Relaxed);
         self.counters.evictions.fetch_add(evicted, Ordering::Relaxed);
+        true
     }
 
     /// Forgets a block whose space was freed.
@@ -220,6 +256,8 @@ impl ArcCache {
             ghost_recency_hits: get(&c.ghost_b1_hits),
             ghost_frequency_hits: get(&c.ghost_b2_hits),
             evictions: get(&c.evictions),
+            prefetch_reads: get(&c.prefetch_inserts),
+            prefetch_hits: get(&c.prefetch_hits),
             size: l.t1_bytes + l.t2_bytes,
             target_recency: l.p,
             max: l.c,
@@ -337,6 +375,8 @@ impl ArcSnapshot {
             ("ghost_recency_hits", self.ghost_recency_hits),
             ("ghost_frequency_hits", self.ghost_frequency_hits),
             ("evictions", self.evictions),
+            ("prefetch_reads", self.prefetch_reads),
+            ("prefetch_hits", self.prefetch_hits),
             ("size", self.size),
             ("target_recency", self.target_recency),
             ("max", self.max),

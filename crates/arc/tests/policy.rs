@@ -115,3 +115,16 @@ fn the_budget_holds_under_concurrent_readers_and_shrinks_at_run_time() {
     let text = s.prometheus();
     assert!(text.contains("# TYPE tarn_arc_hits counter\ntarn_arc_hits "), "{text}");
 }
+
+#[test]
+fn a_prefetched_block_read_once_is_not_taken_for_a_frequent_one() {
+    let arc = ArcCache::new(64 * BLOCK as u64);
+    arc.insert_prefetched(key(1), Arc::from(vec![1u8; BLOCK]), 16384, Class::Data);
+    assert!(arc.get(&key(1)).is_some());
+    let s = arc.snapshot();
+    assert_eq!((s.prefetch_reads, s.prefetch_hits), (1, 1));
+    assert_eq!(s.frequency_size, 0, "the first demand read of a read-ahead block keeps it in recency");
+    assert!(arc.get(&key(1)).is_some());
+    assert_eq!(arc.snapshot().frequency_size, BLOCK as u64, "a second demand read promotes it");
+    assert_eq!(arc.snapshot().prefetch_hits, 1);
+}

@@ -48,6 +48,11 @@ pub struct ObjState {
     pub dir_dirty: bool,
     /// The object was freed (its dnode slot will be zeroed).
     pub gone: bool,
+    /// Sequential-read detection: the record the next read would start at if the reader
+    /// goes on in order, how many reads in a row did, and how far read-ahead has gone.
+    seq_next: u64,
+    seq_run: u32,
+    prefetched_to: u64,
 }
 
 pub struct Object {
@@ -76,6 +81,9 @@ impl Object {
                 dir: None,
                 dir_dirty: false,
                 gone: false,
+                seq_next: 0,
+                seq_run: 0,
+                prefetched_to: 0,
             }),
         }
     }
@@ -157,6 +165,10 @@ impl ObjState {
             }
             done += n;
         }
+        if policy == CachePolicy::All && len > 0 {
+            let (first, last) = (off / blksz, (off + len as u64 - 1) / blksz);
+            guard.read_ahead(zio, first, last)?;
+        }
         // Hold off the release of freed blocks while we read blocks the tree pointed to.
         let _reclaim = reclaim.read_recursive();
         drop(guard);
@@ -172,6 +184,34 @@ impl ObjState {
             }
         }
         Ok(len)
+    }
+
+    /// Sequential prefetch (like ZFS's zfetch): after a few reads in record order, asks
+    /// for the next records to be read into the ARC, the distance doubling up to 32.
+    fn read_ahead(&mut self, zio: &Zio, first: u64, last: u64) -> Result<(), ZioError> {
+        if first == self.seq_next {
+            self.seq_run = self.seq_run.saturating_add(1);
+        } else if first + 1 != self.seq_next {
+            self.seq_run = 0;
+            self.prefetched_to = 0;
+        }
+        self.seq_next = last + 1;
+        if self.seq_run < 2 {
+            return Ok(());
+        }
+        let distance = 1u64 << self.seq_run.min(5);
+        let records = self.dnode.size.div_ceil(self.blksz());
+        let from = (last + 1).max(self.prefetched_to);
+        let to = (last + 1 + distance).min(records);
+        let mut bps = Vec::new();
+        for blkid in from..to {
+            if let Source::Disk(bp) = self.source(zio, blkid)? {
+                bps.push(bp);
+            }
+        }
+        self.prefetched_to = to.max(self.prefetched_to);
+        zio.prefetch(&bps);
+        Ok(())
     }
 
     /// Grows the block size of a file that is still one block, so that a file smaller

@@ -307,6 +307,7 @@ impl Pool {
         }
         let txg = Arc::new(TxgEngine::new(last_txg, txg_cfg));
         let zil = Arc::new(Zil::new(zio.clone(), label.pool_guid, zil_seq));
+        zio.start_prefetch();
         let ctx = Arc::new(Ctx { zio, txg, reclaim: RwLock::new(()) });
         Pool {
             inner: Arc::new(Inner {

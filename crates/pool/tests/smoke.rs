@@ -85,3 +85,39 @@ fn random_page_updates_do_not_strand_space() {
     let (sectors, live) = (s.space["allocated_sector_bytes"], s.space["live_bytes"]);
     assert!(live as f64 / sectors as f64 > 0.75, "live {live} of {sectors} allocated sector bytes");
 }
+
+/// Reading a file in order makes tarn read ahead: later reads find their records already
+/// in the ARC, and the stats count those apart from ordinary hits. Random reads do not
+/// trigger it.
+#[test]
+fn sequential_reads_are_prefetched_and_counted_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("d0.img");
+    let opts = CreateOptions { size: Some(256 << 20), ..Default::default() };
+    let pool = Pool::create("tank", &[VdevSpec::Disk(img.clone())], &opts).unwrap();
+    pool.set_property("tank", "recordsize", "16K").unwrap();
+    let ds = pool.dataset("tank").unwrap();
+    let f = ds.create(ROOT_ID, b"scan", NewObject::File, 0o644, 0, 0).unwrap();
+    let page: Vec<u8> = (0..16384u32).map(|i| (i % 13) as u8).collect();
+    for p in 0..512u64 {
+        ds.write(f.ino, p * 16384, &page).unwrap();
+    }
+    drop(ds);
+    pool.export().unwrap();
+    let pool = Pool::import_paths(&[img], &ImportOptions::default()).unwrap();
+    let ds = pool.dataset("tank").unwrap();
+    let ino = ds.lookup(ROOT_ID, b"scan").unwrap().ino;
+    let mut buf = vec![0u8; 16384];
+    for p in (0..64u64).map(|i| (i * 7919) % 512) {
+        ds.read(ino, p * 16384, &mut buf).unwrap();
+    }
+    assert_eq!(pool.arc_stats().prefetch_reads, 0, "random reads do not read ahead");
+    for p in 0..512u64 {
+        ds.read(ino, p * 16384, &mut buf).unwrap();
+        assert_eq!(buf, page);
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+    let s = pool.arc_stats();
+    assert!(s.prefetch_reads > 100, "a sequential scan read ahead: {s:?}");
+    assert!(s.prefetch_hits > 100, "and the scan found those blocks in the ARC: {s:?}");
+}

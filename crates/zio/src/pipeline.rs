@@ -71,7 +71,13 @@ pub struct Zio {
     /// `TARN_READ_TRACE=FILE`: every block read (identity, physical and logical size) is
     /// appended to FILE, to replay through cache policies (crates/arc/benches/trace.rs).
     trace: Option<Mutex<std::io::BufWriter<std::fs::File>>>,
+    /// Read-ahead requests for the prefetch workers (started by `start_prefetch`).
+    prefetch: Mutex<Option<crossbeam_channel::Sender<BlockPtr>>>,
 }
+
+/// Blocks waiting for read-ahead at most; more are dropped (prefetch is a hint).
+const PREFETCH_QUEUE: usize = 256;
+const PREFETCH_WORKERS: usize = 2;
 
 /// A run of whole sectors outside any block tree (an intent-log block).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -139,6 +145,7 @@ impl Zio {
             stats: ZioStats::default(),
             arc: ArcCache::new(ArcCache::default_max()),
             trace: open_trace(),
+            prefetch: Mutex::new(None),
         }
     }
 
@@ -401,6 +408,52 @@ impl Zio {
     pub fn release_deferred(&self) {
         for top in 0..self.maps.len() {
             self.with_map(top, |m| m.release_deferred());
+        }
+    }
+
+    /// Starts the read-ahead workers. They hold only a weak reference, so they end when
+    /// the pipeline is dropped.
+    pub fn start_prefetch(self: &Arc<Self>) {
+        let (tx, rx) = crossbeam_channel::bounded::<BlockPtr>(PREFETCH_QUEUE);
+        for i in 0..PREFETCH_WORKERS {
+            let rx = rx.clone();
+            let zio = Arc::downgrade(self);
+            let spawned = std::thread::Builder::new().name(format!("prefetch{i}")).spawn(move || {
+                while let Ok(bp) = rx.recv() {
+                    let Some(zio) = zio.upgrade() else { return };
+                    zio.prefetch_one(&bp);
+                }
+            });
+            if spawned.is_err() {
+                return; // no read-ahead: only speed is lost
+            }
+        }
+        *self.prefetch.lock() = Some(tx);
+    }
+
+    /// Asks for `bps` to be read into the ARC ahead of demand; never blocks.
+    pub fn prefetch(&self, bps: &[BlockPtr]) {
+        let guard = self.prefetch.lock();
+        let Some(tx) = guard.as_ref() else { return };
+        for bp in bps {
+            if !self.arc.contains(&arc_key(bp)) && tx.try_send(*bp).is_err() {
+                break;
+            }
+        }
+    }
+
+    /// Reads one block into the ARC, quietly: the block may have been freed and its
+    /// space reused since it was asked for, which is not an error.
+    fn prefetch_one(&self, bp: &BlockPtr) {
+        if self.arc.contains(&arc_key(bp)) || self.check_bounds(bp).is_err() {
+            return;
+        }
+        let top = &self.vdevs.tops[bp.vdev as usize];
+        let verify = |d: &[u8]| bp.checksum_kind.digest(d) == bp.checksum;
+        let mut span = Vec::new();
+        if let Ok(range) = top.read(bp.offset, bp.psize as usize, &verify, &mut span, ReadMode::Quiet) {
+            let class = if bp.block_type == BlockType::Data { Class::Data } else { Class::Metadata };
+            self.arc.insert_prefetched(arc_key(bp), Arc::from(&span[range]), bp.lsize, class);
         }
     }
 
