@@ -90,6 +90,11 @@ pub struct ArcSnapshot {
     pub prefetch_reads: u64,
     #[serde(default)]
     pub prefetch_hits: u64,
+    /// Reads served from the decompressed copies (filled in by the io pipeline).
+    #[serde(default)]
+    pub hot_copy_hits: u64,
+    #[serde(default)]
+    pub hot_copies_size: u64,
     pub size: u64,
     pub target_recency: u64,
     pub max: u64,
@@ -258,6 +263,8 @@ impl ArcCache {
             evictions: get(&c.evictions),
             prefetch_reads: get(&c.prefetch_inserts),
             prefetch_hits: get(&c.prefetch_hits),
+            hot_copy_hits: 0,
+            hot_copies_size: 0,
             size: l.t1_bytes + l.t2_bytes,
             target_recency: l.p,
             max: l.c,
@@ -377,6 +384,8 @@ impl ArcSnapshot {
             ("evictions", self.evictions),
             ("prefetch_reads", self.prefetch_reads),
             ("prefetch_hits", self.prefetch_hits),
+            ("hot_copy_hits", self.hot_copy_hits),
+            ("hot_copies_size", self.hot_copies_size),
             ("size", self.size),
             ("target_recency", self.target_recency),
             ("max", self.max),
@@ -390,5 +399,72 @@ impl ArcSnapshot {
             ("metadata_size", self.metadata_size),
             ("blocks", self.blocks),
         ]
+    }
+}
+
+/// A bounded set of hot decompressed copies: blocks read again while in the ARC are
+/// kept decompressed too, so the hottest records cost a copy instead of a decompression.
+/// Plain LRU under its own byte budget; counted in the ARC's stats.
+pub struct HotCopies {
+    lists: Mutex<(LinkedHashMap<BlockKey, Arc<[u8]>>, u64)>,
+    max: AtomicU64,
+    pub hits: AtomicU64,
+}
+
+impl HotCopies {
+    pub fn new(max_bytes: u64) -> HotCopies {
+        HotCopies { lists: Mutex::new((LinkedHashMap::new(), 0)), max: AtomicU64::new(max_bytes), hits: AtomicU64::new(0) }
+    }
+
+    /// Copies the decompressed block into `out` if it is here.
+    pub fn copy_out(&self, key: &BlockKey, out: &mut [u8]) -> bool {
+        let mut l = self.lists.lock();
+        match l.0.to_back(key) {
+            Some(bytes) if bytes.len() == out.len() => {
+                out.copy_from_slice(bytes);
+                drop(l);
+                self.hits.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    pub fn insert(&self, key: BlockKey, bytes: &[u8]) {
+        let max = self.max.load(Ordering::Relaxed);
+        let size = bytes.len() as u64;
+        if size > max {
+            return;
+        }
+        let mut l = self.lists.lock();
+        if l.0.contains_key(&key) {
+            return;
+        }
+        while l.1 + size > max {
+            let Some((_, b)) = l.0.pop_front() else { break };
+            l.1 -= b.len() as u64;
+        }
+        l.0.insert(key, Arc::from(bytes));
+        l.1 += size;
+    }
+
+    pub fn remove(&self, key: &BlockKey) {
+        let mut l = self.lists.lock();
+        if let Some(b) = l.0.remove(key) {
+            l.1 -= b.len() as u64;
+        }
+    }
+
+    pub fn set_max(&self, bytes: u64) {
+        self.max.store(bytes, Ordering::Relaxed);
+        let mut l = self.lists.lock();
+        while l.1 > bytes {
+            let Some((_, b)) = l.0.pop_front() else { break };
+            l.1 -= b.len() as u64;
+        }
+    }
+
+    pub fn size(&self) -> u64 {
+        self.lists.lock().1
     }
 }

@@ -304,6 +304,7 @@ impl Pool {
     fn assemble(label: Label, zio: Arc<Zio>, last_txg: u64, txg_cfg: TxgConfig, next_ds: u64, zil_seq: u64) -> Pool {
         if let Some(max) = arc_max_from_env() {
             zio.arc.set_max(max);
+            zio.hot.set_max(max / tarn_zio::HOT_SHARE);
         }
         let txg = Arc::new(TxgEngine::new(last_txg, txg_cfg));
         let zil = Arc::new(Zil::new(zio.clone(), label.pool_guid, zil_seq));
@@ -490,7 +491,12 @@ impl Pool {
         PoolStats {
             pool: self.inner.name.clone(),
             time: now_secs(),
-            arc: zio.arc.snapshot(),
+            arc: {
+                let mut a = zio.arc.snapshot();
+                a.hot_copy_hits = get(&zio.hot.hits);
+                a.hot_copies_size = zio.hot.size();
+                a
+            },
             zil: BTreeMap::from([
                 ("commits".to_string(), get(&z.commits)),
                 ("blocks_written".to_string(), get(&z.blocks_written)),
@@ -527,6 +533,7 @@ impl Pool {
     /// Changes the ARC budget at run time.
     pub fn set_arc_max(&self, bytes: u64) {
         self.inner.ctx.zio.arc.set_max(bytes);
+        self.inner.ctx.zio.hot.set_max(bytes / tarn_zio::HOT_SHARE);
     }
 
     pub fn txg(&self) -> &Arc<TxgEngine> {

@@ -121,3 +121,32 @@ fn sequential_reads_are_prefetched_and_counted_apart() {
     assert!(s.prefetch_reads > 100, "a sequential scan read ahead: {s:?}");
     assert!(s.prefetch_hits > 100, "and the scan found those blocks in the ARC: {s:?}");
 }
+
+/// A record read again while in the ARC is kept decompressed as well: the third read of a
+/// hot page costs a copy, and the stats say so.
+#[test]
+fn hot_records_are_served_from_decompressed_copies() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("d0.img");
+    let opts = CreateOptions { size: Some(128 << 20), ..Default::default() };
+    let pool = Pool::create("tank", &[VdevSpec::Disk(img.clone())], &opts).unwrap();
+    pool.set_property("tank", "recordsize", "16K").unwrap();
+    let ds = pool.dataset("tank").unwrap();
+    let f = ds.create(ROOT_ID, b"hot", NewObject::File, 0o644, 0, 0).unwrap();
+    let page: Vec<u8> = (0..16384u32).map(|i| (i % 29) as u8).collect();
+    ds.write(f.ino, 0, &page).unwrap();
+    ds.write(f.ino, 16384, &page).unwrap();
+    drop(ds);
+    pool.export().unwrap();
+    let pool = Pool::import_paths(&[img], &ImportOptions::default()).unwrap();
+    let ds = pool.dataset("tank").unwrap();
+    let ino = ds.lookup(ROOT_ID, b"hot").unwrap().ino;
+    let mut buf = vec![0u8; 16384];
+    for _ in 0..5 {
+        ds.read(ino, 16384, &mut buf).unwrap();
+        assert_eq!(buf, page);
+    }
+    let s = pool.stats().arc;
+    assert!(s.hot_copy_hits >= 3, "reads 3..5 were copies: {s:?}");
+    assert!(s.hot_copies_size >= 16384);
+}

@@ -18,4 +18,4 @@ mod pipeline;
 
 pub use blkptr::{BlockPtr, BlockType, BLKPTR_SIZE};
 pub use codec::{ChecksumKind, Compression};
-pub use pipeline::{CachePolicy, Extent, PendingBlock, Zio, ZioError, ZioStats};
+pub use pipeline::{CachePolicy, Extent, PendingBlock, Zio, ZioError, ZioStats, HOT_SHARE};

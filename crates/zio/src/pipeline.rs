@@ -10,7 +10,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use rayon::prelude::*;
 use tarn_alloc::{Run, SpaceMap};
-use tarn_arc::{ArcCache, BlockKey, Class};
+use tarn_arc::{ArcCache, BlockKey, Class, HotCopies};
 use tarn_vdev::{ReadMode, VdevError, VdevTree};
 
 use crate::{BlockPtr, BlockType, ChecksumKind, Compression};
@@ -68,12 +68,17 @@ pub struct Zio {
     pub stats: ZioStats,
     /// Verified physical blocks kept in RAM (compressed, as on disk).
     pub arc: ArcCache,
+    /// Decompressed copies of the blocks read most recently out of the ARC.
+    pub hot: HotCopies,
     /// `TARN_READ_TRACE=FILE`: every block read (identity, physical and logical size) is
     /// appended to FILE, to replay through cache policies (crates/arc/benches/trace.rs).
     trace: Option<Mutex<std::io::BufWriter<std::fs::File>>>,
     /// Read-ahead requests for the prefetch workers (started by `start_prefetch`).
     prefetch: Mutex<Option<crossbeam_channel::Sender<BlockPtr>>>,
 }
+
+/// The decompressed copies get this fraction of the ARC's budget.
+pub const HOT_SHARE: u64 = 16;
 
 /// Blocks waiting for read-ahead at most; more are dropped (prefetch is a hint).
 const PREFETCH_QUEUE: usize = 256;
@@ -144,6 +149,7 @@ impl Zio {
             next_top: AtomicUsize::new(0),
             stats: ZioStats::default(),
             arc: ArcCache::new(ArcCache::default_max()),
+            hot: HotCopies::new(ArcCache::default_max() / HOT_SHARE),
             trace: open_trace(),
             prefetch: Mutex::new(None),
         }
@@ -355,8 +361,16 @@ impl Zio {
             use std::io::Write;
             let _ = writeln!(t.lock(), "{} {} {} {} {}", bp.vdev, bp.offset, bp.birth, bp.psize, bp.lsize);
         }
-        if let Some(phys) = self.arc.get(&arc_key(bp)) {
-            return bp.compression.decompress(&phys, out).map_err(ZioError::Corrupt);
+        let key = arc_key(bp);
+        if bp.compression != Compression::Off && self.hot.copy_out(&key, out) {
+            return Ok(());
+        }
+        if let Some(phys) = self.arc.get(&key) {
+            bp.compression.decompress(&phys, out).map_err(ZioError::Corrupt)?;
+            if bp.compression != Compression::Off {
+                self.hot.insert(key, out); // read again while cached: keep it ready
+            }
+            return Ok(());
         }
         self.read_from_disk(bp, out, policy, false)
     }
@@ -401,6 +415,7 @@ impl Zio {
     /// Drops the block's bytes from its space map; its sectors wait for the txg commit.
     pub fn free(&self, bp: &BlockPtr) {
         self.arc.remove(&arc_key(bp));
+        self.hot.remove(&arc_key(bp));
         self.with_map(bp.vdev as usize, |m| m.free(bp.offset, bp.psize as u64));
     }
 
