@@ -598,7 +598,7 @@ impl Dataset {
         }
         off.checked_add(data.len() as u64).ok_or_else(|| FsError::Invalid("offset too large".into()))?;
         let eff = self.effective();
-        self.space.reserve(data.len() as u64)?;
+        self.reserve_or_wait(data.len() as u64)?;
         let txg = {
             let hold = self.hold(data.len() as u64)?;
             let obj = self.os.get(ino)?;
@@ -618,6 +618,22 @@ impl Dataset {
             self.commit_log(txg)?;
         }
         Ok(data.len())
+    }
+
+    /// Reserves room for `bytes` of new data. If the pool looks full, waits once for the
+    /// open txg to commit and asks again: a deleted file's blocks and the dirty bytes of
+    /// data that will never be written (the file is gone) are given back only when the
+    /// txg that freed them commits, so without this wait a writer got ENOSPC for up to
+    /// a txg timeout after `rm` (ZFS waits for the txg the same way). Called without a
+    /// txg hold, so the wait cannot block the commit it waits for.
+    fn reserve_or_wait(&self, bytes: u64) -> Result<(), FsError> {
+        match self.space.reserve(bytes) {
+            Err(FsError::NoSpace) => {
+                self.os.ctx().txg.sync_all()?;
+                self.space.reserve(bytes)
+            }
+            r => r,
+        }
     }
 
     /// Zeros a range without changing the size (fallocate PUNCH_HOLE).
