@@ -196,6 +196,19 @@ pub struct Dataset {
     unlinked_at_quiesce: Mutex<Vec<u64>>,
 }
 
+/// The relatime rule, on a dnode's times.
+trait AtimeRule {
+    fn atime_is_stale(&self, now: Timespec) -> bool;
+}
+
+impl AtimeRule for Dnode {
+    fn atime_is_stale(&self, now: Timespec) -> bool {
+        const DAY: i64 = 24 * 3600;
+        let t = |x: Timespec| (x.sec, x.nsec);
+        t(self.atime) <= t(self.mtime) || t(self.atime) <= t(self.ctime) || now.sec - self.atime.sec >= DAY
+    }
+}
+
 fn check_name(name: &[u8]) -> Result<(), FsError> {
     if name.len() > NAME_MAX {
         return Err(FsError::NameTooLong);
@@ -590,6 +603,32 @@ impl Dataset {
         }
         let policy = self.eff.read().primarycache;
         Ok(ObjState::read(st, self.zio(), &self.os.ctx().reclaim, off, buf, policy)?)
+    }
+
+    /// Records a read of `ino` in its atime, like Linux's relatime: only with `atime=on`,
+    /// and only when the old atime is not newer than mtime or ctime or is a day old, so a
+    /// file read over and over dirties its dnode at most once per change or day. ctime is
+    /// left alone (an access is not a change) and nothing goes to the intent log: atime
+    /// is not worth an fsync's cost, it is committed with the next txg (ZFS does the same).
+    pub fn accessed(&self, ino: u64) -> Result<(), FsError> {
+        if !self.eff.read().atime {
+            return Ok(());
+        }
+        let now = Timespec::now();
+        if !self.os.get(ino)?.lock().dnode.atime_is_stale(now) {
+            return Ok(());
+        }
+        let _hold = self.hold(0)?;
+        let obj = self.os.get(ino)?;
+        let mut st = obj.lock();
+        if !st.dnode.atime_is_stale(now) {
+            return Ok(()); // another reader updated it meanwhile
+        }
+        st.dnode.atime = now;
+        // last_dirty_txg stays: an fsync after a read has nothing to make durable.
+        drop(st);
+        self.os.mark_dirty(ino);
+        Ok(())
     }
 
     pub fn write(&self, ino: u64, off: u64, data: &[u8]) -> Result<usize, FsError> {
