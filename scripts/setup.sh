@@ -10,7 +10,7 @@ apt_packages=(
     build-essential pkg-config fuse3 libfuse3-dev
     e2fsprogs xfsprogs btrfs-progs btrfs-compsize zfs-fuse
     mariadb-server mariadb-client sysbench fio util-linux procps
-    python3-venv sqlite3
+    python3-venv sqlite3 postgresql
 )
 bash scripts/apt-install.sh "${apt_packages[@]}"
 modprobe fuse 2>/dev/null || true

@@ -196,6 +196,19 @@ pub struct Dataset {
     unlinked_at_quiesce: Mutex<Vec<u64>>,
 }
 
+/// The relatime rule, on a dnode's times.
+trait AtimeRule {
+    fn atime_is_stale(&self, now: Timespec) -> bool;
+}
+
+impl AtimeRule for Dnode {
+    fn atime_is_stale(&self, now: Timespec) -> bool {
+        const DAY: i64 = 24 * 3600;
+        let t = |x: Timespec| (x.sec, x.nsec);
+        t(self.atime) <= t(self.mtime) || t(self.atime) <= t(self.ctime) || now.sec - self.atime.sec >= DAY
+    }
+}
+
 fn check_name(name: &[u8]) -> Result<(), FsError> {
     if name.len() > NAME_MAX {
         return Err(FsError::NameTooLong);
@@ -594,13 +607,39 @@ impl Dataset {
         Ok(ObjState::read(st, self.zio(), &self.os.ctx().reclaim, off, buf, policy)?)
     }
 
+    /// Records a read of `ino` in its atime, like Linux's relatime: only with `atime=on`,
+    /// and only when the old atime is not newer than mtime or ctime or is a day old, so a
+    /// file read over and over dirties its dnode at most once per change or day. ctime is
+    /// left alone (an access is not a change) and nothing goes to the intent log: atime
+    /// is not worth an fsync's cost, it is committed with the next txg (ZFS does the same).
+    pub fn accessed(&self, ino: u64) -> Result<(), FsError> {
+        if !self.eff.read().atime {
+            return Ok(());
+        }
+        let now = Timespec::now();
+        if !self.os.get(ino)?.lock().dnode.atime_is_stale(now) {
+            return Ok(());
+        }
+        let _hold = self.hold(0)?;
+        let obj = self.os.get(ino)?;
+        let mut st = obj.lock();
+        if !st.dnode.atime_is_stale(now) {
+            return Ok(()); // another reader updated it meanwhile
+        }
+        st.dnode.atime = now;
+        // last_dirty_txg stays: an fsync after a read has nothing to make durable.
+        drop(st);
+        self.os.mark_dirty(ino);
+        Ok(())
+    }
+
     pub fn write(&self, ino: u64, off: u64, data: &[u8]) -> Result<usize, FsError> {
         if data.is_empty() {
             return Ok(0);
         }
         off.checked_add(data.len() as u64).ok_or_else(|| FsError::Invalid("offset too large".into()))?;
         let eff = self.effective();
-        self.space.reserve(data.len() as u64)?;
+        self.reserve_or_wait(data.len() as u64)?;
         let txg = {
             let hold = self.hold(data.len() as u64)?;
             let obj = self.os.get(ino)?;
@@ -620,6 +659,22 @@ impl Dataset {
             self.commit_log(txg)?;
         }
         Ok(data.len())
+    }
+
+    /// Reserves room for `bytes` of new data. If the pool looks full, waits once for the
+    /// open txg to commit and asks again: a deleted file's blocks and the dirty bytes of
+    /// data that will never be written (the file is gone) are given back only when the
+    /// txg that freed them commits, so without this wait a writer got ENOSPC for up to
+    /// a txg timeout after `rm` (ZFS waits for the txg the same way). Called without a
+    /// txg hold, so the wait cannot block the commit it waits for.
+    fn reserve_or_wait(&self, bytes: u64) -> Result<(), FsError> {
+        match self.space.reserve(bytes) {
+            Err(FsError::NoSpace) => {
+                self.os.ctx().txg.sync_all()?;
+                self.space.reserve(bytes)
+            }
+            r => r,
+        }
     }
 
     /// Zeros a range without changing the size (fallocate PUNCH_HOLE).

@@ -357,7 +357,12 @@ impl Filesystem for TarnFs {
                 buf.resize(size as usize, 0);
             }
             match self.ds.read(ino.0, offset, &mut buf[..size as usize]) {
-                Ok(n) => reply.data(&buf[..n]),
+                Ok(n) => {
+                    reply.data(&buf[..n]);
+                    // After the reply, off the reader's latency. A failed atime update
+                    // (pool suspended) must not turn a good read into an error.
+                    let _ = self.ds.accessed(ino.0);
+                }
                 Err(e) => reply.error(errno(&e)),
             }
         });

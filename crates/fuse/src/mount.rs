@@ -80,8 +80,9 @@ fn start(req: &MountRequest, given: Option<PathBuf>, open_pool: impl FnOnce() ->
     };
     record.save()?;
     let pool = Arc::new(pool);
+    let atime = ds.effective().atime;
     let fs = TarnFs::new(pool.clone(), ds);
-    match session(fs, &mountpoint, req.threads, &req.dataset) {
+    match session(fs, &mountpoint, req.threads, &req.dataset, atime) {
         Ok(session) => Ok(Started { session, pool, record }),
         Err(e) => {
             record.remove();
@@ -93,16 +94,20 @@ fn start(req: &MountRequest, given: Option<PathBuf>, open_pool: impl FnOnce() ->
 
 /// Mounts and starts the worker threads; once this returns the kernel has our INIT
 /// reply, so the mount is usable.
-fn session(fs: TarnFs, mountpoint: &Path, threads: usize, dataset: &str) -> Result<fuser::BackgroundSession, MountError> {
+fn session(fs: TarnFs, mountpoint: &Path, threads: usize, dataset: &str, atime: bool) -> Result<fuser::BackgroundSession, MountError> {
     let mut config = fuser::Config::default();
     config.mount_options = vec![
         MountOption::FSName(dataset.to_string()),
         MountOption::Subtype("tarn".to_string()),
         MountOption::DefaultPermissions,
-        MountOption::NoAtime,
         MountOption::Dev,
         MountOption::Suid,
     ];
+    // atime=off: tell the kernel too (it then never invalidates cached atimes after a
+    // read); atime=on: the dataset applies relatime itself on each read that reaches us.
+    if !atime {
+        config.mount_options.push(MountOption::NoAtime);
+    }
     // allow_other: databases run as their own users.
     config.acl = SessionACL::All;
     config.n_threads = Some(threads.max(1));

@@ -176,9 +176,11 @@ impl ObjSet {
         let mut cache = self.cache.write();
         for obj in &objects {
             let st = obj.lock();
-            // An object freed in the open txg (while this one synced) is in the open dirty
-            // set; it must stay cached until that txg's quiesce picks it up.
-            if st.gone && st.open.records.is_empty() && !self.dirty.lock().contains(&obj.id) {
+            // Only an object freed in *this* txg may leave the cache. `gone` is open-txg
+            // state: an object written in txg N and unlinked in N+1 while N syncs is gone
+            // already, but N+1 still has to quiesce and free it (it is in `dirty`), so it
+            // must stay cached until N+1's sync. Its last change says which txg freed it.
+            if st.gone && st.last_dirty_txg <= txg && st.open.records.is_empty() && !self.dirty.lock().contains(&obj.id) {
                 cache.remove(&obj.id);
             }
         }

@@ -769,10 +769,14 @@ impl Pool {
         Ok(rows)
     }
 
-    /// Bytes a writer can still use (free space less the reserve kept for metadata).
+    /// Bytes a writer can still use: free space less the reserve kept for metadata and
+    /// less the data already accepted into the open and syncing txgs but not yet placed.
+    /// This is the sum `PoolSpace::reserve` refuses writes by, so statfs (df) agrees with
+    /// the ENOSPC a writer gets; without the dirty bytes a full pool looked half empty.
     pub fn available(&self) -> u64 {
         let (total, _, free) = self.inner.ctx.zio.space();
-        free.saturating_sub(PoolSpace::slop(total))
+        let t = self.inner.ctx.txg.stats();
+        free.saturating_sub(PoolSpace::slop(total) + t.dirty_open + t.dirty_syncing)
     }
 
     pub fn datasets_info(&self) -> Vec<DatasetInfo> {

@@ -18,6 +18,9 @@ struct GatedDevice {
     closed: Mutex<bool>,
     opened: Condvar,
     waiting_flushes: AtomicUsize,
+    /// Also hold writes (not only flushes) while the gate is closed.
+    gate_writes: AtomicBool,
+    waiting_writes: AtomicUsize,
 }
 
 impl GatedDevice {
@@ -32,6 +35,14 @@ impl BlockDevice for GatedDevice {
         self.inner.read_at(buf, offset)
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        if self.gate_writes.load(Ordering::SeqCst) {
+            self.waiting_writes.fetch_add(1, Ordering::SeqCst);
+            let mut closed = self.closed.lock().unwrap();
+            while *closed {
+                closed = self.opened.wait(closed).unwrap();
+            }
+            self.waiting_writes.fetch_sub(1, Ordering::SeqCst);
+        }
         self.inner.write_at(buf, offset)
     }
     fn flush(&self) -> std::io::Result<()> {
@@ -60,6 +71,8 @@ fn gated_pool(dir: &Path, txg: TxgConfig) -> (Pool, Arc<GatedDevice>, PathBuf) {
         closed: Mutex::new(false),
         opened: Condvar::new(),
         waiting_flushes: AtomicUsize::new(0),
+        gate_writes: AtomicBool::new(false),
+        waiting_writes: AtomicUsize::new(0),
     });
     let pool = Pool::import(vec![dev.clone() as Arc<dyn BlockDevice>], &ImportOptions { txg }).unwrap();
     (pool, dev, img)
@@ -201,4 +214,42 @@ fn many_threads_write_and_read_their_own_files_across_syncs() {
         let end = model.iter().rposition(|&b| b != 0).map_or(0, |p| p + 1);
         assert_eq!(&back[..end], &model[..end], "file {ino} after import");
     }
+}
+
+/// A file written in txg N and unlinked in N+1 while N is still syncing: N's sync must
+/// not drop the object from the cache (N+1 still has to free it). This once panicked the
+/// sync thread ("a dirty object is cached") under PostgreSQL, hanging every later sync.
+#[test]
+fn a_file_unlinked_while_its_last_write_syncs_is_freed_by_the_next_txg() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pool, dev, _) = gated_pool(dir.path(), TxgConfig { timeout: Duration::from_secs(3600), ..Default::default() });
+    let ds = pool.dataset("tank").unwrap();
+    let a = ds.create(ROOT_ID, b"a", NewObject::File, 0o644, 0, 0).unwrap();
+    ds.write(a.ino, 0, &[1u8; 16384]).unwrap();
+
+    // Hold txg N at its first data write: before it decides which objects leave the cache.
+    dev.gate_writes.store(true, Ordering::SeqCst);
+    dev.set_closed(true);
+    let pool = Arc::new(pool);
+    let syncer = {
+        let pool = pool.clone();
+        std::thread::spawn(move || pool.sync().unwrap())
+    };
+    wait_until("the sync reaches its first write", || dev.waiting_writes.load(Ordering::SeqCst) > 0);
+    ds.unlink(ROOT_ID, b"a").unwrap();
+    dev.set_closed(false);
+    syncer.join().unwrap();
+
+    // The next txg frees the file; the sync thread must survive it (a dead sync thread
+    // shows as a sync that never returns).
+    let next = {
+        let pool = pool.clone();
+        std::thread::spawn(move || pool.sync().unwrap())
+    };
+    wait_until("the next txg commits", || next.is_finished());
+    next.join().unwrap();
+    assert!(ds.lookup(ROOT_ID, b"a").is_err());
+    let b = ds.create(ROOT_ID, b"b", NewObject::File, 0o644, 0, 0).unwrap();
+    ds.write(b.ino, 0, b"after").unwrap();
+    pool.sync().unwrap();
 }
