@@ -103,6 +103,8 @@ def print_terminal(rundir: Path, console: Console) -> None:
     for s in stacks:
         if s.get("status") != "ok":
             console.print(f"[yellow]{s['stack']}: {s['status']}: {s.get('reason')}[/yellow]")
+        elif (s.get("spec") or {}).get("notes"):
+            console.print(f"[cyan]{s['stack']}: note: {s['spec']['notes']}[/cyan]")
 
 
 def write_html(rundir: Path) -> Path:
@@ -172,6 +174,8 @@ def _html(scenario, runs, stacks, images, rundir: Path) -> str:
     for s in stacks:
         if s.get("status") != "ok":
             parts.append(f"<p><b>{e(s['stack'])}</b>: {e(s['status'])} — {e(str(s.get('reason')))}</p>")
+        elif (s.get("spec") or {}).get("notes"):
+            parts.append(f"<p><b>{e(s['stack'])}</b>: note — {e(s['spec']['notes'])}</p>")
     for stack in dict.fromkeys(r["stack"] for r in runs):
         mine = {r["workload"]: r for r in runs if r["stack"] == stack}
         ws = [w for w in scenario["workloads"] if w in mine]

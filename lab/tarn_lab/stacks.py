@@ -146,7 +146,7 @@ def _zfs(spec, data, fast, workdir, mnt, teardown) -> BuiltStack:
     compression = spec.get("compression", "lz4")
     if not _kernel_zfs():
         arc_mb = max(16, int(spec.get("arc_mb", 256)))
-        _start_zfs_fuse(workdir, arc_mb, teardown)
+        settings["zfs_fuse_argv"] = _start_zfs_fuse(workdir, arc_mb, teardown)
         settings["implementation"] = "zfs-fuse"
         settings["arc_max_mb"] = arc_mb
         if compression in ZFS_FUSE_COMPRESSION:
@@ -179,12 +179,25 @@ def _zfs(spec, data, fast, workdir, mnt, teardown) -> BuiltStack:
                                 "zfs-fuse": tool_version(["dpkg-query", "-W", "-f=${Version}", "zfs-fuse"])})
 
 
-def _start_zfs_fuse(workdir: Path, arc_mb: int, teardown: Teardown) -> None:
+# zfs-fuse's caching flags for the lab's daemon. Without them two kernel caches sit outside
+# ZFS and serve reads from RAM, so a small-ARC run is not disk-bound: the page cache above
+# the FUSE mount (--disable-page-cache) and the block cache of the vdev below ZFS
+# (--disable-block-cache: the vdev is opened O_DIRECT). With both, the ARC is the only cache,
+# as on kernel ZFS. Recorded per run in the stack settings.
+ZFS_FUSE_CACHE_FLAGS = ["--disable-page-cache", "--disable-block-cache"]
+
+
+def zfs_fuse_argv(pidfile: Path, arc_mb: int) -> list[str]:
+    return ["zfs-fuse", "--pidfile", str(pidfile), "--no-kstat-mount", "-m", str(arc_mb),
+            "--fuse-attr-timeout", "1", "--fuse-entry-timeout", "1", *ZFS_FUSE_CACHE_FLAGS]
+
+
+def _start_zfs_fuse(workdir: Path, arc_mb: int, teardown: Teardown) -> list[str]:
     pidfile = workdir / "zfs-fuse.pid"
     pidfile.unlink(missing_ok=True)
     # Daemonizes; the pidfile names our daemon so teardown stops exactly it.
-    run(["zfs-fuse", "--pidfile", str(pidfile), "--no-kstat-mount", "-m", str(arc_mb),
-         "--fuse-attr-timeout", "1", "--fuse-entry-timeout", "1"])
+    argv = zfs_fuse_argv(pidfile, arc_mb)
+    run(argv)
     deadline = time.monotonic() + 20
     while not (pidfile.exists() and pidfile.read_text().strip()):
         if time.monotonic() > deadline:
@@ -195,7 +208,7 @@ def _start_zfs_fuse(workdir: Path, arc_mb: int, teardown: Teardown) -> None:
     # The daemon answers on its socket a moment after forking.
     for _ in range(50):
         if subprocess.run(["zpool", "list"], capture_output=True).returncode == 0:
-            return
+            return argv
         time.sleep(0.2)
     raise RuntimeError("zfs-fuse daemon did not answer `zpool list`")
 

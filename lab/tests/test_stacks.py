@@ -47,3 +47,11 @@ def stacks_require_missing(tool):
         require(tool)
     finally:
         os.environ["PATH"] = old
+
+
+def test_lab_zfs_fuse_daemon_bypasses_the_kernel_caches(tmp_path):
+    # Without these the page cache above the FUSE mount and the vdev's block cache serve
+    # reads from RAM, and a small-ARC ZFS run is not disk-bound.
+    argv = stacks.zfs_fuse_argv(tmp_path / "pid", 16)
+    assert "--disable-page-cache" in argv and "--disable-block-cache" in argv
+    assert argv[argv.index("-m") + 1] == "16"
