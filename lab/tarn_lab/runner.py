@@ -105,7 +105,7 @@ def run_stack(scenario: dict, spec: dict, rundir: Path, versions: dict, console:
         console.print(f"[dim]{name}: all runs finished earlier, skipped[/dim]")
         return
     try:
-        check_buildable(spec)
+        check_buildable(spec, log=lambda m: console.print(f"[yellow]{name}: {m}[/yellow]"))
     except (StackSkipped, MissingTool) as exc:
         console.print(f"[yellow]{name}: skipped: {exc}[/yellow]")
         write_json(stack_json, {"stack": name, "fs": spec["fs"], "status": "skipped", "reason": str(exc)})

@@ -56,7 +56,39 @@ def build_stack(spec: dict, disk: dict, fast_disk: dict, workdir: Path, teardown
     return stack
 
 
-def check_buildable(spec: dict) -> None:
+def zfs_fuse_wait_seconds() -> float:
+    return float(os.environ.get("TARN_LAB_ZFS_FUSE_WAIT", 1800))
+
+
+def zfs_fuse_running() -> bool:
+    """A live zfs-fuse process (zombies, state Z, do not count: they hold nothing)."""
+    proc = subprocess.run(["pgrep", "-x", "zfs-fuse"], capture_output=True, text=True)
+    for pid in proc.stdout.split():
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] != "Z":
+                    return True
+        except (OSError, IndexError):
+            pass
+    return False
+
+
+def wait_for_no_zfs_fuse(seconds: float, log=None, poll: float = 5.0) -> bool:
+    """zfs-fuse allows one daemon per machine: when another lab run (or anyone) has one,
+    wait for it to exit rather than skip at once. True when none is running."""
+    deadline = time.monotonic() + seconds
+    told = False
+    while zfs_fuse_running():
+        if time.monotonic() >= deadline:
+            return False
+        if log and not told:
+            log(f"another zfs-fuse daemon is running; waiting up to {seconds:.0f}s for it to exit")
+            told = True
+        time.sleep(poll)
+    return True
+
+
+def check_buildable(spec: dict, log=None) -> None:
     """Raise StackSkipped before anything is started if the machine lacks what fs needs."""
     fs = spec["fs"]
     if fs == "bcache":
@@ -74,9 +106,10 @@ def check_buildable(spec: dict) -> None:
     if fs == "zfs" and not _kernel_zfs():
         if _which("zfs-fuse") is None:
             raise StackSkipped("no kernel ZFS and zfs-fuse missing: apt-get install zfs-fuse")
-        if subprocess.run(["pgrep", "-x", "zfs-fuse"], capture_output=True).returncode == 0:
-            raise StackSkipped("a zfs-fuse daemon not started by the lab is running; the lab "
-                               "needs its own (zfs-fuse allows one per machine)")
+        if not wait_for_no_zfs_fuse(zfs_fuse_wait_seconds(), log):
+            raise StackSkipped("a zfs-fuse daemon not started by this run was still running after "
+                               f"{zfs_fuse_wait_seconds():.0f}s of waiting; the lab needs its own "
+                               "(zfs-fuse allows one per machine; TARN_LAB_ZFS_FUSE_WAIT sets the wait)")
 
 
 def default_db_overrides(fs: str) -> dict:

@@ -55,3 +55,21 @@ def test_lab_zfs_fuse_daemon_bypasses_the_kernel_caches(tmp_path):
     argv = stacks.zfs_fuse_argv(tmp_path / "pid", 16)
     assert "--disable-page-cache" in argv and "--disable-block-cache" in argv
     assert argv[argv.index("-m") + 1] == "16"
+
+
+def test_zfs_stack_waits_for_a_foreign_zfs_fuse_then_builds(monkeypatch):
+    # Another lab run's zfs-fuse (one daemon per machine) is waited out, not a skip.
+    states = iter([True, True, False])
+    monkeypatch.setattr(stacks, "zfs_fuse_running", lambda: next(states))
+    said = []
+    assert stacks.wait_for_no_zfs_fuse(60, said.append, poll=0.01)
+    assert len(said) == 1 and "waiting" in said[0]
+
+
+def test_zfs_stack_skipped_when_the_foreign_zfs_fuse_stays(monkeypatch):
+    monkeypatch.setattr(stacks, "_kernel_zfs", lambda: False)
+    monkeypatch.setattr(stacks, "_which", lambda tool: "/usr/sbin/" + tool)
+    monkeypatch.setattr(stacks, "zfs_fuse_running", lambda: True)
+    monkeypatch.setenv("TARN_LAB_ZFS_FUSE_WAIT", "0.05")
+    with pytest.raises(stacks.StackSkipped, match="still running after"):
+        stacks.check_buildable({"name": "z", "fs": "zfs"})
