@@ -131,34 +131,66 @@ def write_html(rundir: Path) -> Path:
     for r in runs:
         by_stack[r["stack"]] = r
     if by_stack:
-        fig, ax = plt.subplots(figsize=(8, 3.5))
-        names = list(by_stack)
-        ax.bar(names, [by_stack[n]["sizes"]["on_disk_bytes"] / 2**20 for n in names], label="on disk")
-        ax.plot(names, [by_stack[n]["sizes"]["apparent_bytes"] / 2**20 for n in names], "k_", markersize=30,
-                label="apparent (uncompressed)")
-        ax.set_ylabel("MiB"); ax.set_title("Dataset size on disk per stack"); ax.legend(); fig.tight_layout()
-        fig.savefig(plots / "size.png", dpi=90); plt.close(fig)
-        images.append(("Dataset size per stack", "size.png"))
+        images.append(("Dataset size per stack", _size_plot(plt, by_stack, plots)))
     for w in scenario["workloads"]:
         mine = [r for r in runs if r["workload"] == w]
         if not mine:
             continue
-        fig, ax1 = plt.subplots(figsize=(8, 3.5))
-        labels = [r["stack"] for r in mine]
-        x = range(len(mine))
-        ax1.bar([i - 0.2 for i in x], [r["summary"]["tps"] for r in mine], 0.4, label="TPS", color="tab:blue")
-        ax2 = ax1.twinx()
-        riops = [r["device_totals"].get("data", {}).get("reads", 0) / max(r["summary"].get("total_time_s", 1), 1e-3) for r in mine]
-        ax2.bar([i + 0.2 for i in x], riops, 0.4, label="read IOPS (data device)", color="tab:orange")
-        ax1.set_xticks(list(x)); ax1.set_xticklabels(labels)
-        ax1.set_ylabel("TPS"); ax2.set_ylabel("read IOPS")
-        ax1.set_title(f"{workload_label(w)}: TPS and read IOPS per stack")
-        fig.legend(loc="upper right"); fig.tight_layout()
-        name = f"tps_riops_{w}.png"; fig.savefig(plots / name, dpi=90); plt.close(fig)
-        images.append((f"{workload_label(w)}: TPS and read IOPS", name))
+        name = _tps_io_plot(plt, w, mine, plots)
+        images.append((f"{workload_label(w)}: TPS, read IOPS and MB read per stack", name))
     out = rundir / "report.html"
     out.write_text(_html(scenario, runs, stacks, images, rundir))
     return out
+
+
+def _label_bars(ax, bars, fmt_str: str) -> None:
+    for b in bars:
+        ax.annotate(fmt_str.format(b.get_height()), (b.get_x() + b.get_width() / 2, b.get_height()),
+                    ha="center", va="bottom", fontsize=8)
+
+
+def run_seconds(r: dict) -> float:
+    return max(r["summary"].get("total_time_s", 1.0), 1e-3)
+
+
+def _size_plot(plt, by_stack: dict, plots: Path) -> str:
+    """Grouped bars per stack: bytes on disk (measured) beside the apparent (file) size."""
+    names = list(by_stack)
+    x = range(len(names))
+    on_disk = [by_stack[n]["sizes"]["on_disk_bytes"] / 2**20 for n in names]
+    apparent = [by_stack[n]["sizes"]["apparent_bytes"] / 2**20 for n in names]
+    fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(names) + 2), 3.8))
+    b1 = ax.bar([i - 0.2 for i in x], on_disk, 0.4, label="on disk (compsize / zfs referenced / df used)")
+    b2 = ax.bar([i + 0.2 for i in x], apparent, 0.4, label="apparent (du -sb of the datadir)", color="tab:gray")
+    _label_bars(ax, b1, "{:.0f}"); _label_bars(ax, b2, "{:.0f}")
+    ax.set_xticks(list(x)); ax.set_xticklabels(names, rotation=15 if len(names) > 4 else 0)
+    ax.set_ylabel("MiB"); ax.set_title("Dataset size per stack, end of the last run (MiB)")
+    ax.set_ylim(0, max(on_disk + apparent + [1]) * 1.2)
+    ax.legend(fontsize=8, loc="upper left"); fig.tight_layout()
+    fig.savefig(plots / "size.png", dpi=90); plt.close(fig)
+    return "size.png"
+
+
+def _tps_io_plot(plt, w: str, mine: list[dict], plots: Path) -> str:
+    """Three panels sharing the stacks: TPS, data-device read IOPS, data-device MB read."""
+    labels = [r["stack"] for r in mine]
+    data = [r["device_totals"].get("data", {}) for r in mine]
+    panels = [("TPS", [r["summary"]["tps"] for r in mine], "transactions / s", "{:.1f}", "tab:blue"),
+              ("read IOPS (data device)", [d.get("reads", 0) / run_seconds(r) for d, r in zip(data, mine)],
+               "reads / s", "{:.0f}", "tab:orange"),
+              ("MB read (data device)", [d.get("read_bytes", 0) / 1e6 for d in data], "MB (10^6 bytes)",
+               "{:.0f}", "tab:green")]
+    fig, axes = plt.subplots(1, 3, figsize=(max(9, 1.1 * len(mine) * 3 + 2), 3.6))
+    for ax, (title, values, unit, f, color) in zip(axes, panels):
+        bars = ax.bar(labels, values, color=color)
+        _label_bars(ax, bars, f)
+        ax.set_title(title, fontsize=10); ax.set_ylabel(unit)
+        ax.set_ylim(0, max(values + [1e-9]) * 1.2 or 1)
+        ax.tick_params(axis="x", labelrotation=30 if len(mine) > 3 else 0, labelsize=8)
+    fig.suptitle(f"{workload_label(w)}: per stack, whole run", fontsize=11)
+    fig.tight_layout()
+    name = f"tps_riops_{w}.png"; fig.savefig(plots / name, dpi=90); plt.close(fig)
+    return name
 
 
 def _html(scenario, runs, stacks, images, rundir: Path) -> str:
@@ -181,16 +213,18 @@ def _html(scenario, runs, stacks, images, rundir: Path) -> str:
         ws = [w for w in scenario["workloads"] if w in mine]
         parts.append(f"<h2>{e(stack)}</h2><table><tr><th></th>" + "".join(f"<th>{e(workload_label(w))}</th>" for w in ws) + "</tr>")
         for label, get in ROWS:
-            parts.append(f"<tr><td style='text-align:left'>{e(label)}</td>" +
+            parts.append(f"<tr><td style='text-align:left;white-space:pre;font-family:monospace'>{e(label)}</td>" +
                          "".join(f"<td>{e(fmt(get(mine[w]['summary'])) if get else '')}</td>" for w in ws) + "</tr>")
         parts.append("</table>")
     parts.append("<h2>Devices and sizes</h2><table><tr>" + "".join(
-        f"<th>{c}</th>" for c in ("stack", "workload", "tps", "data reads", "data writes", "data MB read",
-                                  "data MB written", "cache/log I/Os", "on disk MiB", "apparent MiB", "InnoDB pool reads from disk")) + "</tr>")
+        f"<th>{c}</th>" for c in ("stack", "workload", "tps", "data reads (I/Os)", "data read IOPS", "data writes (I/Os)",
+                                  "data MB read", "data MB written", "cache/log I/Os", "on disk MiB", "apparent MiB",
+                                  "InnoDB pool reads from disk (pages)")) + "</tr>")
     for r in runs:
         d = r["device_totals"].get("data", {})
         other = sum(v.get("reads", 0) + v.get("writes", 0) for k, v in r["device_totals"].items() if k != "data")
-        cells = [r["stack"], workload_label(r["workload"]), fmt(r["summary"]["tps"]), d.get("reads", 0), d.get("writes", 0),
+        cells = [r["stack"], workload_label(r["workload"]), fmt(r["summary"]["tps"]), d.get("reads", 0),
+                 fmt(d.get("reads", 0) / run_seconds(r)), d.get("writes", 0),
                  fmt(d.get("read_bytes", 0) / 1e6), fmt(d.get("write_bytes", 0) / 1e6), other,
                  fmt(r["sizes"]["on_disk_bytes"] / 2**20), fmt(r["sizes"]["apparent_bytes"] / 2**20),
                  r.get("engine_cache", {}).get("Innodb_buffer_pool_reads", "")]
