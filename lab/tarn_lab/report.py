@@ -149,6 +149,14 @@ def _label_bars(ax, bars, fmt_str: str) -> None:
                     ha="center", va="bottom", fontsize=8)
 
 
+def arc_hits_misses(r: dict) -> str:
+    """The stack's own ARC counters over the run (tarn's `tarn stats`); blank where none."""
+    arc = ((r.get("stack_engine_stats") or {}).get("delta") or {}).get("arc") or {}
+    if "hits" not in arc:
+        return ""
+    return f"{arc['hits']} / {arc.get('misses', 0)}"
+
+
 def run_seconds(r: dict) -> float:
     return max(r["summary"].get("total_time_s", 1.0), 1e-3)
 
@@ -219,7 +227,7 @@ def _html(scenario, runs, stacks, images, rundir: Path) -> str:
     parts.append("<h2>Devices and sizes</h2><table><tr>" + "".join(
         f"<th>{c}</th>" for c in ("stack", "workload", "tps", "data reads (I/Os)", "data read IOPS", "data writes (I/Os)",
                                   "data MB read", "data MB written", "cache/log I/Os", "on disk MiB", "apparent MiB",
-                                  "InnoDB pool reads from disk (pages)")) + "</tr>")
+                                  "InnoDB pool reads from disk (pages)", "stack ARC hits / misses")) + "</tr>")
     for r in runs:
         d = r["device_totals"].get("data", {})
         other = sum(v.get("reads", 0) + v.get("writes", 0) for k, v in r["device_totals"].items() if k != "data")
@@ -227,7 +235,7 @@ def _html(scenario, runs, stacks, images, rundir: Path) -> str:
                  fmt(d.get("reads", 0) / run_seconds(r)), d.get("writes", 0),
                  fmt(d.get("read_bytes", 0) / 1e6), fmt(d.get("write_bytes", 0) / 1e6), other,
                  fmt(r["sizes"]["on_disk_bytes"] / 2**20), fmt(r["sizes"]["apparent_bytes"] / 2**20),
-                 r.get("engine_cache", {}).get("Innodb_buffer_pool_reads", "")]
+                 r.get("engine_cache", {}).get("Innodb_buffer_pool_reads", ""), arc_hits_misses(r)]
         parts.append("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in cells) + "</tr>")
     parts.append("</table>")
     for title, name in images:

@@ -38,6 +38,7 @@ class BuiltStack:
     db_overrides: dict = field(default_factory=dict)
     pool: str | None = None             # zfs pool name, for size queries
     versions: dict = field(default_factory=dict)
+    engine_stats: object = None         # () -> dict of the stack's own cache/io counters, if any
 
     def device_names(self) -> dict[str, str]:
         return {d.role: d.name for d in self.devices}
@@ -311,4 +312,32 @@ def _tarn(spec, data, fast, workdir, mnt, teardown) -> BuiltStack:
                                                   umount_if_mounted(str(mnt))))
     settings = {"properties": props, "ashift": ashift, "vdev": data.path, "arc_mb": arc_mb or "default (1/4 of RAM)"}
     return BuiltStack(spec["name"], "tarn", mnt, [data], settings, pool=pool,
-                      versions={"tarn": tool_version([str(tarn_binary()), "--version"])})
+                      versions={"tarn": tool_version([str(tarn_binary()), "--version"])},
+                      engine_stats=lambda: tarn_stats(workdir, pool))
+
+
+def tarn_stats(workdir: Path, pool: str) -> dict | None:
+    """`tarn stats all POOL --json` (the mount daemon's arc/zil/txg/io counters), or None."""
+    import json
+    proc = subprocess.run(tarn_command(workdir, "stats", "all", pool, "--json"),
+                          capture_output=True, text=True, timeout=30)
+    if proc.returncode != 0:
+        return None
+    try:
+        return json.loads(proc.stdout)
+    except ValueError:
+        return None
+
+
+def counter_deltas(before: dict | None, after: dict | None) -> dict | None:
+    """Per-section differences of two engine-stats snapshots (gauges come out as deltas too;
+    the 'after' snapshot is kept beside them for those)."""
+    if not before or not after:
+        return None
+    out: dict = {}
+    for section, values in after.items():
+        if isinstance(values, dict):
+            prev = before.get(section, {})
+            out[section] = {k: v - prev.get(k, 0) for k, v in values.items()
+                            if isinstance(v, (int, float)) and isinstance(prev.get(k, 0), (int, float))}
+    return out

@@ -73,3 +73,11 @@ def test_zfs_stack_skipped_when_the_foreign_zfs_fuse_stays(monkeypatch):
     monkeypatch.setenv("TARN_LAB_ZFS_FUSE_WAIT", "0.05")
     with pytest.raises(stacks.StackSkipped, match="still running after"):
         stacks.check_buildable({"name": "z", "fs": "zfs"})
+
+
+def test_engine_counter_deltas():
+    before = {"arc": {"hits": 10, "misses": 4, "size": 100}, "io": {"blocks_read": 7}}
+    after = {"arc": {"hits": 25, "misses": 9, "size": 80}, "io": {"blocks_read": 10}}
+    d = stacks.counter_deltas(before, after)
+    assert d == {"arc": {"hits": 15, "misses": 5, "size": -20}, "io": {"blocks_read": 3}}
+    assert stacks.counter_deltas(None, after) is None
