@@ -120,12 +120,7 @@ def write_html(rundir: Path) -> Path:
         mine = [r for r in runs if r["workload"] == w]
         if not mine:
             continue
-        fig, ax = plt.subplots(figsize=(8, 3.5))
-        for r in mine:
-            ax.plot([p["t"] for p in r["series"]], [p["tps"] for p in r["series"]], label=r["stack"])
-        ax.set_xlabel("seconds"); ax.set_ylabel("TPS"); ax.set_title(f"{workload_label(w)}: TPS over time")
-        ax.legend(); fig.tight_layout()
-        name = f"tps_{w}.png"; fig.savefig(plots / name, dpi=90); plt.close(fig)
+        name = _tps_over_time_plot(plt, w, mine, plots)
         images.append((f"{workload_label(w)}: TPS over time", name))
     by_stack = {}
     for r in runs:
@@ -161,6 +156,51 @@ def run_seconds(r: dict) -> float:
     return max(r["summary"].get("total_time_s", 1.0), 1e-3)
 
 
+def moving_average(values: list[float], window: int) -> list[float]:
+    """Trailing mean over up to `window` points (the first points average what exists)."""
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out
+
+
+def _tps_over_time_plot(plt, w: str, mine: list[dict], plots: Path, window: int = 5) -> str:
+    """Per-second TPS (thin) and its 5 s moving average (bold). Up to three stacks share one
+    axes; more get one panel each on shared axes, so the lines stay readable."""
+    many = len(mine) > 3
+    rows = (len(mine) + 1) // 2 if many else 1
+    fig, axes = plt.subplots(rows, 2 if many else 1, figsize=(11 if many else 9, 2.3 * rows + 1.2 if many else 3.8),
+                             sharex=True, sharey=True, squeeze=False)
+    flat = list(axes.flat)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, r in enumerate(mine):
+        ax = flat[i] if many else flat[0]
+        color = colors[i % len(colors)]
+        t = [p["t"] for p in r["series"]]
+        tps = [p["tps"] for p in r["series"]]
+        ax.plot(t, tps, color=color, linewidth=0.7, alpha=0.45)
+        ax.plot(t, moving_average(tps, window), color=color, linewidth=2,
+                label=f"{r['stack']} (mean {r['summary']['tps']:.1f})")
+        if many:
+            ax.set_title(r["stack"], fontsize=9)
+    for ax in flat[len(mine):] if many else []:
+        ax.set_visible(False)
+    for ax in flat:
+        ax.set_ylabel("TPS (transactions/s)", fontsize=8)
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="upper left")
+    for ax in (axes[-1] if many else flat):
+        ax.set_xlabel("seconds since the run started")
+    fig.suptitle(f"{workload_label(w)}: TPS per second (thin) and {window} s moving average (bold)", fontsize=10)
+    fig.tight_layout()
+    name = f"tps_{w}.png"; fig.savefig(plots / name, dpi=90); plt.close(fig)
+    return name
+
+
 def _size_plot(plt, by_stack: dict, plots: Path) -> str:
     """Grouped bars per stack: bytes on disk (measured) beside the apparent (file) size."""
     names = list(by_stack)
@@ -188,13 +228,16 @@ def _tps_io_plot(plt, w: str, mine: list[dict], plots: Path) -> str:
                "reads / s", "{:.0f}", "tab:orange"),
               ("MB read (data device)", [d.get("read_bytes", 0) / 1e6 for d in data], "MB (10^6 bytes)",
                "{:.0f}", "tab:green")]
-    fig, axes = plt.subplots(1, 3, figsize=(max(9, 1.1 * len(mine) * 3 + 2), 3.6))
+    if len(mine) <= 3:
+        fig, axes = plt.subplots(1, 3, figsize=(11, 3.6))
+    else:  # many stacks: one panel per row, so the bars and their names stay legible
+        fig, axes = plt.subplots(3, 1, figsize=(max(8, 1.0 * len(mine) + 3), 9), sharex=True)
     for ax, (title, values, unit, f, color) in zip(axes, panels):
         bars = ax.bar(labels, values, color=color)
         _label_bars(ax, bars, f)
         ax.set_title(title, fontsize=10); ax.set_ylabel(unit)
         ax.set_ylim(0, max(values + [1e-9]) * 1.2 or 1)
-        ax.tick_params(axis="x", labelrotation=30 if len(mine) > 3 else 0, labelsize=8)
+        ax.tick_params(axis="x", labelrotation=15 if len(mine) > 3 else 0, labelsize=8)
     fig.suptitle(f"{workload_label(w)}: per stack, whole run", fontsize=11)
     fig.tight_layout()
     name = f"tps_riops_{w}.png"; fig.savefig(plots / name, dpi=90); plt.close(fig)
@@ -206,7 +249,7 @@ def _html(scenario, runs, stacks, images, rundir: Path) -> str:
     parts = [f"<html><head><meta charset='utf-8'><title>{e(scenario['name'])}</title>",
              "<style>body{font-family:sans-serif;max-width:1100px;margin:auto} table{border-collapse:collapse}"
              " td,th{border:1px solid #ccc;padding:2px 6px;text-align:right} pre{background:#f4f4f4;padding:6px;"
-             "overflow:auto;font-size:11px}</style></head><body>",
+             "overflow:auto;font-size:11px} img{max-width:100%}</style></head><body>",
              f"<h1>{e(scenario.get('title', scenario['name']))}</h1><p>{e(scenario.get('description', ''))}</p>",
              f"<p>Sizes: {e(str(scenario.get('size_class')))}. Emulated disk: {e(json.dumps(scenario['disk']))}. "
              "Workload names: TPC-C-like is a sysbench Lua script written from the public TPC-C "

@@ -85,3 +85,9 @@ def test_tpcc_like_argv_uses_warehouses_as_scale():
     argv = sysbench.run_argv("tpcc_like", "/s.sock", {"warehouses": 3, "items": 500, "customers": 30, "duration": 5})
     assert argv[1].endswith("tpcc_like.lua") and "--scale=3" in argv and "--items=500" in argv
     assert "--report-interval=1" in argv and "--mysql-socket=/s.sock" in argv and argv[-1] == "run"
+
+
+def test_moving_average_is_trailing():
+    from tarn_lab.report import moving_average
+    assert moving_average([2, 4, 6, 8], 2) == [2, 3, 5, 7]
+    assert moving_average([], 5) == []
