@@ -173,9 +173,12 @@ def load_dataset(scenario, spec, stack, db, workdir, teardown, console, workload
             families.append(fam)
     info: dict = {"method": spec.get("dataset", "prepare")}
     t0 = time.monotonic()
+    info["prepare_argv"] = []
     for fam in families:
+        argv = prepare_argv(fam, str(db.socket), params)
+        info["prepare_argv"].append(argv)
         with console.status(f"{spec['name']}: sysbench prepare ({fam}) on the paced disk"):
-            run(prepare_argv(fam, str(db.socket), params), timeout=24 * 3600)
+            run(argv, timeout=24 * 3600)
     info["prepare_seconds"] = round(time.monotonic() - t0, 1)
     info["sizes_after_prepare"] = sizes_mod.measure(stack, db.datadir)
     if info["method"] == "tar":
