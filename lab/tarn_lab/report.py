@@ -103,6 +103,8 @@ def print_terminal(rundir: Path, console: Console) -> None:
     for s in stacks:
         if s.get("status") != "ok":
             console.print(f"[yellow]{s['stack']}: {s['status']}: {s.get('reason')}[/yellow]")
+        elif (s.get("spec") or {}).get("notes"):
+            console.print(f"[cyan]{s['stack']}: note: {s['spec']['notes']}[/cyan]")
 
 
 def write_html(rundir: Path) -> Path:
@@ -118,45 +120,128 @@ def write_html(rundir: Path) -> Path:
         mine = [r for r in runs if r["workload"] == w]
         if not mine:
             continue
-        fig, ax = plt.subplots(figsize=(8, 3.5))
-        for r in mine:
-            ax.plot([p["t"] for p in r["series"]], [p["tps"] for p in r["series"]], label=r["stack"])
-        ax.set_xlabel("seconds"); ax.set_ylabel("TPS"); ax.set_title(f"{workload_label(w)}: TPS over time")
-        ax.legend(); fig.tight_layout()
-        name = f"tps_{w}.png"; fig.savefig(plots / name, dpi=90); plt.close(fig)
+        name = _tps_over_time_plot(plt, w, mine, plots)
         images.append((f"{workload_label(w)}: TPS over time", name))
     by_stack = {}
     for r in runs:
         by_stack[r["stack"]] = r
     if by_stack:
-        fig, ax = plt.subplots(figsize=(8, 3.5))
-        names = list(by_stack)
-        ax.bar(names, [by_stack[n]["sizes"]["on_disk_bytes"] / 2**20 for n in names], label="on disk")
-        ax.plot(names, [by_stack[n]["sizes"]["apparent_bytes"] / 2**20 for n in names], "k_", markersize=30,
-                label="apparent (uncompressed)")
-        ax.set_ylabel("MiB"); ax.set_title("Dataset size on disk per stack"); ax.legend(); fig.tight_layout()
-        fig.savefig(plots / "size.png", dpi=90); plt.close(fig)
-        images.append(("Dataset size per stack", "size.png"))
+        images.append(("Dataset size per stack", _size_plot(plt, by_stack, plots)))
     for w in scenario["workloads"]:
         mine = [r for r in runs if r["workload"] == w]
         if not mine:
             continue
-        fig, ax1 = plt.subplots(figsize=(8, 3.5))
-        labels = [r["stack"] for r in mine]
-        x = range(len(mine))
-        ax1.bar([i - 0.2 for i in x], [r["summary"]["tps"] for r in mine], 0.4, label="TPS", color="tab:blue")
-        ax2 = ax1.twinx()
-        riops = [r["device_totals"].get("data", {}).get("reads", 0) / max(r["summary"].get("total_time_s", 1), 1e-3) for r in mine]
-        ax2.bar([i + 0.2 for i in x], riops, 0.4, label="read IOPS (data device)", color="tab:orange")
-        ax1.set_xticks(list(x)); ax1.set_xticklabels(labels)
-        ax1.set_ylabel("TPS"); ax2.set_ylabel("read IOPS")
-        ax1.set_title(f"{workload_label(w)}: TPS and read IOPS per stack")
-        fig.legend(loc="upper right"); fig.tight_layout()
-        name = f"tps_riops_{w}.png"; fig.savefig(plots / name, dpi=90); plt.close(fig)
-        images.append((f"{workload_label(w)}: TPS and read IOPS", name))
+        name = _tps_io_plot(plt, w, mine, plots)
+        images.append((f"{workload_label(w)}: TPS, read IOPS and MB read per stack", name))
     out = rundir / "report.html"
     out.write_text(_html(scenario, runs, stacks, images, rundir))
     return out
+
+
+def _label_bars(ax, bars, fmt_str: str) -> None:
+    for b in bars:
+        ax.annotate(fmt_str.format(b.get_height()), (b.get_x() + b.get_width() / 2, b.get_height()),
+                    ha="center", va="bottom", fontsize=8)
+
+
+def arc_hits_misses(r: dict) -> str:
+    """The stack's own ARC counters over the run (tarn's `tarn stats`); blank where none."""
+    arc = ((r.get("stack_engine_stats") or {}).get("delta") or {}).get("arc") or {}
+    if "hits" not in arc:
+        return ""
+    return f"{arc['hits']} / {arc.get('misses', 0)}"
+
+
+def run_seconds(r: dict) -> float:
+    return max(r["summary"].get("total_time_s", 1.0), 1e-3)
+
+
+def moving_average(values: list[float], window: int) -> list[float]:
+    """Trailing mean over up to `window` points (the first points average what exists)."""
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out
+
+
+def _tps_over_time_plot(plt, w: str, mine: list[dict], plots: Path, window: int = 5) -> str:
+    """Per-second TPS (thin) and its 5 s moving average (bold). Up to three stacks share one
+    axes; more get one panel each on shared axes, so the lines stay readable."""
+    many = len(mine) > 3
+    rows = (len(mine) + 1) // 2 if many else 1
+    fig, axes = plt.subplots(rows, 2 if many else 1, figsize=(11 if many else 9, 2.3 * rows + 1.2 if many else 3.8),
+                             sharex=True, sharey=True, squeeze=False)
+    flat = list(axes.flat)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, r in enumerate(mine):
+        ax = flat[i] if many else flat[0]
+        color = colors[i % len(colors)]
+        t = [p["t"] for p in r["series"]]
+        tps = [p["tps"] for p in r["series"]]
+        ax.plot(t, tps, color=color, linewidth=0.7, alpha=0.45)
+        ax.plot(t, moving_average(tps, window), color=color, linewidth=2,
+                label=f"{r['stack']} (mean {r['summary']['tps']:.1f})")
+        if many:
+            ax.set_title(r["stack"], fontsize=9)
+    for ax in flat[len(mine):] if many else []:
+        ax.set_visible(False)
+    for ax in flat:
+        ax.set_ylabel("TPS (transactions/s)", fontsize=8)
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="upper left")
+    for ax in (axes[-1] if many else flat):
+        ax.set_xlabel("seconds since the run started")
+    fig.suptitle(f"{workload_label(w)}: TPS per second (thin) and {window} s moving average (bold)", fontsize=10)
+    fig.tight_layout()
+    name = f"tps_{w}.png"; fig.savefig(plots / name, dpi=90); plt.close(fig)
+    return name
+
+
+def _size_plot(plt, by_stack: dict, plots: Path) -> str:
+    """Grouped bars per stack: bytes on disk (measured) beside the apparent (file) size."""
+    names = list(by_stack)
+    x = range(len(names))
+    on_disk = [by_stack[n]["sizes"]["on_disk_bytes"] / 2**20 for n in names]
+    apparent = [by_stack[n]["sizes"]["apparent_bytes"] / 2**20 for n in names]
+    fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(names) + 2), 3.8))
+    b1 = ax.bar([i - 0.2 for i in x], on_disk, 0.4, label="on disk (compsize / zfs referenced / df used)")
+    b2 = ax.bar([i + 0.2 for i in x], apparent, 0.4, label="apparent (du -sb of the datadir)", color="tab:gray")
+    _label_bars(ax, b1, "{:.0f}"); _label_bars(ax, b2, "{:.0f}")
+    ax.set_xticks(list(x)); ax.set_xticklabels(names, rotation=15 if len(names) > 4 else 0)
+    ax.set_ylabel("MiB"); ax.set_title("Dataset size per stack, end of the last run (MiB)")
+    ax.set_ylim(0, max(on_disk + apparent + [1]) * 1.2)
+    ax.legend(fontsize=8, loc="upper left"); fig.tight_layout()
+    fig.savefig(plots / "size.png", dpi=90); plt.close(fig)
+    return "size.png"
+
+
+def _tps_io_plot(plt, w: str, mine: list[dict], plots: Path) -> str:
+    """Three panels sharing the stacks: TPS, data-device read IOPS, data-device MB read."""
+    labels = [r["stack"] for r in mine]
+    data = [r["device_totals"].get("data", {}) for r in mine]
+    panels = [("TPS", [r["summary"]["tps"] for r in mine], "transactions / s", "{:.1f}", "tab:blue"),
+              ("read IOPS (data device)", [d.get("reads", 0) / run_seconds(r) for d, r in zip(data, mine)],
+               "reads / s", "{:.0f}", "tab:orange"),
+              ("MB read (data device)", [d.get("read_bytes", 0) / 1e6 for d in data], "MB (10^6 bytes)",
+               "{:.0f}", "tab:green")]
+    if len(mine) <= 3:
+        fig, axes = plt.subplots(1, 3, figsize=(11, 3.6))
+    else:  # many stacks: one panel per row, so the bars and their names stay legible
+        fig, axes = plt.subplots(3, 1, figsize=(max(8, 1.0 * len(mine) + 3), 9), sharex=True)
+    for ax, (title, values, unit, f, color) in zip(axes, panels):
+        bars = ax.bar(labels, values, color=color)
+        _label_bars(ax, bars, f)
+        ax.set_title(title, fontsize=10); ax.set_ylabel(unit)
+        ax.set_ylim(0, max(values + [1e-9]) * 1.2 or 1)
+        ax.tick_params(axis="x", labelrotation=15 if len(mine) > 3 else 0, labelsize=8)
+    fig.suptitle(f"{workload_label(w)}: per stack, whole run", fontsize=11)
+    fig.tight_layout()
+    name = f"tps_riops_{w}.png"; fig.savefig(plots / name, dpi=90); plt.close(fig)
+    return name
 
 
 def _html(scenario, runs, stacks, images, rundir: Path) -> str:
@@ -164,7 +249,7 @@ def _html(scenario, runs, stacks, images, rundir: Path) -> str:
     parts = [f"<html><head><meta charset='utf-8'><title>{e(scenario['name'])}</title>",
              "<style>body{font-family:sans-serif;max-width:1100px;margin:auto} table{border-collapse:collapse}"
              " td,th{border:1px solid #ccc;padding:2px 6px;text-align:right} pre{background:#f4f4f4;padding:6px;"
-             "overflow:auto;font-size:11px}</style></head><body>",
+             "overflow:auto;font-size:11px} img{max-width:100%}</style></head><body>",
              f"<h1>{e(scenario.get('title', scenario['name']))}</h1><p>{e(scenario.get('description', ''))}</p>",
              f"<p>Sizes: {e(str(scenario.get('size_class')))}. Emulated disk: {e(json.dumps(scenario['disk']))}. "
              "Workload names: TPC-C-like is a sysbench Lua script written from the public TPC-C "
@@ -172,24 +257,28 @@ def _html(scenario, runs, stacks, images, rundir: Path) -> str:
     for s in stacks:
         if s.get("status") != "ok":
             parts.append(f"<p><b>{e(s['stack'])}</b>: {e(s['status'])} — {e(str(s.get('reason')))}</p>")
+        elif (s.get("spec") or {}).get("notes"):
+            parts.append(f"<p><b>{e(s['stack'])}</b>: note — {e(s['spec']['notes'])}</p>")
     for stack in dict.fromkeys(r["stack"] for r in runs):
         mine = {r["workload"]: r for r in runs if r["stack"] == stack}
         ws = [w for w in scenario["workloads"] if w in mine]
         parts.append(f"<h2>{e(stack)}</h2><table><tr><th></th>" + "".join(f"<th>{e(workload_label(w))}</th>" for w in ws) + "</tr>")
         for label, get in ROWS:
-            parts.append(f"<tr><td style='text-align:left'>{e(label)}</td>" +
+            parts.append(f"<tr><td style='text-align:left;white-space:pre;font-family:monospace'>{e(label)}</td>" +
                          "".join(f"<td>{e(fmt(get(mine[w]['summary'])) if get else '')}</td>" for w in ws) + "</tr>")
         parts.append("</table>")
     parts.append("<h2>Devices and sizes</h2><table><tr>" + "".join(
-        f"<th>{c}</th>" for c in ("stack", "workload", "tps", "data reads", "data writes", "data MB read",
-                                  "data MB written", "cache/log I/Os", "on disk MiB", "apparent MiB", "InnoDB pool reads from disk")) + "</tr>")
+        f"<th>{c}</th>" for c in ("stack", "workload", "tps", "data reads (I/Os)", "data read IOPS", "data writes (I/Os)",
+                                  "data MB read", "data MB written", "cache/log I/Os", "on disk MiB", "apparent MiB",
+                                  "InnoDB pool reads from disk (pages)", "stack ARC hits / misses")) + "</tr>")
     for r in runs:
         d = r["device_totals"].get("data", {})
         other = sum(v.get("reads", 0) + v.get("writes", 0) for k, v in r["device_totals"].items() if k != "data")
-        cells = [r["stack"], workload_label(r["workload"]), fmt(r["summary"]["tps"]), d.get("reads", 0), d.get("writes", 0),
+        cells = [r["stack"], workload_label(r["workload"]), fmt(r["summary"]["tps"]), d.get("reads", 0),
+                 fmt(d.get("reads", 0) / run_seconds(r)), d.get("writes", 0),
                  fmt(d.get("read_bytes", 0) / 1e6), fmt(d.get("write_bytes", 0) / 1e6), other,
                  fmt(r["sizes"]["on_disk_bytes"] / 2**20), fmt(r["sizes"]["apparent_bytes"] / 2**20),
-                 r.get("engine_cache", {}).get("Innodb_buffer_pool_reads", "")]
+                 r.get("engine_cache", {}).get("Innodb_buffer_pool_reads", ""), arc_hits_misses(r)]
         parts.append("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in cells) + "</tr>")
     parts.append("</table>")
     for title, name in images:

@@ -27,7 +27,7 @@ from .devices import REPO_ROOT, PacerMissing, pacer_binary, read_pacer_stats
 from .mariadb import INNODB_CACHE_COUNTERS, PrivateMariaDB
 from .metrics import Sampler
 from .shell import MissingTool, require, run, tool_version
-from .stacks import StackSkipped, build_stack, check_buildable
+from .stacks import StackSkipped, build_stack, check_buildable, counter_deltas
 from .sysbench import TPCC_LIKE, parse_interval_line, parse_summary, prepare_argv, run_argv
 
 
@@ -105,7 +105,7 @@ def run_stack(scenario: dict, spec: dict, rundir: Path, versions: dict, console:
         console.print(f"[dim]{name}: all runs finished earlier, skipped[/dim]")
         return
     try:
-        check_buildable(spec)
+        check_buildable(spec, log=lambda m: console.print(f"[yellow]{name}: {m}[/yellow]"))
     except (StackSkipped, MissingTool) as exc:
         console.print(f"[yellow]{name}: skipped: {exc}[/yellow]")
         write_json(stack_json, {"stack": name, "fs": spec["fs"], "status": "skipped", "reason": str(exc)})
@@ -173,9 +173,12 @@ def load_dataset(scenario, spec, stack, db, workdir, teardown, console, workload
             families.append(fam)
     info: dict = {"method": spec.get("dataset", "prepare")}
     t0 = time.monotonic()
+    info["prepare_argv"] = []
     for fam in families:
+        argv = prepare_argv(fam, str(db.socket), params)
+        info["prepare_argv"].append(argv)
         with console.status(f"{spec['name']}: sysbench prepare ({fam}) on the paced disk"):
-            run(prepare_argv(fam, str(db.socket), params), timeout=24 * 3600)
+            run(argv, timeout=24 * 3600)
     info["prepare_seconds"] = round(time.monotonic() - t0, 1)
     info["sizes_after_prepare"] = sizes_mod.measure(stack, db.datadir)
     if info["method"] == "tar":
@@ -216,6 +219,7 @@ def run_workload(scenario, spec, stack, db, workload, rundir, console) -> dict:
     duration = int(params.get("duration", 30))
     drop_caches()
     before = db.status_counters(INNODB_CACHE_COUNTERS)
+    engine_before = _engine_stats(stack)
     started = dt.datetime.now().isoformat(timespec="seconds")
     lines, series = [], []
     with Sampler(stack.device_names()) as sampler:
@@ -241,6 +245,7 @@ def run_workload(scenario, spec, stack, db, workload, rundir, console) -> dict:
     if proc.returncode != 0:
         raise RuntimeError(f"sysbench {workload} exited {proc.returncode}: {output[-1500:]}")
     after = db.status_counters(INNODB_CACHE_COUNTERS)
+    engine_after = _engine_stats(stack)
     return {
         "scenario": scenario["name"], "size_class": scenario.get("size_class"), "stack": spec["name"],
         "fs": spec["fs"], "workload": workload, "status": "ok", "started": started,
@@ -253,8 +258,19 @@ def run_workload(scenario, spec, stack, db, workload, rundir, console) -> dict:
         "device_totals": sampler.totals,
         "pacer_stats": {d.role: read_pacer_stats(d) for d in stack.devices if d.stats_path},
         "engine_cache": {k: after.get(k, 0) - before.get(k, 0) for k in INNODB_CACHE_COUNTERS},
+        "stack_engine_stats": {"delta": counter_deltas(engine_before, engine_after), "after": engine_after}
+        if engine_after else None,
         "sizes": sizes_mod.measure(stack, db.datadir),
     }
+
+
+def _engine_stats(stack) -> dict | None:
+    if not getattr(stack, "engine_stats", None):
+        return None
+    try:
+        return stack.engine_stats()
+    except Exception:  # counters are extra; a failed read must not fail the run
+        return None
 
 
 def print_run_line(console: Console, stack: str, workload: str, result: dict) -> None:

@@ -38,7 +38,7 @@ SCHEMA = {
 STACK_SCHEMA = {
     "name": STR, "fs": STR, "compression": STR, "recordsize": STR, "arc_mb": INT,
     "l2arc": BOOL, "slog": BOOL, "logbias": STR, "primarycache": STR, "dataset": STR,
-    "mariadb": TABLE, "properties": TABLE, "buffer_pool": SIZE,
+    "mariadb": TABLE, "properties": TABLE, "buffer_pool": SIZE, "notes": STR,
 }
 REQUIRED = ("name", "workloads", "stacks", "disk")
 OVERRIDABLE = ("disk", "fast_disk", "database", "workload", "workloads", "stacks")
@@ -153,5 +153,11 @@ def _check_stacks(stacks: list, origin: str) -> None:
         for key in ("l2arc", "slog", "recordsize"):
             if key in stack and stack["fs"] != "zfs":
                 raise ScenarioError(f"{origin}: '{where}.{key}' only applies to fs = \"zfs\"")
+        if "properties" in stack and stack["fs"] != "tarn":
+            raise ScenarioError(f"{origin}: '{where}.properties' only applies to fs = \"tarn\"")
+        if stack["fs"] == "tarn" and "compression" in stack:
+            # _tarn reads only properties; a top-level compression would be silently ignored.
+            raise ScenarioError(f"{origin}: '{where}.compression' on fs = \"tarn\" goes in properties, "
+                                f"e.g. properties = {{ compression = {stack['compression']!r} }}")
         if "arc_mb" in stack and stack["fs"] not in ("zfs", "tarn"):
             raise ScenarioError(f"{origin}: '{where}.arc_mb' only applies to fs = \"zfs\" or \"tarn\"")

@@ -38,6 +38,7 @@ class BuiltStack:
     db_overrides: dict = field(default_factory=dict)
     pool: str | None = None             # zfs pool name, for size queries
     versions: dict = field(default_factory=dict)
+    engine_stats: object = None         # () -> dict of the stack's own cache/io counters, if any
 
     def device_names(self) -> dict[str, str]:
         return {d.role: d.name for d in self.devices}
@@ -56,7 +57,39 @@ def build_stack(spec: dict, disk: dict, fast_disk: dict, workdir: Path, teardown
     return stack
 
 
-def check_buildable(spec: dict) -> None:
+def zfs_fuse_wait_seconds() -> float:
+    return float(os.environ.get("TARN_LAB_ZFS_FUSE_WAIT", 1800))
+
+
+def zfs_fuse_running() -> bool:
+    """A live zfs-fuse process (zombies, state Z, do not count: they hold nothing)."""
+    proc = subprocess.run(["pgrep", "-x", "zfs-fuse"], capture_output=True, text=True)
+    for pid in proc.stdout.split():
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] != "Z":
+                    return True
+        except (OSError, IndexError):
+            pass
+    return False
+
+
+def wait_for_no_zfs_fuse(seconds: float, log=None, poll: float = 5.0) -> bool:
+    """zfs-fuse allows one daemon per machine: when another lab run (or anyone) has one,
+    wait for it to exit rather than skip at once. True when none is running."""
+    deadline = time.monotonic() + seconds
+    told = False
+    while zfs_fuse_running():
+        if time.monotonic() >= deadline:
+            return False
+        if log and not told:
+            log(f"another zfs-fuse daemon is running; waiting up to {seconds:.0f}s for it to exit")
+            told = True
+        time.sleep(poll)
+    return True
+
+
+def check_buildable(spec: dict, log=None) -> None:
     """Raise StackSkipped before anything is started if the machine lacks what fs needs."""
     fs = spec["fs"]
     if fs == "bcache":
@@ -74,9 +107,10 @@ def check_buildable(spec: dict) -> None:
     if fs == "zfs" and not _kernel_zfs():
         if _which("zfs-fuse") is None:
             raise StackSkipped("no kernel ZFS and zfs-fuse missing: apt-get install zfs-fuse")
-        if subprocess.run(["pgrep", "-x", "zfs-fuse"], capture_output=True).returncode == 0:
-            raise StackSkipped("a zfs-fuse daemon not started by the lab is running; the lab "
-                               "needs its own (zfs-fuse allows one per machine)")
+        if not wait_for_no_zfs_fuse(zfs_fuse_wait_seconds(), log):
+            raise StackSkipped("a zfs-fuse daemon not started by this run was still running after "
+                               f"{zfs_fuse_wait_seconds():.0f}s of waiting; the lab needs its own "
+                               "(zfs-fuse allows one per machine; TARN_LAB_ZFS_FUSE_WAIT sets the wait)")
 
 
 def default_db_overrides(fs: str) -> dict:
@@ -146,7 +180,7 @@ def _zfs(spec, data, fast, workdir, mnt, teardown) -> BuiltStack:
     compression = spec.get("compression", "lz4")
     if not _kernel_zfs():
         arc_mb = max(16, int(spec.get("arc_mb", 256)))
-        _start_zfs_fuse(workdir, arc_mb, teardown)
+        settings["zfs_fuse_argv"] = _start_zfs_fuse(workdir, arc_mb, teardown)
         settings["implementation"] = "zfs-fuse"
         settings["arc_max_mb"] = arc_mb
         if compression in ZFS_FUSE_COMPRESSION:
@@ -179,12 +213,25 @@ def _zfs(spec, data, fast, workdir, mnt, teardown) -> BuiltStack:
                                 "zfs-fuse": tool_version(["dpkg-query", "-W", "-f=${Version}", "zfs-fuse"])})
 
 
-def _start_zfs_fuse(workdir: Path, arc_mb: int, teardown: Teardown) -> None:
+# zfs-fuse's caching flags for the lab's daemon. Without them two kernel caches sit outside
+# ZFS and serve reads from RAM, so a small-ARC run is not disk-bound: the page cache above
+# the FUSE mount (--disable-page-cache) and the block cache of the vdev below ZFS
+# (--disable-block-cache: the vdev is opened O_DIRECT). With both, the ARC is the only cache,
+# as on kernel ZFS. Recorded per run in the stack settings.
+ZFS_FUSE_CACHE_FLAGS = ["--disable-page-cache", "--disable-block-cache"]
+
+
+def zfs_fuse_argv(pidfile: Path, arc_mb: int) -> list[str]:
+    return ["zfs-fuse", "--pidfile", str(pidfile), "--no-kstat-mount", "-m", str(arc_mb),
+            "--fuse-attr-timeout", "1", "--fuse-entry-timeout", "1", *ZFS_FUSE_CACHE_FLAGS]
+
+
+def _start_zfs_fuse(workdir: Path, arc_mb: int, teardown: Teardown) -> list[str]:
     pidfile = workdir / "zfs-fuse.pid"
     pidfile.unlink(missing_ok=True)
     # Daemonizes; the pidfile names our daemon so teardown stops exactly it.
-    run(["zfs-fuse", "--pidfile", str(pidfile), "--no-kstat-mount", "-m", str(arc_mb),
-         "--fuse-attr-timeout", "1", "--fuse-entry-timeout", "1"])
+    argv = zfs_fuse_argv(pidfile, arc_mb)
+    run(argv)
     deadline = time.monotonic() + 20
     while not (pidfile.exists() and pidfile.read_text().strip()):
         if time.monotonic() > deadline:
@@ -195,7 +242,7 @@ def _start_zfs_fuse(workdir: Path, arc_mb: int, teardown: Teardown) -> None:
     # The daemon answers on its socket a moment after forking.
     for _ in range(50):
         if subprocess.run(["zpool", "list"], capture_output=True).returncode == 0:
-            return
+            return argv
         time.sleep(0.2)
     raise RuntimeError("zfs-fuse daemon did not answer `zpool list`")
 
@@ -265,4 +312,32 @@ def _tarn(spec, data, fast, workdir, mnt, teardown) -> BuiltStack:
                                                   umount_if_mounted(str(mnt))))
     settings = {"properties": props, "ashift": ashift, "vdev": data.path, "arc_mb": arc_mb or "default (1/4 of RAM)"}
     return BuiltStack(spec["name"], "tarn", mnt, [data], settings, pool=pool,
-                      versions={"tarn": tool_version([str(tarn_binary()), "--version"])})
+                      versions={"tarn": tool_version([str(tarn_binary()), "--version"])},
+                      engine_stats=lambda: tarn_stats(workdir, pool))
+
+
+def tarn_stats(workdir: Path, pool: str) -> dict | None:
+    """`tarn stats all POOL --json` (the mount daemon's arc/zil/txg/io counters), or None."""
+    import json
+    proc = subprocess.run(tarn_command(workdir, "stats", "all", pool, "--json"),
+                          capture_output=True, text=True, timeout=30)
+    if proc.returncode != 0:
+        return None
+    try:
+        return json.loads(proc.stdout)
+    except ValueError:
+        return None
+
+
+def counter_deltas(before: dict | None, after: dict | None) -> dict | None:
+    """Per-section differences of two engine-stats snapshots (gauges come out as deltas too;
+    the 'after' snapshot is kept beside them for those)."""
+    if not before or not after:
+        return None
+    out: dict = {}
+    for section, values in after.items():
+        if isinstance(values, dict):
+            prev = before.get(section, {})
+            out[section] = {k: v - prev.get(k, 0) for k, v in values.items()
+                            if isinstance(v, (int, float)) and isinstance(prev.get(k, 0), (int, float))}
+    return out

@@ -85,3 +85,21 @@ def test_tpcc_like_argv_uses_warehouses_as_scale():
     argv = sysbench.run_argv("tpcc_like", "/s.sock", {"warehouses": 3, "items": 500, "customers": 30, "duration": 5})
     assert argv[1].endswith("tpcc_like.lua") and "--scale=3" in argv and "--items=500" in argv
     assert "--report-interval=1" in argv and "--mysql-socket=/s.sock" in argv and argv[-1] == "run"
+
+
+def test_moving_average_is_trailing():
+    from tarn_lab.report import moving_average
+    assert moving_average([2, 4, 6, 8], 2) == [2, 3, 5, 7]
+    assert moving_average([], 5) == []
+
+
+def test_prepare_and_run_draw_from_the_same_distribution():
+    # The k column is written at prepare; select_random_points looks k values up at run time.
+    # With sysbench's default ("special") at prepare and uniform at run, almost no lookup
+    # finds a row and the workload never reads the disk.
+    from tarn_lab.sysbench import prepare_argv, run_argv
+    params = {"tables": 1, "table_size": 1000, "threads": 12}
+    for w in ("select_random_points", "oltp_read_write", "tpcc_like"):
+        prep = [a for a in prepare_argv(w, "/s", params) if a.startswith("--rand-type=")]
+        run = [a for a in run_argv(w, "/s", params) if a.startswith("--rand-type=")]
+        assert prep == run == ["--rand-type=uniform"], w

@@ -42,6 +42,9 @@ def test_full_overrides_sizes():
     (bad(stacks=[{"name": "b", "fs": "btrfs", "compression": "lz4"}]), "'stacks[0].compression' = 'lz4'"),
     (bad(stacks=[{"fs": "ext4"}]), "missing required key 'stacks[0].name'"),
     (bad(stacks=[{"name": "e", "fs": "ext4"}, {"name": "e", "fs": "xfs"}]), "'stacks[1].name' = 'e' is used twice"),
+    (bad(stacks=[{"name": "t", "fs": "tarn", "compression": "zstd"}]), "'stacks[0].compression' on fs = \"tarn\" goes in properties"),
+    (bad(stacks=[{"name": "z", "fs": "zfs", "properties": {"recordsize": "16K"}}]), "'stacks[0].properties' only applies to fs = \"tarn\""),
+    (bad(stacks=[{"name": "t", "fs": "tarn", "notes": 3}]), "'stacks[0].notes' must be a str"),
     (bad(full={"disk": {"iops": -1}}), "'full.disk.iops' must be a non-negative integer"),
     (bad(full={"name": "x"}), "unknown key 'full.name'"),
     (bad(workload={"threads": 2, "durations": 3}), "unknown key 'workload.durations'"),
@@ -68,3 +71,12 @@ def test_toml_syntax_error_names_the_file(tmp_path):
 def test_unknown_scenario_lists_the_shipped_ones():
     with pytest.raises(ScenarioError, match="shipped: .*quick"):
         sc.load("nope")
+
+
+def test_tarn_is_in_the_article_scenarios():
+    for name in ("zfs-vs-ext4", "tpcc-like", "recordsize", "l2arc"):
+        tarn = [s for s in sc.load(name)["stacks"] if s["fs"] == "tarn"]
+        assert tarn, name
+        assert all(s["properties"]["recordsize"] in ("16K", "32K") for s in tarn), name
+    l2arc_tarn = [s for s in sc.load("l2arc")["stacks"] if s["fs"] == "tarn"][0]
+    assert "no L2ARC" in l2arc_tarn["notes"]

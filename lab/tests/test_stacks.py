@@ -47,3 +47,37 @@ def stacks_require_missing(tool):
         require(tool)
     finally:
         os.environ["PATH"] = old
+
+
+def test_lab_zfs_fuse_daemon_bypasses_the_kernel_caches(tmp_path):
+    # Without these the page cache above the FUSE mount and the vdev's block cache serve
+    # reads from RAM, and a small-ARC ZFS run is not disk-bound.
+    argv = stacks.zfs_fuse_argv(tmp_path / "pid", 16)
+    assert "--disable-page-cache" in argv and "--disable-block-cache" in argv
+    assert argv[argv.index("-m") + 1] == "16"
+
+
+def test_zfs_stack_waits_for_a_foreign_zfs_fuse_then_builds(monkeypatch):
+    # Another lab run's zfs-fuse (one daemon per machine) is waited out, not a skip.
+    states = iter([True, True, False])
+    monkeypatch.setattr(stacks, "zfs_fuse_running", lambda: next(states))
+    said = []
+    assert stacks.wait_for_no_zfs_fuse(60, said.append, poll=0.01)
+    assert len(said) == 1 and "waiting" in said[0]
+
+
+def test_zfs_stack_skipped_when_the_foreign_zfs_fuse_stays(monkeypatch):
+    monkeypatch.setattr(stacks, "_kernel_zfs", lambda: False)
+    monkeypatch.setattr(stacks, "_which", lambda tool: "/usr/sbin/" + tool)
+    monkeypatch.setattr(stacks, "zfs_fuse_running", lambda: True)
+    monkeypatch.setenv("TARN_LAB_ZFS_FUSE_WAIT", "0.05")
+    with pytest.raises(stacks.StackSkipped, match="still running after"):
+        stacks.check_buildable({"name": "z", "fs": "zfs"})
+
+
+def test_engine_counter_deltas():
+    before = {"arc": {"hits": 10, "misses": 4, "size": 100}, "io": {"blocks_read": 7}}
+    after = {"arc": {"hits": 25, "misses": 9, "size": 80}, "io": {"blocks_read": 10}}
+    d = stacks.counter_deltas(before, after)
+    assert d == {"arc": {"hits": 15, "misses": 5, "size": -20}, "io": {"blocks_read": 3}}
+    assert stacks.counter_deltas(None, after) is None
