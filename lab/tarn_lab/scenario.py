@@ -150,9 +150,11 @@ def _check_stacks(stacks: list, origin: str) -> None:
                                 f"{', '.join(sorted(COMPRESSION[stack['fs']]))} for {stack['fs']}")
         if stack.get("dataset", "prepare") not in ("prepare", "tar"):
             raise ScenarioError(f"{origin}: '{where}.dataset' must be \"prepare\" or \"tar\"")
-        for key in ("l2arc", "slog", "recordsize"):
+        for key in ("l2arc", "recordsize"):
             if key in stack and stack["fs"] != "zfs":
                 raise ScenarioError(f"{origin}: '{where}.{key}' only applies to fs = \"zfs\"")
+        if "slog" in stack and stack["fs"] not in ("zfs", "tarn"):
+            raise ScenarioError(f"{origin}: '{where}.slog' only applies to fs = \"zfs\" or \"tarn\"")
         if "properties" in stack and stack["fs"] != "tarn":
             raise ScenarioError(f"{origin}: '{where}.properties' only applies to fs = \"tarn\"")
         if stack["fs"] == "tarn" and "compression" in stack:

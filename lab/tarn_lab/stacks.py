@@ -302,7 +302,14 @@ def _tarn(spec, data, fast, workdir, mnt, teardown) -> BuiltStack:
     pool = f"tarnlab{os.getpid()}"
     props = {**TARN_DEFAULT_PROPERTIES, **spec.get("properties", {})}
     ashift = str(spec.get("ashift", 12))
-    run(tarn_command(workdir, "pool", "create", "-f", "-o", f"ashift={ashift}", pool, data.path))
+    devices = [data]
+    vdevs = [data.path]
+    if spec.get("slog"):
+        # The separate intent log on the fast device, as the ZFS article's SLOG.
+        log = start_fast_disk(workdir, fast.get("size", "1G"), teardown, role="log")
+        vdevs += ["log", log.path]
+        devices.append(log)
+    run(tarn_command(workdir, "pool", "create", "-f", "-o", f"ashift={ashift}", pool, *vdevs))
     teardown.push(f"export tarn pool {pool}", lambda: run(tarn_command(workdir, "pool", "export", pool), check=False))
     options = [a for k, v in props.items() for a in ("-o", f"{k}={v}")]
     run(tarn_command(workdir, "ds", "create", *options, f"{pool}/db"))
@@ -310,8 +317,9 @@ def _tarn(spec, data, fast, workdir, mnt, teardown) -> BuiltStack:
     run(tarn_command(workdir, "mount", f"{pool}/db", str(mnt), arc_mb=arc_mb))
     teardown.push(f"tarn umount {mnt}", lambda: (run(tarn_command(workdir, "umount", str(mnt)), check=False),
                                                   umount_if_mounted(str(mnt))))
-    settings = {"properties": props, "ashift": ashift, "vdev": data.path, "arc_mb": arc_mb or "default (1/4 of RAM)"}
-    return BuiltStack(spec["name"], "tarn", mnt, [data], settings, pool=pool,
+    settings = {"properties": props, "ashift": ashift, "vdev": data.path, "arc_mb": arc_mb or "default (1/4 of RAM)",
+                "slog": bool(spec.get("slog"))}
+    return BuiltStack(spec["name"], "tarn", mnt, devices, settings, pool=pool,
                       versions={"tarn": tool_version([str(tarn_binary()), "--version"])},
                       engine_stats=lambda: tarn_stats(workdir, pool))
 
