@@ -60,6 +60,8 @@ enum Cmd {
     Cat { target: String },
     /// List a directory of a dataset: tarn ls POOL/DS[:PATH]
     Ls { target: String },
+    /// Change a tunable of an imported pool at run time: tarn tune POOL arc_max=SIZE
+    Tune { pool: String, setting: String },
     /// Engine counters (arcstats, intent log, txg, io) of a pool: tarn stats [arc|zil|txg|io|all] POOL
     Stats {
         /// Which counters: arc, zil, txg, io or all.
@@ -230,6 +232,7 @@ fn run(cmd: Cmd) -> Res {
             with_pool_of(ds, |pool| copy::cat(pool, ds, path))
         }
         Cmd::Stats { which, pool, json, prometheus } => cmd_stats(&which, &pool, json, prometheus),
+        Cmd::Tune { pool, setting } => cmd_tune(&pool, &setting),
         Cmd::Ls { target } => {
             let (ds, path) = split_target(&target);
             with_pool_of(ds, |pool| copy::ls(pool, ds, path))
@@ -678,4 +681,20 @@ fn cmd_stats(which: &str, pool: &str, json: bool, prometheus: bool) -> Res {
         }
     }
     Ok(())
+}
+
+/// `arc_max` of a mounted pool is handed to its daemon (applied within a second); an
+/// unmounted pool has no cache to tune: the budget is set per process by TARN_ARC_MAX.
+fn cmd_tune(pool: &str, setting: &str) -> Res {
+    let (name, value) = split_assignment(setting)?;
+    if name != "arc_max" {
+        return Err(format!("unknown tunable '{name}'; tunable: arc_max"));
+    }
+    let bytes = parse_size(value).filter(|&b| b >= 16 << 20).ok_or_else(|| format!("invalid arc_max '{value}': use a size of at least 16M, like 512M or 4G"))?;
+    if tarn_fuse::stats::read_published(pool).is_none() {
+        Cache::load()?.get(pool)?;
+        return Err(format!("pool '{pool}' is not mounted, so it has no running cache; set TARN_ARC_MAX={value} for the process that mounts it"));
+    }
+    let path = tarn_fuse::stats::arc_max_request_path(pool);
+    std::fs::write(&path, bytes.to_string()).map_err(|e| format!("{}: {e}", path.display()))
 }

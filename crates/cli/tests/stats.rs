@@ -49,6 +49,15 @@ fn a_mounted_pool_publishes_its_counters() {
     std::thread::sleep(Duration::from_millis(1500));
     let text = env.ok(&["stats", "arc", "tank"]);
     assert!(text.contains("arc  hits") && text.contains("arc  max"), "{text}");
+    // The ARC budget changes at run time.
+    env.ok(&["tune", "tank", "arc_max=64M"]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while stat(&env, &["stats", "arc", "tank", "--json"])["arc"]["max"].as_u64() != Some(64 << 20) {
+        assert!(Instant::now() < deadline, "arc_max was not applied");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let err = env.fails(&["tune", "tank", "arc_max=lots"]);
+    assert!(err.contains("invalid arc_max"), "{err}");
     let prom = env.ok(&["stats", "all", "tank", "--prometheus"]);
     assert!(prom.contains("tarn_arc_hits{pool=\"tank\"} ") && prom.contains("tarn_zil_commits{pool=\"tank\"} "), "{prom}");
     m.umount();

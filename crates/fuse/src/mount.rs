@@ -126,6 +126,7 @@ impl Started {
         let mut published = std::time::Instant::now() - Duration::from_secs(1);
         while !session.guard.is_finished() {
             if published.elapsed() >= Duration::from_secs(1) {
+                crate::stats::apply_tuning(&pool);
                 crate::stats::publish(&pool);
                 published = std::time::Instant::now();
             }

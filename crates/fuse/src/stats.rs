@@ -33,3 +33,19 @@ pub fn read_published(pool: &str) -> Option<tarn_pool::PoolStats> {
     crate::state::load(pool).ok().flatten().filter(|r| r.is_alive())?;
     serde_json::from_slice(&std::fs::read(path(pool)).ok()?).ok()
 }
+
+/// Where `tarn tune` leaves a new ARC budget for a running mount daemon.
+pub fn arc_max_request_path(pool: &str) -> PathBuf {
+    run_dir().join(format!("{pool}.arc_max"))
+}
+
+/// Applies (and removes) a pending ARC budget request, if one is there.
+pub fn apply_tuning(pool: &Pool) {
+    let path = arc_max_request_path(pool.name());
+    let Ok(text) = std::fs::read_to_string(&path) else { return };
+    let _ = std::fs::remove_file(&path);
+    match text.trim().parse::<u64>() {
+        Ok(bytes) => pool.set_arc_max(bytes),
+        Err(_) => eprintln!("tarn mount: ignoring a malformed ARC budget request: {text:?}"),
+    }
+}
