@@ -649,7 +649,7 @@ impl Dataset {
             }
             st.write(self.zio(), hold.txg, off, data, eff.recordsize)?;
             drop(st);
-            if eff.sync != SyncMode::Disabled {
+            if eff.sync != SyncMode::Disabled && !eff.throughput {
                 self.zil.log_write(hold.txg, self.id, ino, off, data);
             }
             self.os.mark_dirty(ino);
@@ -703,6 +703,10 @@ impl Dataset {
     fn commit_log(&self, txg: u64) -> Result<(), FsError> {
         if self.os.ctx().txg.synced() >= txg {
             return Ok(());
+        }
+        if self.eff.read().throughput {
+            // The data is not in the log: commit it where it belongs.
+            return Ok(self.os.ctx().txg.wait_synced(txg)?);
         }
         match self.zil.commit() {
             Ok(()) => Ok(()),

@@ -108,6 +108,9 @@ pub struct Effective {
     pub atime: bool,
     pub sync: SyncMode,
     pub primarycache: CachePolicy,
+    /// `logbias=throughput`: written data is not copied into the intent log; fsync
+    /// commits it in place (a txg) instead — one write of the data, not two.
+    pub throughput: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -142,6 +145,7 @@ impl Effective {
             checksum,
             atime: value("atime") == "on",
             sync,
+            throughput: value("logbias") == "throughput",
             primarycache: match value("primarycache").as_str() {
                 "metadata" => CachePolicy::Metadata,
                 "none" => CachePolicy::None,

@@ -218,3 +218,35 @@ fn every_acknowledged_byte_survives_any_cut_of_the_write_stream() {
     }
     assert!(checked > 60, "checked {checked} images");
 }
+
+/// logbias=latency copies written data into the log and fsync costs one log write;
+/// logbias=throughput writes the data once, in place: fsync commits a txg, the log
+/// carries none of it.
+#[test]
+fn logbias_chooses_between_a_log_write_and_an_in_place_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("d0.img");
+    let never = TxgConfig { timeout: Duration::from_secs(3600), ..Default::default() };
+    let opts = CreateOptions { size: Some(SIZE), txg: never, ..Default::default() };
+    let pool = Pool::create("tank", &[VdevSpec::Disk(img)], &opts).unwrap();
+    pool.create_dataset("tank/lat").unwrap();
+    pool.create_dataset("tank/thr").unwrap();
+    pool.set_property("tank/thr", "logbias", "throughput").unwrap();
+    pool.sync().unwrap();
+    let log_bytes = |p: &Pool| p.stats().zil["bytes_written"];
+    let page = vec![3u8; 65536];
+    let ds = pool.dataset("tank/lat").unwrap();
+    let f = ds.create(ROOT_ID, b"f", NewObject::File, 0o644, 0, 0).unwrap();
+    let (txg0, log0) = (pool.txg().synced(), log_bytes(&pool));
+    ds.write(f.ino, 0, &page).unwrap();
+    ds.fsync(f.ino).unwrap();
+    assert_eq!(pool.txg().synced(), txg0, "latency: no txg commit");
+    assert!(log_bytes(&pool) - log0 >= page.len() as u64, "latency: the data went to the log");
+    let ds = pool.dataset("tank/thr").unwrap();
+    let f = ds.create(ROOT_ID, b"f", NewObject::File, 0o644, 0, 0).unwrap();
+    let (txg0, log0) = (pool.txg().synced(), log_bytes(&pool));
+    ds.write(f.ino, 0, &page).unwrap();
+    ds.fsync(f.ino).unwrap();
+    assert!(pool.txg().synced() > txg0, "throughput: fsync committed the data in place");
+    assert!(log_bytes(&pool) - log0 < 4096, "throughput: the data did not go through the log");
+}
