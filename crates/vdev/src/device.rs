@@ -1,8 +1,10 @@
 //! Leaf devices: the one place tarn touches the operating system's storage.
 //!
 //! A `BlockDevice` reads and writes at byte offsets and flushes. `FileDevice` serves an
-//! image file or a block device with pread/pwrite and fdatasync. Tests wrap the trait to
-//! record the write/flush stream or to inject faults.
+//! image file or a block device with pread/pwrite and fdatasync. A block device is opened
+//! with O_DIRECT: the host's page cache must not become a second, unbounded cache beside
+//! the ARC (and a benchmark against other filesystems on the same device would be unfair).
+//! Tests wrap the trait to record the write/flush stream or to inject faults.
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -22,16 +24,59 @@ pub struct FileDevice {
     file: File,
     path: PathBuf,
     size: u64,
+    /// Opened with O_DIRECT: I/O goes through an aligned bounce buffer.
+    direct: bool,
+}
+
+/// Memory alignment O_DIRECT needs (covers 512-byte and 4 KiB logical sectors).
+const DIRECT_ALIGN: usize = 4096;
+
+/// A zeroed, `DIRECT_ALIGN`-aligned buffer for O_DIRECT I/O.
+struct Aligned {
+    ptr: std::ptr::NonNull<u8>,
+    layout: std::alloc::Layout,
+}
+
+impl Aligned {
+    fn new(len: usize) -> Aligned {
+        let layout = std::alloc::Layout::from_size_align(len.max(1), DIRECT_ALIGN).expect("valid layout");
+        // SAFETY: the layout has a non-zero size.
+        let raw = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = std::ptr::NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        Aligned { ptr, layout }
+    }
+    fn as_mut(&mut self) -> &mut [u8] {
+        // SAFETY: `ptr` owns `layout.size()` initialised bytes until drop.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.layout.size()) }
+    }
+}
+
+impl Drop for Aligned {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) }
+    }
 }
 
 impl FileDevice {
     /// Opens an existing image file or block device read-write.
     pub fn open(path: &Path) -> Result<FileDevice, VdevError> {
         let io = |source| VdevError::Io { path: path.to_path_buf(), source };
-        let file = OpenOptions::new().read(true).write(true).open(path).map_err(io)?;
+        let is_block = std::fs::metadata(path).map(|m| {
+            use std::os::unix::fs::FileTypeExt;
+            m.file_type().is_block_device()
+        });
+        let direct = is_block.map_err(io)?;
+        let mut options = OpenOptions::new();
+        options.read(true).write(true);
+        if direct {
+            use std::os::unix::fs::OpenOptionsExt;
+            options.custom_flags(libc::O_DIRECT);
+        }
+        let file = options.open(path).map_err(io)?;
         lock_exclusively(&file, path)?;
         let size = device_size(&file).map_err(io)?;
-        Ok(FileDevice { file, path: path.to_path_buf(), size })
+        Ok(FileDevice { file, path: path.to_path_buf(), size, direct })
     }
 
     /// Opens `path`, creating a sparse image file of `size` bytes if it does not exist.
@@ -83,10 +128,21 @@ fn device_size(file: &File) -> std::io::Result<u64> {
 
 impl BlockDevice for FileDevice {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        self.file.read_exact_at(buf, offset)
+        if !self.direct {
+            return self.file.read_exact_at(buf, offset);
+        }
+        let mut bounce = Aligned::new(buf.len());
+        self.file.read_exact_at(&mut bounce.as_mut()[..buf.len()], offset)?;
+        buf.copy_from_slice(&bounce.as_mut()[..buf.len()]);
+        Ok(())
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        self.file.write_all_at(buf, offset)
+        if !self.direct {
+            return self.file.write_all_at(buf, offset);
+        }
+        let mut bounce = Aligned::new(buf.len());
+        bounce.as_mut()[..buf.len()].copy_from_slice(buf);
+        self.file.write_all_at(&bounce.as_mut()[..buf.len()], offset)
     }
     fn flush(&self) -> std::io::Result<()> {
         self.file.sync_data()
