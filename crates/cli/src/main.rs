@@ -85,6 +85,10 @@ enum Cmd {
         /// Threads serving FUSE requests.
         #[arg(long, default_value_t = 8)]
         threads: usize,
+        /// Also mount this dataset of the same pool, on its mountpoint property, in the
+        /// same daemon (repeatable; `tarn pool import` uses it).
+        #[arg(long, value_name = "POOL/DS")]
+        also: Vec<String>,
     },
     /// Unmount a dataset, committing everything: tarn umount MOUNTPOINT|POOL/DS
     Umount { target: String },
@@ -142,7 +146,8 @@ enum PoolCmd {
         #[arg(required = true, num_args = 2..)]
         vdevs: Vec<String>,
     },
-    /// Import a pool found on devices (lists importable pools without POOL).
+    /// Import a pool found on devices (lists importable pools without POOL), then mount
+    /// every dataset whose mountpoint property is a path (one daemon for the pool).
     Import {
         /// Where to look for devices (directories or device paths); repeatable.
         #[arg(short = 'd', value_name = "DIR")]
@@ -237,9 +242,12 @@ fn run(cmd: Cmd) -> Res {
             let (ds, path) = split_target(&target);
             with_pool_of(ds, |pool| copy::ls(pool, ds, path))
         }
-        Cmd::Mount { dataset, mountpoint, foreground, threads } => {
+        Cmd::Mount { dataset, mountpoint, foreground, threads, also } => {
             let pool_name = dataset.split('/').next().unwrap_or(&dataset).to_string();
-            let req = tarn_fuse::MountRequest { dataset, mountpoint, foreground, threads };
+            if let Some(other) = also.iter().find(|d| d.split('/').next() != Some(&pool_name)) {
+                return Err(format!("--also {other}: not a dataset of pool '{pool_name}' (one daemon serves one pool)"));
+            }
+            let req = tarn_fuse::MountRequest { dataset, mountpoint, foreground, threads, more: also };
             tarn_fuse::mount(req, || open_pool(&pool_name)).map_err(err)
         }
         Cmd::Umount { target } => tarn_fuse::umount(&target).map_err(err),
@@ -458,7 +466,43 @@ fn pool_import(dirs: &[PathBuf], pool: Option<&str>, json: bool) -> Res {
     let mut cache = Cache::load()?;
     cache.pools.insert(p.name().to_string(), CachedPool { guid: p.guid(), devices: d.devices.clone() });
     cache.save()?;
-    p.close().map_err(err)
+    let to_mount = datasets_with_mountpoints(&p);
+    let name = p.name().to_string();
+    p.close().map_err(err)?;
+    mount_at_import(&name, to_mount)
+}
+
+/// Datasets whose `mountpoint` property is a path, with that path.
+fn datasets_with_mountpoints(p: &Pool) -> Vec<(String, PathBuf)> {
+    p.datasets_info().into_iter().filter(|d| d.mountpoint.starts_with('/')).map(|d| (d.name, PathBuf::from(d.mountpoint))).collect()
+}
+
+/// Mounts every dataset that has a mountpoint, all served by one daemon (the daemon
+/// holds the pool). Creates missing mountpoint directories, as zfs does. The pool stays
+/// imported if a mount fails; the error says which.
+fn mount_at_import(pool: &str, mut to_mount: Vec<(String, PathBuf)>) -> Res {
+    if to_mount.is_empty() {
+        return Ok(());
+    }
+    for (ds, mp) in &to_mount {
+        std::fs::create_dir_all(mp).map_err(|e| format!("cannot create mountpoint {} of {ds}: {e}", mp.display()))?;
+    }
+    let (first, _) = to_mount.remove(0);
+    // A fresh `tarn mount` process: this one has threads now (the import used the
+    // pool), and the mount daemon must fork before any thread exists.
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find the tarn binary: {e}"))?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(["mount", first.as_str()]);
+    for (ds, _) in &to_mount {
+        cmd.args(["--also", ds.as_str()]);
+    }
+    let out = cmd.output().map_err(|e| format!("cannot run tarn mount: {e}"))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let msg = String::from_utf8_lossy(&out.stderr);
+    let msg = msg.trim().trim_start_matches("tarn: ");
+    Err(format!("pool '{pool}' is imported, but mounting its datasets failed: {msg}"))
 }
 
 fn join_paths(p: &[PathBuf]) -> String {

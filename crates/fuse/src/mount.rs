@@ -27,8 +27,11 @@ pub struct MountRequest {
     /// None: use the dataset's `mountpoint` property.
     pub mountpoint: Option<PathBuf>,
     pub foreground: bool,
-    /// FUSE worker threads.
+    /// FUSE worker threads (per mount).
     pub threads: usize,
+    /// Further datasets of the same pool, each mounted on its `mountpoint` property by
+    /// this same daemon (the daemon holds the pool, so it serves all its mounts).
+    pub more: Vec<String>,
 }
 
 /// How long `umount` waits for the daemon to commit and exit.
@@ -57,36 +60,56 @@ pub fn mount(req: MountRequest, open_pool: impl FnOnce() -> Result<Pool, String>
     started.serve()
 }
 
-/// A mounted dataset being served.
+/// The mounted datasets being served.
 struct Started {
-    session: fuser::BackgroundSession,
+    sessions: Vec<(String, PathBuf, fuser::BackgroundSession)>,
     pool: Arc<Pool>,
     record: MountRecord,
 }
 
 fn start(req: &MountRequest, given: Option<PathBuf>, open_pool: impl FnOnce() -> Result<Pool, String>) -> Result<Started, MountError> {
-    let pool = open_pool().map_err(MountError::Pool)?;
-    let ds = pool.dataset(&req.dataset).map_err(|e| MountError::Pool(e.to_string()))?;
+    let pool = Arc::new(open_pool().map_err(MountError::Pool)?);
+    let mut wanted = vec![(req.dataset.clone(), given)];
+    wanted.extend(req.more.iter().map(|d| (d.clone(), None)));
+    let mut record = MountRecord { pid: std::process::id(), pool: pool.name().to_string(), dataset: req.dataset.clone(), mountpoint: PathBuf::new(), mounts: Vec::new() };
+    let mut sessions = Vec::new();
+    for (dataset, given) in wanted {
+        match mount_one(&pool, &dataset, given, req.threads, &mut record) {
+            Ok(session) => sessions.push(session),
+            Err(e) => {
+                // All or nothing: undo the mounts made so far, then report this one.
+                for (_, mp, s) in sessions {
+                    unmount_or_detach(&mp);
+                    drop(s);
+                }
+                record.remove();
+                let _ = close_pool(pool); // the mount error is the one to report
+                return Err(e);
+            }
+        }
+    }
+    Ok(Started { sessions, pool, record })
+}
+
+/// Mounts one dataset of the open pool and adds it to the (saved) record.
+fn mount_one(pool: &Arc<Pool>, dataset: &str, given: Option<PathBuf>, threads: usize, record: &mut MountRecord) -> Result<(String, PathBuf, fuser::BackgroundSession), MountError> {
+    let ds = pool.dataset(dataset).map_err(|e| MountError::Pool(e.to_string()))?;
     let mountpoint = match given {
         Some(p) => p,
-        None => mountpoint_property(&pool, &req.dataset)?,
+        None => mountpoint_property(pool, dataset)?,
     };
     let mountpoint = check_mountpoint(&mountpoint)?;
-    let record = MountRecord {
-        pid: std::process::id(),
-        pool: pool.name().to_string(),
-        dataset: req.dataset.clone(),
-        mountpoint: mountpoint.clone(),
-    };
+    if record.mounts.is_empty() {
+        record.mountpoint = mountpoint.clone();
+    }
+    record.mounts.push((dataset.to_string(), mountpoint.clone()));
     record.save()?;
-    let pool = Arc::new(pool);
     let atime = ds.effective().atime;
     let fs = TarnFs::new(pool.clone(), ds);
-    match session(fs, &mountpoint, req.threads, &req.dataset, atime) {
-        Ok(session) => Ok(Started { session, pool, record }),
+    match session(fs, &mountpoint, threads, dataset, atime) {
+        Ok(s) => Ok((dataset.to_string(), mountpoint, s)),
         Err(e) => {
-            record.remove();
-            let _ = close_pool(pool); // the mount error is the one to report
+            record.mounts.pop();
             Err(e)
         }
     }
@@ -118,13 +141,14 @@ fn session(fs: TarnFs, mountpoint: &Path, threads: usize, dataset: &str, atime: 
 }
 
 impl Started {
-    /// Serves until the mount goes away (unmounted from outside) or a signal asks us to
-    /// unmount; then commits and closes the pool and removes the record.
+    /// Serves until every mount goes away (unmounted from outside) or a signal asks us to
+    /// unmount them all; then commits and closes the pool and removes the record. A mount
+    /// that ends while others go on leaves the record.
     fn serve(self) -> Result<(), MountError> {
-        let Started { session, pool, record } = self;
+        let Started { mut sessions, pool, mut record } = self;
         let mut signalled = false;
         let mut published = std::time::Instant::now() - Duration::from_secs(1);
-        while !session.guard.is_finished() {
+        while !sessions.is_empty() {
             if published.elapsed() >= Duration::from_secs(1) {
                 crate::stats::apply_tuning(&pool);
                 crate::stats::publish(&pool);
@@ -135,16 +159,25 @@ impl Started {
                     break; // second signal: stop now, still committing what we have
                 }
                 signalled = true;
-                unmount_or_detach(&record.mountpoint);
+                for (_, mp, _) in &sessions {
+                    unmount_or_detach(mp);
+                }
+            }
+            let (ended, live): (Vec<_>, Vec<_>) = sessions.into_iter().partition(|(_, _, s)| s.guard.is_finished());
+            sessions = live;
+            for (_, mp, session) in ended {
+                if let Err(e) = session.join() {
+                    eprintln!("tarn mount: session on {} ended with: {e}", mp.display());
+                }
+                record.mounts.retain(|(_, m)| *m != mp);
+                if !sessions.is_empty() {
+                    let _ = record.save();
+                }
             }
         }
-        if session.guard.is_finished() {
-            if let Err(e) = session.join() {
-                eprintln!("tarn mount: session ended with: {e}");
-            }
-        } else {
-            // The kernel still has users: leave the session; commit what reached us.
-            std::mem::forget(session);
+        // Sessions left here: the kernel still has users; commit what reached us.
+        for (_, _, s) in sessions {
+            std::mem::forget(s);
         }
         let result = close_pool(pool);
         crate::stats::remove(&record.pool);
@@ -246,29 +279,27 @@ fn unescape_mountinfo(field: &str) -> String {
 /// record removed.
 pub fn umount(target: &str) -> Result<(), MountError> {
     let records = state::all();
-    let by_path = || {
-        let p = Path::new(target);
-        let abs = p.canonicalize().unwrap_or_else(|_| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()));
-        records.iter().find(|r| r.mountpoint == abs).cloned().map(Ok).unwrap_or(Err(abs))
-    };
-    let found = match records.iter().find(|r| r.dataset == target) {
-        Some(r) => Ok(r.clone()),
-        None => by_path(),
-    };
+    let p = Path::new(target);
+    let abs = p.canonicalize().unwrap_or_else(|_| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()));
+    let found = records.iter().find_map(|r| {
+        r.served().into_iter().find(|(ds, mp)| ds == target || *mp == abs).map(|(_, mp)| (r.clone(), mp))
+    });
     match found {
-        Ok(r) if r.is_alive() => umount_live(&r),
-        Ok(r) => {
-            detach_dead(&r.mountpoint);
+        Some((r, mp)) if r.is_alive() => umount_live(&r, &mp),
+        Some((r, mp)) => {
+            detach_dead(&mp);
             r.remove();
             Ok(())
         }
-        Err(abs) => umount_unrecorded(&abs, target),
+        None => umount_unrecorded(&abs, target),
     }
 }
 
-fn umount_live(r: &MountRecord) -> Result<(), MountError> {
-    let path = r.mountpoint.display().to_string();
-    if let Err(e) = daemon::umount(&r.mountpoint, 0) {
+/// Unmounts `mp`, one of the mounts `r`'s daemon serves, and waits until the daemon has
+/// let it go (and, if it was the last, committed and exited).
+fn umount_live(r: &MountRecord, mp: &Path) -> Result<(), MountError> {
+    let path = mp.display().to_string();
+    if let Err(e) = daemon::umount(mp, 0) {
         let detail = match e.raw_os_error() {
             Some(libc::EBUSY) => "it is busy: a process has a file open or its cwd there (see `fuser -vm`)".to_string(),
             _ => e.to_string(),
@@ -276,7 +307,8 @@ fn umount_live(r: &MountRecord) -> Result<(), MountError> {
         return Err(MountError::Umount { path, detail });
     }
     let deadline = Instant::now() + UMOUNT_WAIT;
-    while state::load(&r.pool).ok().flatten().is_some_and(|now| now.pid == r.pid) && r.is_alive() {
+    let still_served = || state::load(&r.pool).ok().flatten().is_some_and(|now| now.pid == r.pid && now.served().iter().any(|(_, m)| m == mp));
+    while still_served() && r.is_alive() {
         if Instant::now() > deadline {
             return Err(MountError::Umount { path, detail: format!("daemon pid {} did not finish its final commit in time", r.pid) });
         }

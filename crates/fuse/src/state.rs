@@ -1,6 +1,7 @@
 //! Running mounts, recorded in a small state directory (`/run/tarn`, or `$TARN_RUN_DIR`):
-//! one JSON file per pool held by a `tarn mount` daemon, with its pid, pool, dataset and
-//! mountpoint, plus the daemon's log.
+//! one JSON file per pool held by a `tarn mount` daemon, with its pid, pool, the first
+//! dataset and mountpoint, and every (dataset, mountpoint) it serves (one daemon holds a
+//! pool, so it serves all of that pool's mounts), plus the daemon's log.
 //!
 //! Owns: the record files and the liveness test of the process named in one.
 //! Promises: a record whose process is gone (killed, crashed, a zombie, or a reused pid
@@ -20,6 +21,9 @@ pub struct MountRecord {
     pub pool: String,
     pub dataset: String,
     pub mountpoint: PathBuf,
+    /// Every mount this daemon serves, the first one included; updated as they end.
+    #[serde(default)]
+    pub mounts: Vec<(String, PathBuf)>,
 }
 
 pub fn run_dir() -> PathBuf {
@@ -55,6 +59,15 @@ impl MountRecord {
     pub fn remove(&self) {
         if load(&self.pool).ok().flatten().is_some_and(|r| r.pid == self.pid) {
             let _ = std::fs::remove_file(record_path(&self.pool));
+        }
+    }
+
+    /// The served mounts (a record from before `mounts` existed has just its first).
+    pub fn served(&self) -> Vec<(String, PathBuf)> {
+        if self.mounts.is_empty() {
+            vec![(self.dataset.clone(), self.mountpoint.clone())]
+        } else {
+            self.mounts.clone()
         }
     }
 
@@ -127,13 +140,13 @@ mod tests {
 
     #[test]
     fn a_dead_pid_is_not_alive_and_this_test_is_not_tarn() {
-        let r = MountRecord { pid: u32::MAX - 1, pool: "p".into(), dataset: "p/d".into(), mountpoint: "/x".into() };
+        let r = MountRecord { pid: u32::MAX - 1, pool: "p".into(), dataset: "p/d".into(), mountpoint: "/x".into(), mounts: Vec::new() };
         assert!(!r.is_alive());
     }
 
     #[test]
     fn busy_message_names_pid_mountpoint_and_fix() {
-        let r = MountRecord { pid: 42, pool: "tank".into(), dataset: "tank/db".into(), mountpoint: "/mnt/x".into() };
+        let r = MountRecord { pid: 42, pool: "tank".into(), dataset: "tank/db".into(), mountpoint: "/mnt/x".into(), mounts: Vec::new() };
         let m = r.busy_message();
         assert!(m.contains("pid 42") && m.contains("/mnt/x") && m.contains("tarn umount /mnt/x"), "{m}");
     }
