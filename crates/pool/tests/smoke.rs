@@ -150,3 +150,26 @@ fn hot_records_are_served_from_decompressed_copies() {
     assert!(s.hot_copy_hits >= 3, "reads 3..5 were copies: {s:?}");
     assert!(s.hot_copies_size >= 16384);
 }
+
+/// A directory of 100,000 entries: created, committed, listed and looked up after import.
+#[test]
+fn a_directory_with_100k_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("d0.img");
+    let opts = CreateOptions { size: Some(512 << 20), ..Default::default() };
+    let pool = Pool::create("tank", &[VdevSpec::Disk(img.clone())], &opts).unwrap();
+    let ds = pool.dataset("tank").unwrap();
+    let d = ds.create(ROOT_ID, b"big", NewObject::Dir, 0o755, 0, 0).unwrap();
+    for i in 0..100_000u32 {
+        ds.create(d.ino, format!("f{i:06}").as_bytes(), NewObject::File, 0o644, 0, 0).unwrap();
+    }
+    drop(ds);
+    pool.export().unwrap();
+    let pool = Pool::import_paths(&[img], &ImportOptions::default()).unwrap();
+    let ds = pool.dataset("tank").unwrap();
+    let d = ds.lookup(ROOT_ID, b"big").unwrap();
+    assert_eq!(ds.readdir(d.ino).unwrap().len(), 100_000);
+    assert!(ds.lookup(d.ino, b"f054321").is_ok());
+    ds.unlink(d.ino, b"f054321").unwrap();
+    assert!(ds.lookup(d.ino, b"f054321").is_err());
+}

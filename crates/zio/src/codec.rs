@@ -29,6 +29,9 @@ impl Compression {
     /// Compresses `data`; `None` when the result would not save at least 1/8 (then the
     /// block is stored raw, as the format promises).
     pub fn compress(self, data: &[u8]) -> Option<Vec<u8>> {
+        if self != Compression::Off && looks_incompressible(data) {
+            return None;
+        }
         let limit = data.len() - data.len() / 8;
         let out = match self {
             Compression::Off => return None,
@@ -56,6 +59,19 @@ impl Compression {
         }
         Ok(())
     }
+}
+
+/// Early abort: a record whose first and last 2 KiB do not shrink at all under lz4 is
+/// almost surely random (encrypted, already compressed); compressing all of it only
+/// burns CPU on the sync path before storing it raw anyway. A block that is random at
+/// both ends but compressible in the middle is stored raw too: space, never correctness.
+fn looks_incompressible(data: &[u8]) -> bool {
+    const SAMPLE: usize = 2048;
+    if data.len() < 4 * SAMPLE {
+        return false;
+    }
+    let grows = |s: &[u8]| lz4_flex::block::compress(s).len() >= s.len();
+    grows(&data[..SAMPLE]) && grows(&data[data.len() - SAMPLE..])
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
