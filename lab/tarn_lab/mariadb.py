@@ -40,6 +40,9 @@ class PrivateMariaDB:
         lines += [f"{k}={v}" for k, v in self.settings.items()]
         return "\n".join(lines) + "\n"
 
+    def sysbench_args(self) -> list[str]:
+        return ["--db-driver=mysql", f"--mysql-socket={self.socket}", "--mysql-user=root", "--mysql-db=sbtest"]
+
     @property
     def config_path(self) -> Path:
         return self.rundir / "my.cnf"
@@ -106,3 +109,4 @@ class PrivateMariaDB:
 
 INNODB_CACHE_COUNTERS = ["Innodb_buffer_pool_read_requests", "Innodb_buffer_pool_reads",
                          "Innodb_data_read", "Innodb_data_written", "Innodb_pages_written"]
+PrivateMariaDB.CACHE_COUNTERS = INNODB_CACHE_COUNTERS

@@ -25,6 +25,7 @@ from . import sizes as sizes_mod
 from .cleanup import Teardown
 from .devices import REPO_ROOT, PacerMissing, pacer_binary, read_pacer_stats
 from .mariadb import INNODB_CACHE_COUNTERS, PrivateMariaDB
+from .postgres import PrivatePostgres
 from .metrics import Sampler
 from .shell import MissingTool, require, run, tool_version
 from .stacks import StackSkipped, build_stack, check_buildable, counter_deltas
@@ -154,13 +155,33 @@ def database_settings(scenario: dict, spec: dict, stack) -> dict:
     return settings
 
 
-def start_database(scenario, spec, stack, workdir, teardown, console) -> PrivateMariaDB:
+def start_database(scenario, spec, stack, workdir, teardown, console):
+    if scenario.get("database", {}).get("engine") == "postgresql":
+        db = PrivatePostgres(stack.mountpoint / "pgdata", workdir / "postgres", postgres_settings(scenario, spec, stack))
+        with console.status(f"{spec['name']}: initializing and starting PostgreSQL"):
+            db.start(teardown)
+        return db
     datadir = stack.mountpoint / "mysql"
     db = PrivateMariaDB(datadir, workdir / "mariadb", database_settings(scenario, spec, stack))
     with console.status(f"{spec['name']}: initializing and starting MariaDB"):
         db.start(teardown)
         db.sql("CREATE DATABASE IF NOT EXISTS sbtest")
     return db
+
+
+def postgres_settings(scenario: dict, spec: dict, stack) -> dict:
+    """As for MariaDB: the buffer size from the scenario, and no torn-page protection on
+    copy-on-write stacks (full_page_writes off, as doublewrite off for InnoDB)."""
+    db = scenario.get("database", {})
+    settings = {}
+    pool = spec.get("buffer_pool", db.get("buffer_pool"))
+    if pool:
+        settings["shared_buffers"] = str(pool).upper().rstrip("B") + "B"
+    if stack.fs in ("btrfs", "zfs", "tarn"):
+        settings["full_page_writes"] = "off"
+    settings.update(db.get("settings", {}))
+    settings.update(spec.get("postgres", {}))
+    return settings
 
 
 def load_dataset(scenario, spec, stack, db, workdir, teardown, console, workloads) -> dict:
@@ -175,7 +196,7 @@ def load_dataset(scenario, spec, stack, db, workdir, teardown, console, workload
     t0 = time.monotonic()
     info["prepare_argv"] = []
     for fam in families:
-        argv = prepare_argv(fam, str(db.socket), params)
+        argv = prepare_argv(fam, db.sysbench_args(), params)
         info["prepare_argv"].append(argv)
         with console.status(f"{spec['name']}: sysbench prepare ({fam}) on the paced disk"):
             run(argv, timeout=24 * 3600)
@@ -215,10 +236,10 @@ def drop_caches() -> None:
 
 def run_workload(scenario, spec, stack, db, workload, rundir, console) -> dict:
     params = scenario.get("workload", {})
-    argv = run_argv(workload, str(db.socket), params)
+    argv = run_argv(workload, db.sysbench_args(), params)
     duration = int(params.get("duration", 30))
     drop_caches()
-    before = db.status_counters(INNODB_CACHE_COUNTERS)
+    before = db.status_counters(db.CACHE_COUNTERS)
     engine_before = _engine_stats(stack)
     started = dt.datetime.now().isoformat(timespec="seconds")
     lines, series = [], []
@@ -244,7 +265,7 @@ def run_workload(scenario, spec, stack, db, workload, rundir, console) -> dict:
     log.write_text(" ".join(argv) + "\n" + output)
     if proc.returncode != 0:
         raise RuntimeError(f"sysbench {workload} exited {proc.returncode}: {output[-1500:]}")
-    after = db.status_counters(INNODB_CACHE_COUNTERS)
+    after = db.status_counters(db.CACHE_COUNTERS)
     engine_after = _engine_stats(stack)
     return {
         "scenario": scenario["name"], "size_class": scenario.get("size_class"), "stack": spec["name"],
@@ -257,7 +278,7 @@ def run_workload(scenario, spec, stack, db, workload, rundir, console) -> dict:
         "summary": parse_summary(output), "series": series, "system": sampler.rows,
         "device_totals": sampler.totals,
         "pacer_stats": {d.role: read_pacer_stats(d) for d in stack.devices if d.stats_path},
-        "engine_cache": {k: after.get(k, 0) - before.get(k, 0) for k in INNODB_CACHE_COUNTERS},
+        "engine_cache": {k: after.get(k, 0) - before.get(k, 0) for k in db.CACHE_COUNTERS},
         "stack_engine_stats": {"delta": counter_deltas(engine_before, engine_after), "after": engine_after}
         if engine_after else None,
         "sizes": sizes_mod.measure(stack, db.datadir),

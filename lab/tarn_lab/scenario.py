@@ -38,7 +38,7 @@ SCHEMA = {
 STACK_SCHEMA = {
     "name": STR, "fs": STR, "compression": STR, "recordsize": STR, "arc_mb": INT,
     "l2arc": BOOL, "slog": BOOL, "logbias": STR, "primarycache": STR, "dataset": STR,
-    "mariadb": TABLE, "properties": TABLE, "buffer_pool": SIZE, "notes": STR,
+    "mariadb": TABLE, "postgres": TABLE, "properties": TABLE, "buffer_pool": SIZE, "notes": STR,
 }
 REQUIRED = ("name", "workloads", "stacks", "disk")
 OVERRIDABLE = ("disk", "fast_disk", "database", "workload", "workloads", "stacks")
@@ -88,6 +88,7 @@ def validate(raw: dict, origin: str = "<scenario>", full: bool = False) -> dict:
     scenario.pop("full", None)
     scenario["size_class"] = "full" if full else "quick"
     _check_workloads(scenario["workloads"], origin)
+    _check_engine(scenario, origin)
     _check_stacks(scenario["stacks"], origin)
     scenario.setdefault("fast_disk", {"size": "1G"})
     scenario.setdefault("database", {})
@@ -163,3 +164,15 @@ def _check_stacks(stacks: list, origin: str) -> None:
                                 f"e.g. properties = {{ compression = {stack['compression']!r} }}")
         if "arc_mb" in stack and stack["fs"] not in ("zfs", "tarn"):
             raise ScenarioError(f"{origin}: '{where}.arc_mb' only applies to fs = \"zfs\" or \"tarn\"")
+
+
+DATABASES = ("mariadb", "postgresql")
+
+
+def _check_engine(scenario: dict, origin: str) -> None:
+    engine = scenario.get("database", {}).get("engine", "mariadb")
+    if engine not in DATABASES:
+        raise ScenarioError(f"{origin}: 'database.engine' = {engine!r} is not one of {', '.join(DATABASES)}")
+    if engine == "postgresql" and "tpcc_like" in scenario["workloads"]:
+        raise ScenarioError(f"{origin}: the TPC-C-like workload is written for MariaDB; "
+                            "use the sysbench oltp workloads with database.engine = \"postgresql\"")

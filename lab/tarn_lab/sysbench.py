@@ -24,9 +24,11 @@ def script_for(workload: str) -> str:
     return workload
 
 
-def base_argv(workload: str, socket: str, params: dict) -> list[str]:
-    argv = ["sysbench", script_for(workload), "--db-driver=mysql", f"--mysql-socket={socket}",
-            "--mysql-user=root", "--mysql-db=sbtest", f"--threads={params.get('threads', 4)}"]
+def base_argv(workload: str, conn, params: dict) -> list[str]:
+    """`conn` is a MariaDB socket path, or the driver arguments of another server."""
+    driver = (["--db-driver=mysql", f"--mysql-socket={conn}", "--mysql-user=root", "--mysql-db=sbtest"]
+              if isinstance(conn, str) else list(conn))
+    argv = ["sysbench", script_for(workload), *driver, f"--threads={params.get('threads', 4)}"]
     if workload == TPCC_LIKE:
         argv += [f"--scale={params.get('warehouses', 1)}", f"--items={params.get('items', 100000)}",
                  f"--customers={params.get('customers', 3000)}"]
