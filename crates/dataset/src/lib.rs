@@ -656,7 +656,7 @@ impl Dataset {
             hold.txg
         };
         if eff.sync == SyncMode::Always {
-            self.commit_log(txg)?;
+            self.commit_log(ino, txg)?;
         }
         Ok(data.len())
     }
@@ -695,12 +695,12 @@ impl Dataset {
             return Ok(());
         }
         let txg = self.os.get(ino)?.lock().last_dirty_txg;
-        self.commit_log(txg)
+        self.commit_log(ino, txg)
     }
 
     /// Makes everything changed so far durable: one intent-log write (shared with
     /// concurrent callers); if the log cannot be written, a txg commit instead.
-    fn commit_log(&self, txg: u64) -> Result<(), FsError> {
+    fn commit_log(&self, ino: u64, txg: u64) -> Result<(), FsError> {
         if self.os.ctx().txg.synced() >= txg {
             return Ok(());
         }
@@ -708,7 +708,7 @@ impl Dataset {
             // The data is not in the log: commit it where it belongs.
             return Ok(self.os.ctx().txg.wait_synced(txg)?);
         }
-        match self.zil.commit() {
+        match self.zil.commit_for(self.id, ino) {
             Ok(()) => Ok(()),
             Err(_) => Ok(self.os.ctx().txg.wait_synced(txg)?),
         }

@@ -108,6 +108,8 @@ fn fsynced_writes_survive_power_loss_before_any_txg_commit() {
     ds.fsync(f.ino).unwrap();
     let d = ds.create(ROOT_ID, b"tmp", NewObject::File, 0o644, 0, 0).unwrap();
     ds.write(d.ino, 0, b"renamed into place").unwrap();
+    // The careful pattern: fsync the new file, rename it over, fsync the directory.
+    ds.fsync(d.ino).unwrap();
     ds.rename(ROOT_ID, b"tmp", ROOT_ID, b"final", false).unwrap();
     ds.fsync(ROOT_ID).unwrap();
     assert_eq!(pool.txg().synced(), synced_txg, "fsync did not need a txg commit");
@@ -154,6 +156,8 @@ fn every_acknowledged_byte_survives_any_cut_of_the_write_stream() {
         ds.write(data.ino, page * 16384, &vec![round as u8 + 1; 16384]).unwrap();
         pages.push((page, round as u8 + 1));
         if round % 3 == 2 {
+            // fsync is per file (as in POSIX and ZFS): both files are made durable.
+            ds.fsync(data.ino).unwrap();
             ds.fsync(log.ino).unwrap();
             acks.push(Ack { at: dev.events_len(), log_len: log_model.len(), pages: pages.clone() });
         }
@@ -249,4 +253,26 @@ fn logbias_chooses_between_a_log_write_and_an_in_place_commit() {
     ds.fsync(f.ino).unwrap();
     assert!(pool.txg().synced() > txg0, "throughput: fsync committed the data in place");
     assert!(log_bytes(&pool) - log0 < 4096, "throughput: the data did not go through the log");
+}
+
+/// fsync is per file: fsyncing a redo log does not drag other files' unsynced data
+/// through the intent log (a database's data files are written in the background).
+#[test]
+fn fsync_of_one_file_logs_only_that_file_and_the_namespace() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("d0.img");
+    let never = TxgConfig { timeout: Duration::from_secs(3600), ..Default::default() };
+    let opts = CreateOptions { size: Some(SIZE), txg: never, ..Default::default() };
+    let pool = Pool::create("tank", &[VdevSpec::Disk(img)], &opts).unwrap();
+    let ds = pool.dataset("tank").unwrap();
+    let data = ds.create(ROOT_ID, b"table.ibd", NewObject::File, 0o644, 0, 0).unwrap();
+    let redo = ds.create(ROOT_ID, b"redo", NewObject::File, 0o644, 0, 0).unwrap();
+    ds.write(data.ino, 0, &vec![9u8; 1 << 20]).unwrap();
+    let before = pool.stats().zil["bytes_written"];
+    ds.write(redo.ino, 0, &[1u8; 700]).unwrap();
+    ds.fsync(redo.ino).unwrap();
+    let logged = pool.stats().zil["bytes_written"] - before;
+    assert!(logged < 64 << 10, "the redo fsync logged {logged} bytes; the 1 MiB of table data is not its business");
+    ds.fsync(data.ino).unwrap();
+    assert!(pool.stats().zil["bytes_written"] - before >= 1 << 20, "fsync of the table logs its data");
 }

@@ -156,6 +156,31 @@ impl Zil {
         Ok(())
     }
 
+    /// Makes durable what an fsync of object `obj` of `dataset` needs: that object's own
+    /// queued changes and every namespace change queued so far (creates, renames… must
+    /// replay in order), as ZFS's per-object zil_commit does. Other files' data stays
+    /// queued — a database's WAL fsync does not drag its data files' pages through the
+    /// log. Concurrent callers share the chain lock: whoever takes a record writes and
+    /// flushes it before the lock is released, so finding nothing left means durable.
+    pub fn commit_for(&self, dataset: u64, obj: u64) -> Result<(), ZilError> {
+        let target = self.queue.lock().next_seq - 1;
+        let mut chain = self.chain.lock();
+        let records: Vec<(u64, Record)> = {
+            let mut q = self.queue.lock();
+            let (taken, kept): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut q.items)
+                .into_iter()
+                .partition(|(s, r)| *s <= target && r.needed_by(dataset, obj));
+            q.items = kept;
+            taken.into()
+        };
+        if !records.is_empty() {
+            self.write_blocks(&mut chain, &records)?;
+            self.zio.flush()?;
+        }
+        self.stats.commits.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
     /// Packs records into log blocks along the chain and writes them (not flushed).
     fn write_blocks(&self, chain: &mut Chain, records: &[(u64, Record)]) -> Result<(), ZilError> {
         let mut encoded: Vec<(u64, Vec<u8>)> = records

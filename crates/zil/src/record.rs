@@ -91,6 +91,17 @@ impl Reader<'_> {
 }
 
 impl Record {
+    /// True if an fsync of `obj` in `dataset` must make this record durable: it changes
+    /// that object, or it is a namespace change (which replay applies in order).
+    pub fn needed_by(&self, dataset: u64, obj: u64) -> bool {
+        match &self.op {
+            Op::Write { obj: o, .. } | Op::Truncate { obj: o, .. } | Op::SetAttr { obj: o, .. } | Op::PunchHole { obj: o, .. } => {
+                self.dataset == dataset && *o == obj
+            }
+            Op::Create { .. } | Op::Remove { .. } | Op::Rename { .. } | Op::Link { .. } => true,
+        }
+    }
+
     pub fn encode(&self, out: &mut Vec<u8>) {
         let mut w = Writer(Vec::new());
         let kind = match &self.op {
