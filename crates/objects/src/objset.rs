@@ -173,15 +173,25 @@ impl ObjSet {
             result.freed_physical += bp.psize as u64;
             result.freed_logical += bp.lsize as u64;
         }
-        let mut cache = self.cache.write();
-        for obj in &objects {
-            let st = obj.lock();
-            // Only an object freed in *this* txg may leave the cache. `gone` is open-txg
-            // state: an object written in txg N and unlinked in N+1 while N syncs is gone
-            // already, but N+1 still has to quiesce and free it (it is in `dirty`), so it
-            // must stay cached until N+1's sync. Its last change says which txg freed it.
-            if st.gone && st.last_dirty_txg <= txg && st.open.records.is_empty() && !self.dirty.lock().contains(&obj.id) {
-                cache.remove(&obj.id);
+        // Decide with each object's lock alone, then take the cache lock: writers hold an
+        // object's lock while they add to the cache (create), so holding the cache lock
+        // while waiting for an object lock would deadlock against them.
+        let evict: Vec<u64> = objects
+            .iter()
+            .filter(|obj| {
+                let st = obj.lock();
+                // Only an object freed in *this* txg may leave the cache. `gone` is
+                // open-txg state: an object written in txg N and unlinked in N+1 while N
+                // syncs is gone already, but N+1 still has to quiesce and free it (it is in
+                // `dirty`), so it must stay cached until N+1's sync.
+                st.gone && st.last_dirty_txg <= txg && st.open.records.is_empty() && !self.dirty.lock().contains(&obj.id)
+            })
+            .map(|obj| obj.id)
+            .collect();
+        if !evict.is_empty() {
+            let mut cache = self.cache.write();
+            for id in evict {
+                cache.remove(&id);
             }
         }
         Ok(result)
