@@ -19,10 +19,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
-use tarn_objects::{DirEntry, Dnode, ObjError, ObjSet, ObjState, ObjType, Object, SyncPolicy, Timespec};
+use tarn_objects::{DirEntry, Dnode, LogData, ObjError, ObjSet, ObjState, ObjType, Object, SyncPolicy, Timespec};
 use tarn_txg::TxgError;
-use tarn_zio::ZioError;
-use tarn_zil::{Op, Zil};
+use tarn_zio::{BlockType, PendingBlock, ZioError};
+use tarn_zil::{Op, WriteData, WriteSource, Zil};
 
 pub use props::{Effective, SyncMode};
 
@@ -30,6 +30,10 @@ pub const ROOT_ID: u64 = 1;
 const NAME_MAX: usize = 255;
 /// Dirty bytes charged for a metadata-only change (a dnode and a directory record).
 const META_CHARGE: u64 = 1024;
+/// Without a log device, writes at least this large are logged as pointers to their
+/// blocks written in place rather than copied into the log (ZFS's zfs_immediate_write_sz):
+/// copying them would write the data twice to the same disk.
+pub const IMMEDIATE_WRITE_BYTES: usize = 32 << 10;
 
 #[derive(Debug, thiserror::Error)]
 pub enum FsError {
@@ -648,9 +652,14 @@ impl Dataset {
                 return Err(if st.dnode.obj_type == ObjType::Dir { FsError::IsDir } else { FsError::Invalid("not a regular file".into()) });
             }
             st.write(self.zio(), hold.txg, off, data, eff.recordsize)?;
+            let blksz = st.dnode.blksz as u64;
             drop(st);
-            if eff.sync != SyncMode::Disabled && !eff.throughput {
-                self.zil.log_write(hold.txg, self.id, ino, off, data);
+            if eff.sync != SyncMode::Disabled {
+                if self.logs_in_place(&eff, data.len()) {
+                    self.zil.log_indirect(hold.txg, self.id, ino, off, data.len() as u64, blksz);
+                } else {
+                    self.zil.log_write(hold.txg, self.id, ino, off, data);
+                }
             }
             self.os.mark_dirty(ino);
             hold.txg
@@ -659,6 +668,13 @@ impl Dataset {
             self.commit_log(ino, txg)?;
         }
         Ok(data.len())
+    }
+
+    /// Whether a write of `len` bytes reaches the log as a pointer to its block written in
+    /// place (at fsync) rather than as a copy: always with `logbias=throughput`, and for
+    /// large writes when the log shares the data disks.
+    fn logs_in_place(&self, eff: &Effective, len: usize) -> bool {
+        eff.throughput || (len >= IMMEDIATE_WRITE_BYTES && !self.zio().has_log_device())
     }
 
     /// Reserves room for `bytes` of new data. If the pool looks full, waits once for the
@@ -704,13 +720,11 @@ impl Dataset {
         if self.os.ctx().txg.synced() >= txg {
             return Ok(());
         }
-        if self.eff.read().throughput {
-            // The data is not in the log: commit it where it belongs.
-            return Ok(self.os.ctx().txg.wait_synced(txg)?);
-        }
-        match self.zil.commit_for(self.id, ino) {
+        match self.zil.commit_for(self.id, ino, self) {
             Ok(()) => Ok(()),
-            Err(_) => Ok(self.os.ctx().txg.wait_synced(txg)?),
+            // The failed commit had taken its records off the queue — this file's and the
+            // namespace changes of any txg so far — so commit everything they belong to.
+            Err(_) => Ok(self.os.ctx().txg.sync_all()?),
         }
     }
 
@@ -771,6 +785,38 @@ impl Dataset {
         self.used_physical.fetch_sub(r.freed_physical.min(self.used_physical.load(Ordering::Relaxed)), Ordering::Relaxed);
         self.used_logical.fetch_sub(r.freed_logical.min(self.used_logical.load(Ordering::Relaxed)), Ordering::Relaxed);
         Ok(())
+    }
+}
+
+/// The intent log asks, at fsync, for the data of writes it logged without copying.
+impl WriteSource for Dataset {
+    fn write_data(&self, txg: u64, ino: u64, off: u64, len: u64) -> Result<WriteData, ZioError> {
+        let obj = match self.os.get_including_freed(ino) {
+            Ok(obj) => obj,
+            Err(ObjError::Zio(e)) => return Err(e),
+            // Never created in a committed txg and already gone: nothing to replay it on.
+            Err(_) => return Ok(WriteData::Committed),
+        };
+        let ctx = self.os.ctx();
+        // Holding `txg` open keeps the record in its changes while its block is written,
+        // so the txg can adopt the block. Not waiting: the log is held (see try_hold_open).
+        let hold = ctx.txg.try_hold_open(txg);
+        let mut st = obj.lock();
+        let (blkid, block_offset, rec) = match st.log_data(&ctx.zio, txg, ctx.txg.synced(), off, len, hold.is_some())? {
+            LogData::Committed => return Ok(WriteData::Committed),
+            LogData::Bytes(data) => return Ok(WriteData::Copied(data)),
+            LogData::Record { blkid, block_offset, rec } => (blkid, block_offset, rec),
+        };
+        if let Some(bp) = st.early_block(blkid, &rec) {
+            return Ok(WriteData::InPlace { block_offset, bp });
+        }
+        drop(st); // readers and writers of the file go on while the block is written
+        let eff = self.effective();
+        let block = PendingBlock { data: &rec, compression: eff.compression, checksum: eff.checksum, level: 0, block_type: BlockType::Data };
+        let bp = ctx.zio.write_blocks(&[block], txg)?.pop().expect("one block written");
+        obj.lock().set_early_block(blkid, &rec, bp);
+        drop(hold);
+        Ok(WriteData::InPlace { block_offset, bp })
     }
 }
 

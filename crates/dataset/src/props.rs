@@ -108,8 +108,9 @@ pub struct Effective {
     pub atime: bool,
     pub sync: SyncMode,
     pub primarycache: CachePolicy,
-    /// `logbias=throughput`: written data is not copied into the intent log; fsync
-    /// commits it in place (a txg) instead — one write of the data, not two.
+    /// `logbias=throughput`: written data is not copied into the intent log; fsync writes
+    /// the touched records in place and logs pointers to them, which the txg adopts —
+    /// one write of the data, not two.
     pub throughput: bool,
 }
 

@@ -18,7 +18,7 @@ pub mod tree;
 
 pub use dir::{DirEntry, Entries};
 pub use dnode::{Dnode, ObjType, Timespec, DNODE_SIZE};
-pub use object::{ObjState, Object};
+pub use object::{LogData, ObjState, Object};
 pub use objset::{ObjSet, SyncPolicy, SyncResult};
 
 use std::sync::Arc;

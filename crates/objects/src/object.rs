@@ -23,7 +23,16 @@ pub type Record = Arc<Vec<u8>>;
 
 #[derive(Default)]
 pub struct Changes {
+    /// The txg these changes belong to (0 while there are none).
+    pub txg: u64,
     pub records: BTreeMap<u64, Record>,
+    /// Records an fsync already wrote in place for the intent log (indirect writes): if
+    /// the record is still that very buffer when its txg syncs, the txg adopts the block
+    /// instead of writing it again.
+    pub early: BTreeMap<u64, (Record, BlockPtr)>,
+    /// Blocks written early that the txg will not adopt (the record changed again). The
+    /// log may point at them until this txg commits, so they are freed in its sync.
+    pub orphans: Vec<BlockPtr>,
     /// Records at or beyond this index were cut off by a truncate in this txg.
     pub truncate_blocks: Option<u64>,
     /// The dnode as of the quiesce (syncing side only).
@@ -33,8 +42,22 @@ pub struct Changes {
 
 impl Changes {
     fn is_empty(&self) -> bool {
-        self.records.is_empty() && self.truncate_blocks.is_none() && !self.free_object
+        self.records.is_empty()
+            && self.early.is_empty()
+            && self.orphans.is_empty()
+            && self.truncate_blocks.is_none()
+            && !self.free_object
     }
+}
+
+/// What the intent log gets for bytes written in a txg (see `ObjState::log_data`).
+pub enum LogData {
+    /// The open record holding the bytes: write it in place and log a pointer.
+    Record { blkid: u64, block_offset: u64, rec: Record },
+    /// The bytes themselves, as of that txg.
+    Bytes(Vec<u8>),
+    /// The txg is committed.
+    Committed,
 }
 
 pub struct ObjState {
@@ -109,6 +132,11 @@ impl ObjState {
         if self.open.truncate_blocks.is_some_and(|t| blkid >= t) {
             return Ok(Source::Hole);
         }
+        self.source_below_open(zio, blkid)
+    }
+
+    /// Where record `blkid` is as the syncing (or last synced) txg sees it.
+    fn source_below_open(&mut self, zio: &Zio, blkid: u64) -> Result<Source, ZioError> {
         if let Some(r) = self.syncing.records.get(&blkid) {
             return Ok(Source::Mem(r.clone()));
         }
@@ -184,6 +212,58 @@ impl ObjState {
             }
         }
         Ok(len)
+    }
+
+    /// What the intent log needs, at commit time, for bytes [off, off + len) (within one
+    /// record) written in txg `txg`; `synced` is the last committed txg. While `txg` is
+    /// open and the caller holds it (`may_write_early`), the record itself, to be written
+    /// in place; otherwise a copy of the bytes as `txg` sees them: from the open changes
+    /// if they are `txg`'s, else from below them (`txg` is syncing, or synced and not yet
+    /// committed — the tree then holds exactly its state).
+    pub fn log_data(&mut self, zio: &Zio, txg: u64, synced: u64, off: u64, len: u64, may_write_early: bool) -> Result<LogData, ZioError> {
+        if txg <= synced {
+            return Ok(LogData::Committed);
+        }
+        let blksz = self.blksz();
+        let blkid = off / blksz;
+        let in_open = self.open.txg == txg;
+        if in_open && may_write_early && off + len <= (blkid + 1) * blksz {
+            if let Some(rec) = self.open.records.get(&blkid).filter(|r| r.len() as u64 == blksz) {
+                return Ok(LogData::Record { blkid, block_offset: blkid * blksz, rec: rec.clone() });
+            }
+        }
+        let source = if in_open { self.source(zio, blkid)? } else { self.source_below_open(zio, blkid)? };
+        let in_rec = (off - blkid * blksz) as usize;
+        let mut out = vec![0u8; len as usize];
+        let mut copy_from = |rec: &[u8]| {
+            let avail = rec.len().saturating_sub(in_rec).min(out.len());
+            out[..avail].copy_from_slice(&rec[in_rec..in_rec + avail]);
+        };
+        match source {
+            Source::Mem(r) => copy_from(&r),
+            Source::Disk(bp) => copy_from(&zio.read(&bp)?),
+            Source::Hole => {}
+        }
+        Ok(LogData::Bytes(out))
+    }
+
+    /// The block already written in place for `rec` (record `blkid` of the open txg), if
+    /// the record has not changed since.
+    pub fn early_block(&self, blkid: u64, rec: &Record) -> Option<BlockPtr> {
+        self.open.early.get(&blkid).filter(|(r, _)| Arc::ptr_eq(r, rec)).map(|(_, bp)| *bp)
+    }
+
+    /// Records that `rec` (record `blkid` of the open txg) was written in place as `bp`.
+    /// The caller holds the open txg, so these changes are still that txg's.
+    pub fn set_early_block(&mut self, blkid: u64, rec: &Record, bp: BlockPtr) {
+        let unchanged = self.open.records.get(&blkid).is_some_and(|r| Arc::ptr_eq(r, rec));
+        if !unchanged {
+            self.open.orphans.push(bp);
+            return;
+        }
+        if let Some((_, old)) = self.open.early.insert(blkid, (rec.clone(), bp)) {
+            self.open.orphans.push(old);
+        }
     }
 
     /// Sequential prefetch (like ZFS's zfetch): after a few reads in record order, asks
@@ -268,8 +348,14 @@ impl ObjState {
         let now = Timespec::now();
         self.dnode.mtime = now;
         self.dnode.ctime = now;
-        self.last_dirty_txg = txg;
+        self.changed_in(txg);
         Ok(())
+    }
+
+    /// Notes that the open changes belong to txg `txg`.
+    fn changed_in(&mut self, txg: u64) {
+        self.last_dirty_txg = txg;
+        self.open.txg = txg;
     }
 
     /// The open txg's copy of record `blkid`, made from the current bytes unless the
@@ -305,7 +391,7 @@ impl ObjState {
         let now = Timespec::now();
         self.dnode.mtime = now;
         self.dnode.ctime = now;
-        self.last_dirty_txg = txg;
+        self.changed_in(txg);
         Ok(())
     }
 
@@ -328,7 +414,7 @@ impl ObjState {
         }
         self.dnode.mtime = Timespec::now();
         self.dnode.ctime = self.dnode.mtime;
-        self.last_dirty_txg = txg;
+        self.changed_in(txg);
         Ok(())
     }
 

@@ -97,6 +97,16 @@ impl ObjSet {
         Ok(obj.clone())
     }
 
+    /// The object `id` even if it was freed in a txg that has not synced yet (the intent
+    /// log may still need bytes written to it before that).
+    pub fn get_including_freed(&self, id: u64) -> Result<Arc<Object>, ObjError> {
+        let cached = self.cache.read().get(&id).cloned();
+        match cached {
+            Some(o) => Ok(o),
+            None => self.get(id),
+        }
+    }
+
     /// A new object in the open txg `txg`.
     pub fn alloc(&self, dnode: Dnode) -> Arc<Object> {
         let id = self.next_obj.fetch_add(1, Ordering::Relaxed);
@@ -120,6 +130,7 @@ impl ObjSet {
         st.dir = None;
         st.dir_dirty = false;
         st.last_dirty_txg = txg;
+        st.open.txg = txg;
         drop(st);
         self.mark_dirty(obj.id);
     }
@@ -207,7 +218,8 @@ impl ObjSet {
         result: &mut SyncResult,
     ) -> Result<(), ObjError> {
         let zio = &self.ctx.zio;
-        let mut work: Vec<(usize, u64, Option<Record>)> = Vec::new();
+        let mut work: Vec<(usize, u64, Work)> = Vec::new();
+        let mut orphans: Vec<BlockPtr> = Vec::new();
         for (i, obj) in objects.iter().enumerate() {
             let mut st = obj.lock();
             // A truncate frees the cut-off blocks before this txg's records land, so a
@@ -216,30 +228,46 @@ impl ObjSet {
             if let Some(first) = cut {
                 st.tree.free_from(zio, first, freed)?;
             }
+            let mut early = std::mem::take(&mut st.syncing.early);
+            orphans.append(&mut st.syncing.orphans);
             for (&blkid, rec) in &st.syncing.records {
                 let hole = rec.is_empty() || rec.iter().all(|&b| b == 0);
-                work.push((i, blkid, (!hole).then(|| rec.clone())));
+                let item = match early.remove(&blkid) {
+                    // Written in place by an fsync and unchanged since: adopt that block.
+                    Some((written, bp)) if !hole && Arc::ptr_eq(&written, rec) => Work::Adopt(bp),
+                    other => {
+                        orphans.extend(other.map(|(_, bp)| bp));
+                        if hole { Work::Hole } else { Work::Write(rec.clone()) }
+                    }
+                };
+                work.push((i, blkid, item));
             }
+            orphans.extend(early.into_values().map(|(_, bp)| bp));
         }
         let block_type = |obj: &Object| if obj.id == 0 { BlockType::Dnodes } else { BlockType::Data };
         let ptrs = {
             let pending: Vec<PendingBlock> = work
                 .iter()
-                .filter_map(|(i, _, rec)| {
-                    rec.as_ref().map(|r| PendingBlock {
+                .filter_map(|(i, _, item)| match item {
+                    Work::Write(r) => Some(PendingBlock {
                         data: r.as_slice(),
                         compression: policy.compression,
                         checksum: policy.checksum,
                         level: 0,
                         block_type: block_type(objects[*i]),
-                    })
+                    }),
+                    _ => None,
                 })
                 .collect();
             zio.write_blocks(&pending, txg)?
         };
         let mut written = ptrs.into_iter();
-        for (i, blkid, rec) in work {
-            let bp = rec.map(|_| written.next().expect("one pointer per written record"));
+        for (i, blkid, item) in work {
+            let bp = match item {
+                Work::Write(_) => Some(written.next().expect("one pointer per written record")),
+                Work::Adopt(bp) => Some(bp),
+                Work::Hole => None,
+            };
             if let Some(bp) = &bp {
                 result.allocated_physical += bp.psize as u64;
                 result.allocated_logical += bp.lsize as u64;
@@ -248,6 +276,11 @@ impl ObjSet {
             if let Some(old) = st.tree.set(zio, blkid, bp)? {
                 freed.push(old);
             }
+        }
+        // Early blocks nobody adopted: no tree points at them, and the log's pointers to
+        // them die with this txg's commit, which is when a free made now is released.
+        for bp in &orphans {
+            zio.free(bp);
         }
         for obj in objects {
             let mut st = obj.lock();
@@ -258,6 +291,14 @@ impl ObjSet {
         }
         Ok(())
     }
+}
+
+/// What the sync does with one record of the syncing txg.
+enum Work {
+    Write(Record),
+    /// The block an fsync already wrote in place for this very record.
+    Adopt(BlockPtr),
+    Hole,
 }
 
 /// Writes dnode bytes for object `id` into the dnode table's syncing records.

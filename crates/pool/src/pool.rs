@@ -402,7 +402,13 @@ impl Pool {
         ubs.dedup_by_key(|u| u.txg);
         let zio = Arc::new(Zio::new(vdevs));
         let (ub, mos, mos_bp) = newest_loadable(&zio, &ubs).map_err(|detail| PoolError::CannotImport { pool: pool_name.clone(), detail })?;
-        let chained = mos.zil.map(|head| tarn_zil::read_chain(&zio, label.pool_guid, &head, ub.txg));
+        let chained = match mos.zil {
+            Some(head) => Some(
+                tarn_zil::read_chain(&zio, label.pool_guid, &head, ub.txg)
+                    .map_err(|e| PoolError::CannotImport { pool: pool_name.clone(), detail: e.to_string() })?,
+            ),
+            None => None,
+        };
         let zil_seq = chained.as_ref().map_or(1, |c| c.end_seq + 1);
         let pool = Pool::assemble(label, zio.clone(), ub.txg, opts.txg.clone(), mos.next_dataset_id, zil_seq);
         *pool.inner.mos_bp.lock() = Some(mos_bp);
@@ -410,6 +416,9 @@ impl Pool {
         zio.claim(&mos_bp)?;
         for e in chained.iter().flat_map(|c| &c.blocks) {
             zio.claim_extent(e)?;
+        }
+        for bp in chained.iter().flat_map(|c| &c.indirect) {
+            zio.claim(bp)?;
         }
         for rec in &mos.datasets {
             let meta = rec.meta().map_err(|e| PoolError::CannotImport { pool: pool_name.clone(), detail: e })?;
@@ -426,7 +435,7 @@ impl Pool {
             zio.vdevs.write_labels(&active)?;
         }
         pool.start();
-        let chained = chained.unwrap_or_else(|| tarn_zil::Chained { records: Vec::new(), blocks: Vec::new(), end_seq: 1, end: String::new() });
+        let chained = chained.unwrap_or_else(tarn_zil::Chained::empty);
         pool.replay_log(chained, ub.txg)?;
         if !missing_logs.is_empty() {
             pool.note_missing_logs(&missing_logs, was_exported, ub.txg);
@@ -502,6 +511,7 @@ impl Pool {
                 ("blocks_written".to_string(), get(&z.blocks_written)),
                 ("bytes_written".to_string(), get(&z.bytes_written)),
                 ("records_written".to_string(), get(&z.records_written)),
+                ("indirect_records".to_string(), get(&z.indirect_records)),
             ]),
             txg: BTreeMap::from([
                 ("open".to_string(), t.open),

@@ -319,6 +319,10 @@ fn region_data(seq: u64, len: usize) -> Vec<u8> {
 fn child_main(img: &Path, log: &Path, iter: u64) {
     let pool = Pool::import_paths(&[img.to_path_buf()], &ImportOptions { txg: TxgConfig { timeout: Duration::from_millis(200), ..Default::default() } })
         .expect("child: import");
+    // Every other child writes data in place at fsync and logs pointers (throughput);
+    // the others copy small writes into the log (writes of 32 KiB or more go in place).
+    let logbias = if iter.is_multiple_of(2) { "throughput" } else { "latency" };
+    pool.set_property("tank", "logbias", logbias).expect("child: set logbias");
     let ds = pool.dataset("tank").unwrap();
     let mut out = std::fs::OpenOptions::new().append(true).create(true).open(log).unwrap();
     let mut rng = StdRng::seed_from_u64(iter * 977 + std::process::id() as u64);

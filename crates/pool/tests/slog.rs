@@ -114,12 +114,24 @@ fn a_cleanly_exported_pool_loses_nothing_without_its_log_device() {
 /// random) every fsync acknowledged before the cut is found after import.
 #[test]
 fn acknowledged_writes_survive_any_cut_of_both_devices_streams() {
+    cut_both_streams("latency");
+}
+
+/// The same with logbias=throughput: the data goes in place on the data device, the
+/// log device gets only pointers, and a cut must never leave a pointer without its block.
+#[test]
+fn acknowledged_in_place_writes_survive_any_cut_of_both_devices_streams() {
+    cut_both_streams("throughput");
+}
+
+fn cut_both_streams(logbias: &str) {
     let (data, slog) = fresh();
     let log = Arc::new(Mutex::new(Vec::new()));
     let d = RecDevice::shared(data.clone(), "data", 0, log.clone());
     let l = RecDevice::shared(slog.clone(), "slog", 1, log.clone());
     let opts = ImportOptions { txg: TxgConfig { timeout: Duration::from_millis(30), ..Default::default() } };
     let pool = Pool::import(vec![d as Arc<dyn BlockDevice>, l as Arc<dyn BlockDevice>], &opts).unwrap();
+    pool.set_property("tank", "logbias", logbias).unwrap();
     let start = log.lock().len();
     let ds = pool.dataset("tank").unwrap();
     let f = ds.create(ROOT_ID, b"redo", NewObject::File, 0o644, 0, 0).unwrap();
@@ -135,6 +147,8 @@ fn acknowledged_writes_survive_any_cut_of_both_devices_streams() {
             std::thread::sleep(Duration::from_millis(40)); // a txg commit lands mid-run
         }
     }
+    let indirect = pool.stats().zil["indirect_records"];
+    assert_eq!(indirect > 0, logbias == "throughput", "{indirect} writes logged as pointers");
     drop(ds);
     pool.export().unwrap();
     let events = log.lock().clone();

@@ -135,11 +135,30 @@ struct Ack {
 
 #[test]
 fn every_acknowledged_byte_survives_any_cut_of_the_write_stream() {
+    acknowledged_bytes_survive_cuts("latency", 16384);
+}
+
+/// The same with the data written in place at fsync and only pointers logged: the log
+/// must never survive a cut that its data blocks did not.
+#[test]
+fn every_acknowledged_byte_survives_any_cut_with_data_written_in_place() {
+    acknowledged_bytes_survive_cuts("throughput", 16384);
+}
+
+/// Large writes (64 KiB, above the immediate-write size) go in place even with
+/// logbias=latency when there is no log device.
+#[test]
+fn every_acknowledged_large_write_survives_any_cut() {
+    acknowledged_bytes_survive_cuts("latency", 65536);
+}
+
+fn acknowledged_bytes_survive_cuts(logbias: &str, page_len: usize) {
     let dir = tempfile::tempdir().unwrap();
     let initial = fresh_image(dir.path());
     let dev = MemDevice::new(initial.clone());
     let cfg = TxgConfig { timeout: Duration::from_millis(40), dirty_max: 64 << 20, dirty_sync: 8 << 20 };
     let pool = Pool::import(vec![dev.clone() as Arc<dyn BlockDevice>], &ImportOptions { txg: cfg }).unwrap();
+    pool.set_property("tank", "logbias", logbias).unwrap();
     let start = dev.events_len();
     let ds = pool.dataset("tank").unwrap();
     let log = ds.create(ROOT_ID, b"log", NewObject::File, 0o644, 0, 0).unwrap();
@@ -148,12 +167,13 @@ fn every_acknowledged_byte_survives_any_cut_of_the_write_stream() {
     let mut log_model = Vec::new();
     let mut pages = Vec::new();
     for round in 0..60u64 {
-        // A redo-log style append of 700 bytes, and one 16 KiB page written once.
+        // A redo-log style append of 700 bytes, and one page written (pages are
+        // rewritten: some records change again after an fsync wrote them in place).
         let rec: Vec<u8> = (0..700).map(|i| (round * 7 + i) as u8).collect();
         ds.write(log.ino, log_model.len() as u64, &rec).unwrap();
         log_model.extend_from_slice(&rec);
-        let page = (round * 37) % 200;
-        ds.write(data.ino, page * 16384, &vec![round as u8 + 1; 16384]).unwrap();
+        let page = (round * 37) % (200 * 16384 / page_len as u64);
+        ds.write(data.ino, page * page_len as u64, &vec![round as u8 + 1; page_len]).unwrap();
         pages.push((page, round as u8 + 1));
         if round % 3 == 2 {
             // fsync is per file (as in POSIX and ZFS): both files are made durable.
@@ -164,6 +184,11 @@ fn every_acknowledged_byte_survives_any_cut_of_the_write_stream() {
         if round % 20 == 7 {
             std::thread::sleep(Duration::from_millis(50)); // let a txg commit land mid-run
         }
+    }
+    if logbias == "throughput" || page_len >= tarn_dataset::IMMEDIATE_WRITE_BYTES {
+        assert!(pool.stats().zil["indirect_records"] > 0, "the writes were logged as pointers to blocks written in place");
+    } else {
+        assert_eq!(pool.stats().zil["indirect_records"], 0, "the writes were copied into the log");
     }
     drop(ds);
     pool.export().unwrap();
@@ -208,9 +233,18 @@ fn every_acknowledged_byte_survives_any_cut_of_the_write_stream() {
                 assert!(got.len() >= a.log_len, "cut {cut} v{variant}: log has {} of {} acked bytes", got.len(), a.log_len);
                 assert_eq!(&got[..a.log_len], &log_model[..a.log_len], "cut {cut} v{variant}: acked log bytes");
                 let d = read_file(&pool, b"data").expect("data file exists");
+                // Each acked page holds its last acked value, or a value written to it
+                // later (an unacknowledged write may survive, in whole records).
+                let mut last_acked = std::collections::BTreeMap::new();
                 for &(page, byte) in &a.pages {
-                    let p = &d[page as usize * 16384..(page as usize + 1) * 16384];
-                    assert!(p.iter().all(|&b| b == byte), "cut {cut} v{variant}: acked page {page}");
+                    last_acked.insert(page, byte);
+                }
+                for (&page, &byte) in &last_acked {
+                    let later: Vec<u8> = pages[a.pages.len()..].iter().filter(|(p, _)| *p == page).map(|(_, b)| *b).collect();
+                    for chunk in d[page as usize * page_len..(page as usize + 1) * page_len].chunks(16384) {
+                        let ok = chunk.iter().all(|&b| b == chunk[0]) && (chunk[0] == byte || later.contains(&chunk[0]));
+                        assert!(ok, "cut {cut} v{variant}: acked page {page} holds {} instead of {byte}", chunk[0]);
+                    }
                 }
             }
             checked += 1;
@@ -223,36 +257,145 @@ fn every_acknowledged_byte_survives_any_cut_of_the_write_stream() {
     assert!(checked > 60, "checked {checked} images");
 }
 
-/// logbias=latency copies written data into the log and fsync costs one log write;
-/// logbias=throughput writes the data once, in place: fsync commits a txg, the log
-/// carries none of it.
-#[test]
-fn logbias_chooses_between_a_log_write_and_an_in_place_commit() {
-    let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join("d0.img");
+/// Bytes that do not compress, so sizes on disk are predictable.
+fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn never_commit_pool(dir: &Path) -> Pool {
     let never = TxgConfig { timeout: Duration::from_secs(3600), ..Default::default() };
     let opts = CreateOptions { size: Some(SIZE), txg: never, ..Default::default() };
-    let pool = Pool::create("tank", &[VdevSpec::Disk(img)], &opts).unwrap();
+    Pool::create("tank", &[VdevSpec::Disk(dir.join("d0.img"))], &opts).unwrap()
+}
+
+/// logbias=latency copies small writes into the log; logbias=throughput writes the
+/// touched records in place at fsync and logs only pointers to them. Neither commits a
+/// txg, and the txg then adopts the blocks written in place instead of writing the data
+/// a second time.
+#[test]
+fn logbias_chooses_between_copying_into_the_log_and_writing_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = never_commit_pool(dir.path());
     pool.create_dataset("tank/lat").unwrap();
     pool.create_dataset("tank/thr").unwrap();
     pool.set_property("tank/thr", "logbias", "throughput").unwrap();
     pool.sync().unwrap();
-    let log_bytes = |p: &Pool| p.stats().zil["bytes_written"];
-    let page = vec![3u8; 65536];
+    let zil = |p: &Pool, k: &str| p.stats().zil[k];
+    let io = |p: &Pool, k: &str| p.stats().io[k];
+
     let ds = pool.dataset("tank/lat").unwrap();
     let f = ds.create(ROOT_ID, b"f", NewObject::File, 0o644, 0, 0).unwrap();
-    let (txg0, log0) = (pool.txg().synced(), log_bytes(&pool));
-    ds.write(f.ino, 0, &page).unwrap();
+    let (txg0, log0, ind0) = (pool.txg().synced(), zil(&pool, "bytes_written"), zil(&pool, "indirect_records"));
+    for i in 0..4u64 {
+        ds.write(f.ino, i * 8192, &noise(8192, i)).unwrap(); // small: below the immediate-write size
+    }
     ds.fsync(f.ino).unwrap();
     assert_eq!(pool.txg().synced(), txg0, "latency: no txg commit");
-    assert!(log_bytes(&pool) - log0 >= page.len() as u64, "latency: the data went to the log");
+    assert!(zil(&pool, "bytes_written") - log0 >= 32768, "latency: the data went to the log");
+    assert_eq!(zil(&pool, "indirect_records"), ind0, "latency: no pointers logged");
+    pool.sync().unwrap(); // what follows measures the next txg alone
+    drop(ds);
+
     let ds = pool.dataset("tank/thr").unwrap();
     let f = ds.create(ROOT_ID, b"f", NewObject::File, 0o644, 0, 0).unwrap();
-    let (txg0, log0) = (pool.txg().synced(), log_bytes(&pool));
-    ds.write(f.ino, 0, &page).unwrap();
+    let data = noise(65536, 99);
+    let (txg0, log0, ind0) = (pool.txg().synced(), zil(&pool, "bytes_written"), zil(&pool, "indirect_records"));
+    let phys0 = io(&pool, "physical_bytes_written");
+    for i in 0..8 {
+        ds.write(f.ino, i * 8192, &data[i as usize * 8192..(i as usize + 1) * 8192]).unwrap();
+    }
     ds.fsync(f.ino).unwrap();
-    assert!(pool.txg().synced() > txg0, "throughput: fsync committed the data in place");
-    assert!(log_bytes(&pool) - log0 < 4096, "throughput: the data did not go through the log");
+    assert_eq!(pool.txg().synced(), txg0, "throughput: fsync did not wait for a txg");
+    assert!(zil(&pool, "bytes_written") - log0 < 4096, "throughput: the data did not go through the log");
+    assert_eq!(zil(&pool, "indirect_records") - ind0, 8, "throughput: one pointer per write");
+    assert!(io(&pool, "physical_bytes_written") - phys0 >= 65536, "throughput: the four records were written in place");
+    let phys1 = io(&pool, "physical_bytes_written");
+    pool.sync().unwrap();
+    let synced_bytes = io(&pool, "physical_bytes_written") - phys1;
+    assert!(synced_bytes < 32768, "the txg adopted the blocks written in place; it wrote {synced_bytes} bytes");
+    drop((ds, f));
+    pool.export().unwrap();
+    let pool = Pool::import_paths(&[dir.path().join("d0.img")], &ImportOptions::default()).unwrap();
+    let ds = pool.dataset("tank/thr").unwrap();
+    let a = ds.lookup(ROOT_ID, b"f").unwrap();
+    let mut back = vec![0u8; 65536];
+    assert_eq!(ds.read(a.ino, 0, &mut back).unwrap(), 65536);
+    assert!(back == data, "the adopted blocks read back as written");
+    assert_eq!(pool.scrub().unwrap().errors, 0);
+}
+
+/// A record fsynced (written in place), changed again, and fsynced again leaves a block
+/// no txg adopts: it is freed with that txg, so nothing leaks, and the file holds the
+/// last version.
+#[test]
+fn blocks_written_in_place_and_superseded_are_freed() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = never_commit_pool(dir.path());
+    pool.set_property("tank", "logbias", "throughput").unwrap();
+    let ds = pool.dataset("tank").unwrap();
+    pool.sync().unwrap();
+    let allocated = |p: &Pool| p.stats().space["allocated_sector_bytes"];
+    let base = allocated(&pool);
+    let f = ds.create(ROOT_ID, b"page", NewObject::File, 0o644, 0, 0).unwrap();
+    for round in 0..20u64 {
+        ds.write(f.ino, 0, &noise(16384, round + 1)).unwrap();
+        ds.fsync(f.ino).unwrap();
+    }
+    // Changed after its last fsync: the txg must write this version, not adopt the old.
+    let last = noise(16384, 777);
+    ds.write(f.ino, 0, &last).unwrap();
+    pool.sync().unwrap();
+    pool.sync().unwrap(); // frees of the first sync are released after the second
+    let used = allocated(&pool) - base;
+    assert!(used < 3 * 16384, "20 versions of one 16 KiB page written in place, {used} bytes still allocated");
+    let mut back = vec![0u8; 16384];
+    ds.read(f.ino, 0, &mut back).unwrap();
+    assert!(back == last, "the file holds the last version");
+    ds.unlink(ROOT_ID, b"page").unwrap();
+    pool.sync().unwrap();
+    pool.sync().unwrap();
+    assert!(allocated(&pool) <= base + 8192, "after unlink the pool is back to its base allocation");
+}
+
+/// Power loss after a throughput-mode fsync, before any txg: replay reads the data from
+/// the blocks written in place and the file is whole.
+#[test]
+fn data_written_in_place_is_replayed_after_power_loss() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = MemDevice::new(fresh_image(dir.path()));
+    let never = TxgConfig { timeout: Duration::from_secs(3600), ..Default::default() };
+    let pool = Pool::import(vec![dev.clone() as Arc<dyn BlockDevice>], &ImportOptions { txg: never }).unwrap();
+    pool.set_property("tank", "logbias", "throughput").unwrap();
+    pool.sync().unwrap();
+    let ds = pool.dataset("tank").unwrap();
+    let synced_txg = pool.txg().synced();
+    let f = ds.create(ROOT_ID, b"table.ibd", NewObject::File, 0o644, 0, 0).unwrap();
+    let mut model = vec![0u8; 10 * 16384];
+    for (i, page) in [3usize, 0, 7, 3, 9].iter().enumerate() {
+        let bytes = noise(16384, i as u64 + 10);
+        ds.write(f.ino, (page * 16384) as u64, &bytes).unwrap();
+        model[page * 16384..(page + 1) * 16384].copy_from_slice(&bytes);
+        ds.fsync(f.ino).unwrap();
+    }
+    ds.write(f.ino, 100, b"a small change inside page 0").unwrap();
+    model[100..128].copy_from_slice(b"a small change inside page 0");
+    ds.fsync(f.ino).unwrap();
+    assert_eq!(pool.txg().synced(), synced_txg, "no txg committed");
+    dev.dead.store(true, std::sync::atomic::Ordering::SeqCst);
+    drop(ds);
+    drop(pool);
+    dev.dead.store(false, std::sync::atomic::Ordering::SeqCst);
+    let pool = import(dev);
+    assert!(read_file(&pool, b"table.ibd").as_deref() == Some(&model[..]), "every fsynced page is back");
+    assert_eq!(pool.scrub().unwrap().errors, 0);
 }
 
 /// fsync is per file: fsyncing a redo log does not drag other files' unsynced data
@@ -273,6 +416,71 @@ fn fsync_of_one_file_logs_only_that_file_and_the_namespace() {
     ds.fsync(redo.ino).unwrap();
     let logged = pool.stats().zil["bytes_written"] - before;
     assert!(logged < 64 << 10, "the redo fsync logged {logged} bytes; the 1 MiB of table data is not its business");
+    let ind = pool.stats().zil["indirect_records"];
     ds.fsync(data.ino).unwrap();
-    assert!(pool.stats().zil["bytes_written"] - before >= 1 << 20, "fsync of the table logs its data");
+    // 1 MiB in one write is above the immediate-write size: logged as pointers to its 8
+    // records (the default 128 KiB recordsize) written in place.
+    assert_eq!(pool.stats().zil["indirect_records"] - ind, 8, "fsync of the table logs its data");
+}
+
+/// Rewrites the version field of every intent-log block in `image` (re-sealing its
+/// checksum), as an older or newer tarn would have written it.
+fn set_log_version(image: &mut [u8], version: u32) -> usize {
+    let mut patched = 0;
+    for at in (0..image.len() - 96).step_by(4096) {
+        if &image[at..at + 8] != b"TARNZIL1" {
+            continue;
+        }
+        let len = u32::from_le_bytes(image[at + 12..at + 16].try_into().unwrap()) as usize;
+        let end = at + 96 + len;
+        let block = &mut image[at..end];
+        block[8..12].copy_from_slice(&version.to_le_bytes());
+        block[64..80].fill(0);
+        let sum = xxhash_rust::xxh3::xxh3_128(block);
+        block[64..80].copy_from_slice(&sum.to_le_bytes());
+        patched += 1;
+    }
+    patched
+}
+
+/// An image whose last fsync is only in the intent log (power lost before any txg).
+fn image_with_logged_write(payload: &[u8]) -> Vec<u8> {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = MemDevice::new(fresh_image(dir.path()));
+    let never = TxgConfig { timeout: Duration::from_secs(3600), ..Default::default() };
+    let pool = Pool::import(vec![dev.clone() as Arc<dyn BlockDevice>], &ImportOptions { txg: never }).unwrap();
+    let ds = pool.dataset("tank").unwrap();
+    let f = ds.create(ROOT_ID, b"redo", NewObject::File, 0o644, 0, 0).unwrap();
+    ds.write(f.ino, 0, payload).unwrap();
+    ds.fsync(f.ino).unwrap();
+    dev.dead.store(true, std::sync::atomic::Ordering::SeqCst);
+    drop(ds);
+    drop(pool);
+    let image = dev.data.lock().unwrap().clone();
+    image
+}
+
+/// Log version 1 (before indirect records) is still replayed; a log from a newer tarn is
+/// refused with a clear error instead of being dropped (its records may be acknowledged
+/// writes), and the refusal leaves the image untouched.
+#[test]
+fn an_older_log_version_is_replayed_and_a_newer_one_refused() {
+    let payload = b"committed by fsync, in a version-1 log".to_vec();
+    let mut v1 = image_with_logged_write(&payload);
+    assert!(set_log_version(&mut v1, 1) > 0, "the image has log blocks");
+    let pool = import(MemDevice::new(v1));
+    assert_eq!(read_file(&pool, b"redo"), Some(payload.clone()), "a version-1 log is replayed");
+    drop(pool);
+
+    let mut v3 = image_with_logged_write(&payload);
+    set_log_version(&mut v3, tarn_zil::ZIL_VERSION + 1);
+    let before = v3.clone();
+    let dev = MemDevice::new(v3);
+    let err = match Pool::import(vec![dev.clone() as Arc<dyn BlockDevice>], &ImportOptions::default()) {
+        Ok(_) => panic!("a newer log version must be refused"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("intent log block") && err.contains("version 3"), "{err}");
+    assert!(err.contains("import the pool with the tarn that wrote it"), "{err}");
+    assert!(*dev.data.lock().unwrap() == before, "a refused import writes nothing");
 }

@@ -146,6 +146,15 @@ impl TxgEngine {
         Ok(TxgHold { txg, _guard: guard })
     }
 
+    /// Joins txg `txg` only if it is still open and no quiesce is under way; never waits
+    /// (no throttle). For work that must finish inside `txg` but runs where waiting could
+    /// deadlock (an fsync writing a block in place while it holds the intent log).
+    pub fn try_hold_open(&self, txg: u64) -> Option<TxgHold<'_>> {
+        let guard = self.barrier.try_read_recursive()?;
+        let s = self.state.lock();
+        (s.open == txg && s.error.is_none() && !s.closing).then_some(TxgHold { txg, _guard: guard })
+    }
+
     /// Adds dirty bytes found after the hold was taken (a read-modify-write that grew).
     pub fn add_dirty(&self, bytes: u64) {
         self.state.lock().dirty_open += bytes;

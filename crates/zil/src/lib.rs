@@ -21,12 +21,14 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
-use tarn_zio::{Extent, Zio, ZioError};
+use tarn_zio::{BlockPtr, Extent, Zio, ZioError};
 use xxhash_rust::xxh3::xxh3_128;
 
 pub use record::{Op, Record, RECORD_HEADER};
 
-pub const ZIL_VERSION: u32 = 1;
+/// Version 2 added indirect-write records (type 9); version-1 blocks are still read.
+pub const ZIL_VERSION: u32 = 2;
+const OLDEST_READABLE: u32 = 1;
 const MAGIC: u64 = u64::from_le_bytes(*b"TARNZIL1");
 /// Bytes of a log block header; records follow.
 pub const BLOCK_HEADER: usize = 96;
@@ -49,11 +51,56 @@ pub struct ZilStats {
     pub blocks_written: AtomicU64,
     pub bytes_written: AtomicU64,
     pub records_written: AtomicU64,
+    /// Writes logged as a pointer to a block written in place (their data not copied).
+    pub indirect_records: AtomicU64,
 }
 
 struct Queue {
-    items: VecDeque<(u64, Record)>,
+    items: VecDeque<(u64, Queued)>,
     next_seq: u64,
+}
+
+/// A queued change: a record ready to encode, or a write whose data is fetched only when
+/// a commit needs it (then either logged as a pointer to a block written in place, or
+/// copied in if that is not possible).
+enum Queued {
+    Ready(Record),
+    Indirect { txg: u64, dataset: u64, obj: u64, offset: u64, len: u64 },
+}
+
+impl Queued {
+    fn txg(&self) -> u64 {
+        match self {
+            Queued::Ready(r) => r.txg,
+            Queued::Indirect { txg, .. } => *txg,
+        }
+    }
+
+    fn needed_by(&self, dataset: u64, obj: u64) -> bool {
+        match self {
+            Queued::Ready(r) => r.needed_by(dataset, obj),
+            Queued::Indirect { dataset: d, obj: o, .. } => *d == dataset && *o == obj,
+        }
+    }
+}
+
+/// Where the data of a write logged by `log_indirect` is, as the layer above says at
+/// commit time.
+pub enum WriteData {
+    /// Written in place (not yet flushed) as the record-sized block `bp` starting at file
+    /// offset `block_offset`; the txg adopts that block instead of writing it again.
+    InPlace { block_offset: u64, bp: BlockPtr },
+    /// The bytes themselves, as of the write's txg (the block could not be written early,
+    /// e.g. its txg is already syncing).
+    Copied(Vec<u8>),
+    /// The write's txg is committed: nothing to log.
+    Committed,
+}
+
+/// The layer above, asked at commit time for the data of an indirect write (ZFS's
+/// `zl_get_data`). It must return the bytes as of the write's txg, or newer.
+pub trait WriteSource {
+    fn write_data(&self, txg: u64, obj: u64, offset: u64, len: u64) -> Result<WriteData, ZioError>;
 }
 
 struct Chain {
@@ -74,7 +121,6 @@ pub struct Zil {
     /// Also the commit lock: one committer writes at a time, others wait and often find
     /// their records already written (group commit).
     chain: Mutex<Chain>,
-    committed_seq: AtomicU64,
     replaying: AtomicBool,
     pub stats: ZilStats,
 }
@@ -83,6 +129,8 @@ pub struct Zil {
 pub enum ZilError {
     #[error(transparent)]
     Zio(#[from] ZioError),
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 impl Zil {
@@ -94,7 +142,6 @@ impl Zil {
             pool_guid,
             queue: Mutex::new(Queue { items: VecDeque::new(), next_seq: 1 }),
             chain: Mutex::new(Chain { next: None, next_seq: first_seq, blocks: VecDeque::new(), last_commit_bytes: 0 }),
-            committed_seq: AtomicU64::new(0),
             replaying: AtomicBool::new(false),
             stats: ZilStats::default(),
         }
@@ -118,10 +165,32 @@ impl Zil {
         if self.replaying.load(Ordering::Relaxed) {
             return;
         }
+        self.enqueue(Queued::Ready(Record { txg, dataset, op }));
+    }
+
+    fn enqueue(&self, item: Queued) {
         let mut q = self.queue.lock();
         let seq = q.next_seq;
         q.next_seq += 1;
-        q.items.push_back((seq, Record { txg, dataset, op }));
+        q.items.push_back((seq, item));
+    }
+
+    /// Queues a write whose data stays out of the log: at commit, the layer above writes
+    /// each touched record in place and the log carries a pointer (`logbias=throughput`,
+    /// and large writes without a log device, as ZFS's WR_INDIRECT). One entry per
+    /// record of `blksz` bytes, so each resolves to one block.
+    pub fn log_indirect(&self, txg: u64, dataset: u64, obj: u64, offset: u64, len: u64, blksz: u64) {
+        if self.replaying.load(Ordering::Relaxed) {
+            return;
+        }
+        assert!(blksz > 0, "record size of object {obj} is zero");
+        let end = offset + len;
+        let mut at = offset;
+        while at < end {
+            let piece = (blksz - at % blksz).min(end - at);
+            self.enqueue(Queued::Indirect { txg, dataset, obj, offset: at, len: piece });
+            at += piece;
+        }
     }
 
     /// Queues a write, split into records of at most `MAX_WRITE_RECORD` bytes.
@@ -135,37 +204,20 @@ impl Zil {
         }
     }
 
-    /// Makes every change queued so far durable in the log.
-    pub fn commit(&self) -> Result<(), ZilError> {
-        let target = self.queue.lock().next_seq - 1;
-        let mut chain = self.chain.lock();
-        if self.committed_seq.load(Ordering::SeqCst) >= target {
-            return Ok(()); // another committer wrote our records
-        }
-        let records: Vec<(u64, Record)> = {
-            let mut q = self.queue.lock();
-            let n = q.items.iter().take_while(|(s, _)| *s <= target).count();
-            q.items.drain(..n).collect()
-        };
-        if !records.is_empty() {
-            self.write_blocks(&mut chain, &records)?;
-            self.zio.flush()?;
-        }
-        self.committed_seq.fetch_max(target, Ordering::SeqCst);
-        self.stats.commits.fetch_add(1, Ordering::Relaxed);
-        Ok(())
-    }
-
     /// Makes durable what an fsync of object `obj` of `dataset` needs: that object's own
     /// queued changes and every namespace change queued so far (creates, renames… must
     /// replay in order), as ZFS's per-object zil_commit does. Other files' data stays
     /// queued — a database's WAL fsync does not drag its data files' pages through the
     /// log. Concurrent callers share the chain lock: whoever takes a record writes and
     /// flushes it before the lock is released, so finding nothing left means durable.
-    pub fn commit_for(&self, dataset: u64, obj: u64) -> Result<(), ZilError> {
+    ///
+    /// Indirect writes are resolved through `source` (the dataset): their blocks are
+    /// written in place before the log block, and one flush covers both, so a log block
+    /// that survives a crash never points at a block that did not.
+    pub fn commit_for(&self, dataset: u64, obj: u64, source: &dyn WriteSource) -> Result<(), ZilError> {
         let target = self.queue.lock().next_seq - 1;
         let mut chain = self.chain.lock();
-        let records: Vec<(u64, Record)> = {
+        let taken: Vec<(u64, Queued)> = {
             let mut q = self.queue.lock();
             let (taken, kept): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut q.items)
                 .into_iter()
@@ -173,12 +225,37 @@ impl Zil {
             q.items = kept;
             taken.into()
         };
+        let records = self.resolve(taken, source)?;
         if !records.is_empty() {
             self.write_blocks(&mut chain, &records)?;
             self.zio.flush()?;
         }
         self.stats.commits.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Turns queued changes into records: indirect writes become a pointer to their block
+    /// written in place, or a copy of their bytes; writes of committed txgs are dropped.
+    fn resolve(&self, taken: Vec<(u64, Queued)>, source: &dyn WriteSource) -> Result<Vec<(u64, Record)>, ZilError> {
+        let mut out = Vec::with_capacity(taken.len());
+        for (seq, item) in taken {
+            let record = match item {
+                Queued::Ready(r) => r,
+                Queued::Indirect { txg, dataset, obj, offset, len } => {
+                    let op = match source.write_data(txg, obj, offset, len)? {
+                        WriteData::InPlace { block_offset, bp } => {
+                            self.stats.indirect_records.fetch_add(1, Ordering::Relaxed);
+                            Op::WriteIndirect { obj, offset, len, block_offset, bp }
+                        }
+                        WriteData::Copied(data) => Op::Write { obj, offset, data },
+                        WriteData::Committed => continue,
+                    };
+                    Record { txg, dataset, op }
+                }
+            };
+            out.push((seq, record));
+        }
+        Ok(out)
     }
 
     /// Packs records into log blocks along the chain and writes them (not flushed).
@@ -259,7 +336,7 @@ impl Zil {
     /// Txg `txg` is committed: its queued changes no longer need the log.
     pub fn txg_committed(&self, txg: u64) {
         let mut q = self.queue.lock();
-        while q.items.front().is_some_and(|(_, r)| r.txg <= txg) {
+        while q.items.front().is_some_and(|(_, r)| r.txg() <= txg) {
             q.items.pop_front();
         }
     }
@@ -272,18 +349,38 @@ impl Zil {
 
 /// What replay found on disk.
 pub struct Chained {
+    /// Records newer than the committed txg, in order; indirect writes come back as plain
+    /// writes carrying the bytes read (and verified) from their blocks.
     pub records: Vec<Record>,
     /// Every block of the chain that verified, to claim at import and free after replay.
     pub blocks: Vec<Extent>,
+    /// The blocks indirect writes point at: claimed at import like the log blocks (a
+    /// crash during replay must find them again), freed after replay.
+    pub indirect: Vec<BlockPtr>,
     /// The sequence number after the last valid block.
     pub end_seq: u64,
     /// Why the chain ended (normally: the next block was never written).
     pub end: String,
+    /// Set when the chain ended inside a verified block: a record that could not be
+    /// decoded, or an indirect write whose data block does not verify.
+    pub stopped_early: bool,
+}
+
+impl Chained {
+    pub fn empty() -> Chained {
+        Chained { records: Vec::new(), blocks: Vec::new(), indirect: Vec::new(), end_seq: 1, end: String::new(), stopped_early: false }
+    }
 }
 
 /// Follows the chain from `head`, collecting records newer than `committed_txg`.
-pub fn read_chain(zio: &Zio, pool_guid: u64, head: &LogHead, committed_txg: u64) -> Chained {
-    let mut out = Chained { records: Vec::new(), blocks: Vec::new(), end_seq: head.seq, end: String::new() };
+///
+/// The chain ends at the first block that does not verify, or at the first indirect
+/// write whose block does not: that block was written just before its log block and
+/// flushed with it, so if it is bad the fsync that logged it never returned, nor did any
+/// after it. A verified block of a newer log version is refused (`Unsupported`): its
+/// records could not be applied, and dropping them would lose acknowledged writes.
+pub fn read_chain(zio: &Zio, pool_guid: u64, head: &LogHead, committed_txg: u64) -> Result<Chained, ZilError> {
+    let mut out = Chained { end_seq: head.seq, ..Chained::empty() };
     let mut at = head.extent;
     let mut seq = head.seq;
     loop {
@@ -295,32 +392,63 @@ pub fn read_chain(zio: &Zio, pool_guid: u64, head: &LogHead, committed_txg: u64)
                 break;
             }
         };
-        let (next, payload) = decode_block(&bytes, pool_guid, seq).expect("verified by the read");
-        let mut pos = 0;
-        while pos < payload.len() {
-            match Record::decode(&payload[pos..]) {
-                Ok((r, used)) => {
-                    if r.txg > committed_txg {
-                        out.records.push(r);
-                    }
-                    pos += used;
-                }
-                Err(e) => {
-                    out.end = format!("block {seq}: {e}");
-                    return out;
-                }
-            }
+        let block = decode_block(&bytes, pool_guid, seq).expect("verified by the read");
+        if !(OLDEST_READABLE..=ZIL_VERSION).contains(&block.version) {
+            return Err(ZilError::Unsupported(format!(
+                "intent log block {seq} has version {} (this tarn reads {OLDEST_READABLE} to {ZIL_VERSION}); import the pool with the tarn that wrote it",
+                block.version
+            )));
         }
         out.blocks.push(at);
+        if let Err(end) = collect_records(zio, block.payload, seq, committed_txg, &mut out) {
+            out.end = end;
+            out.stopped_early = true;
+            return Ok(out);
+        }
         seq += 1;
         out.end_seq = seq;
-        at = next;
+        at = block.next;
     }
-    out
+    Ok(out)
 }
 
-/// Checks a log block; returns the next extent and the record bytes.
-fn decode_block(b: &[u8], pool_guid: u64, seq: u64) -> Result<(Extent, &[u8]), String> {
+/// Decodes the records of one block into `out`; `Err` says why the chain ends here.
+fn collect_records(zio: &Zio, payload: &[u8], seq: u64, committed_txg: u64, out: &mut Chained) -> Result<(), String> {
+    let mut pos = 0;
+    while pos < payload.len() {
+        let (r, used) = Record::decode(&payload[pos..]).map_err(|e| format!("block {seq}: {e}"))?;
+        pos += used;
+        if r.txg <= committed_txg {
+            continue;
+        }
+        let r = match r.op {
+            Op::WriteIndirect { obj, offset, len, block_offset, bp } => {
+                let block = zio.read_from_devices(&bp).map_err(|e| {
+                    format!("block {seq}: the data of an indirect write (txg {}, object {obj}) does not verify: {e}", r.txg)
+                })?;
+                if !out.indirect.contains(&bp) {
+                    out.indirect.push(bp);
+                }
+                let from = (offset - block_offset) as usize;
+                let data = block[from..from + len as usize].to_vec();
+                Record { op: Op::Write { obj, offset, data }, ..r }
+            }
+            _ => r,
+        };
+        out.records.push(r);
+    }
+    Ok(())
+}
+
+/// A log block that verified.
+struct Block<'a> {
+    version: u32,
+    next: Extent,
+    payload: &'a [u8],
+}
+
+/// Checks a log block's identity and checksum (any version).
+fn decode_block(b: &[u8], pool_guid: u64, seq: u64) -> Result<Block<'_>, String> {
     let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8"));
     if b.len() < BLOCK_HEADER || u64_at(0) != MAGIC {
         return Err("not a log block".into());
@@ -336,12 +464,9 @@ fn decode_block(b: &[u8], pool_guid: u64, seq: u64) -> Result<(Extent, &[u8]), S
     if xxh3_128(&copy) != stored {
         return Err("log block checksum mismatch".into());
     }
-    if version != ZIL_VERSION {
-        return Err(format!("log block version {version} is not supported (this tarn reads {ZIL_VERSION})"));
-    }
     if u64_at(16) != pool_guid || u64_at(24) != seq {
         return Err("log block of another pool or an older chain".into());
     }
     let next = Extent { vdev: u16::from_le_bytes([b[32], b[33]]), offset: u64_at(40), len: u64_at(48) };
-    Ok((next, &b[BLOCK_HEADER..BLOCK_HEADER + len]))
+    Ok(Block { version, next, payload: &b[BLOCK_HEADER..BLOCK_HEADER + len] })
 }

@@ -1,6 +1,7 @@
 //! Intent-log records: one change each, tagged with the txg it belongs to and the dataset
 //! it touches, encoded as bytes (docs/FORMAT.md). Object ids are the ids the change used;
 //! replay maps ids of objects it re-creates.
+use tarn_zio::{BlockPtr, BLKPTR_SIZE};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
@@ -12,6 +13,11 @@ pub enum Op {
     Link { obj: u64, dir: u64, name: Vec<u8> },
     SetAttr { obj: u64, mode: Option<u32>, uid: Option<u32>, gid: Option<u32>, atime: Option<(i64, u32)>, mtime: Option<(i64, u32)> },
     PunchHole { obj: u64, offset: u64, len: u64 },
+    /// A write whose data is not in the log: bytes [offset, offset + len) are in the
+    /// record-sized block `bp`, which starts at file offset `block_offset` (written in
+    /// place before the log block, and adopted by the txg — ZFS's WR_INDIRECT). Log
+    /// version 2 on.
+    WriteIndirect { obj: u64, offset: u64, len: u64, block_offset: u64, bp: BlockPtr },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -95,7 +101,11 @@ impl Record {
     /// that object, or it is a namespace change (which replay applies in order).
     pub fn needed_by(&self, dataset: u64, obj: u64) -> bool {
         match &self.op {
-            Op::Write { obj: o, .. } | Op::Truncate { obj: o, .. } | Op::SetAttr { obj: o, .. } | Op::PunchHole { obj: o, .. } => {
+            Op::Write { obj: o, .. }
+            | Op::WriteIndirect { obj: o, .. }
+            | Op::Truncate { obj: o, .. }
+            | Op::SetAttr { obj: o, .. }
+            | Op::PunchHole { obj: o, .. } => {
                 self.dataset == dataset && *o == obj
             }
             Op::Create { .. } | Op::Remove { .. } | Op::Rename { .. } | Op::Link { .. } => true,
@@ -163,6 +173,14 @@ impl Record {
                 w.u64(*len);
                 8
             }
+            Op::WriteIndirect { obj, offset, len, block_offset, bp } => {
+                w.u64(*obj);
+                w.u64(*offset);
+                w.u64(*len);
+                w.u64(*block_offset);
+                w.0.extend_from_slice(&bp.to_bytes());
+                9
+            }
         };
         out.push(kind);
         out.extend_from_slice(&[0u8; 3]);
@@ -215,6 +233,14 @@ impl Record {
                 mtime: r.opt_time()?,
             },
             8 => Op::PunchHole { obj: r.u64()?, offset: r.u64()?, len: r.u64()? },
+            9 => {
+                let (obj, offset, len, block_offset) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
+                let bp = BlockPtr::decode(r.take(BLKPTR_SIZE)?)?.ok_or("indirect write record without a block")?;
+                if offset < block_offset || offset + len > block_offset + bp.lsize as u64 {
+                    return Err(format!("indirect write record: bytes {offset}+{len} are outside its block at {block_offset}"));
+                }
+                Op::WriteIndirect { obj, offset, len, block_offset, bp }
+            }
             k => return Err(format!("unknown log record type {k}")),
         };
         Ok((Record { txg, dataset, op }, RECORD_HEADER + len))
@@ -224,6 +250,31 @@ impl Record {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn sample_bp() -> BlockPtr {
+        use tarn_zio::{BlockType, ChecksumKind, Compression};
+        BlockPtr {
+            vdev: 0,
+            compression: Compression::Lz4,
+            checksum_kind: ChecksumKind::Blake3,
+            level: 0,
+            block_type: BlockType::Data,
+            offset: 1 << 20,
+            psize: 3000,
+            lsize: 16384,
+            birth: 7,
+            checksum: [5; 32],
+        }
+    }
+
+    #[test]
+    fn an_indirect_record_pointing_outside_its_block_is_refused() {
+        let r = Record { txg: 3, dataset: 1, op: Op::WriteIndirect { obj: 2, offset: 30000, len: 8000, block_offset: 16384, bp: sample_bp() } };
+        let mut bytes = Vec::new();
+        r.encode(&mut bytes);
+        let err = Record::decode(&bytes).unwrap_err();
+        assert!(err.contains("outside its block"), "{err}");
+    }
 
     #[test]
     fn every_record_type_round_trips() {
@@ -236,6 +287,7 @@ mod tests {
             Op::Link { obj: 9, dir: 1, name: b"h".to_vec() },
             Op::SetAttr { obj: 9, mode: Some(0o600), uid: None, gid: Some(7), atime: Some((-5, 9)), mtime: None },
             Op::PunchHole { obj: 9, offset: 0, len: 100 },
+            Op::WriteIndirect { obj: 9, offset: 20000, len: 700, block_offset: 16384, bp: sample_bp() },
         ];
         let mut bytes = Vec::new();
         let recs: Vec<Record> = ops.into_iter().enumerate().map(|(i, op)| Record { txg: i as u64, dataset: 2, op }).collect();

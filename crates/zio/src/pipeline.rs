@@ -472,13 +472,18 @@ impl Zio {
         }
     }
 
+    /// True while a separate log device can take intent-log blocks.
+    pub fn has_log_device(&self) -> bool {
+        self.vdevs.tops.iter().any(|t| t.is_log && t.usable() && t.asize > 0)
+    }
+
     /// Allocates `bytes` (rounded up to whole sectors) outside any block tree, for an
     /// intent-log block. The extent is live until `free_extent`.
     /// A separate log device is used when one is usable; the data vdevs otherwise.
     pub fn alloc_extent(&self, bytes: u64) -> Result<Extent, ZioError> {
         let n = self.maps.len();
         let start = self.next_top.fetch_add(1, Ordering::Relaxed);
-        let has_log = self.vdevs.tops.iter().any(|t| t.is_log && t.usable() && t.asize > 0);
+        let has_log = self.has_log_device();
         for k in 0..n {
             let top = (start + k) % n;
             let t = &self.vdevs.tops[top];

@@ -26,6 +26,9 @@ impl Pool {
         for e in &chained.blocks {
             self.inner.ctx.zio.free_extent(e);
         }
+        for bp in &chained.indirect {
+            self.inner.ctx.zio.free(bp);
+        }
         // The replayed changes and the new chain's head are committed before anyone
         // writes: an fsync acknowledged from here on is found through the new head.
         // (A txg is forced even when nothing was replayed: the committed root must point
@@ -81,6 +84,7 @@ impl Pool {
                 ds.setattr(id(*obj), &set).map(|_| ())
             }
             Op::PunchHole { obj, offset, len } => ds.punch_hole(id(*obj), *offset, *len),
+            Op::WriteIndirect { .. } => unreachable!("read_chain turns indirect writes into writes"),
         }
     }
 }
@@ -95,11 +99,12 @@ fn op_name(op: &Op) -> &'static str {
         Op::Link { .. } => "link",
         Op::SetAttr { .. } => "setattr",
         Op::PunchHole { .. } => "punch hole",
+        Op::WriteIndirect { .. } => "indirect write",
     }
 }
 
 fn replay_summary(chained: &Chained, committed_txg: u64, failed: &[String]) -> Option<String> {
-    if chained.records.is_empty() {
+    if chained.records.is_empty() && !chained.stopped_early {
         return None;
     }
     let first = chained.records.first().map_or(0, |r| r.txg);
@@ -108,6 +113,9 @@ fn replay_summary(chained: &Chained, committed_txg: u64, failed: &[String]) -> O
         "replayed {} intent-log records (txgs {first}..{last}) on top of committed txg {committed_txg}",
         chained.records.len()
     );
+    if chained.stopped_early {
+        msg.push_str(&format!("; the log ended early ({}): changes logged after that point were not replayed", chained.end));
+    }
     if !failed.is_empty() {
         msg.push_str(&format!("; {} could not be applied, first: {}", failed.len(), failed[0]));
     }
