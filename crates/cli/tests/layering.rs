@@ -1,7 +1,8 @@
 //! Layering: a workspace crate may depend only on crates listed before it in the root
 //! Cargo.toml `members` (lowest layer first; see docs/ARCHITECTURE.md). Every dependency
 //! kind counts (normal, dev, build). The test reads `cargo metadata` and fails naming
-//! each offending edge.
+//! each offending edge. Two crates stand apart from the engine: `tarn-daemon` (the
+//! lowest) depends on no workspace crate, and `tarn-pacer` on none but `tarn-daemon`.
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -74,8 +75,8 @@ fn violations(members: &[Member], edges: &[Edge]) -> Vec<String> {
     bad
 }
 
-#[test]
-fn every_crate_depends_only_on_crates_listed_before_it() {
+/// The workspace crates, in `members` order, and every dependency edge they declare.
+fn workspace() -> (Vec<Member>, Vec<Edge>) {
     let root = workspace_root();
     let toml = std::fs::read_to_string(root.join("Cargo.toml")).expect("read root Cargo.toml");
     let order = members_in_order(&toml);
@@ -112,9 +113,29 @@ fn every_crate_depends_only_on_crates_listed_before_it() {
         }
     }
     assert_eq!(members.len(), order.len(), "members list {order:?} and cargo metadata disagree");
+    (members, edges)
+}
 
+/// The workspace crates `from` depends on (any kind).
+fn workspace_deps_of<'a>(from: &str, members: &[Member], edges: &'a [Edge]) -> Vec<&'a str> {
+    let is_member = |name: &str| members.iter().any(|m| m.name == name);
+    edges.iter().filter(|e| e.from == from && is_member(&e.to)).map(|e| e.to.as_str()).collect()
+}
+
+#[test]
+fn every_crate_depends_only_on_crates_listed_before_it() {
+    let (members, edges) = workspace();
     let bad = violations(&members, &edges);
     assert!(bad.is_empty(), "layering violated (see docs/ARCHITECTURE.md):\n  {}", bad.join("\n  "));
+}
+
+#[test]
+fn the_daemon_plumbing_and_the_pacer_do_not_reach_the_engine() {
+    let (members, edges) = workspace();
+    let daemon = workspace_deps_of("tarn-daemon", &members, &edges);
+    assert!(daemon.is_empty(), "tarn-daemon must depend on no workspace crate, depends on {daemon:?}");
+    let pacer = workspace_deps_of("tarn-pacer", &members, &edges);
+    assert!(pacer.iter().all(|d| *d == "tarn-daemon"), "tarn-pacer must not depend on the engine, depends on {pacer:?}");
 }
 
 #[test]

@@ -8,12 +8,7 @@ use std::fs;
 use std::time::Duration;
 
 use common::{wait_gone, Env};
-
-fn mounted(mp: &std::path::Path) -> bool {
-    let text = fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
-    let want = mp.to_string_lossy();
-    text.lines().any(|l| l.split(' ').nth(4) == Some(&*want))
-}
+use tarn_daemon::mounts::is_listed;
 
 #[test]
 fn pool_import_mounts_each_dataset_with_a_mountpoint_in_one_daemon() {
@@ -28,7 +23,7 @@ fn pool_import_mounts_each_dataset_with_a_mountpoint_in_one_daemon() {
     let out = env.ok(&["pool", "import", "-d", env.dir.path().to_str().expect("utf8"), "tank"]);
     assert!(out.is_empty(), "import prints nothing on success: {out}");
     let (db_mp, logs_mp) = (db_mp.canonicalize().expect("db mountpoint made"), logs_mp.canonicalize().expect("logs mountpoint made"));
-    assert!(mounted(&db_mp) && mounted(&logs_mp), "both datasets with a mountpoint are mounted");
+    assert!(is_listed(&db_mp) && is_listed(&logs_mp), "both datasets with a mountpoint are mounted");
     let pid = env.daemon_pid().expect("one daemon record for the pool");
     fs::write(db_mp.join("a"), b"in db").expect("write db");
     fs::write(logs_mp.join("b"), b"in logs").expect("write logs");
@@ -36,13 +31,13 @@ fn pool_import_mounts_each_dataset_with_a_mountpoint_in_one_daemon() {
 
     // Unmounting one leaves the other served by the same daemon.
     env.ok(&["umount", logs_mp.to_str().expect("utf8")]);
-    assert!(!mounted(&logs_mp) && mounted(&db_mp), "only logs went away");
+    assert!(!is_listed(&logs_mp) && is_listed(&db_mp), "only logs went away");
     assert_eq!(env.daemon_pid(), Some(pid), "the daemon still serves db");
     assert_eq!(fs::read(db_mp.join("a")).expect("read db"), b"in db");
 
     env.ok(&["umount", "tank/db"]);
     assert!(wait_gone(pid, Duration::from_secs(30)), "the daemon exits after its last mount");
-    assert!(!mounted(&db_mp));
+    assert!(!is_listed(&db_mp));
 
     // Everything was committed: both datasets read back without a mount.
     assert_eq!(env.ok(&["cat", "tank/db:/a"]), "in db");

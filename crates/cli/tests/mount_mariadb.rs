@@ -9,8 +9,6 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const TABLES: &str = "--tables=4";
@@ -51,16 +49,7 @@ impl Mariadb {
     }
 
     fn query(&self, sql: &str) -> Result<String, String> {
-        let out = Command::new("mariadb")
-            .arg(format!("--socket={}", self.socket.display()))
-            .args(["-uroot", "--batch", "--skip-column-names", "-e", sql])
-            .output()
-            .map_err(|e| e.to_string())?;
-        if out.status.success() {
-            Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-        } else {
-            Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
-        }
+        query(&self.socket, sql)
     }
 
     fn sysbench(&self, args: &[&str]) -> std::process::Output {
@@ -80,10 +69,7 @@ impl Mariadb {
 
     fn stop(mut self) {
         let _ = self.query("SHUTDOWN");
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while self.child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        common::wait_exit(&mut self.child, Duration::from_secs(60));
         self.kill9();
     }
 }
@@ -101,46 +87,9 @@ fn check_tables(db: &Mariadb) {
     }
 }
 
-/// Commits numbered rows one at a time until told to stop; returns the highest number
-/// whose commit was acknowledged.
-fn ledger_writer(socket: PathBuf, stop: Arc<AtomicBool>, acked: Arc<AtomicU64>) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
-        let db = Mariadb::query_only(socket);
-        let mut n = 1u64;
-        while !stop.load(Ordering::Relaxed) {
-            if db.query(&format!("INSERT INTO sbtest.ledger VALUES ({n})")).is_err() {
-                break;
-            }
-            acked.store(n, Ordering::Relaxed);
-            n += 1;
-        }
-    })
-}
-
-/// A client-only handle (no process to kill).
-struct Client {
-    socket: PathBuf,
-}
-
-impl Mariadb {
-    fn query_only(socket: PathBuf) -> Client {
-        Client { socket }
-    }
-}
-
-impl Client {
-    fn query(&self, sql: &str) -> Result<String, String> {
-        let out = Command::new("mariadb")
-            .arg(format!("--socket={}", self.socket.display()))
-            .args(["-uroot", "--batch", "--skip-column-names", "-e", sql])
-            .output()
-            .map_err(|e| e.to_string())?;
-        if out.status.success() {
-            Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-        } else {
-            Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
-        }
-    }
+/// One SQL statement through the mariadb client (as root, over the socket).
+fn query(socket: &Path, sql: &str) -> Result<String, String> {
+    common::text_of(Command::new("mariadb").arg(format!("--socket={}", socket.display())).args(["-uroot", "--batch", "--skip-column-names", "-e", sql]))
 }
 
 #[test]
@@ -174,9 +123,8 @@ fn mariadb_sysbench_and_kill_9_recovery_on_tarn() {
 
     // Crash mid-run: sysbench and the ledger client are writing when both daemons die.
     let mut db = db;
-    let stop = Arc::new(AtomicBool::new(false));
-    let acked = Arc::new(AtomicU64::new(0));
-    let writer = ledger_writer(db.socket.clone(), stop.clone(), acked.clone());
+    let socket = db.socket.clone();
+    let ledger = common::Ledger::start(move |n| query(&socket, &format!("INSERT INTO sbtest.ledger VALUES ({n})")));
     let sock = db.socket.clone();
     let bench = std::thread::spawn(move || {
         let _ = Command::new("sysbench")
@@ -185,15 +133,11 @@ fn mariadb_sysbench_and_kill_9_recovery_on_tarn() {
             .arg(format!("--mysql-socket={}", sock.display()))
             .output();
     });
-    std::thread::sleep(Duration::from_secs(4));
-    let seen = acked.load(Ordering::Relaxed);
-    db.kill9();
-    m.crash();
-    stop.store(true, Ordering::Relaxed);
-    let _ = writer.join();
+    let acked = ledger.crash_after(Duration::from_secs(4), || {
+        db.kill9();
+        m.crash();
+    });
     let _ = bench.join();
-    let acked = acked.load(Ordering::Relaxed);
-    assert!(seen > 0, "the ledger client committed nothing before the crash");
 
     let m = env.mount("mnt", &[]);
     let db = Mariadb::start(&m.p("data"), &sockdir);

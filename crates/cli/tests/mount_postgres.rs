@@ -14,8 +14,6 @@ mod common;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const BIN: &str = "/usr/lib/postgresql/15/bin";
@@ -118,10 +116,7 @@ impl Postgres {
     fn stop(mut self) {
         // SAFETY: signalling our own child.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while self.child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        common::wait_exit(&mut self.child, Duration::from_secs(120));
         self.kill9();
     }
 }
@@ -148,32 +143,7 @@ fn children_of(parent: i32) -> Vec<i32> {
 
 /// One SQL statement through psql (as the postgres role, over the socket).
 fn query(sockdir: &Path, sql: &str) -> Result<String, String> {
-    let out = Command::new(bin("psql"))
-        .args(["-X", "-U", "postgres", "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-At", "-h"])
-        .arg(sockdir)
-        .args(["-c", sql])
-        .output()
-        .map_err(|e| e.to_string())?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
-    }
-}
-
-/// Commits numbered rows one at a time until told to stop or the server dies; `acked`
-/// is the highest number whose commit psql reported.
-fn ledger_writer(sockdir: PathBuf, stop: Arc<AtomicBool>, acked: Arc<AtomicU64>) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
-        let mut n = 1u64;
-        while !stop.load(Ordering::Relaxed) {
-            if query(&sockdir, &format!("INSERT INTO ledger VALUES ({n})")).is_err() {
-                break;
-            }
-            acked.store(n, Ordering::Relaxed);
-            n += 1;
-        }
-    })
+    common::text_of(Command::new(bin("psql")).args(["-X", "-U", "postgres", "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-At", "-h"]).arg(sockdir).args(["-c", sql]))
 }
 
 fn amcheck(sockdir: &Path) {
@@ -218,22 +188,17 @@ fn postgres_pgbench_and_kill_9_recovery_on_tarn() {
 
     // Crash mid-run: pgbench and the ledger client are writing when both die.
     let mut db = db;
-    let stop = Arc::new(AtomicBool::new(false));
-    let acked = Arc::new(AtomicU64::new(0));
-    let writer = ledger_writer(sockdir.clone(), stop.clone(), acked.clone());
+    let dir = sockdir.clone();
+    let ledger = common::Ledger::start(move |n| query(&dir, &format!("INSERT INTO ledger VALUES ({n})")));
     let sd = sockdir.clone();
     let bench = std::thread::spawn(move || {
         let _ = Command::new(bin("pgbench")).args(["-U", "postgres", "-T", "30", "-c", "4", "-j", "2", "-h"]).arg(&sd).arg("postgres").output();
     });
-    std::thread::sleep(Duration::from_secs(4));
-    let seen = acked.load(Ordering::Relaxed);
-    db.kill9();
-    m.crash();
-    stop.store(true, Ordering::Relaxed);
-    let _ = writer.join();
+    let acked = ledger.crash_after(Duration::from_secs(4), || {
+        db.kill9();
+        m.crash();
+    });
     let _ = bench.join();
-    let acked = acked.load(Ordering::Relaxed);
-    assert!(seen > 0, "the ledger client committed nothing before the crash");
 
     let m = env.mount("mnt", &[]);
     let db = Postgres::start(&m.p("pgdata"), &sockdir);

@@ -2,15 +2,16 @@
 //! and the daemon that holds the pool while a dataset is mounted.
 //!
 //! Layer: between `pool` (below) and `cli` (above); depends only on lower crates.
-//! Owns: the FUSE filesystem ([`fs::TarnFs`]), the mount daemon's life (fork, readiness,
-//! signals, the final commit), and the record of running mounts ([`state`]).
+//! Owns: the FUSE filesystem ([`fs::TarnFs`]), the order of the mount daemon's life
+//! (start, mount, ready, serve, the final commit; the fork, readiness pipe, signals and
+//! unmounting themselves are `tarn_daemon`'s), and the record of running mounts
+//! ([`state`]).
 //! Promises: `mount` returns only once the mount is usable (or with one clear error);
 //! a clean unmount, SIGTERM or SIGINT commits everything (`Pool::close`) before the
 //! daemon exits; `umount` returns once the daemon has committed and released the pool.
 //! Must never: fork after a thread exists, or leave a mount record that claims a pool
 //! for a process that has gone.
 
-pub mod daemon;
 pub mod fs;
 pub mod mount;
 pub mod state;
@@ -40,6 +41,8 @@ pub enum MountError {
     Mount { path: String, source: std::io::Error },
     #[error("{0}")]
     Startup(String),
+    #[error(transparent)]
+    Daemon(#[from] tarn_daemon::DaemonError),
     #[error("no tarn mount at '{0}' (see `tarn ds list` for datasets; mounts are recorded in $TARN_RUN_DIR or /run/tarn)")]
     NotMounted(String),
     #[error("cannot unmount {path}: {detail}")]

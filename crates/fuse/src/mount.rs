@@ -4,9 +4,11 @@
 //! mountpoint, record the mount, mount, report ready, serve, and at the end commit and
 //! close the pool and remove the record. Promises: every failure before "ready" is one
 //! clear error (relayed to the waiting parent in daemon mode) and leaves no mount and no
-//! record behind; after an unmount or a termination signal the pool is closed (all
-//! changes committed) before the process exits. Must never: report success before the
-//! kernel has our INIT reply, or close the pool while a request can still reach it.
+//! record behind; in daemon mode the caller's `tarn mount` exits 0 silently once the
+//! mount is usable, and the daemon's stderr goes to a log in the state directory; after
+//! an unmount or a termination signal the pool is closed (all changes committed) before
+//! the process exits. Must never: report success before the kernel has our INIT reply,
+//! or close the pool while a request can still reach it.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,7 +17,8 @@ use std::time::{Duration, Instant};
 use fuser::{MountOption, SessionACL};
 use tarn_pool::Pool;
 
-use crate::daemon::{self, Readiness};
+use tarn_daemon::{Asked, Termination, Verdict};
+
 use crate::fs::TarnFs;
 use crate::state::{self, MountRecord};
 use crate::MountError;
@@ -46,9 +49,8 @@ pub fn mount(req: MountRequest, open_pool: impl FnOnce() -> Result<Pool, String>
     }
     // The daemon chdirs to /: resolve a relative mountpoint now.
     let given = req.mountpoint.as_deref().map(|p| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()));
-    let readiness = if req.foreground { Readiness::Foreground } else { daemon::daemonize()? };
+    let readiness = tarn_daemon::start(req.foreground, report)?;
     // From here on threads may exist (the pool's sync thread): no more forking.
-    daemon::block_termination_signals();
     let started = match start(&req, given, open_pool) {
         Ok(s) => s,
         Err(e) => {
@@ -56,8 +58,18 @@ pub fn mount(req: MountRequest, open_pool: impl FnOnce() -> Result<Pool, String>
             return Err(e);
         }
     };
-    readiness.ready(&state::log_path(&started.record.pool));
+    readiness.ready(Some(&state::log_path(&started.record.pool)));
     started.serve()
+}
+
+/// What the caller of `tarn mount` sees of the daemon's start: nothing when it worked
+/// (the mount is the answer), one line on stderr when it did not.
+fn report(verdict: &Verdict) {
+    match verdict {
+        Verdict::Ready { .. } => {}
+        Verdict::Failed(msg) => eprintln!("tarn: {msg}"),
+        Verdict::Died { pid } => eprintln!("tarn: the mount daemon (pid {pid}) exited before the mount was ready"),
+    }
 }
 
 /// The mounted datasets being served.
@@ -79,7 +91,7 @@ fn start(req: &MountRequest, given: Option<PathBuf>, open_pool: impl FnOnce() ->
             Err(e) => {
                 // All or nothing: undo the mounts made so far, then report this one.
                 for (_, mp, s) in sessions {
-                    unmount_or_detach(&mp);
+                    tarn_daemon::unmount_or_detach(&mp);
                     drop(s);
                 }
                 record.remove();
@@ -146,7 +158,7 @@ impl Started {
     /// that ends while others go on leaves the record.
     fn serve(self) -> Result<(), MountError> {
         let Started { mut sessions, pool, mut record } = self;
-        let mut signalled = false;
+        let mut termination = Termination::new();
         let mut published = std::time::Instant::now() - Duration::from_secs(1);
         while !sessions.is_empty() {
             if published.elapsed() >= Duration::from_secs(1) {
@@ -154,14 +166,10 @@ impl Started {
                 crate::stats::publish(&pool);
                 published = std::time::Instant::now();
             }
-            if daemon::wait_signal(Duration::from_millis(50)).is_some() {
-                if signalled {
-                    break; // second signal: stop now, still committing what we have
-                }
-                signalled = true;
-                for (_, mp, _) in &sessions {
-                    unmount_or_detach(mp);
-                }
+            match termination.wait(Duration::from_millis(50)) {
+                Asked::Nothing => {}
+                Asked::Unmount => sessions.iter().for_each(|(_, mp, _)| tarn_daemon::unmount_or_detach(mp)),
+                Asked::StopNow => break, // still committing what we have
             }
             let (ended, live): (Vec<_>, Vec<_>) = sessions.into_iter().partition(|(_, _, s)| s.guard.is_finished());
             sessions = live;
@@ -199,15 +207,6 @@ fn close_pool(pool: Arc<Pool>) -> Result<(), MountError> {
     })
 }
 
-/// Unmounts; a busy mount is detached lazily so it ends when its last user leaves.
-fn unmount_or_detach(mountpoint: &Path) {
-    if let Err(e) = daemon::umount(mountpoint, 0) {
-        if e.raw_os_error() == Some(libc::EBUSY) {
-            let _ = daemon::umount(mountpoint, libc::MNT_DETACH);
-        }
-    }
-}
-
 fn mountpoint_property(pool: &Pool, dataset: &str) -> Result<PathBuf, MountError> {
     let rows = pool.get_properties(dataset, Some("mountpoint")).map_err(|e| MountError::Pool(e.to_string()))?;
     match rows.first().map(|r| r.value.as_str()) {
@@ -231,7 +230,7 @@ pub fn check_mountpoint(dir: &Path) -> Result<PathBuf, MountError> {
         return Err(MountError::MountpointNotDir(shown));
     }
     let abs = dir.canonicalize().map_err(|e| MountError::Startup(format!("{shown}: {e}")))?;
-    if is_mount_point(&abs) {
+    if tarn_daemon::mounts::is_listed(&abs) {
         return Err(MountError::MountpointBusy(abs.display().to_string()));
     }
     let mut entries = std::fs::read_dir(&abs).map_err(|e| MountError::Startup(format!("{shown}: {e}")))?;
@@ -239,39 +238,6 @@ pub fn check_mountpoint(dir: &Path) -> Result<PathBuf, MountError> {
         return Err(MountError::MountpointNotEmpty(abs.display().to_string()));
     }
     Ok(abs)
-}
-
-/// True if `abs` is listed as a mount point in /proc/self/mountinfo.
-fn is_mount_point(abs: &Path) -> bool {
-    let wanted = abs.to_string_lossy();
-    mountinfo_points().iter().any(|m| *m == wanted)
-}
-
-/// Mount points of this mount namespace.
-fn mountinfo_points() -> Vec<String> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    text.lines().filter_map(|l| l.split(' ').nth(4)).map(unescape_mountinfo).collect()
-}
-
-/// mountinfo escapes space, tab, newline and backslash as octal (`\040`).
-fn unescape_mountinfo(field: &str) -> String {
-    let mut out = Vec::with_capacity(field.len());
-    let b = field.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        let code = (b[i] == b'\\').then(|| field.get(i + 1..i + 4).and_then(|o| u8::from_str_radix(o, 8).ok())).flatten();
-        match code {
-            Some(byte) => {
-                out.push(byte);
-                i += 4;
-            }
-            None => {
-                out.push(b[i]);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// `tarn umount MOUNTPOINT|POOL/DS`: unmounts and waits until the daemon has committed
@@ -299,7 +265,7 @@ pub fn umount(target: &str) -> Result<(), MountError> {
 /// let it go (and, if it was the last, committed and exited).
 fn umount_live(r: &MountRecord, mp: &Path) -> Result<(), MountError> {
     let path = mp.display().to_string();
-    if let Err(e) = daemon::umount(mp, 0) {
+    if let Err(e) = tarn_daemon::umount(mp, 0) {
         let detail = match e.raw_os_error() {
             Some(libc::EBUSY) => "it is busy: a process has a file open or its cwd there (see `fuser -vm`)".to_string(),
             _ => e.to_string(),
@@ -319,8 +285,8 @@ fn umount_live(r: &MountRecord, mp: &Path) -> Result<(), MountError> {
 
 /// A dead FUSE mount (daemon gone): detach it, ignoring "not mounted".
 fn detach_dead(mountpoint: &Path) {
-    if daemon::umount(mountpoint, 0).is_err() {
-        let _ = daemon::umount(mountpoint, libc::MNT_DETACH);
+    if tarn_daemon::umount(mountpoint, 0).is_err() {
+        let _ = tarn_daemon::umount(mountpoint, libc::MNT_DETACH);
     }
 }
 
@@ -335,7 +301,7 @@ fn umount_unrecorded(abs: &Path, target: &str) -> Result<(), MountError> {
         let mut after = fields.iter().skip_while(|f| **f != "-").skip(1);
         let (fstype, source) = (after.next().copied().unwrap_or(""), after.next().copied().unwrap_or(""));
         let looks_tarn = fstype == "fuse.tarn" || (fstype == "fuse" && !source.starts_with('/') && source.contains('/'));
-        fields.get(4).is_some_and(|m| unescape_mountinfo(m) == wanted) && looks_tarn
+        fields.get(4).is_some_and(|m| tarn_daemon::mounts::unescape(m) == wanted) && looks_tarn
     });
     if !is_tarn {
         return Err(MountError::NotMounted(target.to_string()));
@@ -347,12 +313,6 @@ fn umount_unrecorded(abs: &Path, target: &str) -> Result<(), MountError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn mountinfo_escapes_are_decoded() {
-        assert_eq!(unescape_mountinfo("/mnt/a\\040b"), "/mnt/a b");
-        assert_eq!(unescape_mountinfo("/plain"), "/plain");
-    }
 
     #[test]
     fn mountpoint_checks_name_the_problem() {

@@ -46,7 +46,7 @@ pub enum PacerError {
     Mount { path: PathBuf, source: io::Error },
 
     #[error("cannot daemonize: {0}")]
-    Daemon(io::Error),
+    Daemon(#[from] tarn_daemon::DaemonError),
 
     #[error("daemon failed during startup: {0}")]
     Startup(String),

@@ -7,8 +7,10 @@
 //!
 //! This file owns the command line and the startup order. Promises: all checks that can
 //! fail (sizes, /dev/fuse, mountpoint, backing file) run before forking, so their
-//! messages reach the caller; the fork happens before any thread exists. Must never:
-//! mount before the backing file is the right size.
+//! messages reach the caller; the fork happens before any thread exists; once the disk
+//! is usable `pid=<N>` (the daemon's pid) is the last line on stdout, printed by the
+//! waiting parent in daemon mode (which then exits 0) or by the process itself with
+//! `--foreground`. Must never: mount before the backing file is the right size.
 
 mod daemon;
 mod error;
@@ -18,6 +20,7 @@ mod preflight;
 mod size;
 mod stats;
 
+use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -25,7 +28,8 @@ use std::sync::Arc;
 use clap::Parser;
 use fuser::{MountOption, SessionACL};
 
-use crate::daemon::Readiness;
+use tarn_daemon::Verdict;
+
 use crate::error::PacerError;
 use crate::pacer::{Limits, Pacer};
 use crate::stats::Stats;
@@ -116,13 +120,8 @@ fn run(args: Args) -> Result<(), PacerError> {
     let backing = preflight::prepare_backing(&args.backing, args.size)?;
     // The daemon chdirs to /, so a relative stats path must be resolved now.
     let stats_path = args.stats.as_ref().map(|p| absolute(p));
-    let readiness = if args.foreground {
-        Readiness::Foreground
-    } else {
-        daemon::daemonize()?
-    };
+    let readiness = tarn_daemon::start(args.foreground, report)?;
     // From here on threads may exist: no more forking.
-    daemon::block_termination_signals();
     let limits = Limits {
         iops: args.iops,
         bandwidth: args.bandwidth,
@@ -139,12 +138,30 @@ fn run(args: Args) -> Result<(), PacerError> {
     let session = match mount(disk, &mountpoint) {
         Ok(session) => session,
         Err(err) => {
-            readiness.fail(&err)?;
+            readiness.fail(&err);
             return Err(err);
         }
     };
-    readiness.ready();
+    readiness.ready(None);
     daemon::serve(session, &mountpoint, &stats, stats_path.as_ref())
+}
+
+/// What the caller sees of the daemon's start: `pid=<N>` on stdout once the disk is
+/// usable, or one line on stderr saying why it is not.
+fn report(verdict: &Verdict) {
+    let failure = match verdict {
+        Verdict::Ready { pid } => {
+            println!("pid={pid}");
+            // In the foreground we go on running: the caller must see the line now.
+            let _ = io::stdout().flush();
+            return;
+        }
+        Verdict::Failed(msg) => PacerError::Startup(msg.to_string()),
+        Verdict::Died { pid } => PacerError::Startup(format!(
+            "daemon (pid {pid}) exited before the mount was ready"
+        )),
+    };
+    eprintln!("tarn-pacer: {failure}");
 }
 
 /// Mount and start the worker threads; once this returns the kernel has our INIT reply

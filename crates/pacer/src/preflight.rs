@@ -66,39 +66,7 @@ fn is_mount_point(abs: &Path, dev: u64) -> Result<bool, PacerError> {
             source,
         })?
         .dev();
-    if parent != abs && parent_dev != dev {
-        return Ok(true);
-    }
-    let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let wanted = abs.to_string_lossy();
-    Ok(mountinfo
-        .lines()
-        .filter_map(|line| line.split(' ').nth(4))
-        .any(|mnt| unescape_mountinfo(mnt) == wanted))
-}
-
-/// mountinfo escapes space, tab, newline and backslash as octal (`\040`).
-fn unescape_mountinfo(field: &str) -> String {
-    let mut out = String::with_capacity(field.len());
-    let mut rest = field;
-    while let Some(pos) = rest.find('\\') {
-        out.push_str(&rest[..pos]);
-        let code = rest
-            .get(pos + 1..pos + 4)
-            .and_then(|o| u8::from_str_radix(o, 8).ok());
-        match code {
-            Some(byte) => {
-                out.push(byte as char);
-                rest = &rest[pos + 4..];
-            }
-            None => {
-                out.push('\\');
-                rest = &rest[pos + 1..];
-            }
-        }
-    }
-    out.push_str(rest);
-    out
+    Ok((parent != abs && parent_dev != dev) || tarn_daemon::mounts::is_listed(abs))
 }
 
 /// Open (creating or growing, sparse) the backing image so it is exactly `size` bytes.
@@ -178,11 +146,5 @@ mod tests {
             check_mountpoint(Path::new("/proc")),
             Err(PacerError::MountpointBusy(_))
         ));
-    }
-
-    #[test]
-    fn mountinfo_escapes_are_decoded() {
-        assert_eq!(unescape_mountinfo("/mnt/a\\040b"), "/mnt/a b");
-        assert_eq!(unescape_mountinfo("/plain"), "/plain");
     }
 }

@@ -15,6 +15,8 @@ use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use tarn_daemon::mounts::is_listed;
+
 const BIN: &str = env!("CARGO_BIN_EXE_tarn-pacer");
 
 const IOPS: u64 = 200;
@@ -70,12 +72,6 @@ fn require_environment() {
         Path::new("/dev/loop-control").exists(),
         "/dev/loop-control is missing: load the loop module"
     );
-}
-
-fn is_mounted(path: &Path) -> bool {
-    let text = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let want = path.to_string_lossy();
-    text.lines().any(|l| l.split(' ').nth(4) == Some(&*want))
 }
 
 /// Our pacer daemon is still running as `pid` (not exited, and the pid not reused by
@@ -243,7 +239,7 @@ impl Rig {
             .unwrap_or_else(|| panic!("no pid=N line in {stdout:?}"));
         rig.pid = Some(pid);
         assert!(
-            is_mounted(&rig.fuse_dir()),
+            is_listed(&rig.fuse_dir()),
             "parent exited before the FUSE mount was there"
         );
 
@@ -317,7 +313,7 @@ impl Drop for Rig {
             }
         }
         let fuse_dir = self.fuse_dir();
-        if is_mounted(&fuse_dir) {
+        if is_listed(&fuse_dir) {
             let _ = run("umount", &["-l", &fuse_dir.to_string_lossy()]);
         }
     }
@@ -569,7 +565,7 @@ fn added_latency_delays_every_io_and_foreground_stays_attached() {
             }
             let _ = self.0.kill();
             let _ = self.0.wait();
-            if is_mounted(&self.1) {
+            if is_listed(&self.1) {
                 let _ = run("umount", &["-l", &self.1.to_string_lossy()]);
             }
         }
@@ -583,7 +579,7 @@ fn added_latency_delays_every_io_and_foreground_stays_attached() {
         format!("pid={}", guard.0.id()),
         "foreground prints its own pid"
     );
-    assert!(is_mounted(&mnt), "mount not ready when pid was printed");
+    assert!(is_listed(&mnt), "mount not ready when pid was printed");
 
     let f = OpenOptions::new()
         .read(true)
@@ -614,7 +610,7 @@ fn added_latency_delays_every_io_and_foreground_stays_attached() {
         thread::sleep(Duration::from_millis(20));
     };
     assert!(status.success(), "exit status {status}");
-    assert!(!is_mounted(&mnt), "still mounted after SIGTERM");
+    assert!(!is_listed(&mnt), "still mounted after SIGTERM");
 }
 
 // ---------------------------------------------------------------- bad input
@@ -682,5 +678,5 @@ fn bad_input_is_refused_with_a_message_naming_it() {
         2 << 20,
         "image was changed"
     );
-    assert!(!is_mounted(dir.path()));
+    assert!(!is_listed(dir.path()));
 }

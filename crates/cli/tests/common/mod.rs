@@ -1,10 +1,13 @@
 //! Test harness for `tarn mount`: a private pool cache and run directory in a temp dir,
-//! the `tarn` binary, and a guard that unmounts and stops its own daemon (by pid) even
-//! when a test fails.
+//! the `tarn` binary, a guard that unmounts and stops its own daemon (by pid) even
+//! when a test fails, and the acknowledged-commits client of the database crash tests.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 pub struct Env {
@@ -127,13 +130,34 @@ impl Drop for Mounted<'_> {
             return;
         }
         // A failed test: stop our own daemon by pid and detach its mount.
-        // SAFETY: signalling our own daemon; umount2 on our own mountpoint.
+        // SAFETY: signalling our own daemon.
         unsafe { libc::kill(self.pid as i32, libc::SIGKILL) };
         wait_gone(self.pid, Duration::from_secs(10));
-        if let Ok(c) = std::ffi::CString::new(self.mp.as_os_str().as_encoded_bytes()) {
-            unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
-        }
+        let _ = tarn_daemon::umount(&self.mp, libc::MNT_DETACH);
     }
+}
+
+/// Runs a client command: its trimmed stdout if it succeeded, else its trimmed stderr
+/// (or why it could not run).
+pub fn text_of(cmd: &mut Command) -> Result<String, String> {
+    let out = cmd.output().map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    }
+}
+
+/// Waits up to `timeout` for our own `child` to exit (reaping it); true if it did.
+pub fn wait_exit(child: &mut Child, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    while child.try_wait().ok().flatten().is_none() {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    true
 }
 
 /// True once `pid` has exited (or is a zombie nobody reaps).
@@ -147,4 +171,43 @@ pub fn wait_gone(pid: u32, timeout: Duration) -> bool {
         }
     }
     false
+}
+
+/// A database client committing numbered rows one at a time (1, 2, 3, …) through
+/// `insert`, until stopped or until a commit fails (the server died). Every number it saw
+/// acknowledged must survive a crash.
+pub struct Ledger {
+    stop: Arc<AtomicBool>,
+    acked: Arc<AtomicU64>,
+    writer: JoinHandle<()>,
+}
+
+impl Ledger {
+    /// Starts the client; `insert(n)` commits row `n` and says whether it was acknowledged.
+    pub fn start(insert: impl Fn(u64) -> Result<String, String> + Send + 'static) -> Ledger {
+        let stop = Arc::new(AtomicBool::new(false));
+        let acked = Arc::new(AtomicU64::new(0));
+        let (stop_w, acked_w) = (stop.clone(), acked.clone());
+        let writer = std::thread::spawn(move || {
+            let mut n = 1u64;
+            while !stop_w.load(Ordering::Relaxed) && insert(n).is_ok() {
+                acked_w.store(n, Ordering::Relaxed);
+                n += 1;
+            }
+        });
+        Ledger { stop, acked, writer }
+    }
+
+    /// Lets the client write for `after`, then runs `crash` (kill -9 of the database and
+    /// of the tarn daemon) while it is still writing. Returns the highest number whose
+    /// commit was acknowledged; fails if nothing was committed before the crash.
+    pub fn crash_after(self, after: Duration, crash: impl FnOnce()) -> u64 {
+        std::thread::sleep(after);
+        let seen = self.acked.load(Ordering::Relaxed);
+        crash();
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.writer.join();
+        assert!(seen > 0, "the ledger client committed nothing before the crash");
+        self.acked.load(Ordering::Relaxed)
+    }
 }
