@@ -75,6 +75,48 @@ def sysbench_tables(scenario: dict, runs: list[dict]) -> list[Table]:
     return tables
 
 
+def ratio_rows(scenario: dict, runs: list[dict]) -> list[dict]:
+    """Each stack's run divided by its baseline's run of the same workload, same results
+    directory: the scenario's `baseline` for every other stack, and a stack's own `baseline`
+    beside it. Pairs whose baseline has no result (skipped, failed) are left out."""
+    specs = {s["name"]: s for s in scenario.get("stacks", [])}
+    by = {(r["stack"], r["workload"]): r for r in runs}
+    rows = []
+    for r in runs:
+        bases = [b for b in (scenario.get("baseline"), specs.get(r["stack"], {}).get("baseline"))
+                 if b and b != r["stack"]]
+        for b in dict.fromkeys(bases):
+            base = by.get((b, r["workload"]))
+            if base is None:
+                continue
+            mine, theirs = r["summary"], base["summary"]
+            div = lambda x, y: x / y if x is not None and y else None
+            rows.append({"stack": r["stack"], "workload": r["workload"], "baseline": b,
+                         "tps": div(mine.get("tps"), theirs.get("tps")),
+                         "latency_avg": div(mine["latency_ms"].get("avg"), theirs["latency_ms"].get("avg")),
+                         "latency_p95": div(mine["latency_ms"].get("p95"), theirs["latency_ms"].get("p95"))})
+    return rows
+
+
+RATIO_COLUMNS = (("TPS", "tps"), ("avg latency", "latency_avg"), ("p95 latency", "latency_p95"))
+
+
+def fmt_ratio(v) -> str:
+    return "" if v is None else f"{v:.2f}x"
+
+
+def ratio_table(rows: list[dict]) -> Table:
+    t = Table(title="Against the baseline, same run (stack / baseline)", title_style="bold")
+    for col in ("stack", "workload", "baseline"):
+        t.add_column(col)
+    for label, _ in RATIO_COLUMNS:
+        t.add_column(label, justify="right")
+    for row in rows:
+        t.add_row(row["stack"], workload_label(row["workload"]), row["baseline"],
+                  *[fmt_ratio(row[key]) for _, key in RATIO_COLUMNS])
+    return t
+
+
 def io_and_size_table(runs: list[dict]) -> Table:
     t = Table(title="Devices and size (measured)", title_style="bold")
     for col in ("stack", "workload", "tps", "data r IOPS", "data w IOPS", "data MB read",
@@ -100,6 +142,9 @@ def print_terminal(rundir: Path, console: Console) -> None:
         console.print(t)
     if runs:
         console.print(io_and_size_table(runs))
+    ratios = ratio_rows(scenario, runs)
+    if ratios:
+        console.print(ratio_table(ratios))
     for s in stacks:
         if s.get("status") != "ok":
             console.print(f"[yellow]{s['stack']}: {s['status']}: {s.get('reason')}[/yellow]")
@@ -281,6 +326,15 @@ def _html(scenario, runs, stacks, images, rundir: Path) -> str:
                  r.get("engine_cache", {}).get("Innodb_buffer_pool_reads", ""), arc_hits_misses(r)]
         parts.append("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in cells) + "</tr>")
     parts.append("</table>")
+    ratios = ratio_rows(scenario, runs)
+    if ratios:
+        parts.append("<h2>Against the baseline, same run (stack / baseline)</h2><table><tr>" +
+                     "".join(f"<th>{e(c)}</th>" for c in ("stack", "workload", "baseline", *(l for l, _ in RATIO_COLUMNS))) + "</tr>")
+        for row in ratios:
+            cells = [row["stack"], workload_label(row["workload"]), row["baseline"],
+                     *[fmt_ratio(row[key]) for _, key in RATIO_COLUMNS]]
+            parts.append("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in cells) + "</tr>")
+        parts.append("</table>")
     for title, name in images:
         parts.append(f"<h3>{e(title)}</h3><img src='plots/{e(name)}'>")
     parts.append("<h2>Settings and versions per run</h2>")

@@ -2,7 +2,9 @@
 
 A scenario is TOML: [disk] (the emulated cloud disk), [fast_disk] (the unthrottled local
 device), [database], [workload] (threads, duration, sizes), `workloads = [...]`,
-[[stacks]], and [full] which overrides any of those sections for full-size runs.
+[[stacks]], optional `baseline` (a stack the report divides every stack's results by; a
+stack's own `baseline` adds one more for it), and [full] which overrides any of those
+sections for full-size runs.
 Owns: the schema and its error messages.
 Promises: a bad file raises ScenarioError naming the file and the offending key.
 Must never: start anything; this module only reads files.
@@ -26,7 +28,7 @@ SIZE = "size"          # "16K", "2G" or an int of bytes
 INT, STR, BOOL, TABLE = int, str, bool, dict
 
 SCHEMA = {
-    "name": STR, "title": STR, "description": STR, "article": STR,
+    "name": STR, "title": STR, "description": STR, "article": STR, "baseline": STR,
     "workloads": list, "stacks": list, "full": TABLE,
     "disk": {"size": SIZE, "iops": INT, "bandwidth": SIZE, "max_io": SIZE, "latency_us": INT},
     "fast_disk": {"size": SIZE},
@@ -39,7 +41,10 @@ STACK_SCHEMA = {
     "name": STR, "fs": STR, "compression": STR, "recordsize": STR, "arc_mb": INT,
     "l2arc": BOOL, "slog": BOOL, "logbias": STR, "primarycache": STR, "dataset": STR,
     "mariadb": TABLE, "postgres": TABLE, "properties": TABLE, "buffer_pool": SIZE, "notes": STR,
+    "external_journal": BOOL, "baseline": STR,
 }
+# Dataset properties given as top-level stack keys, on ZFS and tarn alike, and their values.
+PROPERTY_KEYS = {"logbias": ("latency", "throughput"), "primarycache": ("all", "metadata", "none")}
 REQUIRED = ("name", "workloads", "stacks", "disk")
 OVERRIDABLE = ("disk", "fast_disk", "database", "workload", "workloads", "stacks")
 COMPRESSION = {"btrfs": {"zstd", "lzo", "zlib", "off"},
@@ -90,6 +95,7 @@ def validate(raw: dict, origin: str = "<scenario>", full: bool = False) -> dict:
     _check_workloads(scenario["workloads"], origin)
     _check_engine(scenario, origin)
     _check_stacks(scenario["stacks"], origin)
+    _check_baselines(scenario, origin)
     scenario.setdefault("fast_disk", {"size": "1G"})
     scenario.setdefault("database", {})
     scenario.setdefault("workload", {})
@@ -164,6 +170,33 @@ def _check_stacks(stacks: list, origin: str) -> None:
                                 f"e.g. properties = {{ compression = {stack['compression']!r} }}")
         if "arc_mb" in stack and stack["fs"] not in ("zfs", "tarn"):
             raise ScenarioError(f"{origin}: '{where}.arc_mb' only applies to fs = \"zfs\" or \"tarn\"")
+        if "external_journal" in stack and stack["fs"] != "ext4":
+            raise ScenarioError(f"{origin}: '{where}.external_journal' only applies to fs = \"ext4\"")
+        for key, allowed in PROPERTY_KEYS.items():
+            if key not in stack:
+                continue
+            if stack["fs"] not in ("zfs", "tarn"):
+                raise ScenarioError(f"{origin}: '{where}.{key}' only applies to fs = \"zfs\" or \"tarn\"")
+            if stack[key] not in allowed:
+                raise ScenarioError(f"{origin}: '{where}.{key}' = {stack[key]!r} is not one of {', '.join(allowed)}")
+            other = stack.get("properties", {}).get(key)
+            if other is not None and other != stack[key]:
+                raise ScenarioError(f"{origin}: '{where}.{key}' = {stack[key]!r} and "
+                                    f"'{where}.properties.{key}' = {other!r} disagree; give it once")
+
+
+def _check_baselines(scenario: dict, origin: str) -> None:
+    """`baseline` (scenario: every stack's; stack: one more for that stack) names a stack
+    of the same scenario, which the report divides by."""
+    names = [s["name"] for s in scenario["stacks"]]
+    if "baseline" in scenario and scenario["baseline"] not in names:
+        raise ScenarioError(f"{origin}: 'baseline' = {scenario['baseline']!r} is not a stack of this "
+                            f"scenario ({', '.join(names)})")
+    for i, stack in enumerate(scenario["stacks"]):
+        base = stack.get("baseline")
+        if base is not None and (base not in names or base == stack["name"]):
+            raise ScenarioError(f"{origin}: 'stacks[{i}].baseline' = {base!r} is not another stack of "
+                                f"this scenario ({', '.join(n for n in names if n != stack['name'])})")
 
 
 DATABASES = ("mariadb", "postgresql")

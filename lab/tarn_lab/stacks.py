@@ -1,8 +1,9 @@
 """Stacks: a filesystem (or pool) built on the paced disk, mounted, ready for a datadir.
 
-Owns: mkfs/mount of ext4, xfs, btrfs (compress=zstd|lzo), ZFS (kernel ZFS if the module
-is loaded, else a private zfs-fuse daemon; compression, recordsize, ARC size, L2ARC, SLOG),
-ext4 on bcache, and tarn (`tarn mount`) once it exists; and the database settings each
+Owns: mkfs/mount of ext4 (journal in place or on the fast device), xfs, btrfs
+(compress=zstd|lzo), ZFS (kernel ZFS if the module is loaded, else a private zfs-fuse
+daemon; compression, recordsize, ARC size, L2ARC, SLOG, logbias), ext4 on bcache, and tarn
+(`tarn mount`; properties such as logbias, SLOG, ARC size); and the database settings each
 stack wants (doublewrite off on copy-on-write stacks, as the articles did).
 Promises: a stack this machine cannot build raises StackSkipped with the reason; every
 mount, pool and daemon it starts is registered on the Teardown.
@@ -148,9 +149,22 @@ def _mount(dev: str, mnt: Path, options: str, teardown: Teardown, fstype: str | 
 
 def _ext4(spec, data, fast, workdir, mnt, teardown) -> BuiltStack:
     # lazy init off: otherwise ext4 zeroes inode tables in the background during the run.
-    run(["mkfs.ext4", "-F", "-q", "-E", "lazy_itable_init=0,lazy_journal_init=0", data.path])
-    _mount(data.path, mnt, "noatime", teardown)
-    return BuiltStack(spec["name"], "ext4", mnt, [data], {"mkfs": "mkfs.ext4", "mount": "noatime"},
+    mkfs = ["mkfs.ext4", "-F", "-q", "-E", "lazy_itable_init=0,lazy_journal_init=0"]
+    devices, options, settings = [data], "noatime", {}
+    if spec.get("external_journal"):
+        # ext4's answer to a SLOG: the whole journal (jbd2) on the fast device, so a
+        # commit's journal write and flush go there; file data still goes to the paced disk.
+        log = start_fast_disk(workdir, fast.get("size", "1G"), teardown, role="log")
+        run(["mke2fs", "-F", "-q", "-O", "journal_dev", "-b", "4096", log.path])
+        mkfs += ["-b", "4096", "-J", f"device={log.path}"]
+        # journal_path: find the journal by path, not by the device number kept in the superblock.
+        options += f",journal_path={log.path}"
+        devices.append(log)
+        settings["journal"] = f"external, on the fast disk ({log.path})"
+    run(mkfs + [data.path])
+    _mount(data.path, mnt, options, teardown)
+    settings.update({"mkfs": " ".join(mkfs), "mount": options})
+    return BuiltStack(spec["name"], "ext4", mnt, devices, settings,
                       versions={"e2fsprogs": tool_version(["mkfs.ext4", "-V"])})
 
 
@@ -295,12 +309,23 @@ def tarn_command(workdir: Path, *args: str, arc_mb: int | None = None) -> list[s
 
 
 TARN_DEFAULT_PROPERTIES = {"recordsize": "16K", "compression": "lz4", "atime": "off"}
+# Stack keys that are dataset properties on ZFS and on tarn alike: given at the top level of
+# a tarn stack they become tarn properties (the scenario check refuses a conflicting value
+# in `properties`).
+TARN_PROPERTY_KEYS = ("logbias", "primarycache")
+
+
+def tarn_properties(spec: dict) -> dict:
+    """The dataset properties a tarn stack is created with: the lab's defaults, the
+    top-level property keys (logbias, primarycache), then `properties`."""
+    top = {k: spec[k] for k in TARN_PROPERTY_KEYS if k in spec}
+    return {**TARN_DEFAULT_PROPERTIES, **top, **spec.get("properties", {})}
 
 
 def _tarn(spec, data, fast, workdir, mnt, teardown) -> BuiltStack:
     """A tarn pool on the paced disk's loop device, one dataset mounted through FUSE."""
     pool = f"tarnlab{os.getpid()}"
-    props = {**TARN_DEFAULT_PROPERTIES, **spec.get("properties", {})}
+    props = tarn_properties(spec)
     ashift = str(spec.get("ashift", 12))
     devices = [data]
     vdevs = [data.path]

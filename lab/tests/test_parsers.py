@@ -103,3 +103,19 @@ def test_prepare_and_run_draw_from_the_same_distribution():
         prep = [a for a in prepare_argv(w, "/s", params) if a.startswith("--rand-type=")]
         run = [a for a in run_argv(w, "/s", params) if a.startswith("--rand-type=")]
         assert prep == run == ["--rand-type=uniform"], w
+
+
+def test_ratios_against_the_scenario_and_the_stack_baseline():
+    from tarn_lab.report import ratio_rows
+    def run(stack, tps, avg, p95):
+        return {"stack": stack, "workload": "oltp_update_index",
+                "summary": {"tps": tps, "latency_ms": {"avg": avg, "p95": p95}}}
+    scenario = {"baseline": "ext4", "stacks": [{"name": "ext4"}, {"name": "ext4-fj"},
+                                               {"name": "tarn-slog", "baseline": "ext4-fj"}]}
+    runs = [run("ext4", 100.0, 40.0, 80.0), run("ext4-fj", 200.0, 20.0, 40.0), run("tarn-slog", 150.0, 30.0, 60.0)]
+    rows = {(r["stack"], r["baseline"]): r for r in ratio_rows(scenario, runs)}
+    assert set(rows) == {("ext4-fj", "ext4"), ("tarn-slog", "ext4"), ("tarn-slog", "ext4-fj")}
+    assert rows[("tarn-slog", "ext4")]["tps"] == 1.5 and rows[("tarn-slog", "ext4-fj")]["tps"] == 0.75
+    assert rows[("tarn-slog", "ext4-fj")]["latency_p95"] == 1.5
+    # a baseline without a result (skipped or failed) gives no row, not a made-up one
+    assert [r for r in ratio_rows(scenario, runs[1:]) if r["baseline"] == "ext4"] == []

@@ -48,6 +48,13 @@ def test_full_overrides_sizes():
     (bad(full={"disk": {"iops": -1}}), "'full.disk.iops' must be a non-negative integer"),
     (bad(full={"name": "x"}), "unknown key 'full.name'"),
     (bad(workload={"threads": 2, "durations": 3}), "unknown key 'workload.durations'"),
+    (bad(stacks=[{"name": "e", "fs": "ext4", "logbias": "throughput"}]), "'stacks[0].logbias' only applies to fs = \"zfs\" or \"tarn\""),
+    (bad(stacks=[{"name": "t", "fs": "tarn", "logbias": "fast"}]), "'stacks[0].logbias' = 'fast' is not one of latency, throughput"),
+    (bad(stacks=[{"name": "t", "fs": "tarn", "logbias": "latency", "properties": {"logbias": "throughput"}}]),
+     "'stacks[0].logbias' = 'latency' and 'stacks[0].properties.logbias' = 'throughput' disagree"),
+    (bad(stacks=[{"name": "x", "fs": "xfs", "external_journal": True}]), "'stacks[0].external_journal' only applies to fs = \"ext4\""),
+    (bad(baseline="xfs"), "'baseline' = 'xfs' is not a stack of this scenario"),
+    (bad(stacks=[{"name": "e", "fs": "ext4", "baseline": "e"}]), "'stacks[0].baseline' = 'e' is not another stack"),
 ])
 def test_bad_scenarios_name_the_key(scenario, message):
     with pytest.raises(ScenarioError) as err:
@@ -80,3 +87,17 @@ def test_tarn_is_in_the_article_scenarios():
         assert all(s["properties"]["recordsize"] in ("16K", "32K") for s in tarn), name
     l2arc_tarn = [s for s in sc.load("l2arc")["stacks"] if s["fs"] == "tarn"][0]
     assert "no L2ARC" in l2arc_tarn["notes"]
+
+
+def test_zil_scenario_covers_logbias_and_slog_against_ext4():
+    s = sc.load("zil")
+    assert s["workloads"] == ["oltp_update_index"] and s["baseline"] == "ext4"
+    tarn = {(st.get("slog", False), st["logbias"]) for st in s["stacks"] if st["fs"] == "tarn"}
+    assert tarn == {(False, "latency"), (False, "throughput"), (True, "latency"), (True, "throughput")}
+    ext4 = {st["name"]: st for st in s["stacks"] if st["fs"] == "ext4"}
+    assert "ext4" in ext4 and any(st.get("external_journal") for st in ext4.values())
+    # the SLOG stacks are also divided by ext4 with its journal on the same fast device
+    for st in s["stacks"]:
+        if st.get("slog"):
+            assert ext4[st["baseline"]].get("external_journal"), st["name"]
+    assert s["disk"] == sc.load("quick")["disk"]

@@ -81,3 +81,32 @@ def test_engine_counter_deltas():
     d = stacks.counter_deltas(before, after)
     assert d == {"arc": {"hits": 15, "misses": 5, "size": -20}, "io": {"blocks_read": 3}}
     assert stacks.counter_deltas(None, after) is None
+
+
+def test_tarn_honours_logbias_and_primarycache_given_as_stack_keys():
+    # Documented stack keys (they work on ZFS); on tarn they become dataset properties.
+    props = stacks.tarn_properties({"name": "t", "fs": "tarn", "logbias": "throughput",
+                                    "primarycache": "metadata", "properties": {"recordsize": "32K"}})
+    assert props["logbias"] == "throughput" and props["primarycache"] == "metadata"
+    assert props["recordsize"] == "32K" and props["compression"] == "lz4"
+    assert "logbias" not in stacks.tarn_properties({"name": "t", "fs": "tarn"})
+
+
+def test_ext4_with_its_journal_on_the_fast_device(real_machine, tmp_path):
+    from conftest import leftovers
+    from tarn_lab.cleanup import Teardown
+    from tarn_lab.shell import run
+    spec = {"name": "e", "fs": "ext4", "external_journal": True}
+    disk = {"size": "256M", "iops": 2000, "max_io": "16K"}
+    try:
+        with Teardown() as teardown:
+            built = stacks.build_stack(spec, disk, {"size": "64M"}, tmp_path / "w", teardown)
+            roles = built.device_names()
+            assert set(roles) == {"data", "log"}
+            header = run(["dumpe2fs", "-h", f"/dev/{roles['data']}"])
+            assert "Journal device" in header
+            assert "journal_path=" in built.settings["mount"] and "external" in built.settings["journal"]
+            (built.mountpoint / "f").write_text("x")
+            os.sync()
+    finally:
+        assert leftovers(tmp_path) == []
