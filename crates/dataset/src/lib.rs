@@ -655,11 +655,8 @@ impl Dataset {
             let blksz = st.dnode.blksz as u64;
             drop(st);
             if eff.sync != SyncMode::Disabled {
-                if self.logs_in_place(&eff, data.len()) {
-                    self.zil.log_indirect(hold.txg, self.id, ino, off, data.len() as u64, blksz);
-                } else {
-                    self.zil.log_write(hold.txg, self.id, ino, off, data);
-                }
+                let in_place = self.logs_in_place(&eff, data.len());
+                self.zil.log_write(hold.txg, self.id, ino, off, data.len() as u64, blksz, in_place);
             }
             self.os.mark_dirty(ino);
             hold.txg
@@ -788,9 +785,10 @@ impl Dataset {
     }
 }
 
-/// The intent log asks, at fsync, for the data of writes it logged without copying.
+/// The intent log asks, at fsync, for the data of queued writes: a copy as of their txg,
+/// or (in_place) their record written in place.
 impl WriteSource for Dataset {
-    fn write_data(&self, txg: u64, ino: u64, off: u64, len: u64) -> Result<WriteData, ZioError> {
+    fn write_data(&self, txg: u64, ino: u64, off: u64, len: u64, in_place: bool) -> Result<WriteData, ZioError> {
         let obj = match self.os.get_including_freed(ino) {
             Ok(obj) => obj,
             Err(ObjError::Zio(e)) => return Err(e),
@@ -800,7 +798,7 @@ impl WriteSource for Dataset {
         let ctx = self.os.ctx();
         // Holding `txg` open keeps the record in its changes while its block is written,
         // so the txg can adopt the block. Not waiting: the log is held (see try_hold_open).
-        let hold = ctx.txg.try_hold_open(txg);
+        let hold = if in_place { ctx.txg.try_hold_open(txg) } else { None };
         let mut st = obj.lock();
         let (blkid, block_offset, rec) = match st.log_data(&ctx.zio, txg, ctx.txg.synced(), off, len, hold.is_some())? {
             LogData::Committed => return Ok(WriteData::Committed),

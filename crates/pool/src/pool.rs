@@ -1175,8 +1175,12 @@ impl Inner {
             root: bp.to_bytes(),
         };
         zio.vdevs.write_uberblock(&ub)?;
-        let _exclusive = self.ctx.reclaim.write();
-        zio.release_deferred();
+        {
+            let _exclusive = self.ctx.reclaim.write();
+            zio.release_deferred();
+        }
+        // Not under the reclaim lock: an fsync holding the intent log may wait for an
+        // object lock whose holder waits for the reclaim lock.
         self.zil.txg_committed(txg);
         Ok(())
     }

@@ -15,7 +15,7 @@
 
 mod record;
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -55,37 +55,106 @@ pub struct ZilStats {
     pub indirect_records: AtomicU64,
 }
 
+/// Changes not yet committed by a txg, in sequence order within each list. Kept per
+/// object so that an fsync takes its file's changes without walking every other file's
+/// (a database's redo-log fsync must not cost more as data-file pages pile up).
 struct Queue {
-    items: VecDeque<(u64, Queued)>,
     next_seq: u64,
+    /// Namespace changes: every fsync needs all of them.
+    namespace: VecDeque<(u64, Queued)>,
+    /// Everything else, per (dataset, object).
+    objects: HashMap<(u64, u64), VecDeque<(u64, Queued)>>,
 }
 
-/// A queued change: a record ready to encode, or a write whose data is fetched only when
-/// a commit needs it (then either logged as a pointer to a block written in place, or
-/// copied in if that is not possible).
+impl Queue {
+    fn push(&mut self, item: Queued) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        match item.object() {
+            Some(key) => self.objects.entry(key).or_default().push_back((seq, item)),
+            None => self.namespace.push_back((seq, item)),
+        }
+    }
+
+    /// The namespace changes and `key`'s changes up to `target`, merged in sequence order.
+    fn take_for(&mut self, key: (u64, u64), target: u64) -> Vec<(u64, Queued)> {
+        let ns = take_upto(&mut self.namespace, target);
+        let own = match self.objects.get_mut(&key) {
+            Some(list) => {
+                let own = take_upto(list, target);
+                if list.is_empty() {
+                    self.objects.remove(&key);
+                }
+                own
+            }
+            None => VecDeque::new(),
+        };
+        merge_by_seq(ns, own)
+    }
+
+    /// Drops every change of txgs up to `txg` (they are committed). A list is in txg order:
+    /// all of a txg's changes are queued before the next txg opens.
+    fn drop_committed(&mut self, txg: u64) {
+        drop_upto_txg(&mut self.namespace, txg);
+        self.objects.retain(|_, list| {
+            drop_upto_txg(list, txg);
+            !list.is_empty()
+        });
+    }
+}
+
+fn take_upto(list: &mut VecDeque<(u64, Queued)>, target: u64) -> VecDeque<(u64, Queued)> {
+    let n = list.iter().take_while(|(s, _)| *s <= target).count();
+    list.drain(..n).collect()
+}
+
+fn drop_upto_txg(list: &mut VecDeque<(u64, Queued)>, txg: u64) {
+    while list.front().is_some_and(|(_, q)| q.txg() <= txg) {
+        list.pop_front();
+    }
+}
+
+fn merge_by_seq(mut a: VecDeque<(u64, Queued)>, mut b: VecDeque<(u64, Queued)>) -> Vec<(u64, Queued)> {
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    loop {
+        let from_a = match (a.front(), b.front()) {
+            (Some((sa, _)), Some((sb, _))) => sa < sb,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => return out,
+        };
+        out.push(if from_a { a.pop_front() } else { b.pop_front() }.expect("checked non-empty"));
+    }
+}
+
+/// A queued change: a record ready to encode, or a write whose data is fetched only if a
+/// commit needs it (ZFS's WR_NEED_COPY and WR_INDIRECT): copied then, or — `in_place` —
+/// logged as a pointer to its record written in place. A write no fsync asks for before
+/// its txg commits is never copied at all.
 enum Queued {
     Ready(Record),
-    Indirect { txg: u64, dataset: u64, obj: u64, offset: u64, len: u64 },
+    Write { txg: u64, dataset: u64, obj: u64, offset: u64, len: u64, in_place: bool },
 }
 
 impl Queued {
     fn txg(&self) -> u64 {
         match self {
             Queued::Ready(r) => r.txg,
-            Queued::Indirect { txg, .. } => *txg,
+            Queued::Write { txg, .. } => *txg,
         }
     }
 
-    fn needed_by(&self, dataset: u64, obj: u64) -> bool {
+    /// (dataset, object) for a change of one object; `None` for a namespace change.
+    fn object(&self) -> Option<(u64, u64)> {
         match self {
-            Queued::Ready(r) => r.needed_by(dataset, obj),
-            Queued::Indirect { dataset: d, obj: o, .. } => *d == dataset && *o == obj,
+            Queued::Ready(r) => r.object().map(|o| (r.dataset, o)),
+            Queued::Write { dataset, obj, .. } => Some((*dataset, *obj)),
         }
     }
 }
 
-/// Where the data of a write logged by `log_indirect` is, as the layer above says at
-/// commit time.
+/// Where the data of a write queued by `log_write` is, as the layer above says at commit
+/// time.
 pub enum WriteData {
     /// Written in place (not yet flushed) as the record-sized block `bp` starting at file
     /// offset `block_offset`; the txg adopts that block instead of writing it again.
@@ -100,7 +169,8 @@ pub enum WriteData {
 /// The layer above, asked at commit time for the data of an indirect write (ZFS's
 /// `zl_get_data`). It must return the bytes as of the write's txg, or newer.
 pub trait WriteSource {
-    fn write_data(&self, txg: u64, obj: u64, offset: u64, len: u64) -> Result<WriteData, ZioError>;
+    /// `in_place` asks for the record to be written in place if it can be.
+    fn write_data(&self, txg: u64, obj: u64, offset: u64, len: u64, in_place: bool) -> Result<WriteData, ZioError>;
 }
 
 struct Chain {
@@ -112,6 +182,22 @@ struct Chain {
     blocks: VecDeque<(Extent, u64, u64)>,
     /// Bytes the last commit needed: sizes the next pre-allocation.
     last_commit_bytes: u64,
+    /// Top-level vdevs written since their last flush (log blocks, blocks written in
+    /// place). A commit flushes these and only these: with a log device, an fsync never
+    /// waits for the data disks unless it wrote data there.
+    unflushed: Vec<u16>,
+    /// Set when a commit failed after taking records off the queue: the newest txg among
+    /// them. Until that txg commits, every commit fails so that its caller commits a txg
+    /// (the records it needs may have been among the lost ones).
+    failed_txg: u64,
+}
+
+impl Chain {
+    fn wrote_to(&mut self, vdev: u16) {
+        if !self.unflushed.contains(&vdev) {
+            self.unflushed.push(vdev);
+        }
+    }
 }
 
 pub struct Zil {
@@ -131,6 +217,8 @@ pub enum ZilError {
     Zio(#[from] ZioError),
     #[error("{0}")]
     Unsupported(String),
+    #[error("an earlier intent-log commit failed; changes up to txg {0} need a txg commit")]
+    Unsettled(u64),
 }
 
 impl Zil {
@@ -140,8 +228,8 @@ impl Zil {
         Zil {
             zio,
             pool_guid,
-            queue: Mutex::new(Queue { items: VecDeque::new(), next_seq: 1 }),
-            chain: Mutex::new(Chain { next: None, next_seq: first_seq, blocks: VecDeque::new(), last_commit_bytes: 0 }),
+            queue: Mutex::new(Queue { next_seq: 1, namespace: VecDeque::new(), objects: HashMap::new() }),
+            chain: Mutex::new(Chain { next: None, next_seq: first_seq, blocks: VecDeque::new(), last_commit_bytes: 0, unflushed: Vec::new(), failed_txg: 0 }),
             replaying: AtomicBool::new(false),
             stats: ZilStats::default(),
         }
@@ -169,17 +257,16 @@ impl Zil {
     }
 
     fn enqueue(&self, item: Queued) {
-        let mut q = self.queue.lock();
-        let seq = q.next_seq;
-        q.next_seq += 1;
-        q.items.push_back((seq, item));
+        self.queue.lock().push(item);
     }
 
-    /// Queues a write whose data stays out of the log: at commit, the layer above writes
-    /// each touched record in place and the log carries a pointer (`logbias=throughput`,
-    /// and large writes without a log device, as ZFS's WR_INDIRECT). One entry per
-    /// record of `blksz` bytes, so each resolves to one block.
-    pub fn log_indirect(&self, txg: u64, dataset: u64, obj: u64, offset: u64, len: u64, blksz: u64) {
+    /// Queues a write of [offset, offset + len) to `obj`, whose record size is `blksz`;
+    /// its data is fetched from the object at commit. With `in_place` (`logbias=
+    /// throughput`, and large writes without a log device, as ZFS's WR_INDIRECT) the
+    /// commit writes each touched record in place and logs a pointer: one entry per
+    /// record, so each resolves to one block. Otherwise the bytes are copied into the log
+    /// at commit, in entries of at most `MAX_WRITE_RECORD` bytes.
+    pub fn log_write(&self, txg: u64, dataset: u64, obj: u64, offset: u64, len: u64, blksz: u64, in_place: bool) {
         if self.replaying.load(Ordering::Relaxed) {
             return;
         }
@@ -187,20 +274,12 @@ impl Zil {
         let end = offset + len;
         let mut at = offset;
         while at < end {
-            let piece = (blksz - at % blksz).min(end - at);
-            self.enqueue(Queued::Indirect { txg, dataset, obj, offset: at, len: piece });
+            let mut piece = (blksz - at % blksz).min(end - at);
+            if !in_place {
+                piece = piece.min(MAX_WRITE_RECORD as u64);
+            }
+            self.enqueue(Queued::Write { txg, dataset, obj, offset: at, len: piece, in_place });
             at += piece;
-        }
-    }
-
-    /// Queues a write, split into records of at most `MAX_WRITE_RECORD` bytes.
-    pub fn log_write(&self, txg: u64, dataset: u64, obj: u64, offset: u64, data: &[u8]) {
-        if self.replaying.load(Ordering::Relaxed) {
-            return;
-        }
-        for (i, chunk) in data.chunks(MAX_WRITE_RECORD).enumerate() {
-            let at = offset + (i * MAX_WRITE_RECORD) as u64;
-            self.log(txg, dataset, Op::Write { obj, offset: at, data: chunk.to_vec() });
         }
     }
 
@@ -217,33 +296,48 @@ impl Zil {
     pub fn commit_for(&self, dataset: u64, obj: u64, source: &dyn WriteSource) -> Result<(), ZilError> {
         let target = self.queue.lock().next_seq - 1;
         let mut chain = self.chain.lock();
-        let taken: Vec<(u64, Queued)> = {
-            let mut q = self.queue.lock();
-            let (taken, kept): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut q.items)
-                .into_iter()
-                .partition(|(s, r)| *s <= target && r.needed_by(dataset, obj));
-            q.items = kept;
-            taken.into()
-        };
-        let records = self.resolve(taken, source)?;
-        if !records.is_empty() {
-            self.write_blocks(&mut chain, &records)?;
-            self.zio.flush()?;
+        let taken = self.queue.lock().take_for((dataset, obj), target);
+        if chain.failed_txg != 0 {
+            // An earlier commit failed after taking records off the queue (ours among
+            // them, perhaps): only a txg commit makes them durable now.
+            return Err(ZilError::Unsettled(chain.failed_txg));
         }
+        let newest_txg = taken.iter().map(|(_, q)| q.txg()).max().unwrap_or(0);
+        let written = self.resolve(&mut chain, taken, source).and_then(|records| {
+            if !records.is_empty() {
+                self.write_blocks(&mut chain, &records)?;
+            }
+            self.flush_written(&mut chain)
+        });
+        if written.is_err() {
+            chain.failed_txg = chain.failed_txg.max(newest_txg).max(1);
+        }
+        written?;
         self.stats.commits.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Flushes the vdevs written since their last flush (a failed commit's writes too, so
+    /// a chain block it left unflushed is durable before any block after it counts).
+    fn flush_written(&self, chain: &mut Chain) -> Result<(), ZilError> {
+        if !chain.unflushed.is_empty() {
+            self.zio.flush_tops(&chain.unflushed)?;
+            chain.unflushed.clear();
+        }
         Ok(())
     }
 
     /// Turns queued changes into records: indirect writes become a pointer to their block
     /// written in place, or a copy of their bytes; writes of committed txgs are dropped.
-    fn resolve(&self, taken: Vec<(u64, Queued)>, source: &dyn WriteSource) -> Result<Vec<(u64, Record)>, ZilError> {
+    fn resolve(&self, chain: &mut Chain, taken: Vec<(u64, Queued)>, source: &dyn WriteSource) -> Result<Vec<(u64, Record)>, ZilError> {
         let mut out = Vec::with_capacity(taken.len());
         for (seq, item) in taken {
             let record = match item {
                 Queued::Ready(r) => r,
-                Queued::Indirect { txg, dataset, obj, offset, len } => {
-                    let op = match source.write_data(txg, obj, offset, len)? {
+                Queued::Write { txg, dataset, obj, offset, len, in_place } => {
+                    let op = match source.write_data(txg, obj, offset, len, in_place)? {
                         WriteData::InPlace { block_offset, bp } => {
+                            chain.wrote_to(bp.vdev);
                             self.stats.indirect_records.fetch_add(1, Ordering::Relaxed);
                             Op::WriteIndirect { obj, offset, len, block_offset, bp }
                         }
@@ -292,6 +386,7 @@ impl Zil {
             self.zio.write_extent(&here, &block)?;
             self.stats.blocks_written.fetch_add(1, Ordering::Relaxed);
             self.stats.bytes_written.fetch_add(block.len() as u64, Ordering::Relaxed);
+            chain.wrote_to(here.vdev);
             chain.blocks.push_back((here, chain.next_seq, max_txg));
             chain.next = Some(next);
             chain.next_seq += 1;
@@ -335,10 +430,13 @@ impl Zil {
 
     /// Txg `txg` is committed: its queued changes no longer need the log.
     pub fn txg_committed(&self, txg: u64) {
-        let mut q = self.queue.lock();
-        while q.items.front().is_some_and(|(_, r)| r.txg() <= txg) {
-            q.items.pop_front();
+        {
+            let mut chain = self.chain.lock();
+            if chain.failed_txg != 0 && chain.failed_txg <= txg {
+                chain.failed_txg = 0;
+            }
         }
+        self.queue.lock().drop_committed(txg);
     }
 
     /// The highest sequence number this chain has used or reserved.
@@ -469,4 +567,40 @@ fn decode_block(b: &[u8], pool_guid: u64, seq: u64) -> Result<Block<'_>, String>
     }
     let next = Extent { vdev: u16::from_le_bytes([b[32], b[33]]), offset: u64_at(40), len: u64_at(48) };
     Ok(Block { version, next, payload: &b[BLOCK_HEADER..BLOCK_HEADER + len] })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(txg: u64, obj: u64) -> Queued {
+        Queued::Ready(Record { txg, dataset: 1, op: Op::Write { obj, offset: 0, data: vec![1] } })
+    }
+
+    fn create(txg: u64, obj: u64) -> Queued {
+        let op = Op::Create { parent: 1, obj, kind: 1, mode: 0o644, uid: 0, gid: 0, rdev: 0, name: b"f".to_vec(), target: vec![] };
+        Queued::Ready(Record { txg, dataset: 1, op })
+    }
+
+    fn seqs(items: &[(u64, Queued)]) -> Vec<u64> {
+        items.iter().map(|(s, _)| *s).collect()
+    }
+
+    #[test]
+    fn an_fsync_takes_its_object_and_the_namespace_in_order_and_nothing_else() {
+        let mut q = Queue { next_seq: 1, namespace: VecDeque::new(), objects: HashMap::new() };
+        q.push(create(5, 7)); // 1
+        q.push(write(5, 7)); // 2
+        q.push(write(5, 8)); // 3: another file
+        q.push(create(6, 9)); // 4
+        q.push(Queued::Write { txg: 6, dataset: 1, obj: 7, offset: 0, len: 10, in_place: true }); // 5
+        q.push(write(6, 7)); // 6: after the fsync started
+        assert_eq!(seqs(&q.take_for((1, 7), 5)), vec![1, 2, 4, 5]);
+        assert_eq!(seqs(&q.take_for((1, 7), 6)), vec![6]);
+        assert_eq!(seqs(&q.take_for((2, 8), 6)), Vec::<u64>::new(), "object 8 of dataset 2 is another file");
+        q.drop_committed(5);
+        assert!(q.objects.is_empty(), "txg 5 committed object 8's write");
+        q.push(write(7, 8));
+        assert_eq!(seqs(&q.take_for((1, 8), 7)), vec![7]);
+    }
 }

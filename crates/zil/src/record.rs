@@ -97,18 +97,17 @@ impl Reader<'_> {
 }
 
 impl Record {
-    /// True if an fsync of `obj` in `dataset` must make this record durable: it changes
-    /// that object, or it is a namespace change (which replay applies in order).
-    pub fn needed_by(&self, dataset: u64, obj: u64) -> bool {
+    /// The object whose own changes this record holds; `None` for a namespace change
+    /// (create, remove, rename, link), which every fsync must make durable (replay
+    /// applies them in order).
+    pub fn object(&self) -> Option<u64> {
         match &self.op {
-            Op::Write { obj: o, .. }
-            | Op::WriteIndirect { obj: o, .. }
-            | Op::Truncate { obj: o, .. }
-            | Op::SetAttr { obj: o, .. }
-            | Op::PunchHole { obj: o, .. } => {
-                self.dataset == dataset && *o == obj
-            }
-            Op::Create { .. } | Op::Remove { .. } | Op::Rename { .. } | Op::Link { .. } => true,
+            Op::Write { obj, .. }
+            | Op::WriteIndirect { obj, .. }
+            | Op::Truncate { obj, .. }
+            | Op::SetAttr { obj, .. }
+            | Op::PunchHole { obj, .. } => Some(*obj),
+            Op::Create { .. } | Op::Remove { .. } | Op::Rename { .. } | Op::Link { .. } => None,
         }
     }
 

@@ -549,6 +549,14 @@ impl Zio {
     pub fn flush(&self) -> Result<(), ZioError> {
         Ok(self.vdevs.flush_all()?)
     }
+
+    /// Flushes only the top-level vdevs `tops` (every side of each).
+    pub fn flush_tops(&self, tops: &[u16]) -> Result<(), ZioError> {
+        for &top in tops {
+            self.vdevs.tops[top as usize].flush()?;
+        }
+        Ok(())
+    }
 }
 
 fn block_kind(t: BlockType) -> &'static str {
