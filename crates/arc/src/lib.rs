@@ -73,6 +73,7 @@ pub struct Counters {
     pub inserts: AtomicU64,
     pub prefetch_inserts: AtomicU64,
     pub prefetch_hits: AtomicU64,
+    pub written_inserts: AtomicU64,
 }
 
 /// A consistent view of the cache for `tarn stats arc` and Prometheus.
@@ -90,6 +91,9 @@ pub struct ArcSnapshot {
     pub prefetch_reads: u64,
     #[serde(default)]
     pub prefetch_hits: u64,
+    /// Blocks kept in the cache as they were written.
+    #[serde(default)]
+    pub written_blocks: u64,
     /// Reads served from the decompressed copies (filled in by the io pipeline).
     #[serde(default)]
     pub hot_copy_hits: u64,
@@ -183,6 +187,14 @@ impl ArcCache {
         self.insert_entry(key, Entry { bytes, lsize, class, prefetched: false });
     }
 
+    /// Caches a block just written (it enters the recency list, like a first read, but
+    /// counts as neither a hit nor a miss).
+    pub fn insert_written(&self, key: BlockKey, bytes: Arc<[u8]>, lsize: u32, class: Class) {
+        if self.insert_entry(key, Entry { bytes, lsize, class, prefetched: false }) {
+            self.counters.written_inserts.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// Caches a block read ahead of demand (sequential prefetch).
     pub fn insert_prefetched(&self, key: BlockKey, bytes: Arc<[u8]>, lsize: u32, class: Class) {
         if self.insert_entry(key, Entry { bytes, lsize, class, prefetched: true }) {
@@ -262,6 +274,7 @@ impl ArcCache {
             ghost_frequency_hits: get(&c.ghost_b2_hits),
             evictions: get(&c.evictions),
             prefetch_reads: get(&c.prefetch_inserts),
+            written_blocks: get(&c.written_inserts),
             prefetch_hits: get(&c.prefetch_hits),
             hot_copy_hits: 0,
             hot_copies_size: 0,
@@ -384,6 +397,7 @@ impl ArcSnapshot {
             ("evictions", self.evictions),
             ("prefetch_reads", self.prefetch_reads),
             ("prefetch_hits", self.prefetch_hits),
+            ("written_blocks", self.written_blocks),
             ("hot_copy_hits", self.hot_copy_hits),
             ("hot_copies_size", self.hot_copies_size),
             ("size", self.size),

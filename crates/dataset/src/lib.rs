@@ -776,7 +776,7 @@ impl Dataset {
     /// Writes this dataset's part of txg `txg` and updates its space counters.
     pub fn sync(&self, txg: u64) -> Result<(), ObjError> {
         let eff = self.effective();
-        let r = self.os.sync(txg, SyncPolicy { compression: eff.compression, checksum: eff.checksum })?;
+        let r = self.os.sync(txg, SyncPolicy { compression: eff.compression, checksum: eff.checksum, cache: eff.primarycache })?;
         self.used_physical.fetch_add(r.allocated_physical, Ordering::Relaxed);
         self.used_logical.fetch_add(r.allocated_logical, Ordering::Relaxed);
         self.used_physical.fetch_sub(r.freed_physical.min(self.used_physical.load(Ordering::Relaxed)), Ordering::Relaxed);
@@ -810,7 +810,14 @@ impl WriteSource for Dataset {
         }
         drop(st); // readers and writers of the file go on while the block is written
         let eff = self.effective();
-        let block = PendingBlock { data: &rec, compression: eff.compression, checksum: eff.checksum, level: 0, block_type: BlockType::Data };
+        let block = PendingBlock {
+            data: &rec,
+            compression: eff.compression,
+            checksum: eff.checksum,
+            level: 0,
+            block_type: BlockType::Data,
+            cache: eff.primarycache,
+        };
         let bp = ctx.zio.write_blocks(&[block], txg)?.pop().expect("one block written");
         obj.lock().set_early_block(blkid, &rec, bp);
         drop(hold);

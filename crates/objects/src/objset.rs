@@ -19,6 +19,8 @@ pub const META_BLKSZ: u32 = 16384;
 pub struct SyncPolicy {
     pub compression: Compression,
     pub checksum: ChecksumKind,
+    /// `primarycache`: which written blocks stay in the ARC.
+    pub cache: tarn_zio::CachePolicy,
 }
 
 /// What a sync did, for space accounting.
@@ -255,6 +257,7 @@ impl ObjSet {
                         checksum: policy.checksum,
                         level: 0,
                         block_type: block_type(objects[*i]),
+                        cache: policy.cache,
                     }),
                     _ => None,
                 })

@@ -7,7 +7,7 @@
 //! (copy-on-write), returning the pointers it replaced so the caller can free them.
 use std::collections::HashMap;
 
-use tarn_zio::{BlockPtr, BlockType, ChecksumKind, Compression, PendingBlock, Zio, ZioError, BLKPTR_SIZE};
+use tarn_zio::{BlockPtr, BlockType, CachePolicy, ChecksumKind, Compression, PendingBlock, Zio, ZioError, BLKPTR_SIZE};
 
 pub const IND_SHIFT: u8 = 15;
 const PTR_SHIFT: u32 = IND_SHIFT as u32 - 6;
@@ -285,7 +285,15 @@ impl BlockTree {
             }
             let pending: Vec<PendingBlock> = encoded
                 .iter()
-                .map(|data| PendingBlock { data, compression: Compression::Lz4, checksum, level, block_type: BlockType::Indirect })
+                .map(|data| PendingBlock {
+                    data,
+                    compression: Compression::Lz4,
+                    checksum,
+                    level,
+                    block_type: BlockType::Indirect,
+                    // The tree keeps its indirect blocks decoded in memory already.
+                    cache: CachePolicy::None,
+                })
                 .collect();
             let ptrs = zio.write_blocks(&pending, birth)?;
             for bp in &ptrs {

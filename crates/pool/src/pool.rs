@@ -1161,6 +1161,7 @@ impl Inner {
             checksum: ChecksumKind::Xxh3,
             level: 0,
             block_type: BlockType::Mos,
+            cache: tarn_zio::CachePolicy::None,
         };
         let bp = zio.write_blocks(std::slice::from_ref(&block), txg)?[0];
         if let Some(old) = self.mos_bp.lock().replace(bp) {

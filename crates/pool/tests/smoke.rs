@@ -173,3 +173,32 @@ fn a_directory_with_100k_entries() {
     ds.unlink(d.ino, b"f054321").unwrap();
     assert!(ds.lookup(d.ino, b"f054321").is_err());
 }
+
+/// What a txg writes stays in the ARC, as in ZFS: data just loaded is read back without
+/// an I/O — unless `primarycache` says data is not to be cached.
+#[test]
+fn written_blocks_are_read_back_from_the_arc_as_primarycache_allows() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = CreateOptions { size: Some(256 << 20), ..Default::default() };
+    let pool = Pool::create("tank", &[VdevSpec::Disk(dir.path().join("d0.img"))], &opts).unwrap();
+    pool.create_dataset("tank/all").unwrap();
+    pool.create_dataset("tank/meta").unwrap();
+    pool.set_property("tank/meta", "primarycache", "metadata").unwrap();
+    let data: Vec<u8> = (0..40 * 16384u32).map(|i| (i % 251) as u8 ^ (i / 4096) as u8).collect();
+    let mut reads = Vec::new();
+    for name in ["tank/all", "tank/meta"] {
+        pool.set_property(name, "recordsize", "16K").unwrap();
+        let ds = pool.dataset(name).unwrap();
+        let f = ds.create(ROOT_ID, b"t.ibd", NewObject::File, 0o644, 0, 0).unwrap();
+        ds.write(f.ino, 0, &data).unwrap();
+        pool.sync().unwrap();
+        let before = pool.stats().io["blocks_read"];
+        let mut back = vec![0u8; data.len()];
+        ds.read(f.ino, 0, &mut back).unwrap();
+        assert!(back == data);
+        reads.push(pool.stats().io["blocks_read"] - before);
+    }
+    assert_eq!(reads[0], 0, "primarycache=all: the 40 records just written come from the ARC");
+    assert!(reads[1] >= 40, "primarycache=metadata: data is read from disk ({} block reads)", reads[1]);
+    assert!(pool.arc_stats().written_blocks >= 40);
+}

@@ -45,6 +45,9 @@ pub struct PendingBlock<'a> {
     pub checksum: ChecksumKind,
     pub level: u8,
     pub block_type: BlockType,
+    /// Whether the written block stays in the ARC (as ZFS keeps what it writes): a block
+    /// just loaded or updated is likely read soon, and reading it back would cost an I/O.
+    pub cache: CachePolicy,
 }
 
 #[derive(Default)]
@@ -241,6 +244,10 @@ impl Zio {
             let run = open.as_mut().expect("placed into an open run");
             let at = (offset - run.run.first * self.sector(top)) as usize;
             run.buf[at..at + psize].copy_from_slice(&enc.payload);
+            if block.cache.admits(block.block_type) {
+                let bp = ptrs.last().expect("just pushed");
+                self.arc.insert_written(arc_key(bp), Arc::from(&enc.payload[..]), bp.lsize, class_of(bp.block_type));
+            }
             self.stats.logical_bytes_written.fetch_add(block.data.len() as u64, Ordering::Relaxed);
         }
         if let Some(run) = open.take() {
@@ -383,8 +390,7 @@ impl Zio {
             let range = self.read_verified(top, bp, &verify, scratch, all_sides)?;
             let phys = &scratch[range];
             if policy.admits(bp.block_type) {
-                let class = if bp.block_type == BlockType::Data { Class::Data } else { Class::Metadata };
-                self.arc.insert(arc_key(bp), Arc::from(phys), bp.lsize, class);
+                self.arc.insert(arc_key(bp), Arc::from(phys), bp.lsize, class_of(bp.block_type));
             }
             bp.compression.decompress(phys, out).map_err(ZioError::Corrupt)
         })
@@ -467,8 +473,7 @@ impl Zio {
         let verify = |d: &[u8]| bp.checksum_kind.digest(d) == bp.checksum;
         let mut span = Vec::new();
         if let Ok(range) = top.read(bp.offset, bp.psize as usize, &verify, &mut span, ReadMode::Quiet) {
-            let class = if bp.block_type == BlockType::Data { Class::Data } else { Class::Metadata };
-            self.arc.insert_prefetched(arc_key(bp), Arc::from(&span[range]), bp.lsize, class);
+            self.arc.insert_prefetched(arc_key(bp), Arc::from(&span[range]), bp.lsize, class_of(bp.block_type));
         }
     }
 
@@ -556,6 +561,14 @@ impl Zio {
             self.vdevs.tops[top as usize].flush()?;
         }
         Ok(())
+    }
+}
+
+fn class_of(t: BlockType) -> Class {
+    if t == BlockType::Data {
+        Class::Data
+    } else {
+        Class::Metadata
     }
 }
 
