@@ -67,6 +67,14 @@ def measure(stack, datadir: Path) -> dict:
                                "used,referenced,compressratio", stack.pool]))
         sizes.update({"zfs_" + k: v for k, v in z.items()})
         sizes["on_disk_bytes"] = z.get("referenced", sizes["df_used_bytes"])
+    if stack.fs == "tarn" and getattr(stack, "engine_stats", None):
+        # As for ZFS, the dataset's own `used` (blocks as of the last commit), not df's
+        # pool allocation, which also counts the live intent log and frees not yet released.
+        space = (stack.engine_stats() or {}).get("space", {})
+        if "datasets_used_bytes" in space:
+            sizes["tarn_used_bytes"] = space["datasets_used_bytes"]
+            sizes["tarn_logical_bytes"] = space.get("datasets_logical_bytes", 0)
+            sizes["on_disk_bytes"] = space["datasets_used_bytes"]
     if "on_disk_bytes" not in sizes:
         sizes["on_disk_bytes"] = sizes["df_used_bytes"]
     return sizes

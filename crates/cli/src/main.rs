@@ -62,10 +62,10 @@ enum Cmd {
     Ls { target: String },
     /// Change a tunable of an imported pool at run time: tarn tune POOL arc_max=SIZE
     Tune { pool: String, setting: String },
-    /// Engine counters (arcstats, intent log, txg, io) of a pool: tarn stats [arc|zil|txg|io|all] POOL
+    /// Engine counters (arcstats, intent log, txg, io, space) of a pool: tarn stats [arc|zil|txg|io|space|all] POOL
     Stats {
-        /// Which counters: arc, zil, txg, io or all.
-        #[arg(value_parser = ["arc", "zil", "txg", "io", "all"])]
+        /// Which counters: arc, zil, txg, io, space or all.
+        #[arg(value_parser = ["arc", "zil", "txg", "io", "space", "all"])]
         which: String,
         pool: String,
         #[arg(long)]
@@ -705,7 +705,7 @@ fn cmd_stats(which: &str, pool: &str, json: bool, prometheus: bool) -> Res {
     let arc: std::collections::BTreeMap<String, u64> =
         stats.arc.fields().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
     let groups: Vec<(&str, &std::collections::BTreeMap<String, u64>)> =
-        [("arc", &arc), ("zil", &stats.zil), ("txg", &stats.txg), ("io", &stats.io)]
+        [("arc", &arc), ("zil", &stats.zil), ("txg", &stats.txg), ("io", &stats.io), ("space", &stats.space)]
             .into_iter()
             .filter(|(name, _)| which == "all" || which == *name)
             .collect();
@@ -720,7 +720,7 @@ fn cmd_stats(which: &str, pool: &str, json: bool, prometheus: bool) -> Res {
             if prometheus {
                 println!("tarn_{group}_{name}{{pool=\"{pool}\"}} {value}");
             } else {
-                println!("{group:<4} {name:<28} {value}");
+                println!("{group:<5} {name:<28} {value}");
             }
         }
     }

@@ -521,7 +521,15 @@ impl Pool {
             ]),
             space: {
                 let (sectors, live) = zio.occupancy();
-                BTreeMap::from([("allocated_sector_bytes".to_string(), sectors), ("live_bytes".to_string(), live)])
+                // What the datasets' blocks take as of the last commit (zfs `used`): without
+                // the live intent log, frees not yet released, or dirty data.
+                let (used, logical) = subtree_space(&self.inner.datasets.read(), &self.inner.name);
+                BTreeMap::from([
+                    ("allocated_sector_bytes".to_string(), sectors),
+                    ("live_bytes".to_string(), live),
+                    ("datasets_used_bytes".to_string(), used),
+                    ("datasets_logical_bytes".to_string(), logical),
+                ])
             },
             io: BTreeMap::from([
                 ("blocks_written".to_string(), get(&s.blocks_written)),

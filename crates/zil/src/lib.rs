@@ -382,7 +382,9 @@ impl Zil {
                 (chain.last_commit_bytes + BLOCK_HEADER as u64).clamp(MIN_BLOCK, MAX_BLOCK)
             };
             let next = self.zio.alloc_extent(next_len)?;
-            let block = self.encode_block(chain.next_seq, &next, &payload);
+            let mut block = self.encode_block(chain.next_seq, &next, &payload);
+            // Padded here, where the buffer has room, so the write needs no copy.
+            block.resize(block.len().next_multiple_of(self.zio.sector_size(here.vdev) as usize), 0);
             self.zio.write_extent(&here, &block)?;
             self.stats.blocks_written.fetch_add(1, Ordering::Relaxed);
             self.stats.bytes_written.fetch_add(block.len() as u64, Ordering::Relaxed);
@@ -396,7 +398,8 @@ impl Zil {
     }
 
     fn encode_block(&self, seq: u64, next: &Extent, payload: &[u8]) -> Vec<u8> {
-        let mut b = vec![0u8; BLOCK_HEADER];
+        let mut b = Vec::with_capacity(BLOCK_HEADER + payload.len() + 4096);
+        b.resize(BLOCK_HEADER, 0);
         b[0..8].copy_from_slice(&MAGIC.to_le_bytes());
         b[8..12].copy_from_slice(&ZIL_VERSION.to_le_bytes());
         b[12..16].copy_from_slice(&(payload.len() as u32).to_le_bytes());

@@ -30,9 +30,9 @@ pub struct Record {
 /// Bytes of a record header: type, pad, body length, txg, dataset.
 pub const RECORD_HEADER: usize = 24;
 
-struct Writer(Vec<u8>);
+struct Writer<'a>(&'a mut Vec<u8>);
 
-impl Writer {
+impl Writer<'_> {
     fn u8(&mut self, v: u8) {
         self.0.push(v);
     }
@@ -111,8 +111,11 @@ impl Record {
         }
     }
 
+    /// Appends the record to `out` (the body is written in place, then its length).
     pub fn encode(&self, out: &mut Vec<u8>) {
-        let mut w = Writer(Vec::new());
+        let start = out.len();
+        out.extend_from_slice(&[0u8; RECORD_HEADER]);
+        let mut w = Writer(out);
         let kind = match &self.op {
             Op::Write { obj, offset, data } => {
                 w.u64(*obj);
@@ -181,12 +184,12 @@ impl Record {
                 9
             }
         };
-        out.push(kind);
-        out.extend_from_slice(&[0u8; 3]);
-        out.extend_from_slice(&(w.0.len() as u32).to_le_bytes());
-        out.extend_from_slice(&self.txg.to_le_bytes());
-        out.extend_from_slice(&self.dataset.to_le_bytes());
-        out.extend_from_slice(&w.0);
+        let body = (out.len() - start - RECORD_HEADER) as u32;
+        let header = &mut out[start..start + RECORD_HEADER];
+        header[0] = kind;
+        header[4..8].copy_from_slice(&body.to_le_bytes());
+        header[8..16].copy_from_slice(&self.txg.to_le_bytes());
+        header[16..24].copy_from_slice(&self.dataset.to_le_bytes());
     }
 
     pub fn encoded_len(&self) -> usize {

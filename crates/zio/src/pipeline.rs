@@ -530,16 +530,26 @@ impl Zio {
     }
 
     /// Writes `data` at the start of extent `e` (padded to whole sectors, on every side
-    /// of a mirror). Not flushed.
+    /// of a mirror; data already a whole number of sectors is written without a copy).
+    /// Not flushed.
     pub fn write_extent(&self, e: &Extent, data: &[u8]) -> Result<(), ZioError> {
         self.check_extent(e)?;
         let top = &self.vdevs.tops[e.vdev as usize];
         let len = (data.len() as u64).next_multiple_of(top.sector());
         assert!(len <= e.len, "log block larger than its extent");
-        let mut buf = data.to_vec();
-        buf.resize(len as usize, 0);
-        top.write(e.offset, &buf)?;
+        if len == data.len() as u64 {
+            top.write(e.offset, data)?;
+        } else {
+            let mut buf = data.to_vec();
+            buf.resize(len as usize, 0);
+            top.write(e.offset, &buf)?;
+        }
         Ok(())
+    }
+
+    /// The sector size of vdev `vdev`.
+    pub fn sector_size(&self, vdev: u16) -> u64 {
+        self.vdevs.tops[vdev as usize].sector()
     }
 
     /// Reads `len` bytes at the start of extent `e`, from a side whose bytes `verify`
