@@ -720,7 +720,7 @@ fn cmd_stats(which: &str, pool: &str, json: bool, prometheus: bool) -> Res {
             if prometheus {
                 println!("tarn_{group}_{name}{{pool=\"{pool}\"}} {value}");
             } else {
-                println!("{group:<5} {name:<28} {value}");
+                println!("{group:<4} {name:<28} {value}");
             }
         }
     }

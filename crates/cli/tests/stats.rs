@@ -49,6 +49,8 @@ fn a_mounted_pool_publishes_its_counters() {
     std::thread::sleep(Duration::from_millis(1500));
     let text = env.ok(&["stats", "arc", "tank"]);
     assert!(text.contains("arc  hits") && text.contains("arc  max"), "{text}");
+    let space = stat(&env, &["stats", "space", "tank", "--json"]);
+    assert!(space["space"]["datasets_used_bytes"].as_u64().is_some_and(|b| b > 0), "{space}");
     // The ARC budget changes at run time.
     env.ok(&["tune", "tank", "arc_max=64M"]);
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -135,28 +135,35 @@ struct Ack {
 
 #[test]
 fn every_acknowledged_byte_survives_any_cut_of_the_write_stream() {
-    acknowledged_bytes_survive_cuts("latency", 16384);
+    acknowledged_bytes_survive_cuts("latency", 16384, 3, 40);
+}
+
+/// Small writes, but fsynced in batches of more than the bulk size: the batch goes in
+/// place (a database's data-file fsync after a page flush).
+#[test]
+fn every_acknowledged_byte_survives_any_cut_with_bulk_fsyncs() {
+    acknowledged_bytes_survive_cuts("latency", 16384, 20, 300);
 }
 
 /// The same with the data written in place at fsync and only pointers logged: the log
 /// must never survive a cut that its data blocks did not.
 #[test]
 fn every_acknowledged_byte_survives_any_cut_with_data_written_in_place() {
-    acknowledged_bytes_survive_cuts("throughput", 16384);
+    acknowledged_bytes_survive_cuts("throughput", 16384, 3, 40);
 }
 
 /// Large writes (64 KiB, above the immediate-write size) go in place even with
 /// logbias=latency when there is no log device.
 #[test]
 fn every_acknowledged_large_write_survives_any_cut() {
-    acknowledged_bytes_survive_cuts("latency", 65536);
+    acknowledged_bytes_survive_cuts("latency", 65536, 3, 40);
 }
 
-fn acknowledged_bytes_survive_cuts(logbias: &str, page_len: usize) {
+fn acknowledged_bytes_survive_cuts(logbias: &str, page_len: usize, fsync_every: u64, txg_ms: u64) {
     let dir = tempfile::tempdir().unwrap();
     let initial = fresh_image(dir.path());
     let dev = MemDevice::new(initial.clone());
-    let cfg = TxgConfig { timeout: Duration::from_millis(40), dirty_max: 64 << 20, dirty_sync: 8 << 20 };
+    let cfg = TxgConfig { timeout: Duration::from_millis(txg_ms), dirty_max: 64 << 20, dirty_sync: 8 << 20 };
     let pool = Pool::import(vec![dev.clone() as Arc<dyn BlockDevice>], &ImportOptions { txg: cfg }).unwrap();
     pool.set_property("tank", "logbias", logbias).unwrap();
     let start = dev.events_len();
@@ -166,7 +173,8 @@ fn acknowledged_bytes_survive_cuts(logbias: &str, page_len: usize) {
     let mut acks = Vec::new();
     let mut log_model = Vec::new();
     let mut pages = Vec::new();
-    for round in 0..60u64 {
+    let rounds = (fsync_every * 8).max(60);
+    for round in 0..rounds {
         // A redo-log style append of 700 bytes, and one page written (pages are
         // rewritten: some records change again after an fsync wrote them in place).
         let rec: Vec<u8> = (0..700).map(|i| (round * 7 + i) as u8).collect();
@@ -175,7 +183,7 @@ fn acknowledged_bytes_survive_cuts(logbias: &str, page_len: usize) {
         let page = (round * 37) % (200 * 16384 / page_len as u64);
         ds.write(data.ino, page * page_len as u64, &vec![round as u8 + 1; page_len]).unwrap();
         pages.push((page, round as u8 + 1));
-        if round % 3 == 2 {
+        if round % fsync_every == fsync_every - 1 {
             // fsync is per file (as in POSIX and ZFS): both files are made durable.
             ds.fsync(data.ino).unwrap();
             ds.fsync(log.ino).unwrap();
@@ -185,7 +193,8 @@ fn acknowledged_bytes_survive_cuts(logbias: &str, page_len: usize) {
             std::thread::sleep(Duration::from_millis(50)); // let a txg commit land mid-run
         }
     }
-    if logbias == "throughput" || page_len >= tarn_dataset::IMMEDIATE_WRITE_BYTES {
+    let bulk = fsync_every * page_len as u64 > tarn_zil::BULK_IN_PLACE;
+    if logbias == "throughput" || page_len >= tarn_dataset::IMMEDIATE_WRITE_BYTES || bulk {
         assert!(pool.stats().zil["indirect_records"] > 0, "the writes were logged as pointers to blocks written in place");
     } else {
         assert_eq!(pool.stats().zil["indirect_records"], 0, "the writes were copied into the log");
@@ -193,7 +202,7 @@ fn acknowledged_bytes_survive_cuts(logbias: &str, page_len: usize) {
     drop(ds);
     pool.export().unwrap();
     let events = dev.events.lock().unwrap().clone();
-    assert!(acks.len() >= 20);
+    assert!(acks.len() as u64 >= rounds / fsync_every);
 
     // Cut points: every flush, a point between flushes, and the end.
     let mut cuts: Vec<usize> = (start..=events.len()).filter(|&i| i == events.len() || matches!(events[i], Event::Flush)).collect();
@@ -330,6 +339,33 @@ fn logbias_chooses_between_copying_into_the_log_and_writing_in_place() {
     assert_eq!(ds.read(a.ino, 0, &mut back).unwrap(), 65536);
     assert!(back == data, "the adopted blocks read back as written");
     assert_eq!(pool.scrub().unwrap().errors, 0);
+}
+
+/// Without a log device, an fsync that would copy more than the bulk size of small writes
+/// into the log writes them in place instead (once, not twice); a small one copies.
+#[test]
+fn a_bulk_fsync_of_small_writes_goes_in_place_without_a_log_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = never_commit_pool(dir.path());
+    pool.set_property("tank", "recordsize", "16K").unwrap();
+    let ds = pool.dataset("tank").unwrap();
+    let f = ds.create(ROOT_ID, b"t.ibd", NewObject::File, 0o644, 0, 0).unwrap();
+    let zil = |k: &str| pool.stats().zil[k];
+    let (log0, ind0) = (zil("bytes_written"), zil("indirect_records"));
+    for page in 0..4u64 {
+        ds.write(f.ino, page * 16384, &noise(16384, page)).unwrap();
+    }
+    ds.fsync(f.ino).unwrap();
+    assert_eq!(zil("indirect_records"), ind0, "64 KiB of pages: copied into the log");
+    assert!(zil("bytes_written") - log0 >= 65536);
+    let (log0, ind0) = (zil("bytes_written"), zil("indirect_records"));
+    let pages = tarn_zil::BULK_IN_PLACE / 16384 + 8;
+    for page in 0..pages {
+        ds.write(f.ino, page * 16384, &noise(16384, page + 100)).unwrap();
+    }
+    ds.fsync(f.ino).unwrap();
+    assert_eq!(zil("indirect_records") - ind0, pages, "a bulk fsync: every page in place");
+    assert!(zil("bytes_written") - log0 < 16384, "only pointers went to the log");
 }
 
 /// A record fsynced (written in place), changed again, and fsynced again leaves a block

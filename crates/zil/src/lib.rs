@@ -37,6 +37,9 @@ pub const MAX_BLOCK: u64 = 128 << 10;
 const MIN_BLOCK: u64 = 4 << 10;
 /// Largest data carried by one write record; bigger writes are split.
 pub const MAX_WRITE_RECORD: usize = 64 << 10;
+/// Without a log device, a commit with more file data than this to copy writes it in
+/// place instead (see `Zil::is_bulk`).
+pub const BULK_IN_PLACE: u64 = 256 << 10;
 
 /// Where the chain starts: kept in the pool root (MOS) of every txg.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -330,11 +333,13 @@ impl Zil {
     /// Turns queued changes into records: indirect writes become a pointer to their block
     /// written in place, or a copy of their bytes; writes of committed txgs are dropped.
     fn resolve(&self, chain: &mut Chain, taken: Vec<(u64, Queued)>, source: &dyn WriteSource) -> Result<Vec<(u64, Record)>, ZilError> {
+        let bulk = self.is_bulk(&taken);
         let mut out = Vec::with_capacity(taken.len());
         for (seq, item) in taken {
             let record = match item {
                 Queued::Ready(r) => r,
                 Queued::Write { txg, dataset, obj, offset, len, in_place } => {
+                    let in_place = in_place || bulk;
                     let op = match source.write_data(txg, obj, offset, len, in_place)? {
                         WriteData::InPlace { block_offset, bp } => {
                             chain.wrote_to(bp.vdev);
@@ -350,6 +355,21 @@ impl Zil {
             out.push((seq, record));
         }
         Ok(out)
+    }
+
+    /// True when this commit would copy more than `BULK_IN_PLACE` bytes of file data into
+    /// a log that shares the data disks: those bytes then go in place instead, written
+    /// once rather than twice (into the log, then again by the txg). A database's
+    /// data-file fsync after a page flush is the case; a redo-log fsync never is.
+    fn is_bulk(&self, taken: &[(u64, Queued)]) -> bool {
+        let copied: u64 = taken
+            .iter()
+            .map(|(_, q)| match q {
+                Queued::Write { len, in_place: false, .. } => *len,
+                _ => 0,
+            })
+            .sum();
+        copied > BULK_IN_PLACE && !self.zio.has_log_device()
     }
 
     /// Packs records into log blocks along the chain and writes them (not flushed).
