@@ -19,7 +19,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use serde::{Deserialize, Serialize};
 use tarn_zio::{BlockPtr, Extent, Zio, ZioError};
 use xxhash_rust::xxh3::xxh3_128;
@@ -176,6 +176,63 @@ pub trait WriteSource {
     fn write_data(&self, txg: u64, obj: u64, offset: u64, len: u64, in_place: bool) -> Result<WriteData, ZioError>;
 }
 
+/// A commit in flight, from taking its records to appending its log blocks.
+#[derive(Clone, Copy, Debug)]
+struct Ticket {
+    id: u64,
+    key: (u64, u64),
+    /// It took namespace changes.
+    namespace: bool,
+}
+
+impl Ticket {
+    /// Whether this (earlier) commit's blocks must come before `later`'s in the log:
+    /// namespace changes replay in order and later changes may depend on them (a write
+    /// to a file the log creates), and one object's changes replay in order.
+    fn precedes(&self, later: &Ticket) -> bool {
+        self.namespace || later.namespace || self.key == later.key
+    }
+}
+
+#[derive(Default)]
+struct TicketList {
+    next_id: u64,
+    /// Commits that took records and have not yet appended their log blocks.
+    unwritten: Vec<Ticket>,
+}
+
+/// The commits in flight and the order their log blocks must take.
+#[derive(Default)]
+struct Tickets {
+    list: Mutex<TicketList>,
+    closed: Condvar,
+}
+
+impl Tickets {
+    /// Called under the queue lock, so ticket order is the order records were taken.
+    fn open(&self, key: (u64, u64), namespace: bool) -> Ticket {
+        let mut l = self.list.lock();
+        l.next_id += 1;
+        let t = Ticket { id: l.next_id, key, namespace };
+        l.unwritten.push(t);
+        t
+    }
+
+    /// The commit appended its blocks (or failed).
+    fn close(&self, t: &Ticket) {
+        self.list.lock().unwritten.retain(|u| u.id != t.id);
+        self.closed.notify_all();
+    }
+
+    /// Waits until every earlier commit that must precede `me` in the log has closed.
+    fn wait_for_earlier(&self, me: &Ticket) {
+        let mut l = self.list.lock();
+        while l.unwritten.iter().any(|t| t.id < me.id && t.precedes(me)) {
+            self.closed.wait(&mut l);
+        }
+    }
+}
+
 struct Chain {
     /// Pre-allocated extent the next log block goes to (allocated on first need, once
     /// the pool's free space is known), and its sequence number.
@@ -207,9 +264,10 @@ pub struct Zil {
     zio: Arc<Zio>,
     pool_guid: u64,
     queue: Mutex<Queue>,
-    /// Also the commit lock: one committer writes at a time, others wait and often find
-    /// their records already written (group commit).
+    /// One committer appends log blocks at a time; others wait and often find their
+    /// records already written (group commit).
     chain: Mutex<Chain>,
+    tickets: Tickets,
     replaying: AtomicBool,
     pub stats: ZilStats,
 }
@@ -233,6 +291,7 @@ impl Zil {
             pool_guid,
             queue: Mutex::new(Queue { next_seq: 1, namespace: VecDeque::new(), objects: HashMap::new() }),
             chain: Mutex::new(Chain { next: None, next_seq: first_seq, blocks: VecDeque::new(), last_commit_bytes: 0, unflushed: Vec::new(), failed_txg: 0 }),
+            tickets: Tickets::default(),
             replaying: AtomicBool::new(false),
             stats: ZilStats::default(),
         }
@@ -296,28 +355,51 @@ impl Zil {
     /// Indirect writes are resolved through `source` (the dataset): their blocks are
     /// written in place before the log block, and one flush covers both, so a log block
     /// that survives a crash never points at a block that did not.
+    ///
+    /// The slow part — fetching data and writing blocks in place — runs without the
+    /// chain lock, so a redo-log fsync does not wait behind a data file's bulk commit.
+    /// Tickets keep the log in the order replay needs (see `Ticket::precedes`), and a
+    /// commit returns only after every earlier commit it depends on is durable too.
     pub fn commit_for(&self, dataset: u64, obj: u64, source: &dyn WriteSource) -> Result<(), ZilError> {
-        let target = self.queue.lock().next_seq - 1;
-        let mut chain = self.chain.lock();
-        let taken = self.queue.lock().take_for((dataset, obj), target);
-        if chain.failed_txg != 0 {
-            // An earlier commit failed after taking records off the queue (ours among
-            // them, perhaps): only a txg commit makes them durable now.
-            return Err(ZilError::Unsettled(chain.failed_txg));
-        }
+        let key = (dataset, obj);
+        let (taken, ticket) = {
+            let mut q = self.queue.lock();
+            let target = q.next_seq - 1;
+            let taken = q.take_for(key, target);
+            let namespace = taken.iter().any(|(_, item)| item.object().is_none());
+            (taken, self.tickets.open(key, namespace))
+        };
+        let result = self.commit_ticket(&ticket, taken, source);
+        self.tickets.close(&ticket);
+        result?;
+        self.stats.commits.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn commit_ticket(&self, ticket: &Ticket, taken: Vec<(u64, Queued)>, source: &dyn WriteSource) -> Result<(), ZilError> {
         let newest_txg = taken.iter().map(|(_, q)| q.txg()).max().unwrap_or(0);
-        let written = self.resolve(&mut chain, taken, source).and_then(|records| {
+        let resolved = self.resolve(taken, source);
+        self.tickets.wait_for_earlier(ticket);
+        let mut chain = self.chain.lock();
+        let written = resolved.and_then(|(records, in_place_vdevs)| {
+            if chain.failed_txg != 0 {
+                // An earlier commit failed after taking records off the queue (ones this
+                // fsync needs, perhaps): only a txg commit makes them durable now.
+                return Err(ZilError::Unsettled(chain.failed_txg));
+            }
+            for vdev in in_place_vdevs {
+                chain.wrote_to(vdev);
+            }
             if !records.is_empty() {
                 self.write_blocks(&mut chain, &records)?;
             }
+            // Also flushes what earlier commits appended and left unflushed.
             self.flush_written(&mut chain)
         });
         if written.is_err() {
             chain.failed_txg = chain.failed_txg.max(newest_txg).max(1);
         }
-        written?;
-        self.stats.commits.fetch_add(1, Ordering::Relaxed);
-        Ok(())
+        written
     }
 
     /// Flushes the vdevs written since their last flush (a failed commit's writes too, so
@@ -330,10 +412,12 @@ impl Zil {
         Ok(())
     }
 
-    /// Turns queued changes into records: indirect writes become a pointer to their block
-    /// written in place, or a copy of their bytes; writes of committed txgs are dropped.
-    fn resolve(&self, chain: &mut Chain, taken: Vec<(u64, Queued)>, source: &dyn WriteSource) -> Result<Vec<(u64, Record)>, ZilError> {
+    /// Turns queued changes into records: writes become a copy of their bytes or a
+    /// pointer to their record written in place; writes of committed txgs are dropped.
+    /// Also returns the vdevs written in place (to flush with the log blocks).
+    fn resolve(&self, taken: Vec<(u64, Queued)>, source: &dyn WriteSource) -> Result<(Vec<(u64, Record)>, Vec<u16>), ZilError> {
         let bulk = self.is_bulk(&taken);
+        let mut vdevs: Vec<u16> = Vec::new();
         let mut out = Vec::with_capacity(taken.len());
         for (seq, item) in taken {
             let record = match item {
@@ -342,7 +426,9 @@ impl Zil {
                     let in_place = in_place || bulk;
                     let op = match source.write_data(txg, obj, offset, len, in_place)? {
                         WriteData::InPlace { block_offset, bp } => {
-                            chain.wrote_to(bp.vdev);
+                            if !vdevs.contains(&bp.vdev) {
+                                vdevs.push(bp.vdev);
+                            }
                             self.stats.indirect_records.fetch_add(1, Ordering::Relaxed);
                             Op::WriteIndirect { obj, offset, len, block_offset, bp }
                         }
@@ -354,7 +440,7 @@ impl Zil {
             };
             out.push((seq, record));
         }
-        Ok(out)
+        Ok((out, vdevs))
     }
 
     /// True when this commit would copy more than `BULK_IN_PLACE` bytes of file data into
@@ -625,5 +711,37 @@ mod tests {
         assert!(q.objects.is_empty(), "txg 5 committed object 8's write");
         q.push(write(7, 8));
         assert_eq!(seqs(&q.take_for((1, 8), 7)), vec![7]);
+    }
+
+    /// A commit waits, before appending, for earlier commits it depends on: namespace
+    /// changes, or the same object. A data file's slow bulk commit holds up nobody else.
+    #[test]
+    fn commits_append_in_the_order_replay_needs_and_no_more() {
+        let tickets = std::sync::Arc::new(Tickets::default());
+        let bulk = tickets.open((1, 10), false); // a data file, resolving slowly
+        let redo = tickets.open((1, 20), false); // another file: need not wait
+        tickets.wait_for_earlier(&redo); // returns at once
+        tickets.close(&redo);
+        let same = tickets.open((1, 10), false); // the same data file: waits for `bulk`
+        let rename = tickets.open((1, 30), true); // a namespace change: waits for everyone
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let waiters: Vec<_> = [same, rename]
+            .into_iter()
+            .map(|t| {
+                let (tickets, done) = (tickets.clone(), done.clone());
+                std::thread::spawn(move || {
+                    tickets.wait_for_earlier(&t);
+                    done.fetch_add(1, Ordering::SeqCst);
+                    tickets.close(&t);
+                })
+            })
+            .collect();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert_eq!(done.load(Ordering::SeqCst), 0, "both wait for the bulk commit");
+        tickets.close(&bulk);
+        for w in waiters {
+            w.join().unwrap();
+        }
+        assert_eq!(done.load(Ordering::SeqCst), 2);
     }
 }
