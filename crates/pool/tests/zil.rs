@@ -2,6 +2,8 @@
 //! committed by a txg — shown by cutting the device's write stream at many points
 //! (at flushes, between them, with a torn write, and with writes since the last flush
 //! landing in any subset), importing each image and checking every acknowledged byte.
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -268,15 +270,7 @@ fn acknowledged_bytes_survive_cuts(logbias: &str, page_len: usize, fsync_every: 
 
 /// Bytes that do not compress, so sizes on disk are predictable.
 fn noise(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    common::noise(seed, len)
 }
 
 fn never_commit_pool(dir: &Path) -> Pool {
