@@ -30,8 +30,7 @@ use fuser::{
     WriteFlags,
 };
 use parking_lot::Mutex;
-use tarn_dataset::{Attr, Dataset, FileKind, FsError, NewObject, SetAttr};
-use tarn_objects::Timespec;
+use tarn_dataset::{Attr, Dataset, FileKind, FsError, NewObject, SetAttr, Timespec};
 use tarn_pool::Pool;
 
 /// How long the kernel may trust attributes and names. Only this mount changes the
