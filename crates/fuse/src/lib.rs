@@ -21,11 +21,20 @@ pub use mount::{mount, umount, MountRequest};
 
 #[derive(Debug, thiserror::Error)]
 pub enum MountError {
+    /// The caller's `open_pool` failed (it says why: no such pool, devices gone…).
     #[error("{0}")]
-    Pool(String),
+    OpenPool(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The engine refused something the mount asked of the open pool.
+    #[error(transparent)]
+    Pool(#[from] tarn_pool::PoolError),
+    /// The commit that closes the pool at the end of the mount failed.
+    #[error("final commit failed: {0}")]
+    FinalCommit(#[source] tarn_pool::PoolError),
     #[error("{0}")]
     PoolBusy(String),
-    #[error("/dev/fuse is missing: load the fuse module (modprobe fuse) or run where FUSE is available")]
+    #[error(
+        "/dev/fuse is missing: load the fuse module (modprobe fuse) or run where FUSE is available"
+    )]
     NoFuseDevice,
     #[error("mountpoint {0} does not exist: create it first (mkdir -p {0})")]
     MountpointMissing(String),
@@ -38,7 +47,10 @@ pub enum MountError {
     #[error("dataset '{0}' has no mountpoint (its mountpoint property is 'none'): give one (tarn mount {0} DIR) or set it (tarn set mountpoint=/path {0})")]
     NoMountpoint(String),
     #[error("cannot mount FUSE at {path}: {source}")]
-    Mount { path: String, source: std::io::Error },
+    Mount {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("{0}")]
     Startup(String),
     #[error(transparent)]
