@@ -1,7 +1,9 @@
 //! fuse — `tarn mount`: the POSIX face of a dataset, served to the kernel through FUSE,
 //! and the daemon that holds the pool while a dataset is mounted.
 //!
-//! Layer: between `pool` (below) and `cli` (above); depends only on lower crates.
+//! Layer: between `pool` (below) and `cli` (above). It speaks to the engine only through
+//! `dataset` and `pool`: no engine crate below `dataset` is a dependency or named in its
+//! sources (`crates/cli/tests/layering.rs` checks both).
 //! Owns: the FUSE filesystem ([`fs::TarnFs`]), the order of the mount daemon's life
 //! (start, mount, ready, serve, the final commit; the fork, readiness pipe, signals and
 //! unmounting themselves are `tarn_daemon`'s), and the record of running mounts
