@@ -1,7 +1,7 @@
 //! The command line of `tarn`: every command, argument and flag, as clap definitions.
 //!
 //! Owns: the grammar and the help texts. Promises: a command line clap rejects exits 2
-//! with clap's message; what is accepted here reaches [`crate::run`] as one [`Cmd`].
+//! with clap's message; what is accepted here reaches `run` in main.rs as one [`Cmd`].
 //! Must never: name an engine type or do any work: this file depends only on clap and
 //! std, so shell completions and man pages can be generated from it alone (issue #10).
 
