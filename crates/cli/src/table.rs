@@ -1,5 +1,10 @@
 //! Column output in the style of zpool/zfs: aligned columns with a header by default,
-//! `-H` for tab-separated lines without header (scripts), `--json` for everything.
+//! `-H` for tab-separated lines without header (scripts).
+//!
+//! Owns: column widths and alignment (numbers right, words left). Promises: every row
+//! has as many cells as the header (asserted: a short row is a bug in a command, and
+//! would shift every column after it); scripted output is exactly one tab-separated
+//! line per row. Must never: truncate a cell.
 
 pub struct Table {
     header: Vec<&'static str>,
@@ -10,8 +15,30 @@ pub struct Table {
 
 impl Table {
     pub fn new(header: &[&'static str]) -> Table {
-        let right = header.iter().map(|h| matches!(*h, "SIZE" | "ALLOC" | "FREE" | "CAP" | "USED" | "AVAIL" | "LUSED" | "RATIO" | "READ" | "WRITE" | "CKSUM")).collect();
-        Table { header: header.to_vec(), rows: Vec::new(), right }
+        let right = header
+            .iter()
+            .map(|h| {
+                matches!(
+                    *h,
+                    "SIZE"
+                        | "ALLOC"
+                        | "FREE"
+                        | "CAP"
+                        | "USED"
+                        | "AVAIL"
+                        | "LUSED"
+                        | "RATIO"
+                        | "READ"
+                        | "WRITE"
+                        | "CKSUM"
+                )
+            })
+            .collect();
+        Table {
+            header: header.to_vec(),
+            rows: Vec::new(),
+            right,
+        }
     }
 
     pub fn row(&mut self, cells: Vec<String>) {
@@ -36,7 +63,13 @@ impl Table {
             let parts: Vec<String> = cells
                 .iter()
                 .enumerate()
-                .map(|(i, c)| if self.right[i] { format!("{c:>w$}", w = widths[i]) } else { format!("{c:<w$}", w = widths[i]) })
+                .map(|(i, c)| {
+                    if self.right[i] {
+                        format!("{c:>w$}", w = widths[i])
+                    } else {
+                        format!("{c:<w$}", w = widths[i])
+                    }
+                })
                 .collect();
             println!("{}", parts.join("  ").trim_end());
         };

@@ -62,7 +62,12 @@ fn step(rng: &mut StdRng, m: &common::Mounted, model: &mut Model, log: &mut Vec<
             let len = rng.gen_range(1..40_000usize);
             let byte: u8 = rng.gen();
             log.push(format!("write {name} off={off} len={len}"));
-            let f = OpenOptions::new().write(true).create(true).truncate(false).open(&path).expect("open for write");
+            let f = OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+                .expect("open for write");
             f.write_all_at(&vec![byte; len], off).expect("pwrite");
             let c = model.content(name);
             let end = off as usize + len;
@@ -74,7 +79,10 @@ fn step(rng: &mut StdRng, m: &common::Mounted, model: &mut Model, log: &mut Vec<
         35..=54 => {
             log.push(format!("read {name}"));
             let Some(ino) = model.names.get(name) else {
-                assert!(!path.exists(), "{name} exists but the model has no such file; ops: {log:?}");
+                assert!(
+                    !path.exists(),
+                    "{name} exists but the model has no such file; ops: {log:?}"
+                );
                 return;
             };
             let want = &model.data[ino];
@@ -91,7 +99,10 @@ fn step(rng: &mut StdRng, m: &common::Mounted, model: &mut Model, log: &mut Vec<
                 got += n;
             }
             let end = (off as usize + len).min(want.len());
-            assert!(buf[..got] == want[off as usize..end], "read {name} at {off}+{len} differs; ops: {log:?}");
+            assert!(
+                buf[..got] == want[off as usize..end],
+                "read {name} at {off}+{len} differs; ops: {log:?}"
+            );
         }
         55..=62 => {
             if !model.names.contains_key(name) {
@@ -99,7 +110,12 @@ fn step(rng: &mut StdRng, m: &common::Mounted, model: &mut Model, log: &mut Vec<
             }
             let size = rng.gen_range(0..250_000u64);
             log.push(format!("truncate {name} {size}"));
-            OpenOptions::new().write(true).open(&path).expect("open").set_len(size).expect("ftruncate");
+            OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .expect("open")
+                .set_len(size)
+                .expect("ftruncate");
             model.content(name).resize(size as usize, 0);
         }
         63..=67 => {
@@ -111,7 +127,14 @@ fn step(rng: &mut StdRng, m: &common::Mounted, model: &mut Model, log: &mut Vec<
             log.push(format!("punch {name} {off}+{len}"));
             let f = OpenOptions::new().write(true).open(&path).expect("open");
             // SAFETY: plain syscall on an fd we own.
-            let rc = unsafe { libc::fallocate(f.as_raw_fd(), libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, off as i64, len as i64) };
+            let rc = unsafe {
+                libc::fallocate(
+                    f.as_raw_fd(),
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                    off as i64,
+                    len as i64,
+                )
+            };
             assert_eq!(rc, 0, "punch hole: {}", std::io::Error::last_os_error());
             let c = model.content(name);
             let end = ((off + len) as usize).min(c.len());
@@ -135,7 +158,10 @@ fn step(rng: &mut StdRng, m: &common::Mounted, model: &mut Model, log: &mut Vec<
         }
         77..=82 => {
             let to = NAMES[rng.gen_range(0..NAMES.len())];
-            if !model.names.contains_key(name) || model.names.contains_key(to) || (to.starts_with("sub/") && !model.sub) {
+            if !model.names.contains_key(name)
+                || model.names.contains_key(to)
+                || (to.starts_with("sub/") && !model.sub)
+            {
                 return;
             }
             log.push(format!("link {name} {to}"));
@@ -156,7 +182,10 @@ fn step(rng: &mut StdRng, m: &common::Mounted, model: &mut Model, log: &mut Vec<
                 return;
             }
             log.push(format!("fsync {name}"));
-            fs::File::open(&path).expect("open").sync_all().expect("fsync");
+            fs::File::open(&path)
+                .expect("open")
+                .sync_all()
+                .expect("fsync");
         }
         _ => {
             if model.sub && !model.names.keys().any(|n| n.starts_with("sub/")) {
@@ -172,12 +201,25 @@ fn step(rng: &mut StdRng, m: &common::Mounted, model: &mut Model, log: &mut Vec<
 fn verify(m: &common::Mounted, model: &Model, log: &[String]) {
     for (name, ino) in &model.names {
         let got = fs::read(m.p(name)).unwrap_or_else(|e| panic!("read {name}: {e}; ops: {log:?}"));
-        assert!(got == model.data[ino], "{name} differs from the model ({} vs {} bytes); ops: {log:?}", got.len(), model.data[ino].len());
+        assert!(
+            got == model.data[ino],
+            "{name} differs from the model ({} vs {} bytes); ops: {log:?}",
+            got.len(),
+            model.data[ino].len()
+        );
     }
-    let mut on_disk: Vec<String> = fs::read_dir(&m.mp).expect("readdir").map(|e| e.expect("entry").file_name().into_string().expect("utf8")).collect();
+    let mut on_disk: Vec<String> = fs::read_dir(&m.mp)
+        .expect("readdir")
+        .map(|e| e.expect("entry").file_name().into_string().expect("utf8"))
+        .collect();
     if model.sub {
         on_disk.retain(|n| n != "sub");
-        on_disk.extend(fs::read_dir(m.p("sub")).expect("readdir sub").map(|e| format!("sub/{}", e.expect("entry").file_name().into_string().expect("utf8"))));
+        on_disk.extend(fs::read_dir(m.p("sub")).expect("readdir sub").map(|e| {
+            format!(
+                "sub/{}",
+                e.expect("entry").file_name().into_string().expect("utf8")
+            )
+        }));
     }
     on_disk.sort();
     let want: Vec<String> = model.names.keys().cloned().collect();
@@ -186,7 +228,10 @@ fn verify(m: &common::Mounted, model: &Model, log: &[String]) {
 
 #[test]
 fn random_operations_match_a_model_across_remounts() {
-    let seed: u64 = std::env::var("TARN_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random);
+    let seed: u64 = std::env::var("TARN_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
     println!("TARN_SEED={seed}");
     let mut rng = StdRng::seed_from_u64(seed);
     let env = common::Env::with_pool("256M");
@@ -199,7 +244,12 @@ fn random_operations_match_a_model_across_remounts() {
             step(&mut rng, &m, &mut model, &mut log);
         }
         verify(&m, &model, &log);
-        println!("round {round}: {} ops so far, {} names, {} bytes", log.len(), model.names.len(), model.data.values().map(Vec::len).sum::<usize>());
+        println!(
+            "round {round}: {} ops so far, {} names, {} bytes",
+            log.len(),
+            model.names.len(),
+            model.data.values().map(Vec::len).sum::<usize>()
+        );
         log.push(format!("remount after round {round}"));
         m.umount();
     }

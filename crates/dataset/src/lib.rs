@@ -19,12 +19,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
-use tarn_objects::{DirEntry, Dnode, LogData, ObjError, ObjSet, ObjState, ObjType, Object, SyncPolicy, Timespec};
+use tarn_objects::{DirEntry, Dnode, LogData, ObjError, ObjSet, ObjState, ObjType, Object, SyncPolicy};
 use tarn_txg::TxgError;
 use tarn_zio::{BlockType, PendingBlock, ZioError};
 use tarn_zil::{Op, WriteData, WriteSource, Zil};
 
 pub use props::{Effective, SyncMode};
+pub use tarn_objects::Timespec;
 
 pub const ROOT_ID: u64 = 1;
 const NAME_MAX: usize = 255;

@@ -1,7 +1,9 @@
 //! fuse — `tarn mount`: the POSIX face of a dataset, served to the kernel through FUSE,
 //! and the daemon that holds the pool while a dataset is mounted.
 //!
-//! Layer: between `pool` (below) and `cli` (above); depends only on lower crates.
+//! Layer: between `pool` (below) and `cli` (above). It speaks to the engine only through
+//! `dataset` and `pool`: no engine crate below `dataset` is a dependency or named in its
+//! sources (`crates/cli/tests/layering.rs` checks both).
 //! Owns: the FUSE filesystem ([`fs::TarnFs`]), the order of the mount daemon's life
 //! (start, mount, ready, serve, the final commit; the fork, readiness pipe, signals and
 //! unmounting themselves are `tarn_daemon`'s), and the record of running mounts
@@ -21,11 +23,20 @@ pub use mount::{mount, umount, MountRequest};
 
 #[derive(Debug, thiserror::Error)]
 pub enum MountError {
+    /// The caller's `open_pool` failed (it says why: no such pool, devices gone…).
     #[error("{0}")]
-    Pool(String),
+    OpenPool(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The engine refused something the mount asked of the open pool.
+    #[error(transparent)]
+    Pool(#[from] tarn_pool::PoolError),
+    /// The commit that closes the pool at the end of the mount failed.
+    #[error("final commit failed: {0}")]
+    FinalCommit(#[source] tarn_pool::PoolError),
     #[error("{0}")]
     PoolBusy(String),
-    #[error("/dev/fuse is missing: load the fuse module (modprobe fuse) or run where FUSE is available")]
+    #[error(
+        "/dev/fuse is missing: load the fuse module (modprobe fuse) or run where FUSE is available"
+    )]
     NoFuseDevice,
     #[error("mountpoint {0} does not exist: create it first (mkdir -p {0})")]
     MountpointMissing(String),
@@ -38,7 +49,10 @@ pub enum MountError {
     #[error("dataset '{0}' has no mountpoint (its mountpoint property is 'none'): give one (tarn mount {0} DIR) or set it (tarn set mountpoint=/path {0})")]
     NoMountpoint(String),
     #[error("cannot mount FUSE at {path}: {source}")]
-    Mount { path: String, source: std::io::Error },
+    Mount {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("{0}")]
     Startup(String),
     #[error(transparent)]

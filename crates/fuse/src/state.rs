@@ -27,7 +27,9 @@ pub struct MountRecord {
 }
 
 pub fn run_dir() -> PathBuf {
-    std::env::var_os("TARN_RUN_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/run/tarn"))
+    std::env::var_os("TARN_RUN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/run/tarn"))
 }
 
 fn record_path(pool: &str) -> PathBuf {
@@ -50,14 +52,19 @@ impl MountRecord {
         std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
         let path = record_path(&self.pool);
         let tmp = path.with_extension("tmp");
-        let bytes = serde_json::to_vec_pretty(self).map_err(|e| MountError::State(e.to_string()))?;
+        let bytes =
+            serde_json::to_vec_pretty(self).map_err(|e| MountError::State(e.to_string()))?;
         std::fs::write(&tmp, bytes).map_err(io_err(&tmp))?;
         std::fs::rename(&tmp, &path).map_err(io_err(&path))
     }
 
     /// Removes this pool's record if it is still ours.
     pub fn remove(&self) {
-        if load(&self.pool).ok().flatten().is_some_and(|r| r.pid == self.pid) {
+        if load(&self.pool)
+            .ok()
+            .flatten()
+            .is_some_and(|r| r.pid == self.pid)
+        {
             let _ = std::fs::remove_file(record_path(&self.pool));
         }
     }
@@ -111,7 +118,9 @@ pub fn all() -> Vec<MountRecord> {
 /// process is gone) is removed.
 pub fn refuse_if_mounted(pool: &str) -> Result<(), MountError> {
     match load(pool)? {
-        Some(r) if r.is_alive() && r.pid != std::process::id() => Err(MountError::PoolBusy(r.busy_message())),
+        Some(r) if r.is_alive() && r.pid != std::process::id() => {
+            Err(MountError::PoolBusy(r.busy_message()))
+        }
         Some(r) if !r.is_alive() => {
             let _ = std::fs::remove_file(record_path(pool));
             Ok(())
@@ -140,14 +149,29 @@ mod tests {
 
     #[test]
     fn a_dead_pid_is_not_alive_and_this_test_is_not_tarn() {
-        let r = MountRecord { pid: u32::MAX - 1, pool: "p".into(), dataset: "p/d".into(), mountpoint: "/x".into(), mounts: Vec::new() };
+        let r = MountRecord {
+            pid: u32::MAX - 1,
+            pool: "p".into(),
+            dataset: "p/d".into(),
+            mountpoint: "/x".into(),
+            mounts: Vec::new(),
+        };
         assert!(!r.is_alive());
     }
 
     #[test]
     fn busy_message_names_pid_mountpoint_and_fix() {
-        let r = MountRecord { pid: 42, pool: "tank".into(), dataset: "tank/db".into(), mountpoint: "/mnt/x".into(), mounts: Vec::new() };
+        let r = MountRecord {
+            pid: 42,
+            pool: "tank".into(),
+            dataset: "tank/db".into(),
+            mountpoint: "/mnt/x".into(),
+            mounts: Vec::new(),
+        };
         let m = r.busy_message();
-        assert!(m.contains("pid 42") && m.contains("/mnt/x") && m.contains("tarn umount /mnt/x"), "{m}");
+        assert!(
+            m.contains("pid 42") && m.contains("/mnt/x") && m.contains("tarn umount /mnt/x"),
+            "{m}"
+        );
     }
 }

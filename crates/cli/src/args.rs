@@ -1,0 +1,200 @@
+//! The command line of `tarn`: every command, argument and flag, as clap definitions.
+//!
+//! Owns: the grammar and the help texts. Promises: a command line clap rejects exits 2
+//! with clap's message; what is accepted here reaches `run` in main.rs as one [`Cmd`].
+//! Must never: name an engine type or do any work: this file depends only on clap and
+//! std, so shell completions and man pages can be generated from it alone (issue #10).
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "tarn",
+    version,
+    about = "tarn: a copy-on-write storage pool for databases"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+pub enum Cmd {
+    /// Pools: create, import, export, status, list, scrub, clear, destroy.
+    #[command(subcommand)]
+    Pool(PoolCmd),
+    /// Datasets: create, destroy, list.
+    #[command(subcommand)]
+    Ds(DsCmd),
+    /// Set properties: tarn set PROP=VALUE... DATASET
+    Set {
+        #[arg(required = true, num_args = 1..)]
+        assignments_then_dataset: Vec<String>,
+    },
+    /// Show properties: tarn get PROP[,PROP]|all DATASET
+    Get {
+        props: String,
+        dataset: String,
+        #[command(flatten)]
+        out: Output,
+    },
+    /// Clear a local property so it is inherited again.
+    Inherit { prop: String, dataset: String },
+    /// Copy host files or directories into a dataset: tarn put SRC... POOL/DS[:DIR]
+    Put {
+        #[arg(required = true, num_args = 2..)]
+        paths: Vec<PathBuf>,
+    },
+    /// Print a file stored in a dataset: tarn cat POOL/DS:PATH
+    Cat { target: String },
+    /// List a directory of a dataset: tarn ls POOL/DS[:PATH]
+    Ls { target: String },
+    /// Change a tunable of an imported pool at run time: tarn tune POOL arc_max=SIZE
+    Tune { pool: String, setting: String },
+    /// Engine counters (arcstats, intent log, txg, io, space) of a pool: tarn stats [arc|zil|txg|io|space|all] POOL
+    Stats {
+        /// Which counters: arc, zil, txg, io, space or all.
+        #[arg(value_parser = ["arc", "zil", "txg", "io", "space", "all"])]
+        which: String,
+        pool: String,
+        #[arg(long)]
+        json: bool,
+        /// Prometheus text exposition format.
+        #[arg(long, conflicts_with = "json")]
+        prometheus: bool,
+    },
+    /// Mount a dataset with FUSE: tarn mount POOL/DS [MOUNTPOINT] [-f] [--threads N]
+    Mount {
+        dataset: String,
+        /// Default: the dataset's mountpoint property.
+        mountpoint: Option<PathBuf>,
+        /// Stay in the foreground instead of running as a daemon.
+        #[arg(short = 'f')]
+        foreground: bool,
+        /// Threads serving FUSE requests.
+        #[arg(long, default_value_t = 8)]
+        threads: usize,
+        /// Also mount this dataset of the same pool, on its mountpoint property, in the
+        /// same daemon (repeatable; `tarn pool import` uses it).
+        #[arg(long, value_name = "POOL/DS")]
+        also: Vec<String>,
+    },
+    /// Unmount a dataset, committing everything: tarn umount MOUNTPOINT|POOL/DS
+    Umount { target: String },
+}
+
+/// The output flags every listing takes (see `output.rs` for what they do).
+#[derive(Args, Clone, Copy)]
+pub struct Output {
+    /// Scripted mode: no header, tab-separated.
+    #[arg(short = 'H')]
+    pub scripted: bool,
+    /// Exact numbers (bytes) instead of human sizes.
+    #[arg(short = 'p')]
+    pub parsable: bool,
+    /// JSON output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Subcommand)]
+pub enum PoolCmd {
+    /// Create a pool: tarn pool create POOL [mirror] DEV... [mirror DEV...] [log [mirror] DEV...]
+    Create {
+        /// Reuse devices that belong to another pool (destroys it).
+        #[arg(short = 'f')]
+        force: bool,
+        /// Pool options, e.g. -o ashift=12.
+        #[arg(short = 'o', value_name = "PROP=VALUE")]
+        options: Vec<String>,
+        /// Size of image files created for device paths that do not exist, e.g. 4G.
+        #[arg(long)]
+        size: Option<String>,
+        pool: String,
+        #[arg(required = true, num_args = 1..)]
+        vdevs: Vec<String>,
+    },
+    /// Add separate intent-log devices: tarn pool add POOL log [mirror] DEV...
+    Add {
+        /// Reuse devices that belong to another pool (destroys it).
+        #[arg(short = 'f')]
+        force: bool,
+        /// Size of image files created for device paths that do not exist, e.g. 1G.
+        #[arg(long)]
+        size: Option<String>,
+        pool: String,
+        #[arg(required = true, num_args = 2..)]
+        vdevs: Vec<String>,
+    },
+    /// Import a pool found on devices (lists importable pools without POOL), then mount
+    /// every dataset whose mountpoint property is a path (one daemon for the pool).
+    Import {
+        /// Where to look for devices (directories or device paths); repeatable.
+        #[arg(short = 'd', value_name = "DIR")]
+        dirs: Vec<PathBuf>,
+        pool: Option<String>,
+        /// JSON output (for the list of importable pools).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Commit everything and release the pool's devices.
+    Export { pool: String },
+    /// Show health, capacity and per-device error counts.
+    Status {
+        pool: Option<String>,
+        #[command(flatten)]
+        out: Output,
+    },
+    /// One line per imported pool.
+    List {
+        #[command(flatten)]
+        out: Output,
+    },
+    /// Read and verify every block; repair mirrors from a good copy.
+    Scrub {
+        pool: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Reset the device error counters.
+    Clear { pool: String },
+    /// Destroy a pool: its devices no longer import.
+    Destroy {
+        #[arg(short = 'f')]
+        force: bool,
+        pool: String,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum DsCmd {
+    /// Create a dataset: tarn ds create [-o PROP=VALUE]... POOL/NAME
+    Create {
+        #[arg(short = 'o', value_name = "PROP=VALUE")]
+        options: Vec<String>,
+        name: String,
+    },
+    /// Destroy a dataset with no children.
+    Destroy { name: String },
+    /// List datasets with space used.
+    List {
+        pool: Option<String>,
+        #[command(flatten)]
+        out: Output,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// clap's own consistency checks (duplicate flags, bad defaults) of the whole grammar.
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,160 @@
+//! `tarn ds …` (create, destroy, list) and the properties of datasets (`tarn set`,
+//! `tarn get`, `tarn inherit`), in the words of zfs.
+//!
+//! Owns: reading `PROP=VALUE` assignments off the command line and the zfs-style
+//! listing of datasets and properties. Promises: a malformed assignment is refused
+//! (exit 2) before the pool is opened; the engine validates every value and its error
+//! is shown as it is; `get -p` shows raw numbers where a property has one.
+//! Must never: decide what a property means or which values are valid (that is
+//! `tarn_dataset::props`'s), or leave a changed pool uncommitted.
+
+use tarn_pool::DatasetInfo;
+
+use crate::access::{self, with_pool, with_pool_of};
+use crate::args::{DsCmd, Output};
+use crate::error::CliError;
+use crate::output::print_json;
+use crate::table::Table;
+
+pub fn run(cmd: DsCmd) -> Result<(), CliError> {
+    match cmd {
+        DsCmd::Create { options, name } => create(&options, &name),
+        DsCmd::Destroy { name } => with_pool_of(&name, |pool| Ok(pool.destroy_dataset(&name)?)),
+        DsCmd::List { pool, out } => list(pool.as_deref(), out),
+    }
+}
+
+fn create(options: &[String], name: &str) -> Result<(), CliError> {
+    let assignments = options
+        .iter()
+        .map(|o| split_assignment(o))
+        .collect::<Result<Vec<_>, _>>()?;
+    with_pool_of(name, |pool| {
+        pool.create_dataset(name)?;
+        for (k, v) in assignments {
+            pool.set_property(name, k, v)?;
+        }
+        Ok(())
+    })
+}
+
+fn list(pool: Option<&str>, out: Output) -> Result<(), CliError> {
+    let mut rows: Vec<DatasetInfo> = Vec::new();
+    for name in access::pool_names(pool)? {
+        rows.extend(with_pool(&name, |p| Ok(p.datasets_info()))?);
+    }
+    if out.json {
+        return print_json(&rows);
+    }
+    let mut t = Table::new(&["NAME", "USED", "AVAIL", "LUSED", "RATIO", "MOUNTPOINT"]);
+    for d in rows {
+        let ratio = if d.used == 0 {
+            1.0
+        } else {
+            d.logicalused as f64 / d.used as f64
+        };
+        t.row(vec![
+            d.name,
+            out.size(d.used),
+            out.size(d.available),
+            out.size(d.logicalused),
+            format!("{ratio:.2}x"),
+            d.mountpoint,
+        ]);
+    }
+    t.print(out.scripted);
+    Ok(())
+}
+
+/// "PROP=VALUE" → ("PROP", "VALUE").
+pub fn split_assignment(a: &str) -> Result<(&str, &str), CliError> {
+    a.split_once('=')
+        .ok_or_else(|| CliError::Usage(format!("'{a}' is not PROP=VALUE")))
+}
+
+/// `tarn set PROP=VALUE... DATASET`: the assignments are applied in order; the first
+/// one the engine refuses stops the command.
+pub fn set(mut args: Vec<String>) -> Result<(), CliError> {
+    if args.len() < 2 {
+        return Err(CliError::Usage(
+            "usage: tarn set PROP=VALUE... DATASET".into(),
+        ));
+    }
+    let ds = args.pop().unwrap_or_default();
+    if ds.contains('=') {
+        return Err(CliError::Usage(format!(
+            "the last argument must be a dataset, not '{ds}'"
+        )));
+    }
+    let assignments = args
+        .iter()
+        .map(|a| split_assignment(a))
+        .collect::<Result<Vec<_>, _>>()?;
+    with_pool_of(&ds, |pool| {
+        for (k, v) in assignments {
+            pool.set_property(&ds, k, v)?;
+        }
+        Ok(())
+    })
+}
+
+/// `tarn get PROP[,PROP]|all DATASET`.
+pub fn get(props: &str, dataset: &str, out: Output) -> Result<(), CliError> {
+    let rows = with_pool_of(dataset, |pool| {
+        if props == "all" {
+            return Ok(pool.get_properties(dataset, None)?);
+        }
+        let mut rows = Vec::new();
+        for p in props.split(',') {
+            rows.extend(pool.get_properties(dataset, Some(p))?);
+        }
+        Ok(rows)
+    })?;
+    if out.json {
+        return print_json(&rows);
+    }
+    let mut t = Table::new(&["NAME", "PROPERTY", "VALUE", "SOURCE"]);
+    for r in rows {
+        let value = if out.parsable {
+            r.raw.unwrap_or(r.value)
+        } else {
+            r.value
+        };
+        t.row(vec![dataset.to_string(), r.property, value, r.source]);
+    }
+    t.print(out.scripted);
+    Ok(())
+}
+
+/// `tarn inherit PROP DATASET`.
+pub fn inherit(prop: &str, dataset: &str) -> Result<(), CliError> {
+    with_pool_of(dataset, |pool| Ok(pool.inherit_property(dataset, prop)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_assignment_without_equals_is_a_usage_error() {
+        assert_eq!(
+            split_assignment("recordsize=16K").expect("well formed"),
+            ("recordsize", "16K")
+        );
+        assert_eq!(
+            split_assignment("recordsize")
+                .expect_err("no =")
+                .exit_code(),
+            2
+        );
+    }
+
+    #[test]
+    fn set_without_a_dataset_is_a_usage_error() {
+        let err = set(vec!["recordsize=16K".into()]).expect_err("no dataset");
+        assert_eq!(err.exit_code(), 2, "{err}");
+        let err = set(vec!["recordsize=16K".into(), "atime=off".into()])
+            .expect_err("last is an assignment");
+        assert_eq!(err.exit_code(), 2, "{err}");
+    }
+}

@@ -1,0 +1,42 @@
+//! `tarn mount` and `tarn umount`: the command-line side of the FUSE daemon, whose life
+//! is `tarn_fuse::mount`'s.
+//!
+//! Owns: checking that one daemon is asked to serve datasets of one pool only, and
+//! handing the daemon the way to open that pool (`access::open`, run after the fork).
+//! Promises: the mount prints nothing when it worked, one line when it did not.
+//! Must never: open the pool before the daemon forks (the daemon, not this process,
+//! must hold the devices, and it may not fork once a thread exists).
+
+use std::path::PathBuf;
+
+use crate::access::{self, pool_of};
+use crate::error::CliError;
+
+/// `tarn mount POOL/DS [MOUNTPOINT] [-f] [--threads N] [--also POOL/DS2…]`.
+pub fn mount(
+    dataset: String,
+    mountpoint: Option<PathBuf>,
+    foreground: bool,
+    threads: usize,
+    also: Vec<String>,
+) -> Result<(), CliError> {
+    let pool = pool_of(&dataset).to_string();
+    if let Some(other) = also.iter().find(|d| pool_of(d) != pool) {
+        return Err(CliError::Usage(format!(
+            "--also {other}: not a dataset of pool '{pool}' (one daemon serves one pool)"
+        )));
+    }
+    let req = tarn_fuse::MountRequest {
+        dataset,
+        mountpoint,
+        foreground,
+        threads,
+        more: also,
+    };
+    Ok(tarn_fuse::mount(req, || access::open(&pool))?)
+}
+
+/// `tarn umount MOUNTPOINT|POOL/DS`: returns once the daemon has committed.
+pub fn umount(target: &str) -> Result<(), CliError> {
+    Ok(tarn_fuse::umount(target)?)
+}

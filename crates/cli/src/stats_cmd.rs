@@ -1,0 +1,87 @@
+//! `tarn stats` (the engine's counters: arcstats, intent log, txg, io, space) and
+//! `tarn tune` (the run-time tunables of a mounted pool).
+//!
+//! Owns: the three shapes of the counters (aligned text, `--json`, Prometheus text) and
+//! the checks on a tunable before it is handed to the daemon. Promises: a mounted pool's
+//! counters are the ones its daemon last published (within a second); an unmounted
+//! pool is opened and closed here, so its caches show as empty; a tunable is validated
+//! before anything is written. Must never: open the devices of a pool a daemon holds,
+//! or tune a pool that is not running (there is no cache to tune).
+
+use std::collections::BTreeMap;
+
+use tarn_dataset::props::parse_size;
+
+use crate::access::{self, with_pool};
+use crate::ds_cmd::split_assignment;
+use crate::error::CliError;
+use crate::output::print_json;
+
+/// The smallest ARC budget `tarn tune` accepts.
+const ARC_MAX_MIN: u64 = 16 << 20;
+
+/// `tarn stats WHICH POOL [--json|--prometheus]`.
+pub fn stats(which: &str, pool: &str, json: bool, prometheus: bool) -> Result<(), CliError> {
+    let stats = match tarn_fuse::stats::read_published(pool) {
+        Some(s) => s,
+        None => with_pool(pool, |p| Ok(p.stats()))?,
+    };
+    let arc: BTreeMap<String, u64> = stats
+        .arc
+        .fields()
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+    let groups: Vec<(&str, &BTreeMap<String, u64>)> = [
+        ("arc", &arc),
+        ("zil", &stats.zil),
+        ("txg", &stats.txg),
+        ("io", &stats.io),
+        ("space", &stats.space),
+    ]
+    .into_iter()
+    .filter(|(name, _)| which == "all" || which == *name)
+    .collect();
+    if json {
+        let by_group: BTreeMap<&str, &BTreeMap<String, u64>> = groups.into_iter().collect();
+        return print_json(&by_group);
+    }
+    for (group, map) in groups {
+        for (name, value) in map {
+            if prometheus {
+                println!("tarn_{group}_{name}{{pool=\"{pool}\"}} {value}");
+            } else {
+                println!("{group:<4} {name:<28} {value}");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `tarn tune POOL arc_max=SIZE`: the new budget of a mounted pool is handed to its
+/// daemon (applied within a second); an unmounted pool has no cache to tune: the budget
+/// is set per process by TARN_ARC_MAX.
+pub fn tune(pool: &str, setting: &str) -> Result<(), CliError> {
+    let (name, value) = split_assignment(setting)?;
+    if name != "arc_max" {
+        return Err(CliError::Usage(format!(
+            "unknown tunable '{name}'; tunable: arc_max"
+        )));
+    }
+    let bytes = parse_size(value)
+        .filter(|&b| b >= ARC_MAX_MIN)
+        .ok_or_else(|| {
+            CliError::Usage(format!(
+                "invalid arc_max '{value}': use a size of at least 16M, like 512M or 4G"
+            ))
+        })?;
+    if tarn_fuse::stats::read_published(pool).is_none() {
+        // Name the pool's absence first if it is not even imported.
+        access::pool_names(Some(pool))?;
+        return Err(CliError::Refused(format!(
+            "pool '{pool}' is not mounted, so it has no running cache; set TARN_ARC_MAX={value} for the process that mounts it"
+        )));
+    }
+    let path = tarn_fuse::stats::arc_max_request_path(pool);
+    std::fs::write(&path, bytes.to_string()).map_err(|e| CliError::host(path.display(), e))
+}
