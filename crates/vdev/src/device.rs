@@ -5,6 +5,15 @@
 //! with O_DIRECT: the host's page cache must not become a second, unbounded cache beside
 //! the ARC (and a benchmark against other filesystems on the same device would be unfair).
 //! Tests wrap the trait to record the write/flush stream or to inject faults.
+//!
+//! Owns: opening (and creating image files), the exclusive lock on each device, O_DIRECT
+//! bounce buffers.
+//!
+//! Promises: one process holds a device at a time (flock, so a second import is refused
+//! as `Busy`); `flush` makes every completed write durable.
+//!
+//! Must never: let two processes hold one device at once, or route a block device's
+//! I/O through the host page cache.
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -82,12 +91,7 @@ impl FileDevice {
     /// Opens `path`, creating a sparse image file of `size` bytes if it does not exist.
     pub fn open_or_create(path: &Path, size: Option<u64>) -> Result<FileDevice, VdevError> {
         if !path.exists() {
-            let size = size.ok_or_else(|| {
-                VdevError::Config(format!(
-                    "{}: no such device; give --size to create an image file",
-                    path.display()
-                ))
-            })?;
+            let size = size.ok_or_else(|| VdevError::NoSuchDevice { path: path.to_path_buf() })?;
             let io = |source| VdevError::Io { path: path.to_path_buf(), source };
             let file = OpenOptions::new().read(true).write(true).create_new(true).open(path).map_err(io)?;
             file.set_len(size).map_err(io)?;

@@ -1,4 +1,12 @@
 //! Typed errors of the device layer.
+//!
+//! Owns: every way opening, reading, writing or recognising a device can fail.
+//!
+//! Promises: each message names the device (path, or vdev index and offset) and, where
+//! there is one, the fix; an unknown format version is its own variant, so callers
+//! decide by type (a newer tarn's device is never overwritten unasked).
+//!
+//! Must never: be decided on by its text.
 use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
@@ -21,6 +29,6 @@ pub enum VdevError {
     WriteFailed { top: usize, detail: String },
     #[error("{path}: device is in use by another tarn process (a mount or another command); stop it or wait")]
     Busy { path: PathBuf },
-    #[error("{0}")]
-    Config(String),
+    #[error("{path}: no such device; give --size to create an image file")]
+    NoSuchDevice { path: PathBuf },
 }

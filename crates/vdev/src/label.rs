@@ -4,6 +4,15 @@
 //! Each device carries two labels of `LABEL_SIZE` bytes, one at each end. A label is a
 //! 64 KiB config area (binary header + JSON config, checksummed) followed by the
 //! uberblock ring (slots of one sector, at least 1 KiB). Byte tables: docs/FORMAT.md.
+//!
+//! Owns: the byte layout and versions of the label config area and of the uberblock.
+//!
+//! Promises: a flipped bit or a torn write makes a label `Invalid` or an uberblock slot
+//! empty, never a wrong config; a checksummed label or uberblock of a version this build
+//! does not know is reported as such (`LabelDecode::Version`, `Err(version)`), so the
+//! caller refuses the device instead of guessing.
+//!
+//! Must never: read a newer version's fields as if they were this version's.
 use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::xxh3_128;
 
