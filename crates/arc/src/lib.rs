@@ -5,6 +5,8 @@
 //! their ghosts B1/B2 (keys only, of blocks recently evicted from T1/T2) — and the target
 //! `p` for T1's share, which ghost hits steer: a hit in B1 says "recency deserved more
 //! room", a hit in B2 says "frequency did". Counters in the spirit of ZFS's arcstats.
+//! Beside it, `HotCopies`: a small LRU of decompressed copies of the blocks read again
+//! while cached, under its own budget (a share of `arc_max`).
 //!
 //! Promises: resident bytes never exceed `arc_max` after an insert returns; a one-time
 //! scan only cycles through T1 and leaves the frequently used set in T2 alone; a block is
@@ -12,7 +14,8 @@
 //! stale copy.
 //!
 //! Must never: hold data that was not verified (callers insert only checksummed bytes),
-//! or be needed for correctness — losing the cache costs speed, never data.
+//! be needed for correctness — losing the cache costs speed, never data — or touch a
+//! device (the pipeline reads the devices and inserts here).
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
