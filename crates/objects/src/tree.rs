@@ -5,13 +5,26 @@
 //! Indirect blocks are loaded on demand and kept in memory; a changed one is marked dirty
 //! together with its path to the top, and `sync` rewrites the dirty ones bottom-up
 //! (copy-on-write), returning the pointers it replaced so the caller can free them.
+//! Walking a committed tree without loading it (import, scrub, a destroyed dataset's
+//! free) is `traverse`'s.
+//!
+//! Owns: the radix-tree shape (levels, fan-out, which slot covers which record), the
+//! indirect block encoding, and the loaded indirect blocks of one object.
+//!
+//! Promises: `get` after `set` returns the new pointer; `sync` writes every dirty
+//! indirect block (children before parents) and reports each pointer it replaced; an
+//! indirect block whose bytes are not a whole block of pointers is a typed error.
+//!
+//! Must never: free a block itself (the replaced pointers go back to the caller), or
+//! write a parent before its children.
 use std::collections::HashMap;
 
 use tarn_zio::{BlockPtr, BlockType, CachePolicy, ChecksumKind, Compression, PendingBlock, Zio, ZioError, BLKPTR_SIZE};
 
 pub const IND_SHIFT: u8 = 15;
 const PTR_SHIFT: u32 = IND_SHIFT as u32 - 6;
-const FANOUT: u64 = 1 << PTR_SHIFT;
+/// Pointers per indirect block.
+pub(crate) const FANOUT: u64 = 1 << PTR_SHIFT;
 
 struct Ind {
     ptrs: Vec<Option<BlockPtr>>,
@@ -25,15 +38,7 @@ impl Ind {
     }
 
     fn decode(bytes: &[u8], disk: BlockPtr) -> Result<Ind, ZioError> {
-        if bytes.len() != (FANOUT as usize) * BLKPTR_SIZE {
-            return Err(ZioError::Corrupt(format!("indirect block of {} bytes", bytes.len())));
-        }
-        let ptrs = bytes
-            .chunks_exact(BLKPTR_SIZE)
-            .map(BlockPtr::decode)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(ZioError::Corrupt)?;
-        Ok(Ind { ptrs, dirty: false, disk: Some(disk) })
+        Ok(Ind { ptrs: decode_indirect(bytes)?, dirty: false, disk: Some(disk) })
     }
 
     fn encode(&self) -> Vec<u8> {
@@ -60,8 +65,10 @@ pub struct BlockTree {
 }
 
 /// Blocks covered by one pointer at `level` (level 0: one record).
+/// Saturates for a level no real tree has (a level count read from a damaged or foreign
+/// dnode must not overflow the shift).
 fn span(level: u8) -> u64 {
-    1u64 << (PTR_SHIFT * level as u32)
+    1u64.checked_shl(PTR_SHIFT * level as u32).unwrap_or(u64::MAX)
 }
 
 impl BlockTree {
@@ -328,38 +335,13 @@ impl BlockTree {
         assert!(parent.dirty, "parent of a dirty indirect block must be dirty");
         parent.ptrs[(idx & (FANOUT - 1)) as usize] = bp;
     }
-
-    /// Visits every block pointer of a committed tree (indirect blocks before their
-    /// children), reading indirect blocks from disk without caching them.
-    pub fn visit(
-        zio: &Zio,
-        root: Option<BlockPtr>,
-        nlevels: u8,
-        f: &mut dyn FnMut(&BlockPtr) -> Result<(), ZioError>,
-    ) -> Result<(), ZioError> {
-        let Some(root) = root else { return Ok(()) };
-        visit_ptr(zio, &root, nlevels.saturating_sub(1), f)
-    }
-}
-
-fn visit_ptr(
-    zio: &Zio,
-    bp: &BlockPtr,
-    level: u8,
-    f: &mut dyn FnMut(&BlockPtr) -> Result<(), ZioError>,
-) -> Result<(), ZioError> {
-    f(bp)?;
-    if level == 0 {
-        return Ok(());
-    }
-    let ind = Ind::decode(&zio.read(bp)?, *bp)?;
-    for child in ind.ptrs.iter().flatten() {
-        visit_ptr(zio, child, level - 1, f)?;
-    }
-    Ok(())
 }
 
 /// The child pointers stored in an indirect block's bytes (holes as `None`).
-pub fn decode_indirect(bytes: &[u8], bp: &BlockPtr) -> Result<Vec<Option<BlockPtr>>, ZioError> {
-    Ok(Ind::decode(bytes, *bp)?.ptrs)
+pub(crate) fn decode_indirect(bytes: &[u8]) -> Result<Vec<Option<BlockPtr>>, ZioError> {
+    let expected = (FANOUT as usize) * BLKPTR_SIZE;
+    if bytes.len() != expected {
+        return Err(ZioError::BadLength { what: "indirect", len: bytes.len(), expected });
+    }
+    Ok(bytes.chunks_exact(BLKPTR_SIZE).map(BlockPtr::decode).collect::<Result<Vec<_>, _>>()?)
 }
