@@ -1,18 +1,30 @@
 //! Intent-log replay at import: re-apply, in order, every logged change newer than the
 //! committed txg, then commit them in a txg of their own and retire the old chain.
+//!
+//! Owns: the mapping from a logged object id to the id replay re-created it under, and
+//! the report of what was replayed.
+//!
+//! Promises: records are applied in log order (the order their fsyncs depended on); the
+//! replayed changes and the new chain's head are committed before import returns, so an
+//! fsync acknowledged after import is found through the new head; a record that cannot
+//! be applied is reported, not fatal.
+//!
+//! Must never: log what it replays (the log is in replay mode), or free the old chain's
+//! blocks before the txg that no longer points at them commits.
 use std::collections::HashMap;
 
 use tarn_dataset::{Dataset, FsError, NewObject, SetAttr};
 use tarn_objects::Timespec;
 use tarn_zil::{Chained, Op, Record};
 
-use super::{Pool, PoolError};
+use crate::error::PoolError;
+use crate::pool::Pool;
 
 /// Ids of objects re-created by replay, keyed by (dataset, id the log used).
 type IdMap = HashMap<(u64, u64), u64>;
 
 impl Pool {
-    pub(super) fn replay_log(&self, chained: Chained, committed_txg: u64) -> Result<(), PoolError> {
+    pub(crate) fn replay_log(&self, chained: Chained, committed_txg: u64) -> Result<(), PoolError> {
         let zil = &self.inner.zil;
         zil.set_replaying(true);
         let mut ids = IdMap::new();

@@ -1,4 +1,11 @@
 //! Finding pools on devices: read every candidate's labels and group them by pool.
+//!
+//! Owns: which paths are candidates (regular files and block devices) and the grouping.
+//!
+//! Promises: only reads (a device is opened, its labels read, and closed); a file that
+//! is not a tarn device, or cannot be opened, is skipped.
+//!
+//! Must never: write, or open a character device (opening one may block or act).
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 

@@ -66,7 +66,7 @@ fn random_page_updates_do_not_strand_space() {
     ds.setattr(f.ino, &tarn_dataset::SetAttr { size: Some(3000 * 16384), ..Default::default() }).unwrap();
     let mut x = 7u64;
     let mut page = vec![0u8; 16384];
-    let mut next = |x: &mut u64| {
+    let next = |x: &mut u64| {
         *x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         *x >> 33
     };
