@@ -419,11 +419,14 @@ impl ArcSnapshot {
     }
 }
 
+type HotList = LinkedHashMap<BlockKey, Arc<[u8]>>;
+
 /// A bounded set of hot decompressed copies: blocks read again while in the ARC are
 /// kept decompressed too, so the hottest records cost a copy instead of a decompression.
 /// Plain LRU under its own byte budget; counted in the ARC's stats.
 pub struct HotCopies {
-    lists: Mutex<(LinkedHashMap<BlockKey, Arc<[u8]>>, u64)>,
+    /// The copies in LRU order, and their total bytes.
+    lists: Mutex<(HotList, u64)>,
     max: AtomicU64,
     pub hits: AtomicU64,
 }
