@@ -136,7 +136,7 @@ fn main() {
     }
     let tarn_busy_fsync = t.elapsed().as_secs_f64() / APPENDS as f64;
 
-    println!("16 KiB pages: {pages} random over {} MiB, commit every {PAGES_PER_COMMIT}", file_pages * PAGE as u64 >> 20);
+    println!("16 KiB pages: {pages} random over {} MiB, commit every {PAGES_PER_COMMIT}", (file_pages * PAGE as u64) >> 20);
     println!("{:<28} {:>12} {:>12} {:>8}", "", "raw pages/s", "tarn pages/s", "tarn/raw");
     println!("{:<28} {:>12.0} {:>12.0} {:>8.2}", "random write + commit", raw_write, tarn_write, tarn_write / raw_write);
     println!("{:<28} {:>12.0} {:>12.0} {:>8.2}", "random read (cached image)", raw_read, tarn_read, tarn_read / raw_read);

@@ -126,7 +126,7 @@ impl Pool {
         let (vdevs, missing_logs) = build_tree(&label, &by_guid).map_err(refuse)?;
         let was_exported = label.state == LabelState::Exported;
         let mut ubs: Vec<Uberblock> = labels.iter().flat_map(|(_, l)| l.uberblocks.clone()).collect();
-        ubs.sort_by(|a, b| b.txg.cmp(&a.txg));
+        ubs.sort_by_key(|u| std::cmp::Reverse(u.txg));
         ubs.dedup_by_key(|u| u.txg);
         let zio = Arc::new(Zio::new(vdevs));
         let (ub, mos, mos_bp) = newest_loadable(&zio, &ubs).map_err(|e| refuse(e.into()))?;
@@ -258,9 +258,12 @@ impl Pool {
     }
 }
 
+/// A device and what its labels say.
+type Labelled = (Arc<dyn BlockDevice>, DeviceLabels);
+
 /// Both labels of every device, refusing one that shrank since it joined the pool (the
 /// blocks past its new end would be silently lost).
-fn read_all_labels(devices: &[Arc<dyn BlockDevice>]) -> Result<Vec<(Arc<dyn BlockDevice>, DeviceLabels)>, PoolError> {
+fn read_all_labels(devices: &[Arc<dyn BlockDevice>]) -> Result<Vec<Labelled>, PoolError> {
     let mut labels = Vec::new();
     for dev in devices {
         let l = read_device_labels(dev.as_ref())?;
@@ -276,7 +279,7 @@ fn read_all_labels(devices: &[Arc<dyn BlockDevice>]) -> Result<Vec<(Arc<dyn Bloc
 
 /// The config to import with: every device must be of one pool; the label beside the
 /// newest uberblock wins; a destroyed pool is refused.
-fn choose_label(labels: &[(Arc<dyn BlockDevice>, DeviceLabels)]) -> Result<Label, PoolError> {
+fn choose_label(labels: &[Labelled]) -> Result<Label, PoolError> {
     let Some((_, first)) = labels.first() else {
         return Err(PoolError::NoDevices);
     };

@@ -96,7 +96,7 @@ pub fn dnode_hex(d: &Dnode) -> String {
 /// Bytes of a hex string; works on bytes, so no input can split a character.
 fn from_hex(s: &str) -> Result<Vec<u8>, HexError> {
     let digits = s.as_bytes();
-    if digits.len() % 2 != 0 {
+    if !digits.len().is_multiple_of(2) {
         return Err(HexError::OddLength);
     }
     let nibble = |i: usize| match digits[i] {

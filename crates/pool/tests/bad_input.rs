@@ -100,7 +100,7 @@ fn damaged_or_missing_labels_are_not_a_tarn_device_and_nothing_is_written() {
         write_at(&img, *base, &a);
     }
     let before = std::fs::read(&img).unwrap();
-    let msg = import_err(&[img.clone()]);
+    let msg = import_err(std::slice::from_ref(&img));
     assert_mentions(&msg, &["not a tarn device", &img.display().to_string()]);
     assert!(std::fs::read(&img).unwrap() == before, "a refused import must not write");
 
@@ -108,13 +108,13 @@ fn damaged_or_missing_labels_are_not_a_tarn_device_and_nothing_is_written() {
     for (base, _) in &saved {
         write_at(&img, *base, &vec![0u8; LABEL_SIZE as usize]);
     }
-    assert_mentions(&import_err(&[img.clone()]), &["not a tarn device"]);
+    assert_mentions(&import_err(std::slice::from_ref(&img)), &["not a tarn device"]);
     // Restoring only the config areas is not enough: the uberblock rings were zeroed
     // with them, so there is no committed txg, and import must say so rather than guess.
     for (base, area) in &saved {
         write_at(&img, *base, area);
     }
-    let msg = Pool::import_paths(&[img.clone()], &ImportOptions::default()).err().map(|e| e.to_string());
+    let msg = Pool::import_paths(std::slice::from_ref(&img), &ImportOptions::default()).err().map(|e| e.to_string());
     assert_mentions(&msg.expect("no committed txg to import"), &["cannot be imported", "uberblock"]);
     // (a_refused_import_leaves_the_pool_whole shows the data itself was never touched.)
     let _ = files;
@@ -129,7 +129,7 @@ fn a_refused_import_leaves_the_pool_whole() {
     for (base, _) in &saved {
         write_at(&img, *base, &vec![0u8; CONFIG_AREA as usize]);
     }
-    assert_mentions(&import_err(&[img.clone()]), &["not a tarn device"]);
+    assert_mentions(&import_err(std::slice::from_ref(&img)), &["not a tarn device"]);
     for (base, area) in &saved {
         write_at(&img, *base, area);
     }
@@ -144,16 +144,16 @@ fn truncated_device_is_refused_by_name() {
     let tail = read_at(&img, full / 2, (full / 2) as usize);
     let f = std::fs::OpenOptions::new().write(true).open(&img).unwrap();
     f.set_len(full / 2).unwrap();
-    let msg = import_err(&[img.clone()]);
+    let msg = import_err(std::slice::from_ref(&img));
     assert_mentions(&msg, &[&img.display().to_string(), "smaller"]);
     // Put the tail back: the pool is whole again.
     f.set_len(full).unwrap();
     write_at(&img, full / 2, &tail);
-    assert_intact(&[img.clone()], "tank", &files);
+    assert_intact(std::slice::from_ref(&img), "tank", &files);
     // Cut below any tarn device size: "too small".
     let saved = std::fs::read(&img).unwrap();
     f.set_len(100_000).unwrap();
-    assert_mentions(&import_err(&[img.clone()]), &["too small"]);
+    assert_mentions(&import_err(std::slice::from_ref(&img)), &["too small"]);
     std::fs::write(&img, saved).unwrap();
     assert_intact(&[img], "tank", &files);
 }
@@ -174,7 +174,7 @@ fn a_file_that_is_not_a_tarn_device_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let junk = dir.path().join("junk.bin");
     std::fs::write(&junk, common::noise(5, 70 << 20)).unwrap();
-    assert_mentions(&import_err(&[junk.clone()]), &["not a tarn device", "junk.bin"]);
+    assert_mentions(&import_err(std::slice::from_ref(&junk)), &["not a tarn device", "junk.bin"]);
     let tiny = dir.path().join("tiny.bin");
     std::fs::write(&tiny, b"hello").unwrap();
     assert_mentions(&import_err(&[tiny]), &["too small", "tiny.bin"]);
@@ -202,7 +202,7 @@ fn unknown_label_version_is_refused_and_named() {
         set_version_and_reseal_label(&mut a, 99);
         write_at(&img, *b, &a);
     }
-    let msg = import_err(&[img.clone()]);
+    let msg = import_err(std::slice::from_ref(&img));
     assert_mentions(&msg, &["label", "version 99", "not supported"]);
     // Creating a pool over a device written by a newer tarn is refused too.
     let err = Pool::create("new", &[VdevSpec::Disk(img.clone())], &CreateOptions::default()).err();
@@ -238,7 +238,7 @@ fn unknown_uberblock_version_is_refused_and_named() {
         b[240..256].copy_from_slice(&sum.to_le_bytes());
         write_at(&img, at, &b);
     }
-    let msg = import_err(&[img.clone()]);
+    let msg = import_err(std::slice::from_ref(&img));
     assert_mentions(&msg, &["uberblock", "version 99", "not supported"]);
     for (&at, b) in spots.iter().zip(&saved) {
         write_at(&img, at, b);
@@ -279,7 +279,7 @@ fn unknown_pool_root_version_is_refused_and_named() {
     for &at in &spots {
         write_at(&img, at, &sealed);
     }
-    let msg = import_err(&[img.clone()]);
+    let msg = import_err(std::slice::from_ref(&img));
     assert_mentions(&msg, &["version 9", "not supported"]);
     for (&at, b) in spots.iter().zip(&saved) {
         write_at(&img, at, b);
@@ -291,7 +291,7 @@ fn unknown_pool_root_version_is_refused_and_named() {
 fn invalid_property_values_are_refused_and_change_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let (img, files) = make_pool(dir.path(), "tank", 128 << 20);
-    let pool = Pool::import_paths(&[img.clone()], &ImportOptions::default()).unwrap();
+    let pool = Pool::import_paths(std::slice::from_ref(&img), &ImportOptions::default()).unwrap();
     pool.set_property("tank", "recordsize", "16K").unwrap();
     let cases: [(&str, &str, &[&str]); 7] = [
         ("recordsize", "3K", &["3K", "recordsize", "power of two"]),
@@ -313,7 +313,7 @@ fn invalid_property_values_are_refused_and_change_nothing() {
     let rs = pool.get_properties("tank", Some("recordsize")).unwrap();
     assert_eq!((rs[0].value.as_str(), rs[0].source.as_str()), ("16K", "local"), "a refused value changes nothing");
     pool.export().unwrap();
-    assert_intact(&[img.clone()], "tank", &files);
+    assert_intact(std::slice::from_ref(&img), "tank", &files);
     let pool = Pool::import_paths(&[img], &ImportOptions::default()).unwrap();
     assert_eq!(pool.get_properties("tank", Some("recordsize")).unwrap()[0].value, "16K");
     pool.export().unwrap();
@@ -366,7 +366,7 @@ fn a_full_pool_gives_enospc_keeps_data_and_recovers_after_deletes() {
     drop(ds);
     pool.export().unwrap();
 
-    let pool = Pool::import_paths(&[img.clone()], &ImportOptions::default()).unwrap();
+    let pool = Pool::import_paths(std::slice::from_ref(&img), &ImportOptions::default()).unwrap();
     let ds = pool.dataset("tank").unwrap();
     assert_eq!(common::read_tree(&ds).unwrap(), files, "every accepted write survives export+import");
     assert!(matches!(
@@ -397,14 +397,14 @@ fn creating_over_a_device_in_use_is_refused_without_force() {
     let err = Pool::create("new", &[VdevSpec::Disk(img.clone())], &CreateOptions::default()).err().expect("refused");
     assert_mentions(&err.to_string(), &["tank", "img", "-f"]);
     // While the pool is imported, even force cannot take the device.
-    let pool = Pool::import_paths(&[img.clone()], &ImportOptions::default()).unwrap();
+    let pool = Pool::import_paths(std::slice::from_ref(&img), &ImportOptions::default()).unwrap();
     let force = CreateOptions { force: true, ..Default::default() };
     let err = Pool::create("new", &[VdevSpec::Disk(img.clone())], &force).err().expect("busy");
     assert_mentions(&err.to_string(), &["in use"]);
-    let err = Pool::import_paths(&[img.clone()], &ImportOptions::default()).err().expect("busy");
+    let err = Pool::import_paths(std::slice::from_ref(&img), &ImportOptions::default()).err().expect("busy");
     assert_mentions(&err.to_string(), &["in use"]);
     pool.export().unwrap();
-    assert_intact(&[img.clone()], "tank", &files);
+    assert_intact(std::slice::from_ref(&img), "tank", &files);
     // With force, and the pool not imported, the device is reused.
     let pool = Pool::create("new", &[VdevSpec::Disk(img.clone())], &force).unwrap();
     assert_eq!(common::read_tree(&pool.dataset("new").unwrap()).unwrap(), Files::new());

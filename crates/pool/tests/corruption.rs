@@ -88,7 +88,7 @@ fn flipped_data_byte_gives_eio_counts_and_scrub_reports() {
 
     flip(&img, locate(&img, &victim[5000..5064]) + 10);
 
-    let pool = import(&[img.clone()]);
+    let pool = import(std::slice::from_ref(&img));
     let ds = pool.dataset("tank").unwrap();
     assert_eq!(checksum_errors(&pool)[0].1, 0);
     assert_io(read_named(&ds, "victim"), "read of the damaged file");
@@ -99,7 +99,7 @@ fn flipped_data_byte_gives_eio_counts_and_scrub_reports() {
     // The counters are persisted: they survive export and import.
     drop(ds);
     pool.export().unwrap();
-    let pool = import(&[img.clone()]);
+    let pool = import(std::slice::from_ref(&img));
     assert!(checksum_errors(&pool)[0].1 >= 2, "counters persist across import: {:?}", pool.status());
     // A rewrite of the damaged file makes it whole again.
     let ds = pool.dataset("tank").unwrap();
@@ -139,7 +139,7 @@ fn flipped_indirect_block_gives_eio_for_that_file_only() {
 
     flip_block(&img, &root);
 
-    let pool = import(&[img.clone()]);
+    let pool = import(std::slice::from_ref(&img));
     let ds = pool.dataset("tank").unwrap();
     assert_io(read_named(&ds, "big"), "read through a damaged indirect block");
     assert_eq!(read_named(&ds, "small").unwrap(), small);
@@ -179,7 +179,7 @@ fn flipped_dnode_block_gives_eio_not_wrong_metadata() {
 
     flip_block(&img, &dnodes);
 
-    let pool = import(&[img.clone()]);
+    let pool = import(std::slice::from_ref(&img));
     let ds = pool.dataset("tank").unwrap();
     match ds.lookup(ROOT_ID, b"f") {
         Err(FsError::Io(_)) => {}
@@ -313,7 +313,7 @@ fn damaged_newest_root_block_falls_back_to_the_previous_txg() {
     flip_block(&img, &mos);
     assert_fell_back(&img, &v1, txg);
     // (Checked after: an import commits a txg of its own, the intent log's new head.)
-    let pool = import(&[img.clone()]);
+    let pool = import(std::slice::from_ref(&img));
     assert!(checksum_errors(&pool)[0].1 >= 1, "status shows the checksum error found at import: {:?}", pool.status());
 }
 

@@ -208,7 +208,7 @@ fn check_cut(bases: &[Arc<Vec<u8>>], events: &[(usize, Ev)], states: &[Committed
     let found = common::read_tree(&ds).unwrap_or_else(|e| panic!("{}: reading files: {e}", cut.what));
     let want = &states[newest].files;
     if &found != want {
-        let matches: Vec<usize> = states.iter().enumerate().filter(|(_, s)| &s.files == &found).map(|(i, _)| i).collect();
+        let matches: Vec<usize> = states.iter().enumerate().filter(|(_, s)| s.files == found).map(|(i, _)| i).collect();
         panic!(
             "{}: files are not those of committed state {newest} (they match states {matches:?})\nfound: {}\nwant:  {}",
             cut.what,
@@ -444,7 +444,7 @@ fn sigkill_loop_keeps_every_acknowledged_write() {
             std::fs::OpenOptions::new().append(true).open(&log).unwrap().write_all(b"\n").unwrap();
         }
 
-        let pool = Pool::import_paths(&[img.clone()], &ImportOptions::default())
+        let pool = Pool::import_paths(std::slice::from_ref(&img), &ImportOptions::default())
             .unwrap_or_else(|e| panic!("iteration {iter}: import after SIGKILL failed: {e}"));
         let ds = pool.dataset("tank").unwrap();
         let text = std::fs::read_to_string(&log).unwrap();

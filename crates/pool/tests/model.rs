@@ -201,7 +201,7 @@ fn run(cfg: Config, ops: Vec<Op>) -> Result<(), TestCaseError> {
             Op::Reimport => {
                 drop(ds);
                 pool.export().unwrap();
-                pool = Pool::import_paths(&[img.clone()], &ImportOptions { txg: txg.clone() }).unwrap();
+                pool = Pool::import_paths(std::slice::from_ref(&img), &ImportOptions { txg: txg.clone() }).unwrap();
                 ds = pool.dataset("tank/db").unwrap();
                 verify(&ds, &model, &format!("after import at {when}"))?;
             }

@@ -165,7 +165,7 @@ fn cut_both_streams(logbias: &str) {
                 rng ^= rng << 13;
                 rng ^= rng >> 7;
                 rng ^= rng << 17;
-                if drop_unflushed && i >= flushed[*dev] && rng % 2 == 0 {
+                if drop_unflushed && i >= flushed[*dev] && rng.is_multiple_of(2) {
                     continue;
                 }
                 images[*dev][*off as usize..*off as usize + data.len()].copy_from_slice(data);

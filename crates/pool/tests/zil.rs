@@ -225,7 +225,7 @@ fn acknowledged_bytes_survive_cuts(logbias: &str, page_len: usize, fsync_every: 
                 rng ^= rng << 17;
                 let unflushed = i >= last_flush;
                 let keep = match variant {
-                    2 if unflushed => rng % 2 == 0,
+                    2 if unflushed => rng.is_multiple_of(2),
                     _ => true,
                 };
                 let len = if variant == 1 && i + 1 == cut { bytes.len() / 2 } else { bytes.len() };

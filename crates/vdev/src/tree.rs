@@ -274,7 +274,7 @@ impl TopVdev {
     /// Writes sector-aligned `data` at `offset` on every side; succeeds if one side did.
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), VdevError> {
         let sector = self.sector();
-        assert!(offset % sector == 0 && data.len() as u64 % sector == 0, "unaligned vdev write");
+        assert!(offset.is_multiple_of(sector) && (data.len() as u64).is_multiple_of(sector), "unaligned vdev write");
         assert!(offset + data.len() as u64 <= self.asize, "write past the end of vdev {}", self.index);
         self.on_every_side(|dev| dev.write_at(data, DATA_START + offset))
     }

@@ -68,7 +68,7 @@ impl Zio {
 
     fn check_extent(&self, e: &Extent) -> Result<(), ZioError> {
         let top = self.vdevs.tops.get(e.vdev as usize).ok_or(ZioError::NoSuchVdev { vdev: e.vdev })?;
-        if e.len == 0 || e.offset % top.sector() != 0 || e.len % top.sector() != 0 || e.offset + e.len > top.asize {
+        if e.len == 0 || !e.offset.is_multiple_of(top.sector()) || !e.len.is_multiple_of(top.sector()) || e.offset + e.len > top.asize {
             return Err(ZioError::BadExtent { vdev: e.vdev, offset: e.offset, len: e.len });
         }
         Ok(())
