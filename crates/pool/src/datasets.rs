@@ -57,14 +57,24 @@ pub fn check_name(name: &str) -> Result<(), PoolError> {
 /// commit.
 pub(crate) fn subtree_space(sets: &Datasets, ds: &str) -> (u64, u64) {
     let prefix = format!("{ds}/");
-    sets.iter().filter(|(k, _)| k.as_str() == ds || k.starts_with(&prefix)).fold((0, 0), |(p, l), (_, (_, d))| {
-        (p + d.used_physical.load(Ordering::Relaxed), l + d.used_logical.load(Ordering::Relaxed))
-    })
+    sets.iter()
+        .filter(|(k, _)| k.as_str() == ds || k.starts_with(&prefix))
+        .fold((0, 0), |(p, l), (_, (_, d))| {
+            (
+                p + d.used_physical.load(Ordering::Relaxed),
+                l + d.used_logical.load(Ordering::Relaxed),
+            )
+        })
 }
 
 impl Pool {
     pub fn dataset(&self, name: &str) -> Result<Arc<Dataset>, PoolError> {
-        self.inner.datasets.read().get(name).map(|(_, d)| d.clone()).ok_or_else(|| PoolError::NoSuchDataset(name.into()))
+        self.inner
+            .datasets
+            .read()
+            .get(name)
+            .map(|(_, d)| d.clone())
+            .ok_or_else(|| PoolError::NoSuchDataset(name.into()))
     }
 
     pub fn dataset_names(&self) -> Vec<String> {
@@ -74,10 +84,16 @@ impl Pool {
     pub fn create_dataset(&self, name: &str) -> Result<Arc<Dataset>, PoolError> {
         check_name(name)?;
         let Some((parent, _)) = name.rsplit_once('/') else {
-            return Err(PoolError::BadName(name.into(), "a dataset name is POOL/NAME".into()));
+            return Err(PoolError::BadName(
+                name.into(),
+                "a dataset name is POOL/NAME".into(),
+            ));
         };
         if !name.starts_with(&format!("{}/", self.inner.name)) {
-            return Err(PoolError::BadName(name.into(), format!("it is not in pool '{}'", self.inner.name)));
+            return Err(PoolError::BadName(
+                name.into(),
+                format!("it is not in pool '{}'", self.inner.name),
+            ));
         }
         if self.inner.datasets.read().contains_key(name) {
             return Err(PoolError::DatasetExists(name.into()));
@@ -104,7 +120,13 @@ impl Pool {
         }
         self.dataset(name)?;
         let prefix = format!("{name}/");
-        if self.inner.datasets.read().keys().any(|k| k.starts_with(&prefix)) {
+        if self
+            .inner
+            .datasets
+            .read()
+            .keys()
+            .any(|k| k.starts_with(&prefix))
+        {
             return Err(PoolError::HasChildren(name.into()));
         }
         self.sync()?;
@@ -123,7 +145,13 @@ impl Pool {
             .map(|name| {
                 let (used, logicalused) = subtree_space(&sets, name);
                 let mountpoint = Self::resolve(&sets, name, "mountpoint").0;
-                DatasetInfo { name: name.clone(), used, logicalused, available: avail, mountpoint }
+                DatasetInfo {
+                    name: name.clone(),
+                    used,
+                    logicalused,
+                    available: avail,
+                    mountpoint,
+                }
             })
             .collect()
     }
@@ -143,11 +171,28 @@ impl Pool {
     ) -> Result<Arc<Dataset>, PoolError> {
         let ctx = &self.inner.ctx;
         let os = ObjSet::open(ctx.clone(), meta, next_obj);
-        let space = Arc::new(PoolSpace { zio: ctx.zio.clone(), txg: ctx.txg.clone() });
-        let meta = DsMeta { id, props, creation };
+        let space = Arc::new(PoolSpace {
+            zio: ctx.zio.clone(),
+            txg: ctx.txg.clone(),
+        });
+        let meta = DsMeta {
+            id,
+            props,
+            creation,
+        };
         let eff = Effective::from_values(|_| String::new());
-        let ds = Arc::new(Dataset::new(id, os, eff, space, self.inner.zil.clone(), unlinked));
-        self.inner.datasets.write().insert(name.to_string(), (meta, ds.clone()));
+        let ds = Arc::new(Dataset::new(
+            id,
+            os,
+            eff,
+            space,
+            self.inner.zil.clone(),
+            unlinked,
+        ));
+        self.inner
+            .datasets
+            .write()
+            .insert(name.to_string(), (meta, ds.clone()));
         self.refresh_effective();
         Ok(ds)
     }

@@ -27,8 +27,8 @@ use std::sync::Arc;
 
 use tarn_txg::TxgConfig;
 use tarn_vdev::{
-    read_device_labels, BlockDevice, DeviceLabels, FileDevice, Label, LabelState, Leaf, LeafHealth, TopConfig,
-    TopVdev, TreeConfig, Uberblock, VdevError, VdevTree,
+    read_device_labels, BlockDevice, DeviceLabels, FileDevice, Label, LabelState, Leaf, LeafHealth,
+    TopConfig, TopVdev, TreeConfig, Uberblock, VdevError, VdevTree,
 };
 use tarn_zio::{BlockPtr, Zio};
 
@@ -58,7 +58,13 @@ pub struct CreateOptions {
 
 impl Default for CreateOptions {
     fn default() -> Self {
-        CreateOptions { ashift: 12, size: None, force: false, txg: TxgConfig::default(), logs: Vec::new() }
+        CreateOptions {
+            ashift: 12,
+            size: None,
+            force: false,
+            txg: TxgConfig::default(),
+            logs: Vec::new(),
+        }
     }
 }
 
@@ -72,7 +78,10 @@ impl Pool {
     pub fn create(name: &str, specs: &[VdevSpec], opts: &CreateOptions) -> Result<Pool, PoolError> {
         crate::datasets::check_name(name)?;
         if name.contains('/') {
-            return Err(PoolError::BadName(name.into(), "a pool name has no '/'".into()));
+            return Err(PoolError::BadName(
+                name.into(),
+                "a pool name has no '/'".into(),
+            ));
         }
         if specs.is_empty() {
             return Err(PoolError::NoDevices);
@@ -81,7 +90,10 @@ impl Pool {
             return Err(PoolError::BadAshift(opts.ashift));
         }
         let mut tops = Vec::new();
-        let mut tree_cfg = TreeConfig { tops: Vec::new(), logs: Vec::new() };
+        let mut tree_cfg = TreeConfig {
+            tops: Vec::new(),
+            logs: Vec::new(),
+        };
         for spec in specs {
             let (top, cfg) = new_top(tops.len(), spec, opts)?;
             tops.push(top);
@@ -109,7 +121,8 @@ impl Pool {
         let zio = Arc::new(Zio::new(vdevs));
         zio.finish_load();
         let pool = Pool::assemble(label, zio, 0, opts.txg.clone(), 1, 1);
-        pool.add_dataset(name, 1, BTreeMap::new(), None, 1, Vec::new(), now_secs())?.init_root()?;
+        pool.add_dataset(name, 1, BTreeMap::new(), None, 1, Vec::new(), now_secs())?
+            .init_root()?;
         pool.start();
         pool.sync()?;
         Ok(pool)
@@ -117,25 +130,46 @@ impl Pool {
 
     /// Opens the pool on `devices` (one handle per device found), at its newest
     /// uberblock whose root verifies.
-    pub fn import(devices: Vec<Arc<dyn BlockDevice>>, opts: &ImportOptions) -> Result<Pool, PoolError> {
+    pub fn import(
+        devices: Vec<Arc<dyn BlockDevice>>,
+        opts: &ImportOptions,
+    ) -> Result<Pool, PoolError> {
         let labels = read_all_labels(&devices)?;
         let label = choose_label(&labels)?;
-        let refuse = |reason: ImportError| PoolError::CannotImport { pool: label.pool_name.clone(), reason };
-        let by_guid: BTreeMap<u64, Arc<dyn BlockDevice>> =
-            labels.iter().map(|(d, l)| (l.label.vdev_guid, d.clone())).collect();
+        let refuse = |reason: ImportError| PoolError::CannotImport {
+            pool: label.pool_name.clone(),
+            reason,
+        };
+        let by_guid: BTreeMap<u64, Arc<dyn BlockDevice>> = labels
+            .iter()
+            .map(|(d, l)| (l.label.vdev_guid, d.clone()))
+            .collect();
         let (vdevs, missing_logs) = build_tree(&label, &by_guid).map_err(refuse)?;
         let was_exported = label.state == LabelState::Exported;
-        let mut ubs: Vec<Uberblock> = labels.iter().flat_map(|(_, l)| l.uberblocks.clone()).collect();
+        let mut ubs: Vec<Uberblock> = labels
+            .iter()
+            .flat_map(|(_, l)| l.uberblocks.clone())
+            .collect();
         ubs.sort_by_key(|u| std::cmp::Reverse(u.txg));
         ubs.dedup_by_key(|u| u.txg);
         let zio = Arc::new(Zio::new(vdevs));
         let (ub, mos, mos_bp) = newest_loadable(&zio, &ubs).map_err(|e| refuse(e.into()))?;
         let chained = match &mos.zil {
-            Some(head) => Some(tarn_zil::read_chain(&zio, label.pool_guid, head, ub.txg).map_err(|e| refuse(e.into()))?),
+            Some(head) => Some(
+                tarn_zil::read_chain(&zio, label.pool_guid, head, ub.txg)
+                    .map_err(|e| refuse(e.into()))?,
+            ),
             None => None,
         };
         let zil_seq = chained.as_ref().map_or(1, |c| c.end_seq + 1);
-        let pool = Pool::assemble(label, zio.clone(), ub.txg, opts.txg.clone(), mos.next_dataset_id, zil_seq);
+        let pool = Pool::assemble(
+            label,
+            zio.clone(),
+            ub.txg,
+            opts.txg.clone(),
+            mos.next_dataset_id,
+            zil_seq,
+        );
         *pool.inner.mos_bp.lock() = Some(mos_bp);
         restore_error_counters(&zio.vdevs, &mos);
         pool.claim_all(&mos, mos_bp, chained.as_ref())?;
@@ -169,7 +203,12 @@ impl Pool {
     /// Paths of every device in the pool's config.
     pub fn device_paths(&self) -> Vec<PathBuf> {
         let tree = &self.inner.label.tree;
-        tree.tops.iter().chain(&tree.logs).flat_map(|t| t.leaves()).map(|(_, p)| PathBuf::from(p)).collect()
+        tree.tops
+            .iter()
+            .chain(&tree.logs)
+            .flat_map(|t| t.leaves())
+            .map(|(_, p)| PathBuf::from(p))
+            .collect()
     }
 
     /// Says plainly what a missing log device means for this import.
@@ -215,12 +254,22 @@ impl Pool {
 
     /// Adds separate log devices (`zpool add POOL log DEV`): commits, closes the pool and
     /// writes the new configuration to every label; the next import uses the log.
-    pub fn add_logs(self, specs: &[VdevSpec], force: bool, size: Option<u64>) -> Result<(), PoolError> {
+    pub fn add_logs(
+        self,
+        specs: &[VdevSpec],
+        force: bool,
+        size: Option<u64>,
+    ) -> Result<(), PoolError> {
         if specs.is_empty() {
             return Err(PoolError::NoLogDevices);
         }
         let zio = &self.inner.ctx.zio;
-        let opts = CreateOptions { ashift: zio.vdevs.ashift, force, size, ..Default::default() };
+        let opts = CreateOptions {
+            ashift: zio.vdevs.ashift,
+            force,
+            size,
+            ..Default::default()
+        };
         let mut label = self.inner.label.clone();
         let mut added = Vec::new();
         // Open (or create) every new device before touching the pool, so a bad one
@@ -269,8 +318,15 @@ fn read_all_labels(devices: &[Arc<dyn BlockDevice>]) -> Result<Vec<Labelled>, Po
         let l = read_device_labels(dev.as_ref())?;
         let asize = TopVdev::asize_of(dev.size(), l.label.ashift);
         if asize < l.label.asize {
-            let reason = ImportError::Truncated { path: dev.path().into(), asize, needed: l.label.asize };
-            return Err(PoolError::CannotImport { pool: l.label.pool_name.clone(), reason });
+            let reason = ImportError::Truncated {
+                path: dev.path().into(),
+                asize,
+                needed: l.label.asize,
+            };
+            return Err(PoolError::CannotImport {
+                pool: l.label.pool_name.clone(),
+                reason,
+            });
         }
         labels.push((dev.clone(), l));
     }
@@ -284,20 +340,37 @@ fn choose_label(labels: &[Labelled]) -> Result<Label, PoolError> {
         return Err(PoolError::NoDevices);
     };
     let pool = first.label.pool_name.clone();
-    if let Some((dev, other)) = labels.iter().find(|(_, l)| l.label.pool_guid != first.label.pool_guid) {
-        let reason = ImportError::ForeignDevice { path: dev.path().into(), other: other.label.pool_name.clone() };
+    if let Some((dev, other)) = labels
+        .iter()
+        .find(|(_, l)| l.label.pool_guid != first.label.pool_guid)
+    {
+        let reason = ImportError::ForeignDevice {
+            path: dev.path().into(),
+            other: other.label.pool_name.clone(),
+        };
         return Err(PoolError::CannotImport { pool, reason });
     }
-    let newest = labels.iter().max_by_key(|(_, l)| l.uberblocks.iter().map(|u| u.txg).max());
-    let label = newest.map(|(_, l)| l.label.clone()).unwrap_or_else(|| first.label.clone());
+    let newest = labels
+        .iter()
+        .max_by_key(|(_, l)| l.uberblocks.iter().map(|u| u.txg).max());
+    let label = newest
+        .map(|(_, l)| l.label.clone())
+        .unwrap_or_else(|| first.label.clone());
     if label.state == LabelState::Destroyed {
-        return Err(PoolError::CannotImport { pool, reason: ImportError::Destroyed });
+        return Err(PoolError::CannotImport {
+            pool,
+            reason: ImportError::Destroyed,
+        });
     }
     Ok(label)
 }
 
 /// Opens (or creates) the devices of one top-level vdev for a new pool or log.
-fn new_top(index: usize, spec: &VdevSpec, opts: &CreateOptions) -> Result<(TopVdev, TopConfig), PoolError> {
+fn new_top(
+    index: usize,
+    spec: &VdevSpec,
+    opts: &CreateOptions,
+) -> Result<(TopVdev, TopConfig), PoolError> {
     let paths = match spec {
         VdevSpec::Disk(p) => vec![p.clone()],
         VdevSpec::Mirror(ps) => ps.clone(),
@@ -307,29 +380,53 @@ fn new_top(index: usize, spec: &VdevSpec, opts: &CreateOptions) -> Result<(TopVd
     for path in &paths {
         let dev = open_for_create(path, opts)?;
         asize = asize.min(TopVdev::asize_of(dev.size(), opts.ashift));
-        leaves.push(Leaf::new(random_guid(), path.display().to_string(), Some(dev)));
+        leaves.push(Leaf::new(
+            random_guid(),
+            path.display().to_string(),
+            Some(dev),
+        ));
     }
     let guid = random_guid();
     let cfg = match spec {
-        VdevSpec::Disk(_) => TopConfig::Disk { guid: leaves[0].guid, path: leaves[0].path.clone() },
-        VdevSpec::Mirror(_) => TopConfig::Mirror { guid, children: leaves.iter().map(|l| (l.guid, l.path.clone())).collect() },
+        VdevSpec::Disk(_) => TopConfig::Disk {
+            guid: leaves[0].guid,
+            path: leaves[0].path.clone(),
+        },
+        VdevSpec::Mirror(_) => TopConfig::Mirror {
+            guid,
+            children: leaves.iter().map(|l| (l.guid, l.path.clone())).collect(),
+        },
     };
-    Ok((TopVdev::new(index, cfg.guid(), opts.ashift, asize, leaves), cfg))
+    Ok((
+        TopVdev::new(index, cfg.guid(), opts.ashift, asize, leaves),
+        cfg,
+    ))
 }
 
 fn open_for_create(path: &Path, opts: &CreateOptions) -> Result<Arc<dyn BlockDevice>, PoolError> {
     let dev = FileDevice::open_or_create(path, opts.size)?;
     if dev.size() < MIN_DEVICE {
-        return Err(PoolError::TooSmall { path: path.into(), size: dev.size(), min: MIN_DEVICE });
+        return Err(PoolError::TooSmall {
+            path: path.into(),
+            size: dev.size(),
+            min: MIN_DEVICE,
+        });
     }
     if !opts.force {
         match read_device_labels(&dev) {
             Ok(labels) if labels.label.state != LabelState::Destroyed => {
                 let state = format!("{:?}", labels.label.state).to_lowercase();
-                return Err(PoolError::InUse { path: path.into(), pool: labels.label.pool_name, state });
+                return Err(PoolError::InUse {
+                    path: path.into(),
+                    pool: labels.label.pool_name,
+                    state,
+                });
             }
             // A newer tarn's device is someone's pool too: never overwrite it unasked.
-            Err(e @ (VdevError::UnsupportedVersion { .. } | VdevError::UnsupportedUberblockVersion { .. })) => {
+            Err(
+                e @ (VdevError::UnsupportedVersion { .. }
+                | VdevError::UnsupportedUberblockVersion { .. }),
+            ) => {
                 return Err(PoolError::NewerFormat { source: e });
             }
             _ => {}
@@ -341,10 +438,18 @@ fn open_for_create(path: &Path, opts: &CreateOptions) -> Result<Arc<dyn BlockDev
 /// Assembles the vdev tree from the label's config and the devices found. A data vdev
 /// with no device is fatal; a missing log device is not (ZFS would refuse without -m):
 /// the pool imports and says what the missing log may have held.
-fn build_tree(label: &Label, by_guid: &BTreeMap<u64, Arc<dyn BlockDevice>>) -> Result<(VdevTree, Vec<String>), ImportError> {
+fn build_tree(
+    label: &Label,
+    by_guid: &BTreeMap<u64, Arc<dyn BlockDevice>>,
+) -> Result<(VdevTree, Vec<String>), ImportError> {
     let mut tops = Vec::new();
     let mut missing_logs = Vec::new();
-    let configs = label.tree.tops.iter().map(|t| (t, false)).chain(label.tree.logs.iter().map(|t| (t, true)));
+    let configs = label
+        .tree
+        .tops
+        .iter()
+        .map(|t| (t, false))
+        .chain(label.tree.logs.iter().map(|t| (t, true)));
     for (index, (top, is_log)) in configs.enumerate() {
         let mut leaves = Vec::new();
         let mut asize = u64::MAX;
@@ -358,7 +463,10 @@ fn build_tree(label: &Label, by_guid: &BTreeMap<u64, Arc<dyn BlockDevice>>) -> R
         if leaves.iter().all(|l| l.health() == LeafHealth::Unavail) {
             let missing: Vec<String> = leaves.iter().map(|l| l.path.clone()).collect();
             if !is_log {
-                return Err(ImportError::MissingVdev { index, missing: missing.join(", ") });
+                return Err(ImportError::MissingVdev {
+                    index,
+                    missing: missing.join(", "),
+                });
             }
             missing_logs.extend(missing);
             asize = 0;
@@ -374,18 +482,28 @@ fn build_tree(label: &Label, by_guid: &BTreeMap<u64, Arc<dyn BlockDevice>>) -> R
 fn newest_loadable(zio: &Zio, ubs: &[Uberblock]) -> Result<(Uberblock, Mos, BlockPtr), RootError> {
     let mut last_err = RootError::NoUberblock;
     for ub in ubs {
-        let Ok(Some(bp)) = BlockPtr::decode(&ub.root) else { continue };
+        let Ok(Some(bp)) = BlockPtr::decode(&ub.root) else {
+            continue;
+        };
         let bytes = match zio.read(&bp) {
             Ok(b) => b,
             Err(source) => {
-                last_err = RootError::Unreadable { txg: ub.txg, source };
+                last_err = RootError::Unreadable {
+                    txg: ub.txg,
+                    source,
+                };
                 continue;
             }
         };
         match Mos::decode(&bytes) {
             Ok(mos) => return Ok((ub.clone(), mos, bp)),
             Err(e @ MosError::UnsupportedVersion { .. }) => return Err(RootError::Newer(e)),
-            Err(source) => last_err = RootError::Malformed { txg: ub.txg, source },
+            Err(source) => {
+                last_err = RootError::Malformed {
+                    txg: ub.txg,
+                    source,
+                }
+            }
         }
     }
     Err(last_err)

@@ -58,7 +58,11 @@ fn candidates(paths: &[PathBuf]) -> Vec<PathBuf> {
     for p in paths {
         if p.is_dir() {
             if let Ok(rd) = std::fs::read_dir(p) {
-                let mut v: Vec<PathBuf> = rd.flatten().map(|e| e.path()).filter(|p| is_device_candidate(p)).collect();
+                let mut v: Vec<PathBuf> = rd
+                    .flatten()
+                    .map(|e| e.path())
+                    .filter(|p| is_device_candidate(p))
+                    .collect();
                 v.sort();
                 out.extend(v);
             }

@@ -48,7 +48,10 @@ impl ScrubResult {
     }
 }
 
-const SCRUB: Options = Options { read_data: true, all_copies: true };
+const SCRUB: Options = Options {
+    read_data: true,
+    all_copies: true,
+};
 
 impl Pool {
     /// Reads and verifies every block of the pool (repairing mirrors), then persists the
@@ -59,17 +62,32 @@ impl Pool {
         let zio = &self.inner.ctx.zio;
         let mut result = ScrubResult::default();
         let cksum_before: u64 = zio.vdevs.leaves().map(|l| l.status().checksum_errors).sum();
-        let datasets: Vec<Arc<Dataset>> = self.inner.datasets.read().values().map(|(_, d)| d.clone()).collect();
+        let datasets: Vec<Arc<Dataset>> = self
+            .inner
+            .datasets
+            .read()
+            .values()
+            .map(|(_, d)| d.clone())
+            .collect();
         {
             let _reclaim = self.inner.ctx.reclaim.read();
             let mos = *self.inner.mos_bp.lock();
             if let Some(root) = mos {
-                let start = Start::Tree { root, nlevels: 1, object: None };
+                let start = Start::Tree {
+                    root,
+                    nlevels: 1,
+                    object: None,
+                };
                 traverse::walk(zio, start, SCRUB, &mut |v: &Visit| result.count(v));
             }
             for ds in datasets {
                 let meta = ds.os.meta_dnode();
-                traverse::walk(zio, Start::ObjSet(&meta), SCRUB, &mut ScrubVisitor(&mut result));
+                traverse::walk(
+                    zio,
+                    Start::ObjSet(&meta),
+                    SCRUB,
+                    &mut ScrubVisitor(&mut result),
+                );
             }
         }
         let cksum_after: u64 = zio.vdevs.leaves().map(|l| l.status().checksum_errors).sum();

@@ -20,9 +20,10 @@ mod tree;
 pub use device::{BlockDevice, FileDevice};
 pub use error::VdevError;
 pub use label::{
-    slot_count, Label, LabelDecode, LabelState, TopConfig, TreeConfig, Uberblock, LABEL_SIZE, LABEL_VERSION,
-    UBERBLOCK_VERSION,
+    slot_count, Label, LabelDecode, LabelState, TopConfig, TreeConfig, Uberblock, LABEL_SIZE,
+    LABEL_VERSION, UBERBLOCK_VERSION,
 };
 pub use tree::{
-    read_device_labels, DeviceLabels, Leaf, LeafHealth, LeafStatus, ReadMode, SidesRead, TopVdev, VdevTree, DATA_START,
+    read_device_labels, DeviceLabels, Leaf, LeafHealth, LeafStatus, ReadMode, SidesRead, TopVdev,
+    VdevTree, DATA_START,
 };

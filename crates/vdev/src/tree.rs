@@ -150,8 +150,19 @@ pub struct TopVdev {
 
 impl TopVdev {
     pub fn new(index: usize, guid: u64, ashift: u32, asize: u64, leaves: Vec<Leaf>) -> TopVdev {
-        assert!(!leaves.is_empty(), "a top-level vdev has at least one device");
-        TopVdev { index, guid, ashift, asize, leaves, is_log: false, rotor: AtomicUsize::new(0) }
+        assert!(
+            !leaves.is_empty(),
+            "a top-level vdev has at least one device"
+        );
+        TopVdev {
+            index,
+            guid,
+            ashift,
+            asize,
+            leaves,
+            is_log: false,
+            rotor: AtomicUsize::new(0),
+        }
     }
 
     /// Marks this top-level vdev as a separate log device.
@@ -196,7 +207,8 @@ impl TopVdev {
         span: &mut Vec<u8>,
         mode: ReadMode,
     ) -> Result<std::ops::Range<usize>, VdevError> {
-        self.read_sides(offset, len, verify, span, mode).map(|r| r.range)
+        self.read_sides(offset, len, verify, span, mode)
+            .map(|r| r.range)
     }
 
     /// Like `read`, and says how many sides returned bad bytes (each counted in its
@@ -210,7 +222,11 @@ impl TopVdev {
         mode: ReadMode,
     ) -> Result<SidesRead, VdevError> {
         let all = mode == ReadMode::AllSides;
-        assert!(offset + len as u64 <= self.asize, "read past the end of vdev {}", self.index);
+        assert!(
+            offset + len as u64 <= self.asize,
+            "read past the end of vdev {}",
+            self.index
+        );
         let sector = self.sector();
         let start = offset & !(sector - 1);
         let end = (offset + len as u64 + sector - 1) & !(sector - 1);
@@ -245,17 +261,30 @@ impl TopVdev {
                 continue;
             }
             self.repair(&bad_sides, span, start);
-            return Ok(SidesRead { range: skip..skip + len, bad_sides: bad_sides.len() as u32 });
+            return Ok(SidesRead {
+                range: skip..skip + len,
+                bad_sides: bad_sides.len() as u32,
+            });
         }
         if let Some(good) = good {
             self.repair(&bad_sides, &good, start);
             out[..good.len()].copy_from_slice(&good);
-            return Ok(SidesRead { range: skip..skip + len, bad_sides: bad_sides.len() as u32 });
+            return Ok(SidesRead {
+                range: skip..skip + len,
+                bad_sides: bad_sides.len() as u32,
+            });
         }
         if saw_checksum_error {
-            Err(VdevError::Checksum { top: self.index, offset })
+            Err(VdevError::Checksum {
+                top: self.index,
+                offset,
+            })
         } else {
-            Err(VdevError::NoCopy { top: self.index, offset, detail })
+            Err(VdevError::NoCopy {
+                top: self.index,
+                offset,
+                detail,
+            })
         }
     }
 
@@ -274,8 +303,15 @@ impl TopVdev {
     /// Writes sector-aligned `data` at `offset` on every side; succeeds if one side did.
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), VdevError> {
         let sector = self.sector();
-        assert!(offset.is_multiple_of(sector) && (data.len() as u64).is_multiple_of(sector), "unaligned vdev write");
-        assert!(offset + data.len() as u64 <= self.asize, "write past the end of vdev {}", self.index);
+        assert!(
+            offset.is_multiple_of(sector) && (data.len() as u64).is_multiple_of(sector),
+            "unaligned vdev write"
+        );
+        assert!(
+            offset + data.len() as u64 <= self.asize,
+            "write past the end of vdev {}",
+            self.index
+        );
         self.on_every_side(|dev| dev.write_at(data, DATA_START + offset))
     }
 
@@ -303,7 +339,10 @@ impl TopVdev {
         if ok {
             Ok(())
         } else {
-            Err(VdevError::WriteFailed { top: self.index, detail })
+            Err(VdevError::WriteFailed {
+                top: self.index,
+                detail,
+            })
         }
     }
 }
@@ -318,7 +357,11 @@ pub struct VdevTree {
 
 impl VdevTree {
     pub fn new(tops: Vec<TopVdev>, ashift: u32) -> VdevTree {
-        VdevTree { tops, ashift, last_uberblock_txg: AtomicU64::new(0) }
+        VdevTree {
+            tops,
+            ashift,
+            last_uberblock_txg: AtomicU64::new(0),
+        }
     }
 
     /// Records the txg of the uberblock the pool was opened at: every uberblock written
@@ -353,8 +396,15 @@ impl VdevTree {
                     label.vdev_guid = leaf.guid;
                     label.top_index = top.index as u32;
                     label.asize = top.asize;
-                    let at = if which == 0 { 0 } else { Leaf::label1_offset(dev.size()) };
-                    let io = |source| VdevError::Io { path: leaf.path.clone().into(), source };
+                    let at = if which == 0 {
+                        0
+                    } else {
+                        Leaf::label1_offset(dev.size())
+                    };
+                    let io = |source| VdevError::Io {
+                        path: leaf.path.clone().into(),
+                        source,
+                    };
                     dev.write_at(&label.encode(), at).map_err(io)?;
                     dev.flush().map_err(io)?;
                 }
@@ -414,7 +464,11 @@ pub fn read_device_labels(dev: &dyn BlockDevice) -> Result<DeviceLabels, VdevErr
     let path = dev.path().to_path_buf();
     let min = 2 * LABEL_SIZE + DATA_START;
     if dev.size() < min {
-        return Err(VdevError::TooSmall { path, size: dev.size(), min });
+        return Err(VdevError::TooSmall {
+            path,
+            size: dev.size(),
+            min,
+        });
     }
     let mut label = None;
     let mut unknown_version = None;
@@ -423,7 +477,11 @@ pub fn read_device_labels(dev: &dyn BlockDevice) -> Result<DeviceLabels, VdevErr
     let mut uberblocks = Vec::new();
     for base in [0, Leaf::label1_offset(dev.size())] {
         let mut area = vec![0u8; LABEL_SIZE as usize];
-        dev.read_at(&mut area, base).map_err(|source| VdevError::Io { path: path.clone(), source })?;
+        dev.read_at(&mut area, base)
+            .map_err(|source| VdevError::Io {
+                path: path.clone(),
+                source,
+            })?;
         match Label::decode(&area[..CONFIG_AREA]) {
             LabelDecode::Ok(l) => {
                 let slot = slot_size(l.ashift);
@@ -444,7 +502,11 @@ pub fn read_device_labels(dev: &dyn BlockDevice) -> Result<DeviceLabels, VdevErr
     match (label, unknown_version) {
         (_, Some(found)) => {
             // A newer tarn wrote this device; guessing at its format could corrupt it.
-            Err(VdevError::UnsupportedVersion { path, found, supported: crate::LABEL_VERSION })
+            Err(VdevError::UnsupportedVersion {
+                path,
+                found,
+                supported: crate::LABEL_VERSION,
+            })
         }
         (_, None) if unknown_ub_version.is_some() => Err(VdevError::UnsupportedUberblockVersion {
             path,
@@ -472,7 +534,10 @@ mod tests {
 
     impl MemDevice {
         fn new(name: &str) -> Arc<MemDevice> {
-            Arc::new(MemDevice { bytes: Mutex::new(vec![0u8; 4 << 20]), path: PathBuf::from(name) })
+            Arc::new(MemDevice {
+                bytes: Mutex::new(vec![0u8; 4 << 20]),
+                path: PathBuf::from(name),
+            })
         }
     }
 
@@ -499,13 +564,32 @@ mod tests {
 
     fn mirror() -> (VdevTree, Vec<Arc<MemDevice>>) {
         let devs = vec![MemDevice::new("a"), MemDevice::new("b")];
-        let leaves = devs.iter().enumerate().map(|(i, d)| Leaf::new(i as u64 + 1, d.path.display().to_string(), Some(d.clone() as Arc<dyn BlockDevice>))).collect();
+        let leaves = devs
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                Leaf::new(
+                    i as u64 + 1,
+                    d.path.display().to_string(),
+                    Some(d.clone() as Arc<dyn BlockDevice>),
+                )
+            })
+            .collect();
         let asize = TopVdev::asize_of(4 << 20, 12);
-        (VdevTree::new(vec![TopVdev::new(0, 9, 12, asize, leaves)], 12), devs)
+        (
+            VdevTree::new(vec![TopVdev::new(0, 9, 12, asize, leaves)], 12),
+            devs,
+        )
     }
 
     fn ub(txg: u64) -> Uberblock {
-        Uberblock { txg, pool_guid: 1, guid_sum: 3, timestamp: 0, root: [0; 64] }
+        Uberblock {
+            txg,
+            pool_guid: 1,
+            guid_sum: 3,
+            timestamp: 0,
+            root: [0; 64],
+        }
     }
 
     #[test]
@@ -516,11 +600,18 @@ mod tests {
         devs[1].write_at(&[9u8; 16], DATA_START + 100).unwrap();
         let verify = |d: &[u8]| d.iter().all(|&b| b == 7);
         let mut span = Vec::new();
-        let read = top.read_sides(0, 4096, &verify, &mut span, ReadMode::AllSides).unwrap();
+        let read = top
+            .read_sides(0, 4096, &verify, &mut span, ReadMode::AllSides)
+            .unwrap();
         assert_eq!((read.range, read.bad_sides), (0..4096, 1));
         assert_eq!(top.leaves[1].status().checksum_errors, 1);
-        let again = top.read_sides(0, 4096, &verify, &mut span, ReadMode::AllSides).unwrap();
-        assert_eq!(again.bad_sides, 0, "the bad side was rewritten from the good one");
+        let again = top
+            .read_sides(0, 4096, &verify, &mut span, ReadMode::AllSides)
+            .unwrap();
+        assert_eq!(
+            again.bad_sides, 0,
+            "the bad side was rewritten from the good one"
+        );
     }
 
     #[test]
