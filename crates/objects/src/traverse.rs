@@ -229,7 +229,9 @@ impl Walker<'_> {
                 bad_copies,
             }));
             return match (flow, records) {
-                (Flow::Continue, Records::Dnodes { per_block }) => {
+                (Flow::Continue, Records::Dnodes { per_block })
+                    if bp.block_type == BlockType::Dnodes =>
+                {
                     self.dnodes(&data, blkid, per_block)
                 }
                 _ => go_on(flow),
