@@ -331,23 +331,32 @@ def num(x: float | None, digits: int = 2) -> str:
     return "—" if x is None else f"{x:,.{digits}f}"
 
 
+def _reads_clause(win: Cell, other: Cell) -> str:
+    """How often each went to the disk for a read, per transaction."""
+    r_w, r_o = win.reads_per_txn, other.reads_per_txn
+    if r_w is None or r_o is None:
+        return ""
+    if r_w < 0.005:  # shows as 0.00: say it in words
+        return f"{win.stack} did not read from the disk at all ({other.stack}: {num(r_o)} reads per transaction)"
+    return f"{win.stack} read from the disk {num(r_w)} times per transaction ({other.stack} {num(r_o)})"
+
+
 def _why(scenario: dict, win: Cell, other: Cell) -> str:
     """Why `win` beat `other` on a paced disk: what a transaction cost the disk, where
     reads were served, and what each transaction wrote."""
-    disk = scenario.get("disk", {})
-    iops = disk.get("iops")
+    iops = scenario.get("disk", {}).get("iops")
     unit = io_unit_bytes(win.last)
-    budget = (f"The paced disk serves {iops} I/Os a second"
-              + (f" of up to {unit // 1024} KiB" if unit else "") + ", so what a transaction costs the disk bounds TPS: "
-              if iops else "Per transaction, ")
+    parts = []
     units_w, units_o = win.units_per_txn, other.units_per_txn
-    s = budget + (f"{win.stack} needed {num(units_w)} I/O units per transaction, {other.stack} {num(units_o)}"
-                  if units_w is not None and units_o is not None else "")
-    busy_w, busy_o = win.disk_busy, other.disk_busy
-    if busy_w is not None and busy_o is not None:
-        s += f", and kept the disk {pct(busy_w)} busy against {pct(busy_o)}"
-    s += (f". {win.stack} read from the disk {num(win.reads_per_txn)} times per transaction "
-          f"({other.stack} {num(other.reads_per_txn)})")
+    if iops and units_w is not None and units_o is not None:
+        each = f", each of up to {unit // 1024} KiB" if unit else ""
+        s = (f"The paced disk allows {iops} I/Os a second{each}, so what a transaction costs the disk "
+             f"bounds TPS: {win.stack} needed {num(units_w)} I/O units per transaction, {other.stack} {num(units_o)}")
+        busy_w, busy_o = win.disk_busy, other.disk_busy
+        if busy_w is not None and busy_o is not None:
+            s += f" (they used {pct(busy_w)} and {pct(busy_o)} of the disk's budget)"
+        parts.append(s + ".")
+    s = _reads_clause(win, other)
     caches = []
     if win.arc_hit is not None:
         caches.append(f"its ARC answered {pct(win.arc_hit)} of the reads that reached it")
@@ -359,7 +368,8 @@ def _why(scenario: dict, win: Cell, other: Cell) -> str:
         s += " — " + "; ".join(caches) + " —"
     s += (f" and wrote {num(win.written_kib_per_txn, 1)} KiB per transaction "
           f"({other.stack} {num(other.written_kib_per_txn, 1)} KiB).")
-    return s
+    parts.append(s.strip())
+    return " ".join(parts)
 
 
 def verdict(scenario: dict, cells: dict) -> str | None:

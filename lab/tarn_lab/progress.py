@@ -239,19 +239,29 @@ class LiveProgress(Progress):
         elapsed = self.elapsed()
         left, known = self.eta.remaining(self.clock())
         done = elapsed / (elapsed + left) if elapsed + left > 0 else 0.0
-        top = Table.grid(padding=(0, 1))
-        top.add_row(Text(f"{s.scenario}: stack {s.index} of {s.stacks}", style="bold"),
-                    ProgressBar(total=1.0, completed=done, width=30),
+        top = one_line_grid(3)
+        where = f"stack {s.index} of {s.stacks}" if s.index else "starting"
+        top.add_row(Text(f"{s.scenario}: {where}", style="bold"),
+                    ProgressBar(total=1.0, completed=done, width=24),
                     Text(f"elapsed {human_duration(elapsed)}  {format_eta(left, known)}"))
-        line = Text(f"{s.stack}: {s.phase}", style="cyan")
+        line = Text(f"{s.stack}: {s.phase}", style="cyan", no_wrap=True, overflow="ellipsis")
         if s.detail:
             line.append(f" {s.detail}")
         if s.phase in ("warm-up", "run") and s.run_total:
-            bottom = Table.grid(padding=(0, 1))
-            bottom.add_row(line, ProgressBar(total=s.run_total, completed=s.run_t, width=20),
-                           Text(self._numbers(), style="bold"))
-            return Group(top, bottom)
+            numbers = one_line_grid(2)
+            numbers.add_row(ProgressBar(total=s.run_total, completed=s.run_t, width=24),
+                            Text(self._numbers(), style="bold"))
+            return Group(top, line, numbers)
         return Group(top, line)
+
+
+def one_line_grid(columns: int) -> Table:
+    """A grid whose cells never wrap: the display keeps its height on a narrow terminal
+    (long text is cut with an ellipsis instead)."""
+    grid = Table.grid(padding=(0, 1))
+    for _ in range(columns):
+        grid.add_column(no_wrap=True, overflow="ellipsis")
+    return grid
 
 
 def for_console(console: Console) -> Progress:
