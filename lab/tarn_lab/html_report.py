@@ -203,7 +203,7 @@ def report_page(rundir: Path, plots_dir: Path | None = None) -> Page:
     own = own_baseline_html_table(scenario, cells)
     if own:
         tables.append(own)
-    finished = max((r.get("finished", "") for r in runs), default="")
+    finished = max((r.get("finished", "") for r in runs), default="").replace("T", " ")[:16]
     page = Page(title=scenario.get("title", scenario["name"]),
                 meta=f"scenario {scenario['name']} · {scenario.get('size_class')} sizes · "
                      f"{len(analysis.stacks_of(cells))} stacks · finished {finished or 'no runs'}",
@@ -212,7 +212,7 @@ def report_page(rundir: Path, plots_dir: Path | None = None) -> Page:
                 figures=charts(scenario, cells, plots_dir) if cells else [],
                 measured=measured(scenario, cells, versions),
                 workloads=[(workload_label(w), WORKLOAD_TEXT.get(w, "")) for w in (workloads or scenario["workloads"])],
-                footer=f"Raw results: {rundir / 'runs'} · written {dt.datetime.now().isoformat(timespec='seconds')}")
+                footer=f"Raw results: {rundir / 'runs'} · report written {dt.datetime.now():%Y-%m-%d %H:%M}")
     by_stack: dict[str, list[dict]] = {}
     for c in cells.values():
         by_stack.setdefault(c.stack, []).extend(c.runs)
