@@ -19,11 +19,20 @@ if ! command -v cargo >/dev/null; then
     [ -f "$HOME/.cargo/env" ] && . "$HOME/.cargo/env"
 fi
 command -v cargo >/dev/null || { echo "setup: cargo not found; install Rust with rustup first" >&2; exit 1; }
+# The lint step of scripts/test.sh needs rustfmt and clippy.
+for tool in fmt clippy; do
+    if ! cargo "$tool" --version >/dev/null 2>&1; then
+        command -v rustup >/dev/null || { echo "setup: cargo $tool is missing and rustup is not there to add it" >&2; exit 1; }
+        rustup component add "$([ "$tool" = fmt ] && echo rustfmt || echo clippy)"
+    fi
+done
 # The POSIX suites the mount tests run (Rust rewrites of pjdfstest and fsx).
 command -v pjdfstest >/dev/null || cargo install --quiet pjdfstest
 command -v fsx >/dev/null || cargo install --quiet fsx
 echo "setup: building the workspace (cargo build --release)"
 cargo build --release --quiet
+# The binary on PATH, mount(8)'s helper for fuse.tarn, man pages, completions, units.
+bash scripts/install-system.sh
 
 if [ -f lab/setup.sh ]; then
     bash lab/setup.sh
