@@ -25,6 +25,14 @@ if ! command -v cargo >/dev/null; then
     [ -f "$HOME/.cargo/env" ] && . "$HOME/.cargo/env"
 fi
 command -v cargo >/dev/null || { step "FAILED: cargo not found; install Rust with rustup first" >&2; exit 1; }
+# The lint step of scripts/test.sh needs rustfmt and clippy.
+for tool in fmt clippy; do
+    if ! cargo "$tool" --version >/dev/null 2>&1; then
+        command -v rustup >/dev/null || { step "FAILED: cargo $tool is missing and rustup is not there to add it" >&2; exit 1; }
+        step "rustup component add $tool"
+        rustup component add "$([ "$tool" = fmt ] && echo rustfmt || echo clippy)"
+    fi
+done
 # The POSIX suites the mount tests run (Rust rewrites of pjdfstest and fsx).
 for tool in pjdfstest fsx; do
     if ! command -v "$tool" >/dev/null; then
@@ -35,6 +43,9 @@ done
 step "building the workspace: cargo build --release (cargo's progress follows)"
 cargo build --release
 step "workspace built"
+# The binary on PATH, mount(8)'s helper for fuse.tarn, man pages, completions, units.
+step "installing tarn, its mount helper, man pages, completions and units"
+bash scripts/install-system.sh
 
 if [ -f lab/setup.sh ]; then
     bash lab/setup.sh
