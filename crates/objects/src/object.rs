@@ -453,12 +453,20 @@ impl ObjState {
         Ok(())
     }
 
-    /// The dnode as of the syncing txg, pointing at the tree just written.
-    pub fn syncing_dnode_bytes(&self, out: &mut [u8]) {
+    /// The dnode the syncing txg leaves, pointing at the tree just written; zeros if the
+    /// txg frees the object. Taken before `finish_sync`, from the syncing changes: the
+    /// open dnode and `gone` may already be the next txg's (a file grown, or unlinked,
+    /// while this txg syncs), and the committed txg must not see them.
+    pub fn synced_dnode_bytes(&self) -> [u8; crate::DNODE_SIZE] {
+        let mut raw = [0u8; crate::DNODE_SIZE];
+        if self.syncing.free_object {
+            return raw;
+        }
         let mut d = self.syncing.dnode.clone().unwrap_or_else(|| self.dnode.clone());
         d.root = self.tree.root();
         d.nlevels = self.tree.nlevels();
-        d.encode(out);
+        d.encode(&mut raw);
+        raw
     }
 
     /// The syncing txg is written: drop its changes, keep the tree's new root.

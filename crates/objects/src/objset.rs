@@ -164,19 +164,13 @@ impl ObjSet {
         let mut freed = Vec::new();
         let mut result = SyncResult::default();
         let refs: Vec<&Object> = objects.iter().map(|o| o.as_ref()).collect();
-        self.sync_objects(&refs, txg, policy, &mut freed, &mut result)?;
+        let dnodes = self.sync_objects(&refs, txg, policy, &mut freed, &mut result)?;
 
         // Every synced object's dnode goes into the dnode table, in this same txg.
         {
             let mut meta = self.meta.lock();
-            for obj in &objects {
-                let st = obj.lock();
-                let mut raw = [0u8; DNODE_SIZE];
-                if !st.gone {
-                    st.syncing_dnode_bytes(&mut raw);
-                }
-                drop(st);
-                meta_write_syncing(&mut meta, &self.ctx, obj.id, &raw)?;
+            for (obj, raw) in objects.iter().zip(&dnodes) {
+                meta_write_syncing(&mut meta, &self.ctx, obj.id, raw)?;
             }
         }
         self.sync_objects(&[&self.meta], txg, SyncPolicy { compression: Compression::Lz4, ..policy }, &mut freed, &mut result)?;
@@ -211,6 +205,7 @@ impl ObjSet {
     }
 
     /// Writes the data records of `objects` in one batch, then their indirect blocks.
+    /// Returns each object's dnode as this txg leaves it, for the dnode table.
     fn sync_objects(
         &self,
         objects: &[&Object],
@@ -218,7 +213,7 @@ impl ObjSet {
         policy: SyncPolicy,
         freed: &mut Vec<BlockPtr>,
         result: &mut SyncResult,
-    ) -> Result<(), ObjError> {
+    ) -> Result<Vec<[u8; DNODE_SIZE]>, ObjError> {
         let zio = &self.ctx.zio;
         let mut work: Vec<(usize, u64, Work)> = Vec::new();
         let mut orphans: Vec<BlockPtr> = Vec::new();
@@ -285,14 +280,16 @@ impl ObjSet {
         for bp in &orphans {
             zio.free(bp);
         }
+        let mut dnodes = Vec::with_capacity(objects.len());
         for obj in objects {
             let mut st = obj.lock();
             let (psize, lsize) = st.tree.sync(zio, txg, policy.checksum, freed)?;
+            dnodes.push(st.synced_dnode_bytes());
             st.finish_sync();
             result.allocated_physical += psize;
             result.allocated_logical += lsize;
         }
-        Ok(())
+        Ok(dnodes)
     }
 }
 
