@@ -22,7 +22,7 @@ use parking_lot::{Mutex, RwLock};
 use tarn_objects::{DirEntry, Dnode, LogData, ObjError, ObjSet, ObjState, ObjType, Object, SyncPolicy, Timespec};
 use tarn_txg::TxgError;
 use tarn_zio::{BlockType, PendingBlock, ZioError};
-use tarn_zil::{Op, WriteData, WriteSource, Zil};
+use tarn_zil::{LoggedWrite, Op, Placement, SourceError, WriteData, WriteSource, Zil};
 
 pub use props::{Effective, SyncMode};
 
@@ -30,10 +30,8 @@ pub const ROOT_ID: u64 = 1;
 const NAME_MAX: usize = 255;
 /// Dirty bytes charged for a metadata-only change (a dnode and a directory record).
 const META_CHARGE: u64 = 1024;
-/// Without a log device, writes at least this large are logged as pointers to their
-/// blocks written in place rather than copied into the log (ZFS's zfs_immediate_write_sz):
-/// copying them would write the data twice to the same disk.
-pub const IMMEDIATE_WRITE_BYTES: usize = 32 << 10;
+/// The log policy's immediate-write size (see `tarn_zil::policy`).
+pub use tarn_zil::policy::IMMEDIATE_WRITE_BYTES;
 
 #[derive(Debug, thiserror::Error)]
 pub enum FsError {
@@ -655,8 +653,9 @@ impl Dataset {
             let blksz = st.dnode.blksz as u64;
             drop(st);
             if eff.sync != SyncMode::Disabled {
-                let in_place = self.logs_in_place(&eff, data.len());
-                self.zil.log_write(hold.txg, self.id, ino, off, data.len() as u64, blksz, in_place);
+                let len = data.len() as u64;
+                let w = LoggedWrite { txg: hold.txg, dataset: self.id, obj: ino, offset: off, len, blksz, logbias: eff.logbias };
+                self.zil.log_write(&w);
             }
             self.os.mark_dirty(ino);
             hold.txg
@@ -665,13 +664,6 @@ impl Dataset {
             self.commit_log(ino, txg)?;
         }
         Ok(data.len())
-    }
-
-    /// Whether a write of `len` bytes reaches the log as a pointer to its block written in
-    /// place (at fsync) rather than as a copy: always with `logbias=throughput`, and for
-    /// large writes when the log shares the data disks.
-    fn logs_in_place(&self, eff: &Effective, len: usize) -> bool {
-        eff.throughput || (len >= IMMEDIATE_WRITE_BYTES && !self.zio().has_log_device())
     }
 
     /// Reserves room for `bytes` of new data. If the pool looks full, waits once for the
@@ -788,10 +780,11 @@ impl Dataset {
 /// The intent log asks, at fsync, for the data of queued writes: a copy as of their txg,
 /// or (in_place) their record written in place.
 impl WriteSource for Dataset {
-    fn write_data(&self, txg: u64, ino: u64, off: u64, len: u64, in_place: bool) -> Result<WriteData, ZioError> {
+    fn write_data(&self, txg: u64, ino: u64, off: u64, len: u64, placement: Placement) -> Result<WriteData, SourceError> {
+        let in_place = placement == Placement::InPlace;
         let obj = match self.os.get_including_freed(ino) {
             Ok(obj) => obj,
-            Err(ObjError::Zio(e)) => return Err(e),
+            Err(ObjError::Zio(e)) => return Err(e.into()),
             // Never created in a committed txg and already gone: nothing to replay it on.
             Err(_) => return Ok(WriteData::Committed),
         };
