@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 use tarn_dataset::props::{self, format_size, Effective, READONLY};
-use tarn_dataset::{Dataset, FsError, SpaceOracle};
+use tarn_dataset::{Dataset, FsError, SpaceOracle, SpaceUsed};
 use tarn_objects::tree::decode_indirect;
 use tarn_objects::{Ctx, Dnode, ObjError, ObjSet, ObjType, DNODE_SIZE};
 use tarn_txg::{SyncTarget, TxgConfig, TxgEngine};
@@ -424,8 +424,7 @@ impl Pool {
             let meta = rec.meta().map_err(|e| PoolError::CannotImport { pool: pool_name.clone(), detail: e })?;
             let ds = pool.add_dataset(&rec.name, rec.id, rec.props.clone(), meta.clone(), rec.next_obj, rec.unlinked.clone(), rec.creation)?;
             let (p, l) = claim_dataset(&zio, meta.as_ref())?;
-            ds.used_physical.store(p, std::sync::atomic::Ordering::Relaxed);
-            ds.used_logical.store(l, std::sync::atomic::Ordering::Relaxed);
+            ds.set_used(SpaceUsed { physical: p, logical: l });
         }
         zio.finish_load();
         if pool.inner.label.state != LabelState::Active {
@@ -681,7 +680,7 @@ impl Pool {
         self.sync()?;
         let hold = self.inner.ctx.txg.hold(1024).map_err(FsError::from)?;
         let (_, ds) = self.inner.datasets.write().remove(name).expect("checked above");
-        self.inner.destroy_queue.lock().push(ds.os.meta_dnode());
+        self.inner.destroy_queue.lock().push(ds.meta_dnode());
         drop(hold);
         self.sync()
     }
@@ -872,7 +871,7 @@ impl Pool {
             scrub_block(zio, &bp, &mut result);
         }
         for ds in datasets {
-            let meta = ds.os.meta_dnode();
+            let meta = ds.meta_dnode();
             walk_objset(zio, Some(&meta), true, true, &mut |bp, res| {
                 result.blocks += 1;
                 result.bytes += bp.psize as u64;
@@ -911,12 +910,7 @@ fn subtree_space(sets: &BTreeMap<String, (DsMeta, Arc<Dataset>)>, ds: &str) -> (
     let prefix = format!("{ds}/");
     sets.iter()
         .filter(|(k, _)| k.as_str() == ds || k.starts_with(&prefix))
-        .fold((0, 0), |(p, l), (_, (_, d))| {
-            (
-                p + d.used_physical.load(std::sync::atomic::Ordering::Relaxed),
-                l + d.used_logical.load(std::sync::atomic::Ordering::Relaxed),
-            )
-        })
+        .fold((0, 0), |(p, l), (_, (_, d))| (p + d.used().physical, l + d.used().logical))
 }
 
 /// Opens (or creates) the devices of one top-level vdev for a new pool or log.
@@ -1151,7 +1145,11 @@ impl Inner {
     fn write_txg(&self, txg: u64, frozen: &Frozen) -> Result<(), PoolError> {
         let zio = &self.ctx.zio;
         for (name, _, ds) in &frozen.datasets {
-            ds.sync(txg).map_err(|e| PoolError::Config(format!("dataset {name}: {e}")))?;
+            let synced = ds.sync(txg).map_err(|e| PoolError::Config(format!("dataset {name}: {e}")))?;
+            // The txg's free list: released only once this txg has committed.
+            for bp in synced.blocks_to_free() {
+                zio.free(bp);
+            }
         }
         for meta in &frozen.destroyed {
             walk_objset(zio, Some(meta), false, false, &mut |bp, _| zio.free(bp));
@@ -1202,8 +1200,8 @@ impl Inner {
                 id: meta.id,
                 name: name.clone(),
                 props: meta.props.clone(),
-                meta_dnode: dnode_hex(&ds.os.meta_dnode()),
-                next_obj: ds.os.next_obj(),
+                meta_dnode: dnode_hex(&ds.meta_dnode()),
+                next_obj: ds.next_obj(),
                 unlinked: ds.unlinked_syncing(),
                 creation: meta.creation,
             })
