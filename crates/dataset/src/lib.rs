@@ -46,6 +46,8 @@ mod handles;
 mod namespace;
 pub mod props;
 mod sync;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};

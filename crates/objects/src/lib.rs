@@ -26,6 +26,8 @@ mod early;
 mod metadata;
 mod object;
 mod objset;
+#[cfg(test)]
+mod tests;
 pub mod tree;
 
 pub use dir::{DirEntry, Entries};
