@@ -1,6 +1,14 @@
 //! Dataset properties: names, defaults, validation, and what each value means to the
 //! engine. Values are stored as the user typed them (normalised), inherited from the
 //! parent dataset unless set locally, like `zfs get`'s SOURCE column.
+//!
+//! Owns: the list of properties, their defaults and allowed values, and `Effective`, the
+//! values as the engine uses them.
+//!
+//! Promises: a value that validates is stored normalised (`16k` becomes `16K`); one that
+//! does not is refused with the allowed values named (`PropDef::help`).
+//!
+//! Must never: store or inherit anything (the pool does), or act on a value itself.
 use tarn_zil::LogBias;
 use tarn_zio::{CachePolicy, ChecksumKind, Compression};
 
