@@ -910,7 +910,10 @@ fn subtree_space(sets: &BTreeMap<String, (DsMeta, Arc<Dataset>)>, ds: &str) -> (
     let prefix = format!("{ds}/");
     sets.iter()
         .filter(|(k, _)| k.as_str() == ds || k.starts_with(&prefix))
-        .fold((0, 0), |(p, l), (_, (_, d))| (p + d.used().physical, l + d.used().logical))
+        .fold((0, 0), |(p, l), (_, (_, d))| {
+            let used = d.used();
+            (p + used.physical, l + used.logical)
+        })
 }
 
 /// Opens (or creates) the devices of one top-level vdev for a new pool or log.

@@ -86,7 +86,6 @@ impl Zil {
         let resolved = self.resolve(taken, source);
         self.tickets.wait_for_earlier(ticket);
         let mut chain = self.chain.lock();
-        self.tickets.assert_may_append(ticket);
         let written = resolved.and_then(|resolved| self.append_and_flush(&mut chain, resolved));
         if written.is_err() {
             chain.failed_txg = chain.failed_txg.max(newest_txg).max(1);
