@@ -81,7 +81,7 @@ impl Pool {
                 traverse::walk(zio, start, SCRUB, &mut |v: &Visit| result.count(v));
             }
             for ds in datasets {
-                let meta = ds.os.meta_dnode();
+                let meta = ds.meta_dnode();
                 traverse::walk(
                     zio,
                     Start::ObjSet(&meta),
