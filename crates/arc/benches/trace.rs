@@ -8,7 +8,7 @@ use std::io::BufRead;
 use std::sync::Arc;
 
 use hashlink::LinkedHashMap;
-use tarn_arc::{ArcCache, BlockKey, Class};
+use tarn_arc::{Access, ArcCache, BlockKey, Class, ReadKind};
 
 struct Access {
     key: BlockKey,
@@ -92,7 +92,7 @@ fn main() {
     let mut distinct: HashMap<BlockKey, ()> = HashMap::new();
     for a in &trace {
         distinct.insert(a.key, ());
-        if arc.get(&a.key).is_some() {
+        if arc.get(&a.key, Access::of(ReadKind::Demand)).is_some() {
             arc_hits += 1;
         } else {
             arc.insert(

@@ -22,6 +22,10 @@ use std::sync::Arc;
 use hashlink::LinkedHashMap;
 use parking_lot::Mutex;
 
+mod access;
+
+pub use access::{Access, PageId, PerKind, ReadKind, READ_KINDS};
+
 /// A block's identity: where it lives and when it was born.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub struct BlockKey {
@@ -44,12 +48,30 @@ struct Entry {
     prefetched: bool,
 }
 
+/// What became of a block, as far as the cache knows (for read-ahead's judgement).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Residency {
+    Cached,
+    /// Read ahead, then evicted before any demand read found it.
+    EvictedUnread,
+    /// Neither cached nor remembered as an unread read-ahead.
+    Unknown,
+}
+
+/// An evicted block the ghost lists remember: its size, and whether it was read ahead
+/// and never asked for.
+#[derive(Clone, Copy)]
+struct Ghost {
+    size: u64,
+    unread_prefetch: bool,
+}
+
 #[derive(Default)]
 struct Lists {
     t1: LinkedHashMap<BlockKey, Entry>,
     t2: LinkedHashMap<BlockKey, Entry>,
-    b1: LinkedHashMap<BlockKey, u64>,
-    b2: LinkedHashMap<BlockKey, u64>,
+    b1: LinkedHashMap<BlockKey, Ghost>,
+    b2: LinkedHashMap<BlockKey, Ghost>,
     t1_bytes: u64,
     t2_bytes: u64,
     b1_bytes: u64,
@@ -61,6 +83,8 @@ struct Lists {
     logical_bytes: u64,
     data_bytes: u64,
     metadata_bytes: u64,
+    /// Read-ahead blocks evicted unread.
+    unread_prefetch_evictions: u64,
 }
 
 /// Counters; read them with `ArcCache::snapshot`.
@@ -77,6 +101,9 @@ pub struct Counters {
     pub prefetch_inserts: AtomicU64,
     pub prefetch_hits: AtomicU64,
     pub written_inserts: AtomicU64,
+    /// Hits (in the ARC or its decompressed copies) and misses, by read kind.
+    pub kind_hits: PerKind,
+    pub kind_misses: PerKind,
 }
 
 /// A consistent view of the cache for `tarn stats arc` and Prometheus.
@@ -97,6 +124,9 @@ pub struct ArcSnapshot {
     /// Blocks kept in the cache as they were written.
     #[serde(default)]
     pub written_blocks: u64,
+    /// Read-ahead blocks evicted before any demand read asked for them.
+    #[serde(default)]
+    pub prefetch_evicted_unread: u64,
     /// Reads served from the decompressed copies (filled in by the io pipeline).
     #[serde(default)]
     pub hot_copy_hits: u64,
@@ -114,7 +144,39 @@ pub struct ArcSnapshot {
     pub data_size: u64,
     pub metadata_size: u64,
     pub blocks: u64,
+    /// Hits (ARC or decompressed copy) and misses by read kind, indexed by
+    /// `ReadKind::index`.
+    #[serde(default)]
+    pub kind_hits: [u64; READ_KINDS],
+    #[serde(default)]
+    pub kind_misses: [u64; READ_KINDS],
 }
+
+/// Counter names of `ArcSnapshot::kind_hits` and `kind_misses`, by `ReadKind::index`.
+const KIND_HIT_NAMES: [&str; READ_KINDS] = [
+    "hits_demand",
+    "hits_indirect",
+    "hits_dnode",
+    "hits_directory",
+    "hits_pool",
+    "hits_prefetch",
+    "hits_rmw",
+    "hits_logfetch",
+    "hits_scrub",
+    "hits_import",
+];
+const KIND_MISS_NAMES: [&str; READ_KINDS] = [
+    "misses_demand",
+    "misses_indirect",
+    "misses_dnode",
+    "misses_directory",
+    "misses_pool",
+    "misses_prefetch",
+    "misses_rmw",
+    "misses_logfetch",
+    "misses_scrub",
+    "misses_import",
+];
 
 pub struct ArcCache {
     lists: Mutex<Lists>,
@@ -155,8 +217,30 @@ impl ArcCache {
             .fetch_add(evicted, Ordering::Relaxed);
     }
 
-    /// The cached physical bytes of `key`, promoting it (T1 → T2, or to T2's MRU end).
-    pub fn get(&self, key: &BlockKey) -> Option<Arc<[u8]>> {
+    /// The cached physical bytes of `key`, promoting it (T1 → T2, or to T2's MRU end);
+    /// the hit or miss is counted under `access.kind`.
+    pub fn get(&self, key: &BlockKey, access: Access) -> Option<Arc<[u8]>> {
+        let found = self.lookup(key);
+        match found {
+            Some(_) => self.counters.kind_hits.add(access.kind, 1),
+            None => self.counters.kind_misses.add(access.kind, 1),
+        }
+        found
+    }
+
+    /// Counts a read of `kind` served by a decompressed copy (`HotCopies`): a hit of the
+    /// cache as a whole, though not of the lists.
+    pub fn note_hot_hit(&self, kind: ReadKind) {
+        self.counters.kind_hits.add(kind, 1);
+    }
+
+    /// Counts a read of `kind` that did not look in the cache (prefetch of a block not
+    /// cached, scrub, import): it goes to the device.
+    pub fn note_bypass(&self, kind: ReadKind) {
+        self.counters.kind_misses.add(kind, 1);
+    }
+
+    fn lookup(&self, key: &BlockKey) -> Option<Arc<[u8]>> {
         let mut l = self.lists.lock();
         if let Some(e) = l.t1.get_mut(key).filter(|e| e.prefetched) {
             // First demand read of a read-ahead block: it stays in the recency list.
@@ -247,6 +331,18 @@ impl ArcCache {
         l.t1.contains_key(key) || l.t2.contains_key(key)
     }
 
+    /// Whether `key` is cached, or was read ahead and evicted unread.
+    pub fn residency(&self, key: &BlockKey) -> Residency {
+        let l = self.lists.lock();
+        if l.t1.contains_key(key) || l.t2.contains_key(key) {
+            Residency::Cached
+        } else if l.b1.get(key).is_some_and(|g| g.unread_prefetch) {
+            Residency::EvictedUnread
+        } else {
+            Residency::Unknown
+        }
+    }
+
     /// Returns whether the entry was added.
     fn insert_entry(&self, key: BlockKey, entry: Entry) -> bool {
         let size = entry.bytes.len() as u64;
@@ -256,7 +352,7 @@ impl ArcCache {
         }
         let evicted = if let Some(ghost) = l.b1.remove(&key) {
             // Recency was evicted too early: give T1 more room.
-            l.b1_bytes -= ghost;
+            l.b1_bytes -= ghost.size;
             let step = size * (l.b2_bytes / l.b1_bytes.max(1)).max(1);
             l.p = (l.p + step).min(l.c);
             self.counters.ghost_b1_hits.fetch_add(1, Ordering::Relaxed);
@@ -265,7 +361,7 @@ impl ArcCache {
             n
         } else if let Some(ghost) = l.b2.remove(&key) {
             // Frequency was evicted too early: give T2 more room.
-            l.b2_bytes -= ghost;
+            l.b2_bytes -= ghost.size;
             let step = size * (l.b1_bytes / l.b2_bytes.max(1)).max(1);
             l.p = l.p.saturating_sub(step);
             self.counters.ghost_b2_hits.fetch_add(1, Ordering::Relaxed);
@@ -297,9 +393,9 @@ impl ArcCache {
             l.t2_bytes -= e.bytes.len() as u64;
             l.account(&e, false);
         } else if let Some(g) = l.b1.remove(key) {
-            l.b1_bytes -= g;
+            l.b1_bytes -= g.size;
         } else if let Some(g) = l.b2.remove(key) {
-            l.b2_bytes -= g;
+            l.b2_bytes -= g.size;
         }
     }
 
@@ -318,6 +414,7 @@ impl ArcCache {
             prefetch_reads: get(&c.prefetch_inserts),
             written_blocks: get(&c.written_inserts),
             prefetch_hits: get(&c.prefetch_hits),
+            prefetch_evicted_unread: l.unread_prefetch_evictions,
             hot_copy_hits: 0,
             hot_copies_size: 0,
             size: l.t1_bytes + l.t2_bytes,
@@ -332,6 +429,8 @@ impl ArcCache {
             data_size: l.data_bytes,
             metadata_size: l.metadata_bytes,
             blocks: (l.t1.len() + l.t2.len()) as u64,
+            kind_hits: c.kind_hits.values(),
+            kind_misses: c.kind_misses.values(),
         }
     }
 }
@@ -341,7 +440,8 @@ impl ArcSnapshot {
     pub fn prometheus(&self) -> String {
         let mut out = String::new();
         for (name, value) in self.fields() {
-            let kind = if name.ends_with("hits") || name == "misses" || name == "evictions" {
+            let counter = name.ends_with("hits") || name.starts_with("hits_") || name.starts_with("misses");
+            let kind = if counter || name == "evictions" || name == "prefetch_evicted_unread" {
                 "counter"
             } else {
                 "gauge"
@@ -399,13 +499,15 @@ impl Lists {
             .expect("a non-empty list");
             let size = e.bytes.len() as u64;
             self.account(&e, false);
+            let ghost = Ghost { size, unread_prefetch: e.prefetched };
+            self.unread_prefetch_evictions += e.prefetched as u64;
             if from_t1 {
                 self.t1_bytes -= size;
-                self.b1.insert(key, size);
+                self.b1.insert(key, ghost);
                 self.b1_bytes += size;
             } else {
                 self.t2_bytes -= size;
-                self.b2.insert(key, size);
+                self.b2.insert(key, ghost);
                 self.b2_bytes += size;
             }
             n += 1;
@@ -419,13 +521,13 @@ impl Lists {
             let Some((_, g)) = self.b1.pop_front() else {
                 break;
             };
-            self.b1_bytes -= g;
+            self.b1_bytes -= g.size;
         }
         while self.t1_bytes + self.t2_bytes + self.b1_bytes + self.b2_bytes > 2 * self.c {
             let Some((_, g)) = self.b2.pop_front() else {
                 break;
             };
-            self.b2_bytes -= g;
+            self.b2_bytes -= g.size;
         }
     }
 }
@@ -446,7 +548,7 @@ fn total_memory() -> u64 {
 impl ArcSnapshot {
     /// (name, value) of every counter and size, in declaration order.
     pub fn fields(&self) -> Vec<(&'static str, u64)> {
-        vec![
+        let mut fields = vec![
             ("hits", self.hits),
             ("misses", self.misses),
             ("recency_hits", self.recency_hits),
@@ -457,6 +559,7 @@ impl ArcSnapshot {
             ("prefetch_reads", self.prefetch_reads),
             ("prefetch_hits", self.prefetch_hits),
             ("written_blocks", self.written_blocks),
+            ("prefetch_evicted_unread", self.prefetch_evicted_unread),
             ("hot_copy_hits", self.hot_copy_hits),
             ("hot_copies_size", self.hot_copies_size),
             ("size", self.size),
@@ -471,7 +574,10 @@ impl ArcSnapshot {
             ("data_size", self.data_size),
             ("metadata_size", self.metadata_size),
             ("blocks", self.blocks),
-        ]
+        ];
+        fields.extend(KIND_HIT_NAMES.into_iter().zip(self.kind_hits));
+        fields.extend(KIND_MISS_NAMES.into_iter().zip(self.kind_misses));
+        fields
     }
 }
 

@@ -2,7 +2,9 @@
 //! hot set, ghost hits move the split, and the budget holds under concurrent use.
 use std::sync::Arc;
 
-use tarn_arc::{ArcCache, BlockKey, Class};
+use tarn_arc::{Access, ArcCache, BlockKey, Class, ReadKind};
+
+const DEMAND: Access = Access::of(ReadKind::Demand);
 
 const BLOCK: usize = 4096;
 
@@ -16,7 +18,7 @@ fn key(n: u64) -> BlockKey {
 
 /// Reads block `n` through the cache, inserting on a miss as the io pipeline does.
 fn read(arc: &ArcCache, n: u64) -> bool {
-    if arc.get(&key(n)).is_some() {
+    if arc.get(&key(n), DEMAND).is_some() {
         return true;
     }
     arc.insert(key(n), Arc::from(vec![n as u8; BLOCK]), 16384, Class::Data);
@@ -36,7 +38,7 @@ fn a_one_time_scan_does_not_flush_the_frequently_used_set() {
     for n in 1000..2000 {
         read(&arc, n);
     }
-    let hot_hits = (0..40).filter(|&n| arc.get(&key(n)).is_some()).count();
+    let hot_hits = (0..40).filter(|&n| arc.get(&key(n), DEMAND).is_some()).count();
     assert_eq!(hot_hits, 40, "every hot block survived the scan");
     // (A plain LRU of the same size would hold only the last 100 scan blocks.)
     let s = arc.snapshot();
@@ -149,14 +151,14 @@ fn the_budget_holds_under_concurrent_readers_and_shrinks_at_run_time() {
 fn a_prefetched_block_read_once_is_not_taken_for_a_frequent_one() {
     let arc = ArcCache::new(64 * BLOCK as u64);
     arc.insert_prefetched(key(1), Arc::from(vec![1u8; BLOCK]), 16384, Class::Data);
-    assert!(arc.get(&key(1)).is_some());
+    assert!(arc.get(&key(1), DEMAND).is_some());
     let s = arc.snapshot();
     assert_eq!((s.prefetch_reads, s.prefetch_hits), (1, 1));
     assert_eq!(
         s.frequency_size, 0,
         "the first demand read of a read-ahead block keeps it in recency"
     );
-    assert!(arc.get(&key(1)).is_some());
+    assert!(arc.get(&key(1), DEMAND).is_some());
     assert_eq!(
         arc.snapshot().frequency_size,
         BLOCK as u64,

@@ -30,6 +30,7 @@ pub mod traverse;
 #[cfg(test)]
 mod tests;
 pub mod tree;
+mod zfetch;
 
 pub use dir::{DirEntry, Entries};
 pub use dnode::{Dnode, ObjType, Timespec, DNODE_SIZE};

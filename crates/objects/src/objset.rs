@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard, RwLock};
-use tarn_zio::{BlockPtr, BlockType, ChecksumKind, Compression, PendingBlock};
+use tarn_zio::{BlockPtr, BlockType, ChecksumKind, Compression, PageId, PendingBlock};
 
 use crate::dnode::{Dnode, ObjType, DNODE_SIZE};
 use crate::early::adoptable;
@@ -73,6 +73,8 @@ impl SyncResult {
 
 pub struct ObjSet {
     ctx: Arc<Ctx>,
+    /// The dataset's id: the `objset` of its pages' logical identity.
+    id: u64,
     meta: Object,
     /// Read-mostly: every file operation looks its object up here.
     cache: RwLock<HashMap<u64, Arc<Object>>>,
@@ -82,12 +84,14 @@ pub struct ObjSet {
 }
 
 impl ObjSet {
-    /// Opens an object set from its meta dnode (`None` for a new, empty set).
-    pub fn open(ctx: Arc<Ctx>, meta: Option<Dnode>, next_obj: u64) -> ObjSet {
+    /// Opens object set `id` (its dataset's id) from its meta dnode (`None` for a new,
+    /// empty set).
+    pub fn open(ctx: Arc<Ctx>, id: u64, meta: Option<Dnode>, next_obj: u64) -> ObjSet {
         let meta = meta.unwrap_or_else(|| Dnode::new(ObjType::Meta, META_BLKSZ, 0, 0));
         ObjSet {
             ctx,
-            meta: Object::new(0, meta),
+            id,
+            meta: Object::new(id, 0, meta),
             cache: RwLock::new(HashMap::new()),
             next_obj: AtomicU64::new(next_obj.max(1)),
             dirty: Mutex::new(BTreeSet::new()),
@@ -126,7 +130,7 @@ impl ObjSet {
         }
         let dnode = Dnode::decode(&raw)?.ok_or(ObjError::NoObject(id))?;
         let mut cache = self.cache.write();
-        let obj = cache.entry(id).or_insert_with(|| Arc::new(Object::new(id, dnode)));
+        let obj = cache.entry(id).or_insert_with(|| Arc::new(Object::new(self.id, id, dnode)));
         Ok(obj.clone())
     }
 
@@ -143,7 +147,7 @@ impl ObjSet {
     /// A new object in the open txg, reachable by no name yet (see `FreshObject`).
     pub fn alloc(&self, dnode: Dnode) -> FreshObject {
         let id = self.next_obj.fetch_add(1, Ordering::Relaxed);
-        let obj = Arc::new(Object::new(id, dnode));
+        let obj = Arc::new(Object::new(self.id, id, dnode));
         self.cache.write().insert(id, obj.clone());
         self.dirty.lock().insert(id);
         FreshObject(obj)
@@ -247,7 +251,7 @@ impl ObjSet {
         let ptrs = {
             let pending: Vec<PendingBlock> = work
                 .iter()
-                .filter_map(|(i, _, item)| match item {
+                .filter_map(|(i, blkid, item)| match item {
                     Work::Write(r) => Some(PendingBlock {
                         data: r.as_slice(),
                         compression: policy.compression,
@@ -255,6 +259,7 @@ impl ObjSet {
                         level: 0,
                         block_type: block_type(objects[*i]),
                         cache: policy.cache,
+                        page: Some(PageId { objset: self.id, object: objects[*i].id(), blkid: *blkid }),
                     }),
                     _ => None,
                 })

@@ -20,8 +20,8 @@
 use std::collections::HashMap;
 
 use tarn_zio::{
-    BlockPtr, BlockType, CachePolicy, ChecksumKind, Compression, PendingBlock, Zio, ZioError,
-    BLKPTR_SIZE,
+    Access, BlockPtr, BlockType, CachePolicy, ChecksumKind, Compression, PendingBlock, ReadKind, Zio,
+    ZioError, BLKPTR_SIZE,
 };
 
 pub const IND_SHIFT: u8 = 15;
@@ -122,6 +122,18 @@ impl BlockTree {
         Ok(self.ind[&(1, l1)].ptrs[(blkid & (FANOUT - 1)) as usize])
     }
 
+    /// The pointer of record `blkid` if the indirect blocks above it are loaded already
+    /// (no I/O); `None` for a hole or an unloaded path.
+    pub fn peek(&self, blkid: u64) -> Option<BlockPtr> {
+        if blkid >= self.capacity() {
+            return None;
+        }
+        if self.nlevels == 1 {
+            return self.root;
+        }
+        self.ind.get(&(1, blkid >> PTR_SHIFT))?.ptrs[(blkid & (FANOUT - 1)) as usize]
+    }
+
     /// Loads indirect block (level, idx) if it exists on disk; false for a hole.
     fn load(&mut self, zio: &Zio, level: u8, idx: u64) -> Result<bool, ZioError> {
         if self.ind.contains_key(&(level, idx)) {
@@ -136,7 +148,7 @@ impl BlockTree {
             self.ind[&(level + 1, idx >> PTR_SHIFT)].ptrs[(idx & (FANOUT - 1)) as usize]
         };
         let Some(bp) = bp else { return Ok(false) };
-        let bytes = zio.read(&bp)?;
+        let bytes = zio.read(&bp, Access::of(ReadKind::Indirect))?;
         self.ind.insert((level, idx), Ind::decode(&bytes, bp)?);
         Ok(true)
     }
@@ -342,6 +354,7 @@ impl BlockTree {
                     block_type: BlockType::Indirect,
                     // The tree keeps its indirect blocks decoded in memory already.
                     cache: CachePolicy::None,
+                    page: None,
                 })
                 .collect();
             let ptrs = zio.write_blocks(&pending, birth)?;

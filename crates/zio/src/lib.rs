@@ -15,8 +15,8 @@
 //! bytes it did not verify.
 //!
 //! Rooms: `pipeline` (the handle, space, flush order), `write` (packing), `read`
-//! (verified reads), `prefetch`, `extent` (log blocks), `blkptr` and `codec` (formats),
-//! `error`.
+//! (verified reads), `prefetch`, `trace` (the event trace, read kinds), `extent` (log
+//! blocks), `blkptr` and `codec` (formats), `error`.
 
 mod blkptr;
 mod codec;
@@ -25,6 +25,7 @@ mod extent;
 mod pipeline;
 mod prefetch;
 mod read;
+mod trace;
 mod write;
 
 pub use blkptr::{BlkPtrError, BlockPtr, BlockType, BLKPTR_SIZE};
@@ -33,4 +34,5 @@ pub use error::ZioError;
 pub use extent::Extent;
 pub use pipeline::{WriteMark, Zio, ZioStats, HOT_SHARE};
 pub use read::CopiesRead;
+pub use tarn_arc::{Access, PageId, ReadKind, Residency};
 pub use write::{CachePolicy, PendingBlock};
