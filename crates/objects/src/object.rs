@@ -266,13 +266,15 @@ impl ObjState {
         })
     }
 
-    /// The whole record `blkid` as bytes of the current block size (zeros for a hole).
-    pub(crate) fn load_record(&mut self, zio: &Zio, blkid: u64) -> Result<Vec<u8>, ZioError> {
+    /// The whole record `blkid` as bytes of the current block size (zeros for a hole);
+    /// a read from the devices is counted as `kind` (read-modify-write, or a directory's
+    /// entries: directories are stored as data blocks).
+    pub(crate) fn load_record(&mut self, zio: &Zio, blkid: u64, kind: ReadKind) -> Result<Vec<u8>, ZioError> {
         let blksz = self.blksz() as usize;
         let mut out = match self.source(zio, blkid)? {
             Source::Mem(r) if r.is_empty() => vec![0u8; blksz],
             Source::Mem(r) => r.as_ref().clone(),
-            Source::Disk(bp) => zio.read(&bp, Access::page(ReadKind::Rmw, self.page(blkid)))?,
+            Source::Disk(bp) => zio.read(&bp, Access::page(kind, self.page(blkid)))?,
             Source::Hole => vec![0u8; blksz],
         };
         out.resize(blksz, 0);

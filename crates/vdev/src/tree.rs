@@ -194,6 +194,14 @@ impl TopVdev {
         1 << self.ashift
     }
 
+    /// The alignment a read of this vdev needs: the largest any usable side needs, at
+    /// most a pool sector.
+    pub fn read_align(&self) -> u64 {
+        let align = self.leaves.iter().filter_map(|l| l.usable()).map(|d| d.read_align()).max().unwrap_or(1);
+        assert!(align.is_power_of_two(), "a device's read alignment is a power of two, not {align}");
+        align.min(self.sector())
+    }
+
     /// Reads `len` bytes at `offset` of the data area; the caller's `verify` decides
     /// whether a copy is good, and `mode` what a bad side means (see `ReadMode`).
     ///
@@ -227,9 +235,11 @@ impl TopVdev {
             "read past the end of vdev {}",
             self.index
         );
-        let sector = self.sector();
-        let start = offset & !(sector - 1);
-        let end = (offset + len as u64 + sector - 1) & !(sector - 1);
+        // The smallest span the devices can read (not whole pool sectors: a packed
+        // compressed block costs the disk its stored size).
+        let align = self.read_align();
+        let start = offset & !(align - 1);
+        let end = (offset + len as u64).next_multiple_of(align);
         let skip = (offset - start) as usize;
         out.resize((end - start) as usize, 0);
         let span = &mut out[..(end - start) as usize];

@@ -122,3 +122,27 @@ impl Zio {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metadata_is_counted_by_its_type_except_past_the_cache() {
+        let page = tarn_arc::PageId { objset: 1, object: 2, blkid: 3 };
+        for kind in [ReadKind::Demand, ReadKind::Rmw, ReadKind::LogFetch, ReadKind::Prefetch] {
+            let a = Access::page(kind, page);
+            assert_eq!(refine(a, BlockType::Data), a, "data keeps what it was read for");
+            assert_eq!(refine(a, BlockType::Indirect).kind, ReadKind::Indirect);
+            assert_eq!(refine(a, BlockType::Dnodes).kind, ReadKind::Dnode);
+            assert_eq!(refine(a, BlockType::Directory).kind, ReadKind::Directory);
+            assert_eq!(refine(a, BlockType::Mos).kind, ReadKind::Pool);
+            assert_eq!(refine(a, BlockType::Indirect).page, Some(page));
+        }
+        for kind in [ReadKind::Scrub, ReadKind::Import] {
+            for t in [BlockType::Data, BlockType::Indirect, BlockType::Dnodes, BlockType::Mos] {
+                assert_eq!(refine(Access::of(kind), t).kind, kind);
+            }
+        }
+    }
+}
