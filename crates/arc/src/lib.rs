@@ -23,8 +23,10 @@ use hashlink::LinkedHashMap;
 use parking_lot::Mutex;
 
 mod access;
+mod policy;
 
 pub use access::{Access, PageId, PerKind, ReadKind, READ_KINDS};
+use policy::{DataCache, Evicted, Found};
 
 /// A block's identity: where it lives and when it was born.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
@@ -101,6 +103,8 @@ pub struct Counters {
     pub prefetch_inserts: AtomicU64,
     pub prefetch_hits: AtomicU64,
     pub written_inserts: AtomicU64,
+    /// Read-ahead blocks the data policy evicted before any demand read asked for them.
+    pub prefetch_evicted_unread: AtomicU64,
     /// Hits (in the ARC or its decompressed copies) and misses, by read kind.
     pub kind_hits: PerKind,
     pub kind_misses: PerKind,
@@ -178,22 +182,104 @@ const KIND_MISS_NAMES: [&str; READ_KINDS] = [
     "misses_import",
 ];
 
+/// Which policy keeps file data (metadata always lives in the ARC lists).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DataPolicy {
+    /// A window and a frequency-admitted main area, counted per page (`policy.rs`): the
+    /// policy for a cache under a database's buffer pool, and the default.
+    #[default]
+    SecondLevel,
+    /// Data in the ARC lists beside metadata, keyed by block (tarn before issue #17);
+    /// kept to measure the default against.
+    Arc,
+}
+
+/// Under `SecondLevel`, metadata may take up to 1/METADATA_SHARE of the budget from data
+/// (it is preferred: a metadata miss costs a data read its own read first).
+const METADATA_SHARE: u64 = 2;
+
+/// Everything behind the cache's one lock.
+struct Inner {
+    /// The ARC lists: metadata, and data too under `DataPolicy::Arc`. Their `c` is
+    /// metadata's ceiling (or the whole budget under `Arc`).
+    lists: Lists,
+    /// Data under `DataPolicy::SecondLevel`; its budget is what metadata leaves.
+    data: DataCache,
+    policy: DataPolicy,
+    /// The budget (arc_max).
+    max: u64,
+}
+
+impl Inner {
+    fn new(max: u64, policy: DataPolicy) -> Inner {
+        let mut inner = Inner { lists: Lists::default(), data: DataCache::new(0), policy, max: 0 };
+        inner.set_max(max);
+        inner
+    }
+
+    /// Whether blocks of `class` live in the ARC lists.
+    fn in_lists(&self, class: Class) -> bool {
+        class == Class::Metadata || self.policy == DataPolicy::Arc
+    }
+
+    fn lists_bytes(&self) -> u64 {
+        self.lists.t1_bytes + self.lists.t2_bytes
+    }
+
+    /// Gives data what metadata leaves of the budget; evicts data to fit.
+    fn rebudget_data(&mut self) -> Evicted {
+        let budget = match self.policy {
+            DataPolicy::SecondLevel => self.max.saturating_sub(self.lists_bytes()),
+            DataPolicy::Arc => 0,
+        };
+        self.data.set_budget(budget)
+    }
+
+    /// Returns how many blocks were evicted.
+    fn set_max(&mut self, bytes: u64) -> Evicted {
+        self.max = bytes;
+        self.lists.c = match self.policy {
+            DataPolicy::SecondLevel => bytes / METADATA_SHARE,
+            DataPolicy::Arc => bytes,
+        };
+        if self.lists.p == 0 && self.lists.t1.is_empty() && self.lists.t2.is_empty() {
+            self.lists.p = self.lists.c / 2;
+        }
+        self.lists.p = self.lists.p.min(self.lists.c);
+        let mut ev = Evicted { blocks: self.lists.make_room(0, false), unread_prefetch: 0 };
+        self.lists.trim_ghosts();
+        ev += self.rebudget_data();
+        ev
+    }
+
+    fn bytes(&self) -> u64 {
+        self.lists_bytes() + self.data.bytes()
+    }
+}
+
 pub struct ArcCache {
-    lists: Mutex<Lists>,
+    inner: Mutex<Inner>,
+    /// The data policy (also in `inner`; fixed for the cache's life, read without the lock).
+    policy: DataPolicy,
     pub counters: Counters,
 }
 
+/// Where a lookup found a block, for the counters.
+enum Hit {
+    Recency,
+    Frequency,
+    /// The first demand read of a read-ahead block (in the recency list or window).
+    Prefetched,
+}
+
 impl ArcCache {
+    /// A cache of `max_bytes` with the default data policy.
     pub fn new(max_bytes: u64) -> ArcCache {
-        let lists = Lists {
-            c: max_bytes,
-            p: max_bytes / 2,
-            ..Default::default()
-        };
-        ArcCache {
-            lists: Mutex::new(lists),
-            counters: Counters::default(),
-        }
+        ArcCache::with_policy(max_bytes, DataPolicy::default())
+    }
+
+    pub fn with_policy(max_bytes: u64, policy: DataPolicy) -> ArcCache {
+        ArcCache { inner: Mutex::new(Inner::new(max_bytes, policy)), policy, counters: Counters::default() }
     }
 
     /// A default budget: a quarter of the machine's memory.
@@ -202,30 +288,57 @@ impl ArcCache {
     }
 
     pub fn max(&self) -> u64 {
-        self.lists.lock().c
+        self.inner.lock().max
+    }
+
+    pub fn policy(&self) -> DataPolicy {
+        self.policy
+    }
+
+    /// Whether a block of `class` read for `kind` would be kept (so a caller can skip
+    /// copying bytes the cache would not take). Takes no lock.
+    ///
+    /// Under the second-level policy, file data read to be rewritten (read-modify-write,
+    /// a log fetch) or read ahead through `insert` is not: its next version comes with the
+    /// write, and read-ahead enters through `insert_prefetched`. A directory's records are
+    /// data blocks read as metadata: kept.
+    pub fn keeps(&self, class: Class, kind: ReadKind) -> bool {
+        class == Class::Metadata
+            || self.policy == DataPolicy::Arc
+            || matches!(kind, ReadKind::Demand | ReadKind::Directory)
     }
 
     /// Changes the budget at run time; shrinking evicts at once.
     pub fn set_max(&self, bytes: u64) {
-        let mut l = self.lists.lock();
-        l.c = bytes;
-        l.p = l.p.min(bytes);
-        let evicted = l.make_room(0, false);
-        l.trim_ghosts();
-        self.counters
-            .evictions
-            .fetch_add(evicted, Ordering::Relaxed);
+        let ev = self.inner.lock().set_max(bytes);
+        self.count_evicted(ev);
     }
 
-    /// The cached physical bytes of `key`, promoting it (T1 → T2, or to T2's MRU end);
-    /// the hit or miss is counted under `access.kind`.
+    /// The cached physical bytes of `key`, promoting it; the hit or miss is counted under
+    /// `access.kind`. A demand read of file data also counts toward its page's frequency
+    /// (`access.page`), hit or miss.
     pub fn get(&self, key: &BlockKey, access: Access) -> Option<Arc<[u8]>> {
-        let found = self.lookup(key);
-        match found {
-            Some(_) => self.counters.kind_hits.add(access.kind, 1),
-            None => self.counters.kind_misses.add(access.kind, 1),
+        let found = self.lookup(key, access);
+        match &found {
+            Some((_, hit)) => {
+                self.counters.kind_hits.add(access.kind, 1);
+                self.counters.hits.fetch_add(1, Ordering::Relaxed);
+                let list = match hit {
+                    Hit::Recency => &self.counters.t1_hits,
+                    Hit::Frequency => &self.counters.t2_hits,
+                    Hit::Prefetched => {
+                        self.counters.prefetch_hits.fetch_add(1, Ordering::Relaxed);
+                        &self.counters.t1_hits
+                    }
+                };
+                list.fetch_add(1, Ordering::Relaxed);
+            }
+            None => {
+                self.counters.kind_misses.add(access.kind, 1);
+                self.counters.misses.fetch_add(1, Ordering::Relaxed);
+            }
         }
-        found
+        found.map(|(bytes, _)| bytes)
     }
 
     /// Counts a read of `kind` served by a decompressed copy (`HotCopies`): a hit of the
@@ -240,17 +353,25 @@ impl ArcCache {
         self.counters.kind_misses.add(kind, 1);
     }
 
-    fn lookup(&self, key: &BlockKey) -> Option<Arc<[u8]>> {
-        let mut l = self.lists.lock();
+    fn lookup(&self, key: &BlockKey, access: Access) -> Option<(Arc<[u8]>, Hit)> {
+        let mut g = self.inner.lock();
+        // File data lives in the data policy; so does a directory's record (a data block
+        // read as metadata), found there by its key.
+        if g.policy == DataPolicy::SecondLevel && (access.kind.is_data() || g.data.contains(key)) {
+            return match g.data.get(key, access.page, access.kind == ReadKind::Demand) {
+                Found::Hit { bytes, prefetched: true, .. } => Some((bytes, Hit::Prefetched)),
+                Found::Hit { bytes, window: true, .. } => Some((bytes, Hit::Recency)),
+                Found::Hit { bytes, window: false, .. } => Some((bytes, Hit::Frequency)),
+                Found::Miss => None,
+            };
+        }
+        let l = &mut g.lists;
         if let Some(e) = l.t1.get_mut(key).filter(|e| e.prefetched) {
             // First demand read of a read-ahead block: it stays in the recency list.
             e.prefetched = false;
             let bytes = e.bytes.clone();
             l.t1.to_back(key);
-            drop(l);
-            self.counters.prefetch_hits.fetch_add(1, Ordering::Relaxed);
-            self.hit(&self.counters.t1_hits);
-            return Some(bytes);
+            return Some((bytes, Hit::Prefetched));
         }
         if let Some(e) = l.t1.remove(key) {
             let bytes = e.bytes.clone();
@@ -258,95 +379,93 @@ impl ArcCache {
             l.t1_bytes -= size;
             l.t2_bytes += size;
             l.t2.insert(*key, e);
-            drop(l);
-            self.hit(&self.counters.t1_hits);
-            return Some(bytes);
+            return Some((bytes, Hit::Recency));
         }
-        if let Some(e) = l.t2.to_back(key) {
-            let bytes = e.bytes.clone();
-            drop(l);
-            self.hit(&self.counters.t2_hits);
-            return Some(bytes);
+        l.t2.to_back(key).map(|e| (e.bytes.clone(), Hit::Frequency))
+    }
+
+    /// Caches a block just read (and verified) from disk. File data read for a demand
+    /// read enters the data policy; data read to be rewritten (read-modify-write, a log
+    /// fetch) does not: its next version comes with the write.
+    pub fn insert(&self, key: BlockKey, bytes: Arc<[u8]>, lsize: u32, class: Class, access: Access) {
+        let mut g = self.inner.lock();
+        if !g.in_lists(class) {
+            if !self.keeps(class, access.kind) {
+                return;
+            }
+            let mut ev = g.rebudget_data();
+            ev += g.data.insert_read(key, bytes, lsize, access.page);
+            drop(g);
+            self.counters.inserts.fetch_add(1, Ordering::Relaxed);
+            self.count_evicted(ev);
+            return;
         }
-        drop(l);
-        self.counters.misses.fetch_add(1, Ordering::Relaxed);
-        None
+        drop(g);
+        self.insert_entry(key, Entry { bytes, lsize, class, prefetched: false });
     }
 
-    fn hit(&self, list: &AtomicU64) {
-        self.counters.hits.fetch_add(1, Ordering::Relaxed);
-        list.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Caches a block just read (and verified) from disk.
-    pub fn insert(&self, key: BlockKey, bytes: Arc<[u8]>, lsize: u32, class: Class) {
-        self.insert_entry(
-            key,
-            Entry {
-                bytes,
-                lsize,
-                class,
-                prefetched: false,
-            },
-        );
-    }
-
-    /// Caches a block just written (it enters the recency list, like a first read, but
-    /// counts as neither a hit nor a miss).
-    pub fn insert_written(&self, key: BlockKey, bytes: Arc<[u8]>, lsize: u32, class: Class) {
-        if self.insert_entry(
-            key,
-            Entry {
-                bytes,
-                lsize,
-                class,
-                prefetched: false,
-            },
-        ) {
-            self.counters
-                .written_inserts
-                .fetch_add(1, Ordering::Relaxed);
+    /// Caches a block just written (counts as neither a hit nor a miss). File data takes
+    /// the place of its page's older version if that is cached.
+    pub fn insert_written(&self, key: BlockKey, bytes: Arc<[u8]>, lsize: u32, class: Class, page: Option<PageId>) {
+        let mut g = self.inner.lock();
+        let added = if g.in_lists(class) {
+            drop(g);
+            self.insert_entry(key, Entry { bytes, lsize, class, prefetched: false })
+        } else {
+            let mut ev = g.rebudget_data();
+            ev += g.data.insert_written(key, bytes, lsize, page);
+            let added = g.data.contains(&key);
+            drop(g);
+            self.count_evicted(ev);
+            added
+        };
+        if added {
+            self.counters.written_inserts.fetch_add(1, Ordering::Relaxed);
         }
     }
 
     /// Caches a block read ahead of demand (sequential prefetch).
-    pub fn insert_prefetched(&self, key: BlockKey, bytes: Arc<[u8]>, lsize: u32, class: Class) {
-        if self.insert_entry(
-            key,
-            Entry {
-                bytes,
-                lsize,
-                class,
-                prefetched: true,
-            },
-        ) {
-            self.counters
-                .prefetch_inserts
-                .fetch_add(1, Ordering::Relaxed);
+    pub fn insert_prefetched(&self, key: BlockKey, bytes: Arc<[u8]>, lsize: u32, class: Class, page: Option<PageId>) {
+        let mut g = self.inner.lock();
+        let added = if g.in_lists(class) {
+            drop(g);
+            self.insert_entry(key, Entry { bytes, lsize, class, prefetched: true })
+        } else {
+            let mut ev = g.rebudget_data();
+            ev += g.data.insert_prefetched(key, bytes, lsize, page);
+            let added = g.data.contains(&key);
+            drop(g);
+            self.count_evicted(ev);
+            added
+        };
+        if added {
+            self.counters.prefetch_inserts.fetch_add(1, Ordering::Relaxed);
         }
     }
 
     pub fn contains(&self, key: &BlockKey) -> bool {
-        let l = self.lists.lock();
-        l.t1.contains_key(key) || l.t2.contains_key(key)
+        let g = self.inner.lock();
+        g.lists.t1.contains_key(key) || g.lists.t2.contains_key(key) || g.data.contains(key)
     }
 
     /// Whether `key` is cached, or was read ahead and evicted unread.
     pub fn residency(&self, key: &BlockKey) -> Residency {
-        let l = self.lists.lock();
-        if l.t1.contains_key(key) || l.t2.contains_key(key) {
+        let g = self.inner.lock();
+        let l = &g.lists;
+        if l.t1.contains_key(key) || l.t2.contains_key(key) || g.data.contains(key) {
             Residency::Cached
-        } else if l.b1.get(key).is_some_and(|g| g.unread_prefetch) {
+        } else if l.b1.get(key).is_some_and(|g| g.unread_prefetch) || g.data.evicted_unread(key) {
             Residency::EvictedUnread
         } else {
             Residency::Unknown
         }
     }
 
-    /// Returns whether the entry was added.
+    /// Adds an entry to the ARC lists. Returns whether the entry was added.
     fn insert_entry(&self, key: BlockKey, entry: Entry) -> bool {
         let size = entry.bytes.len() as u64;
-        let mut l = self.lists.lock();
+        let mut g = self.inner.lock();
+        let l = &mut g.lists;
         if size > l.c || l.t1.contains_key(&key) || l.t2.contains_key(&key) {
             return false;
         }
@@ -375,17 +494,26 @@ impl ArcCache {
         };
         l.trim_ghosts();
         debug_assert!(l.t1_bytes + l.t2_bytes <= l.c, "ARC over budget");
-        drop(l);
+        // Metadata grew: data makes room.
+        let mut ev = Evicted { blocks: evicted, unread_prefetch: 0 };
+        ev += g.rebudget_data();
+        assert!(g.bytes() <= g.max, "cache over its budget: {} > {}", g.bytes(), g.max);
+        drop(g);
         self.counters.inserts.fetch_add(1, Ordering::Relaxed);
-        self.counters
-            .evictions
-            .fetch_add(evicted, Ordering::Relaxed);
+        self.count_evicted(ev);
         true
+    }
+
+    fn count_evicted(&self, ev: Evicted) {
+        self.counters.evictions.fetch_add(ev.blocks, Ordering::Relaxed);
+        self.counters.prefetch_evicted_unread.fetch_add(ev.unread_prefetch, Ordering::Relaxed);
     }
 
     /// Forgets a block whose space was freed.
     pub fn remove(&self, key: &BlockKey) {
-        let mut l = self.lists.lock();
+        let mut g = self.inner.lock();
+        g.data.remove(key);
+        let l = &mut g.lists;
         if let Some(e) = l.t1.remove(key) {
             l.t1_bytes -= e.bytes.len() as u64;
             l.account(&e, false);
@@ -400,35 +528,38 @@ impl ArcCache {
     }
 
     pub fn snapshot(&self) -> ArcSnapshot {
-        let l = self.lists.lock();
+        let g = self.inner.lock();
+        let (l, d) = (&g.lists, &g.data);
         let c = &self.counters;
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let (window_ghosts, main_ghosts) = d.ghost_bytes();
+        let size = l.t1_bytes + l.t2_bytes + d.bytes();
         ArcSnapshot {
             hits: get(&c.hits),
             misses: get(&c.misses),
             recency_hits: get(&c.t1_hits),
             frequency_hits: get(&c.t2_hits),
-            ghost_recency_hits: get(&c.ghost_b1_hits),
-            ghost_frequency_hits: get(&c.ghost_b2_hits),
+            ghost_recency_hits: get(&c.ghost_b1_hits) + d.ghost_hits.window,
+            ghost_frequency_hits: get(&c.ghost_b2_hits) + d.ghost_hits.main,
             evictions: get(&c.evictions),
             prefetch_reads: get(&c.prefetch_inserts),
             written_blocks: get(&c.written_inserts),
             prefetch_hits: get(&c.prefetch_hits),
-            prefetch_evicted_unread: l.unread_prefetch_evictions,
+            prefetch_evicted_unread: l.unread_prefetch_evictions + get(&c.prefetch_evicted_unread),
             hot_copy_hits: 0,
             hot_copies_size: 0,
-            size: l.t1_bytes + l.t2_bytes,
-            target_recency: l.p,
-            max: l.c,
-            recency_size: l.t1_bytes,
-            frequency_size: l.t2_bytes,
-            ghost_recency_size: l.b1_bytes,
-            ghost_frequency_size: l.b2_bytes,
-            compressed_size: l.t1_bytes + l.t2_bytes,
-            logical_size: l.logical_bytes,
-            data_size: l.data_bytes,
+            size,
+            target_recency: l.p + d.window_target(),
+            max: g.max,
+            recency_size: l.t1_bytes + d.window_bytes,
+            frequency_size: l.t2_bytes + d.main_bytes,
+            ghost_recency_size: l.b1_bytes + window_ghosts,
+            ghost_frequency_size: l.b2_bytes + main_ghosts,
+            compressed_size: size,
+            logical_size: l.logical_bytes + d.logical_bytes,
+            data_size: l.data_bytes + d.bytes(),
             metadata_size: l.metadata_bytes,
-            blocks: (l.t1.len() + l.t2.len()) as u64,
+            blocks: (l.t1.len() + l.t2.len() + d.blocks()) as u64,
             kind_hits: c.kind_hits.values(),
             kind_misses: c.kind_misses.values(),
         }
@@ -441,14 +572,9 @@ impl ArcSnapshot {
         let mut out = String::new();
         for (name, value) in self.fields() {
             let counter = name.ends_with("hits") || name.starts_with("hits_") || name.starts_with("misses");
-            let kind = if counter || name == "evictions" || name == "prefetch_evicted_unread" {
-                "counter"
-            } else {
-                "gauge"
-            };
-            out.push_str(&format!(
-                "# TYPE tarn_arc_{name} {kind}\ntarn_arc_{name} {value}\n"
-            ));
+            let kind =
+                if counter || name == "evictions" || name == "prefetch_evicted_unread" { "counter" } else { "gauge" };
+            out.push_str(&format!("# TYPE tarn_arc_{name} {kind}\ntarn_arc_{name} {value}\n"));
         }
         out
     }
@@ -488,15 +614,8 @@ impl Lists {
         let mut n = 0;
         while self.t1_bytes + self.t2_bytes + incoming > self.c {
             let from_t1 = !self.t1.is_empty()
-                && (self.t1_bytes > self.p
-                    || (after_b2_hit && self.t1_bytes == self.p)
-                    || self.t2.is_empty());
-            let (key, e) = if from_t1 {
-                self.t1.pop_front()
-            } else {
-                self.t2.pop_front()
-            }
-            .expect("a non-empty list");
+                && (self.t1_bytes > self.p || (after_b2_hit && self.t1_bytes == self.p) || self.t2.is_empty());
+            let (key, e) = if from_t1 { self.t1.pop_front() } else { self.t2.pop_front() }.expect("a non-empty list");
             let size = e.bytes.len() as u64;
             self.account(&e, false);
             let ghost = Ghost { size, unread_prefetch: e.prefetched };

@@ -33,14 +33,12 @@ impl Zio {
         for i in 0..PREFETCH_WORKERS {
             let rx = rx.clone();
             let zio = Arc::downgrade(self);
-            let spawned = std::thread::Builder::new()
-                .name(format!("prefetch{i}"))
-                .spawn(move || {
-                    while let Ok((bp, page)) = rx.recv() {
-                        let Some(zio) = zio.upgrade() else { return };
-                        zio.prefetch_one(&bp, Access::page(ReadKind::Prefetch, page));
-                    }
-                });
+            let spawned = std::thread::Builder::new().name(format!("prefetch{i}")).spawn(move || {
+                while let Ok((bp, page)) = rx.recv() {
+                    let Some(zio) = zio.upgrade() else { return };
+                    zio.prefetch_one(&bp, Access::page(ReadKind::Prefetch, page));
+                }
+            });
             if spawned.is_err() {
                 return; // no read-ahead: only speed is lost
             }
@@ -79,19 +77,14 @@ impl Zio {
         let mut span = Vec::new();
         self.arc.note_bypass(access.kind);
         self.trace_event(Event::Prefetch, bp, access);
-        if let Ok(range) = top.read(
-            bp.offset,
-            bp.psize as usize,
-            &verify,
-            &mut span,
-            ReadMode::Quiet,
-        ) {
+        if let Ok(range) = top.read(bp.offset, bp.psize as usize, &verify, &mut span, ReadMode::Quiet) {
             self.count_device_read(access.kind, range.len() as u64, span.len() as u64);
             self.arc.insert_prefetched(
                 arc_key(bp),
                 Arc::from(&span[range]),
                 bp.lsize,
                 class_of(bp.block_type),
+                access.page,
             );
         }
     }

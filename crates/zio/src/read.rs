@@ -39,11 +39,7 @@ pub struct CopiesRead {
 }
 
 pub(crate) fn arc_key(bp: &BlockPtr) -> BlockKey {
-    BlockKey {
-        vdev: bp.vdev,
-        offset: bp.offset,
-        birth: bp.birth,
-    }
+    BlockKey { vdev: bp.vdev, offset: bp.offset, birth: bp.birth }
 }
 
 pub(crate) fn class_of(t: BlockType) -> Class {
@@ -98,8 +94,7 @@ impl Zio {
         let mut data = vec![0u8; bp.lsize as usize];
         let access = Access::of(ReadKind::Scrub);
         self.arc.note_bypass(access.kind);
-        let bad_copies =
-            self.read_from_disk(bp, &mut data, CachePolicy::None, ReadMode::AllSides, access)?;
+        let bad_copies = self.read_from_disk(bp, &mut data, CachePolicy::None, ReadMode::AllSides, access)?;
         Ok(CopiesRead { data, bad_copies })
     }
 
@@ -128,8 +123,7 @@ impl Zio {
             return Ok(());
         }
         self.trace_event(Event::Read(Outcome::Device), bp, access);
-        self.read_from_disk(bp, out, policy, ReadMode::FirstGood, access)
-            .map(|_| ())
+        self.read_from_disk(bp, out, policy, ReadMode::FirstGood, access).map(|_| ())
     }
 
     /// Reads, verifies and decompresses from the devices; returns how many copies were
@@ -142,23 +136,15 @@ impl Zio {
         mode: ReadMode,
         access: Access,
     ) -> Result<u32, ZioError> {
-        assert_eq!(
-            out.len(),
-            bp.lsize as usize,
-            "read buffer must be the logical size"
-        );
+        assert_eq!(out.len(), bp.lsize as usize, "read buffer must be the logical size");
         let top = &self.vdevs.tops[bp.vdev as usize];
         let verify = |d: &[u8]| bp.checksum_kind.digest(d) == bp.checksum;
         SCRATCH.with_borrow_mut(|scratch| {
             let (range, bad_copies) = self.read_verified(top, bp, &verify, scratch, mode, access.kind)?;
             let phys = &scratch[range];
-            if policy.admits(bp.block_type) {
-                self.arc.insert(
-                    arc_key(bp),
-                    Arc::from(phys),
-                    bp.lsize,
-                    class_of(bp.block_type),
-                );
+            let class = class_of(bp.block_type);
+            if policy.admits(bp.block_type) && self.arc.keeps(class, access.kind) {
+                self.arc.insert(arc_key(bp), Arc::from(phys), bp.lsize, class, access);
             }
             decompress(bp, phys, out)?;
             Ok(bad_copies)
@@ -178,11 +164,7 @@ impl Zio {
         let read = read.map_err(|e| match e {
             VdevError::Checksum { .. } => {
                 self.stats.checksum_errors.fetch_add(1, Ordering::Relaxed);
-                ZioError::Checksum {
-                    what: block_kind(bp.block_type),
-                    vdev: bp.vdev,
-                    offset: bp.offset,
-                }
+                ZioError::Checksum { what: block_kind(bp.block_type), vdev: bp.vdev, offset: bp.offset }
             }
             other => ZioError::Vdev(other),
         })?;
@@ -192,12 +174,10 @@ impl Zio {
 }
 
 fn decompress(bp: &BlockPtr, phys: &[u8], out: &mut [u8]) -> Result<(), ZioError> {
-    bp.compression
-        .decompress(phys, out)
-        .map_err(|source| ZioError::Decompress {
-            what: block_kind(bp.block_type),
-            vdev: bp.vdev,
-            offset: bp.offset,
-            source,
-        })
+    bp.compression.decompress(phys, out).map_err(|source| ZioError::Decompress {
+        what: block_kind(bp.block_type),
+        vdev: bp.vdev,
+        offset: bp.offset,
+        source,
+    })
 }
