@@ -69,6 +69,12 @@ pub enum PoolError {
     },
     #[error(transparent)]
     Property(#[from] PropError),
+    #[error("pool '{pool}': a {kind} is in progress; see `tarn pool status {pool}`")]
+    ScanInProgress { pool: String, kind: String },
+    #[error("pool '{0}': no scrub in progress")]
+    NoScrub(String),
+    #[error("{0} is given twice; each device can be used once")]
+    DuplicateDevice(PathBuf),
 }
 
 impl From<ObjError> for PoolError {

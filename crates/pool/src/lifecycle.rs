@@ -4,20 +4,25 @@
 //! Theory of operation (import). Read both labels of every device given; refuse a
 //! device that shrank, one of another pool, a destroyed pool, or a data vdev with no
 //! device left. Take the config from the label with the newest uberblock and build the
-//! vdev tree from it (a missing log device is allowed and reported). Try the uberblocks
-//! newest first until one's root block (the MOS) reads and verifies — unless it is of a
-//! newer format, which stops the import. Read the intent log chain the root names.
-//! Then rebuild the free space from the tree (`claim`): the MOS, the log blocks, every
-//! block of every dataset; everything else is free. Mark the labels active, start the
-//! sync thread, replay the log and commit it, and reclaim objects that were unlinked but
-//! open when the pool went down.
+//! vdev tree from it (a missing log device is allowed and reported; each device is
+//! known by the path it was opened from). Try the uberblocks newest first until one's
+//! root block (the MOS) reads and verifies — unless it is of a newer format, which stops
+//! the import. A mirror side whose newest uberblock is older than that root missed the
+//! txgs between (it was away): they are its missed range (DTL), as are the ranges the
+//! MOS still records. Read the intent log chain the root names. Then rebuild the free
+//! space from the tree (`claim`): the MOS, the log blocks, every block of every dataset;
+//! everything else is free. Mark the labels active (with the paths the devices were
+//! opened from), start the sync thread, replay the log and commit it, reclaim objects
+//! that were unlinked but open when the pool went down, and start the resilver of the
+//! sides that missed txgs.
 //!
 //! Owns: `CreateOptions`, `ImportOptions`, `VdevSpec`; the labels' state (active,
 //! exported, destroyed) and config.
 //!
-//! Promises: a refused import or create writes nothing; the devices of another pool,
-//! of a newer format, or in use are refused by name (`-f` overrides only a pool that is
-//! not imported); close, export and destroy commit everything first.
+//! Promises: a refused import or create writes nothing, and a failed create leaves no
+//! image file it made; the devices of another pool, of a newer format, in use, or given
+//! twice are refused by name (`-f` overrides only a pool that is not imported); close,
+//! export and destroy stop the scan at a bookmark and commit everything first.
 //!
 //! Must never: import a device whose label it cannot read, reuse a device of a newer
 //! format unasked, or mark labels exported before the last commit is durable.
@@ -32,6 +37,7 @@ use tarn_vdev::{
 };
 use tarn_zio::{BlockPtr, Zio};
 
+use crate::errlog::ErrLog;
 use crate::error::{ImportError, PoolError, RootError};
 use crate::mos::{Mos, MosError};
 use crate::pool::{hostname, now_secs, random_guid, Pool};
@@ -86,21 +92,23 @@ impl Pool {
         if specs.is_empty() {
             return Err(PoolError::NoDevices);
         }
-        if !(9..=16).contains(&opts.ashift) {
+        if !tarn_vdev::ASHIFT_RANGE.contains(&opts.ashift) {
             return Err(PoolError::BadAshift(opts.ashift));
         }
+        check_distinct(specs.iter().chain(&opts.logs), &[])?;
+        let mut images = NewImages::default();
         let mut tops = Vec::new();
         let mut tree_cfg = TreeConfig {
             tops: Vec::new(),
             logs: Vec::new(),
         };
         for spec in specs {
-            let (top, cfg) = new_top(tops.len(), spec, opts)?;
+            let (top, cfg) = new_top(tops.len(), spec, opts, &mut images)?;
             tops.push(top);
             tree_cfg.tops.push(cfg);
         }
         for spec in &opts.logs {
-            let (top, cfg) = new_top(tops.len(), spec, opts)?;
+            let (top, cfg) = new_top(tops.len(), spec, opts, &mut images)?;
             tops.push(top.as_log());
             tree_cfg.logs.push(cfg);
         }
@@ -125,6 +133,7 @@ impl Pool {
             .init_root()?;
         pool.start();
         pool.sync()?;
+        images.keep();
         Ok(pool)
     }
 
@@ -144,6 +153,7 @@ impl Pool {
             .iter()
             .map(|(d, l)| (l.label.vdev_guid, d.clone()))
             .collect();
+        let opened_label = with_opened_paths(&label, &by_guid);
         let (vdevs, missing_logs) = build_tree(&label, &by_guid).map_err(refuse)?;
         let was_exported = label.state == LabelState::Exported;
         let mut ubs: Vec<Uberblock> = labels
@@ -162,8 +172,10 @@ impl Pool {
             None => None,
         };
         let zil_seq = chained.as_ref().map_or(1, |c| c.end_seq + 1);
+        note_missed_txgs(&zio.vdevs, &labels, ub.txg, &mos);
+        let rewrite_labels = label.state != LabelState::Active || opened_label.tree != label.tree;
         let pool = Pool::assemble(
-            label,
+            opened_label,
             zio.clone(),
             ub.txg,
             opts.txg.clone(),
@@ -172,9 +184,11 @@ impl Pool {
         );
         *pool.inner.mos_bp.lock() = Some(mos_bp);
         restore_error_counters(&zio.vdevs, &mos);
+        pool.inner.scan.restore(mos.scan.clone());
+        *pool.inner.errlog.lock() = ErrLog::restore(&mos.errlog, &mos.errlog_last);
         pool.claim_all(&mos, mos_bp, chained.as_ref())?;
         zio.finish_load();
-        if pool.inner.label.state != LabelState::Active {
+        if rewrite_labels {
             let mut active = pool.inner.label.clone();
             active.state = LabelState::Active;
             active.hostname = hostname();
@@ -188,6 +202,7 @@ impl Pool {
         for (_, ds) in pool.inner.datasets.read().values() {
             ds.reclaim_unlinked()?;
         }
+        pool.resilver_if_needed();
         Ok(pool)
     }
 
@@ -228,7 +243,13 @@ impl Pool {
 
     /// Commits, stops the sync thread, and (if `export`) marks the labels exported.
     pub(crate) fn shutdown(&self, export: bool) -> Result<(), PoolError> {
-        let synced = self.sync();
+        // The scan stops at a bookmark first, and a commit records where (with nothing
+        // else dirty, `sync` alone would not write the MOS).
+        let synced = if self.pause_scan() {
+            self.force_txg()
+        } else {
+            self.sync()
+        };
         self.inner.ctx.txg.close();
         if let Some(t) = self.sync_thread.lock().take() {
             let _ = t.join();
@@ -272,10 +293,13 @@ impl Pool {
         };
         let mut label = self.inner.label.clone();
         let mut added = Vec::new();
+        check_distinct(specs.iter(), &self.device_paths())?;
+        let mut images = NewImages::default();
         // Open (or create) every new device before touching the pool, so a bad one
         // changes nothing.
         for spec in specs {
-            let (top, cfg) = new_top(zio.vdevs.tops.len() + added.len(), spec, &opts)?;
+            let index = zio.vdevs.tops.len() + added.len();
+            let (top, cfg) = new_top(index, spec, &opts, &mut images)?;
             label.tree.logs.push(cfg);
             added.push(top.as_log());
         }
@@ -283,6 +307,7 @@ impl Pool {
         // Every device, old and new, gets the new config (label 0 everywhere, then 1).
         zio.vdevs.write_labels(&label)?;
         VdevTree::new(added, zio.vdevs.ashift).write_labels(&label)?;
+        images.keep();
         Ok(())
     }
 
@@ -297,6 +322,7 @@ impl Pool {
 
     /// Stops without committing: what a crash would leave (tests only).
     pub fn abandon(self) {
+        let _ = self.pause_scan();
         let ctx = &self.inner.ctx;
         ctx.txg.close();
         // The sync thread may commit the open txg on close; a crash would not. Tests that
@@ -365,11 +391,55 @@ fn choose_label(labels: &[Labelled]) -> Result<Label, PoolError> {
     Ok(label)
 }
 
+/// Image files a create made: removed again unless the create succeeds (`keep`), so a
+/// failed create leaves nothing a retry would trip over.
+#[derive(Default)]
+struct NewImages(Vec<PathBuf>);
+
+impl NewImages {
+    fn keep(mut self) {
+        self.0.clear();
+    }
+}
+
+impl Drop for NewImages {
+    fn drop(&mut self) {
+        for path in &self.0 {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// The paths of a vdev spec.
+fn spec_paths(spec: &VdevSpec) -> &[PathBuf] {
+    match spec {
+        VdevSpec::Disk(p) => std::slice::from_ref(p),
+        VdevSpec::Mirror(ps) => ps,
+    }
+}
+
+/// Refuses a device named twice (in the new specs, or already in the pool): opening it
+/// a second time would find it locked by this very process.
+fn check_distinct<'a>(
+    specs: impl Iterator<Item = &'a VdevSpec>,
+    in_pool: &[PathBuf],
+) -> Result<(), PoolError> {
+    let key = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let mut seen: std::collections::BTreeSet<PathBuf> = in_pool.iter().map(|p| key(p)).collect();
+    for path in specs.flat_map(spec_paths) {
+        if !seen.insert(key(path)) {
+            return Err(PoolError::DuplicateDevice(path.clone()));
+        }
+    }
+    Ok(())
+}
+
 /// Opens (or creates) the devices of one top-level vdev for a new pool or log.
 fn new_top(
     index: usize,
     spec: &VdevSpec,
     opts: &CreateOptions,
+    images: &mut NewImages,
 ) -> Result<(TopVdev, TopConfig), PoolError> {
     let paths = match spec {
         VdevSpec::Disk(p) => vec![p.clone()],
@@ -378,7 +448,7 @@ fn new_top(
     let mut leaves = Vec::new();
     let mut asize = u64::MAX;
     for path in &paths {
-        let dev = open_for_create(path, opts)?;
+        let dev = open_for_create(path, opts, images)?;
         asize = asize.min(TopVdev::asize_of(dev.size(), opts.ashift));
         leaves.push(Leaf::new(
             random_guid(),
@@ -403,8 +473,17 @@ fn new_top(
     ))
 }
 
-fn open_for_create(path: &Path, opts: &CreateOptions) -> Result<Arc<dyn BlockDevice>, PoolError> {
-    let dev = FileDevice::open_or_create(path, opts.size)?;
+fn open_for_create(
+    path: &Path,
+    opts: &CreateOptions,
+    images: &mut NewImages,
+) -> Result<Arc<dyn BlockDevice>, PoolError> {
+    let existed = path.exists();
+    let dev = FileDevice::open_or_create(path, opts.size);
+    if !existed && path.exists() {
+        images.0.push(path.to_path_buf());
+    }
+    let dev = dev?;
     if dev.size() < MIN_DEVICE {
         return Err(PoolError::TooSmall {
             path: path.into(),
@@ -458,6 +537,10 @@ fn build_tree(
             if let Some(d) = &dev {
                 asize = asize.min(TopVdev::asize_of(d.size(), label.ashift));
             }
+            // Known by the path it was opened from, not the one recorded at create.
+            let path = dev
+                .as_ref()
+                .map_or(path, |d| d.path().display().to_string());
             leaves.push(Leaf::new(guid, path, dev));
         }
         if leaves.iter().all(|l| l.health() == LeafHealth::Unavail) {
@@ -507,6 +590,63 @@ fn newest_loadable(zio: &Zio, ubs: &[Uberblock]) -> Result<(Uberblock, Mos, Bloc
         }
     }
     Err(last_err)
+}
+
+/// The label with each device's path replaced by the one it was opened from (devices
+/// move: `/dev/sdb` becomes `/dev/sdc`, an image is copied elsewhere).
+fn with_opened_paths(label: &Label, by_guid: &BTreeMap<u64, Arc<dyn BlockDevice>>) -> Label {
+    let opened = |(guid, path): &(u64, String)| {
+        let path = by_guid
+            .get(guid)
+            .map_or_else(|| path.clone(), |d| d.path().display().to_string());
+        (*guid, path)
+    };
+    let retarget = |top: &TopConfig| match top {
+        TopConfig::Disk { guid, path } => {
+            let (guid, path) = opened(&(*guid, path.clone()));
+            TopConfig::Disk { guid, path }
+        }
+        TopConfig::Mirror { guid, children } => TopConfig::Mirror {
+            guid: *guid,
+            children: children.iter().map(opened).collect(),
+        },
+    };
+    let mut out = label.clone();
+    out.tree.tops = label.tree.tops.iter().map(retarget).collect();
+    out.tree.logs = label.tree.logs.iter().map(retarget).collect();
+    out
+}
+
+/// Records the txgs each mirror side missed: those after its newest uberblock up to the
+/// root imported (only where a side of the same vdev has them all, to copy from), and
+/// those the MOS says a resilver has not copied yet.
+fn note_missed_txgs(vdevs: &VdevTree, labels: &[Labelled], txg: u64, mos: &Mos) {
+    let newest: BTreeMap<u64, u64> = labels
+        .iter()
+        .map(|(_, l)| {
+            let t = l.uberblocks.iter().map(|u| u.txg).max().unwrap_or(0);
+            (l.label.vdev_guid, t)
+        })
+        .collect();
+    for top in &vdevs.tops {
+        let current = |l: &Leaf| newest.get(&l.guid).is_some_and(|t| *t >= txg);
+        if !top.leaves.iter().any(current) {
+            continue;
+        }
+        for leaf in &top.leaves {
+            match newest.get(&leaf.guid) {
+                Some(&t) if t < txg => leaf.add_missed_txgs(t + 1, txg),
+                _ => {}
+            }
+        }
+    }
+    for leaf in vdevs.leaves() {
+        if let Some([first, last]) = mos.missed_txgs.get(&leaf.guid.to_string()) {
+            if first <= last {
+                leaf.add_missed_txgs(*first, *last);
+            }
+        }
+    }
 }
 
 fn restore_error_counters(vdevs: &VdevTree, mos: &Mos) {

@@ -25,19 +25,25 @@ pub struct PropRow {
     pub raw: Option<String>,
 }
 
+/// The value to store for a local setting of `name` to `value`; refuses unknown names,
+/// read-only properties and invalid values, naming what is allowed.
+pub(crate) fn normalized(name: &str, value: &str) -> Result<String, PropError> {
+    if READONLY.contains(&name) {
+        return Err(PropError::ReadOnly(name.into()));
+    }
+    let def = props::find(name).ok_or_else(|| PropError::Unknown(name.into()))?;
+    (def.validate)(value).ok_or_else(|| PropError::InvalidValue {
+        name: name.into(),
+        value: value.into(),
+        help: def.help,
+    })
+}
+
 impl Pool {
     /// Sets a property locally on `ds`; refuses unknown names, read-only properties and
     /// invalid values, naming what is allowed.
     pub fn set_property(&self, ds: &str, name: &str, value: &str) -> Result<(), PoolError> {
-        if READONLY.contains(&name) {
-            return Err(PropError::ReadOnly(name.into()).into());
-        }
-        let def = props::find(name).ok_or_else(|| PropError::Unknown(name.into()))?;
-        let norm = (def.validate)(value).ok_or_else(|| PropError::InvalidValue {
-            name: name.into(),
-            value: value.into(),
-            help: def.help,
-        })?;
+        let norm = normalized(name, value)?;
         let hold = self.inner.ctx.txg.hold(1024).map_err(FsError::from)?;
         {
             let mut sets = self.inner.datasets.write();

@@ -49,7 +49,7 @@ pub enum VdevError {
     #[error("{path}: {source}; the label is damaged or was not written by tarn")]
     BadLabel {
         path: PathBuf,
-        source: crate::label::BadField,
+        source: Box<crate::label::BadField>,
     },
     #[error("{path}: no such device; give --size to create an image file")]
     NoSuchDevice { path: PathBuf },

@@ -331,7 +331,8 @@ mod tests {
     #[test]
     fn label_fields_that_make_no_sense_are_named() {
         assert_eq!(sample().validate(), Ok(()));
-        let cases: Vec<(&str, Box<dyn Fn(&mut Label)>)> = vec![
+        type Change = Box<dyn Fn(&mut Label)>;
+        let cases: Vec<(&str, Change)> = vec![
             ("ashift", Box::new(|l| l.ashift = 0)),
             ("ashift", Box::new(|l| l.ashift = 99)),
             ("pool_name", Box::new(|l| l.pool_name.clear())),

@@ -681,6 +681,7 @@ pub fn read_device_labels(dev: &dyn BlockDevice) -> Result<DeviceLabels, VdevErr
             LabelDecode::Ok(l) => {
                 // Before any field is used: an ashift of 99 would size the ring wrong.
                 if let Err(source) = l.validate() {
+                    let source = Box::new(source);
                     return Err(VdevError::BadLabel { path, source });
                 }
                 let slot = slot_size(l.ashift);
