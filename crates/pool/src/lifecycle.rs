@@ -424,7 +424,7 @@ fn check_distinct<'a>(
     specs: impl Iterator<Item = &'a VdevSpec>,
     in_pool: &[PathBuf],
 ) -> Result<(), PoolError> {
-    let key = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let key = |p: &Path| device_key(p);
     let mut seen: std::collections::BTreeSet<PathBuf> = in_pool.iter().map(|p| key(p)).collect();
     for path in specs.flat_map(spec_paths) {
         if !seen.insert(key(path)) {
@@ -432,6 +432,22 @@ fn check_distinct<'a>(
         }
     }
     Ok(())
+}
+
+/// What identifies a device path: the path with links and `.` resolved, also for an
+/// image file not created yet (its directory resolved, then its name).
+fn device_key(p: &Path) -> PathBuf {
+    if let Ok(resolved) = std::fs::canonicalize(p) {
+        return resolved;
+    }
+    let dir = match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    match (std::fs::canonicalize(dir), p.file_name()) {
+        (Ok(dir), Some(name)) => dir.join(name),
+        _ => p.to_path_buf(),
+    }
 }
 
 /// Opens (or creates) the devices of one top-level vdev for a new pool or log.
