@@ -135,7 +135,8 @@ fn a_search_reports_devices_it_cannot_use_and_why() {
 #[test]
 fn label_fields_that_make_no_sense_are_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();
-    let cases: [(&str, fn(&mut Label)); 6] = [
+    type Change = fn(&mut Label);
+    let cases: [(&str, Change); 6] = [
         ("ashift", |l| l.ashift = 0),
         ("ashift", |l| l.ashift = 99),
         ("top_index", |l| l.top_index = 5),
@@ -177,22 +178,13 @@ fn a_device_is_shown_by_the_path_it_was_imported_from() {
     pool.export().unwrap();
     // The labels now say where it is.
     let found = discover(std::slice::from_ref(&moved));
-    let TopsPaths(paths) = tops_paths(&found.pools[0].label);
+    let label = &found.pools[0].label;
+    let paths: Vec<String> = label.tree.tops[0]
+        .leaves()
+        .into_iter()
+        .map(|(_, p)| p)
+        .collect();
     assert_eq!(paths, vec![path]);
-}
-
-struct TopsPaths(Vec<String>);
-
-fn tops_paths(label: &Label) -> TopsPaths {
-    TopsPaths(
-        label
-            .tree
-            .tops
-            .iter()
-            .flat_map(|t| t.leaves())
-            .map(|(_, p)| p)
-            .collect(),
-    )
 }
 
 /// Defect 5.
