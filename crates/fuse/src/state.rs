@@ -130,7 +130,7 @@ pub fn refuse_if_mounted(pool: &str) -> Result<(), MountError> {
 }
 
 /// True if `pid` is a running (not zombie) process whose command is tarn's.
-fn process_is_tarn(pid: u32) -> bool {
+pub fn process_is_tarn(pid: u32) -> bool {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return false;
     };

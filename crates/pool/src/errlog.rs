@@ -126,9 +126,14 @@ impl Inner {
         log.current.extend(failed.iter().map(ErrKey::of_pointer));
     }
 
-    /// Logs a block a scan found with no good copy.
-    pub(crate) fn log_error(&self, key: ErrKey) {
-        self.errlog.lock().current.insert(key);
+    /// Logs block `bp`, found by a scan with no good copy at `key`; a failed read of
+    /// it logged before is now known by its place.
+    pub(crate) fn log_error(&self, key: ErrKey, bp: &BlockPtr) {
+        let mut log = self.errlog.lock();
+        let unresolved = ErrKey::of_pointer(bp);
+        log.current.remove(&unresolved);
+        log.last.remove(&unresolved);
+        log.current.insert(key);
     }
 }
 

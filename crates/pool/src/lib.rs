@@ -51,3 +51,4 @@ pub use scrub::{
     Bookmark, ScanKind, ScanPace, ScanRecord, ScanState, ScanStatus, ScrubResult, DEFAULT_SCAN_RATE,
 };
 pub use status::{PoolStats, PoolStatus, TopStatus};
+pub use tarn_vdev::{IoSnapshot, LeafHealth, VdevError};

@@ -246,13 +246,14 @@ impl ScanVisitor<'_> {
     }
 
     /// A block with no good copy: into the error log, and counted once.
-    fn failed(&mut self, object: Option<u64>, level: u8, blkid: u64, first: bool) {
-        self.inner.log_error(ErrKey::Block {
+    fn failed(&mut self, v: &Visit<'_>, first: bool) {
+        let key = ErrKey::Block {
             dataset: self.dataset,
-            object: object.unwrap_or(0),
-            level,
-            blkid,
-        });
+            object: v.object.unwrap_or(0),
+            level: v.level,
+            blkid: v.blkid,
+        };
+        self.inner.log_error(key, v.bp);
         if first {
             self.record.errors += 1;
         }
@@ -300,7 +301,7 @@ impl traverse::Visitor for ScanVisitor<'_> {
         let first = self.first_time(place);
         let psize = u64::from(v.bp.psize);
         match v.outcome {
-            Outcome::Failed(_) => self.failed(v.object, v.level, v.blkid, first),
+            Outcome::Failed(_) => self.failed(v, first),
             Outcome::Verified { bad_copies, .. } if first => {
                 self.record.bad_copies += u64::from(bad_copies);
                 self.record.repaired += u64::from(bad_copies) * psize;
@@ -314,7 +315,7 @@ impl traverse::Visitor for ScanVisitor<'_> {
         if copy {
             match self.inner.ctx.zio.resilver_block(v.bp) {
                 Ok(sides) => self.record.repaired += u64::from(sides) * psize,
-                Err(_) => self.failed(v.object, v.level, v.blkid, true),
+                Err(_) => self.failed(v, true),
             }
         }
         if first {

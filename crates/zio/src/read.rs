@@ -13,8 +13,9 @@
 //! Promises: bytes reach the caller only after the physical bytes matched the checksum;
 //! a 16 KiB page read that misses the caches allocates nothing on this path; a checksum
 //! failure is counted (pipeline and device counters), named, and its block remembered
-//! for the pool's error log (`take_failed_reads`). Scrub and resilver reads go to the
-//! devices through their own entry points (`read_all_copies`, `resilver_block`).
+//! for the pool's error log (`take_failed_reads`) unless a scan made the read (the scan
+//! logs it with its place). Scrub and resilver reads go to the devices through their
+//! own entry points (`read_all_copies`, `resilver_block`).
 //!
 //! Must never: return unverified bytes, or insert unverified bytes into the ARC.
 use std::sync::atomic::Ordering;
@@ -125,7 +126,7 @@ impl Zio {
         top.resilver(bp.offset, len, bp.birth, &verify, &mut scratch)
             .map_err(|e| match e {
                 VdevError::Checksum { .. } => {
-                    self.note_failed_read(bp);
+                    // The resilver logs it itself, knowing where the block is.
                     ZioError::Checksum {
                         what: block_kind(bp.block_type),
                         vdev: bp.vdev,
@@ -234,7 +235,10 @@ impl Zio {
         let read = read.map_err(|e| match e {
             VdevError::Checksum { .. } => {
                 self.stats.checksum_errors.fetch_add(1, Ordering::Relaxed);
-                self.note_failed_read(bp);
+                // A scrub logs what it finds itself, knowing where the block is.
+                if mode != ReadMode::AllSides {
+                    self.note_failed_read(bp);
+                }
                 ZioError::Checksum {
                     what: block_kind(bp.block_type),
                     vdev: bp.vdev,
