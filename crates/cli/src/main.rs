@@ -13,9 +13,13 @@
 //! | `copy` | `put`, `cat`, `ls` |
 //! | `stats_cmd` | `stats`, `tune` |
 //! | `mount_cmd` | `mount`, `umount` |
+//! | `mount_all` | `mount -a`, `umount -a` |
+//! | `exporter` | `exporter` |
+//! | `manual` | `completions`, `man` |
 //!
 //! Beside them: `access` (reaching a pool by name), `cache` (the pool cache file),
-//! `output` and `table` (how results are shown), `error` (exit codes).
+//! `output` and `table` (how results are shown), `metrics` (Prometheus text),
+//! `space_check` (image files larger than their disk), `error` (exit codes).
 //!
 //! Promises: exit 0 only for a command that did what it was asked; otherwise one line
 //! on stderr (`tarn: …`) and exit 1, or 2 for a malformed command line.
@@ -29,11 +33,16 @@ mod cache;
 mod copy;
 mod ds_cmd;
 mod error;
+mod exporter;
 mod iostat_cmd;
+mod manual;
+mod metrics;
+mod mount_all;
 mod mount_cmd;
 mod output;
 mod pool_cmd;
 mod scrub_cmd;
+mod space_check;
 mod stats_cmd;
 mod table;
 
@@ -81,13 +90,32 @@ fn run(cmd: Cmd) -> Result<(), CliError> {
             prometheus,
         } => stats_cmd::stats(&which, &pool, json, prometheus),
         Cmd::Tune { pool, setting } => stats_cmd::tune(&pool, &setting),
+        Cmd::Mount { all: true, .. } => mount_all::mount_all(),
         Cmd::Mount {
             dataset,
             mountpoint,
             foreground,
             threads,
             also,
-        } => mount_cmd::mount(dataset, mountpoint, foreground, threads, also),
-        Cmd::Umount { target } => mount_cmd::umount(&target),
+            options,
+            ..
+        } => {
+            let options = tarn_fuse::MountOptions::parse(&options.join(","))
+                .map_err(|e| CliError::Usage(e.to_string()))?;
+            mount_cmd::mount(required(dataset)?, mountpoint, foreground, threads, also, options)
+        }
+        Cmd::Umount { all: true, .. } => mount_all::umount_all(),
+        Cmd::Umount { target, .. } => mount_cmd::umount(&required(target)?),
+        Cmd::Exporter {
+            listen,
+            allow_remote,
+        } => exporter::run(&listen, allow_remote),
+        Cmd::Completions { shell } => manual::completions(&shell),
+        Cmd::Man { dir } => manual::man(dir.as_deref()),
     }
+}
+
+/// An argument clap requires unless `-a` is given (so it is there without `-a`).
+fn required(arg: Option<String>) -> Result<String, CliError> {
+    arg.ok_or_else(|| CliError::Usage("give a dataset or mountpoint, or -a for all".into()))
 }

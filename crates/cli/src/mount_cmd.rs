@@ -13,13 +13,14 @@ use std::path::PathBuf;
 use crate::access::{self, pool_of};
 use crate::error::CliError;
 
-/// `tarn mount POOL/DS [MOUNTPOINT] [-f] [--threads N] [--also POOL/DS2…]`.
+/// `tarn mount POOL/DS [MOUNTPOINT] [-o OPTIONS] [-f] [--threads N] [--also POOL/DS2…]`.
 pub fn mount(
     dataset: String,
     mountpoint: Option<PathBuf>,
     foreground: bool,
     threads: usize,
     also: Vec<String>,
+    options: tarn_fuse::MountOptions,
 ) -> Result<(), CliError> {
     let pool = pool_of(&dataset).to_string();
     if let Some(other) = also.iter().find(|d| pool_of(d) != pool) {
@@ -33,6 +34,7 @@ pub fn mount(
         foreground,
         threads,
         more: also,
+        options,
     };
     let open = || {
         let p = access::open(&pool)?;

@@ -31,6 +31,7 @@ use crate::error::CliError;
 use crate::iostat_cmd;
 use crate::output::{format_duration, format_time, print_json};
 use crate::scrub_cmd::{eta, percent_done};
+use crate::space_check;
 use crate::table::Table;
 
 pub fn run(cmd: PoolCmd) -> Result<(), CliError> {
@@ -142,6 +143,7 @@ fn create(
         )));
     }
     opts.logs = logs;
+    space_check::warn_if_images_outgrow_free_space(specs.iter().chain(&opts.logs), opts.size);
     let pool = Pool::create(name, &specs, &opts)?;
     access::remember(&pool, pool.device_paths())?;
     Ok(pool.close()?)
@@ -156,7 +158,9 @@ fn add_logs(force: bool, size: Option<&str>, pool: &str, vdevs: &[String]) -> Re
             "only log devices can be added: tarn pool add POOL log DEV...".into(),
         ));
     }
-    access::open(pool)?.add_logs(&logs, force, size)?;
+    let pool_handle = access::open(pool)?;
+    space_check::warn_if_images_outgrow_free_space(&logs, size);
+    pool_handle.add_logs(&logs, force, size)?;
     access::remember_devices(pool, logs.iter().flat_map(spec_paths))
 }
 
@@ -350,7 +354,7 @@ fn list_importable(
 }
 
 /// Datasets whose `mountpoint` property is a path, with that path.
-fn datasets_with_mountpoints(p: &Pool) -> Vec<(String, PathBuf)> {
+pub(crate) fn datasets_with_mountpoints(p: &Pool) -> Vec<(String, PathBuf)> {
     p.datasets_info()
         .into_iter()
         .filter(|d| d.mountpoint.starts_with('/'))
@@ -361,7 +365,7 @@ fn datasets_with_mountpoints(p: &Pool) -> Vec<(String, PathBuf)> {
 /// Mounts every dataset that has a mountpoint, all served by one daemon (the daemon
 /// holds the pool). Creates missing mountpoint directories, as zfs does. The pool stays
 /// imported if a mount fails; the error says which.
-fn mount_at_import(pool: &str, mut to_mount: Vec<(String, PathBuf)>) -> Result<(), CliError> {
+pub(crate) fn mount_at_import(pool: &str, mut to_mount: Vec<(String, PathBuf)>) -> Result<(), CliError> {
     if to_mount.is_empty() {
         return Ok(());
     }

@@ -52,6 +52,8 @@ pub struct TarnFs {
     pool: Arc<Pool>,
     dirs: Mutex<HashMap<u64, Listing>>,
     next_fh: AtomicU64,
+    /// False on a `ro` or `noatime` mount: reads leave atimes alone.
+    record_atime: bool,
 }
 
 thread_local! {
@@ -66,7 +68,15 @@ impl TarnFs {
             pool,
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
+            record_atime: true,
         }
+    }
+
+    /// Whether reads update atimes (the dataset's `atime` property still decides when
+    /// this is true); false for a `ro` or `noatime` mount.
+    pub fn recording_atime(mut self, on: bool) -> TarnFs {
+        self.record_atime = on;
+        self
     }
 
     fn new_fh(&self) -> FileHandle {
@@ -458,7 +468,9 @@ impl Filesystem for TarnFs {
                     reply.data(&buf[..n]);
                     // After the reply, off the reader's latency. A failed atime update
                     // (pool suspended) must not turn a good read into an error.
-                    let _ = self.ds.accessed(ino.0);
+                    if self.record_atime {
+                        let _ = self.ds.accessed(ino.0);
+                    }
                 }
                 Err(e) => reply.error(errno(&e)),
             }

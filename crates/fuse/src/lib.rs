@@ -16,10 +16,12 @@
 
 pub mod fs;
 pub mod mount;
+pub mod options;
 pub mod state;
 pub mod stats;
 
 pub use mount::{mount, umount, MountRequest};
+pub use options::{MountOptions, OptionError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum MountError {

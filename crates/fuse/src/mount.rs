@@ -20,6 +20,7 @@ use tarn_pool::Pool;
 use tarn_daemon::{Asked, Termination, Verdict};
 
 use crate::fs::TarnFs;
+use crate::options::MountOptions;
 use crate::state::{self, MountRecord};
 use crate::MountError;
 
@@ -35,6 +36,8 @@ pub struct MountRequest {
     /// Further datasets of the same pool, each mounted on its `mountpoint` property by
     /// this same daemon (the daemon holds the pool, so it serves all its mounts).
     pub more: Vec<String>,
+    /// `-o` options (ro, noatime…), applied to every mount of this request.
+    pub options: MountOptions,
 }
 
 /// How long `umount` waits for the daemon to commit and exit.
@@ -112,7 +115,7 @@ where
     };
     let mut sessions = Vec::new();
     for (dataset, given) in wanted {
-        match mount_one(&pool, &dataset, given, req.threads, &mut record) {
+        match mount_one(&pool, &dataset, given, req, &mut record) {
             Ok(session) => sessions.push(session),
             Err(e) => {
                 // All or nothing: undo the mounts made so far, then report this one.
@@ -138,7 +141,7 @@ fn mount_one(
     pool: &Arc<Pool>,
     dataset: &str,
     given: Option<PathBuf>,
-    threads: usize,
+    req: &MountRequest,
     record: &mut MountRecord,
 ) -> Result<(String, PathBuf, fuser::BackgroundSession), MountError> {
     let ds = pool.dataset(dataset)?;
@@ -154,9 +157,9 @@ fn mount_one(
         .mounts
         .push((dataset.to_string(), mountpoint.clone()));
     record.save()?;
-    let atime = ds.effective().atime;
-    let fs = TarnFs::new(pool.clone(), ds);
-    match session(fs, &mountpoint, threads, dataset, atime) {
+    let atime = ds.effective().atime && req.options.records_atime();
+    let fs = TarnFs::new(pool.clone(), ds).recording_atime(atime);
+    match session(fs, &mountpoint, req, dataset, atime) {
         Ok(s) => Ok((dataset.to_string(), mountpoint, s)),
         Err(e) => {
             record.mounts.pop();
@@ -170,7 +173,7 @@ fn mount_one(
 fn session(
     fs: TarnFs,
     mountpoint: &Path,
-    threads: usize,
+    req: &MountRequest,
     dataset: &str,
     atime: bool,
 ) -> Result<fuser::BackgroundSession, MountError> {
@@ -179,9 +182,17 @@ fn session(
         MountOption::FSName(dataset.to_string()),
         MountOption::Subtype("tarn".to_string()),
         MountOption::DefaultPermissions,
-        MountOption::Dev,
-        MountOption::Suid,
     ];
+    let o = &req.options;
+    config.mount_options.push(if o.no_dev { MountOption::NoDev } else { MountOption::Dev });
+    config.mount_options.push(if o.no_suid { MountOption::NoSuid } else { MountOption::Suid });
+    if o.no_exec {
+        config.mount_options.push(MountOption::NoExec);
+    }
+    // ro: the kernel refuses every change before it reaches us (EROFS).
+    if o.read_only {
+        config.mount_options.push(MountOption::RO);
+    }
     // atime=off: tell the kernel too (it then never invalidates cached atimes after a
     // read); atime=on: the dataset applies relatime itself on each read that reaches us.
     if !atime {
@@ -189,7 +200,7 @@ fn session(
     }
     // allow_other: databases run as their own users.
     config.acl = SessionACL::All;
-    config.n_threads = Some(threads.max(1));
+    config.n_threads = Some(req.threads.max(1));
     config.clone_fd = true;
     let err = |source| MountError::Mount {
         path: mountpoint.display().to_string(),

@@ -17,8 +17,8 @@
 //!
 //! Must never: write, or let a block it could not account for be counted free (its
 //! sectors would be handed out while a newer tarn's object still uses them).
-use std::sync::atomic::Ordering;
 
+use tarn_dataset::SpaceUsed;
 use tarn_objects::dnode::DnodeError;
 use tarn_objects::traverse::{self, Flow, Options, Start, Visit, Visitor};
 use tarn_objects::Dnode;
@@ -69,8 +69,7 @@ impl Pool {
             )?;
             let (physical, logical) = claim_dataset(zio, meta.as_ref())
                 .map_err(|source| refuse(ImportError::Metadata { dataset, source }))?;
-            ds.used_physical.store(physical, Ordering::Relaxed);
-            ds.used_logical.store(logical, Ordering::Relaxed);
+            ds.set_used(SpaceUsed { physical, logical });
         }
         Ok(())
     }

@@ -105,10 +105,15 @@ impl Inner {
     fn write_txg(&self, txg: u64, frozen: &Frozen) -> Result<(), CommitError> {
         let zio = &self.ctx.zio;
         for (name, _, ds) in &frozen.datasets {
-            ds.sync(txg).map_err(|source| CommitError::Dataset {
+            let synced = ds.sync(txg).map_err(|source| CommitError::Dataset {
                 dataset: name.clone(),
                 source,
             })?;
+            // The txg's free list: zio's deferred frees, released only once this txg
+            // has committed (step 7).
+            for bp in synced.blocks_to_free() {
+                zio.free(bp);
+            }
         }
         for meta in &frozen.destroyed {
             self.free_destroyed(meta);
@@ -189,8 +194,8 @@ impl Inner {
                 id: meta.id,
                 name: name.clone(),
                 props: meta.props.clone(),
-                meta_dnode: dnode_hex(&ds.os.meta_dnode()),
-                next_obj: ds.os.next_obj(),
+                meta_dnode: dnode_hex(&ds.meta_dnode()),
+                next_obj: ds.next_obj(),
                 unlinked: ds.unlinked_syncing(),
                 creation: meta.creation,
             })

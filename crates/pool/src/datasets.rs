@@ -13,7 +13,6 @@
 //! Must never: take the `datasets` lock before a txg hold (see `pool`), or free a
 //! destroyed dataset's blocks itself (the commit does, in the txg that drops it).
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use tarn_dataset::props::Effective;
@@ -90,10 +89,8 @@ pub(crate) fn subtree_space(sets: &Datasets, ds: &str) -> (u64, u64) {
     sets.iter()
         .filter(|(k, _)| k.as_str() == ds || k.starts_with(&prefix))
         .fold((0, 0), |(p, l), (_, (_, d))| {
-            (
-                p + d.used_physical.load(Ordering::Relaxed),
-                l + d.used_logical.load(Ordering::Relaxed),
-            )
+            let used = d.used();
+            (p + used.physical, l + used.logical)
         })
 }
 
@@ -192,7 +189,7 @@ impl Pool {
         let hold = self.inner.ctx.txg.hold(1024).map_err(FsError::from)?;
         let removed = self.inner.datasets.write().remove(name);
         let (_, ds) = removed.ok_or_else(|| PoolError::NoSuchDataset(name.into()))?;
-        self.inner.destroy_queue.lock().push(ds.os.meta_dnode());
+        self.inner.destroy_queue.lock().push(ds.meta_dnode());
         drop(hold);
         self.sync()
     }

@@ -243,7 +243,7 @@ impl Pool {
                     break;
                 }
                 r.dataset = id;
-                let meta = ds.os.meta_dnode();
+                let meta = ds.meta_dnode();
                 traverse::walk(zio, Start::ObjSet(&meta), Options::default(), &mut r);
             }
         }

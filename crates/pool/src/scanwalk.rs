@@ -152,7 +152,7 @@ pub(crate) fn scan_slice(inner: &Inner, record: &mut ScanRecord, pacer: &mut Pac
         v.from = from
             .filter(|b| b.dataset == id && (b.object, b.blkid) != (0, 0))
             .map(|b| (b.object, b.blkid));
-        let meta = ds.os.meta_dnode();
+        let meta = ds.meta_dnode();
         v.per_block = (u64::from(meta.blksz) / DNODE_SIZE as u64).max(1);
         let walked = traverse::walk(&inner.ctx.zio, Start::ObjSet(&meta), opts, &mut v);
         if walked == Walked::Stopped {

@@ -85,10 +85,7 @@ fn locate(path: &Path, needle: &[u8]) -> u64 {
 
 fn assert_io(r: Result<Vec<u8>, FsError>, what: &str) {
     match r {
-        Err(FsError::Io(msg)) => assert!(
-            msg.contains("checksum"),
-            "{what}: I/O error should say checksum: {msg}"
-        ),
+        Err(FsError::Io(cause)) => assert!(cause.to_string().contains("checksum"), "{what}: I/O error should say checksum: {cause}"),
         Err(e) => panic!("{what}: expected an I/O error, got {e:?}"),
         Ok(_) => panic!("{what}: read returned data from a corrupt block"),
     }
@@ -166,11 +163,8 @@ fn flipped_indirect_block_gives_eio_for_that_file_only() {
     let root = {
         let obj = tarn_dataset::object_of(&ds, ino).unwrap();
         let st = obj.lock();
-        assert!(
-            st.dnode.nlevels >= 2,
-            "the file should have an indirect block"
-        );
-        st.dnode.root.unwrap()
+        assert!(st.dnode().nlevels >= 2, "the file should have an indirect block");
+        st.dnode().root.unwrap()
     };
     assert_eq!(root.block_type, tarn_zio::BlockType::Indirect);
     drop(ds);
@@ -221,7 +215,7 @@ fn flipped_dnode_block_gives_eio_not_wrong_metadata() {
     let keep = common::noise(32, 50_000);
     write_file(&other, "g", &keep);
     pool.sync().unwrap();
-    let meta = ds.os.meta_dnode();
+    let meta = ds.meta_dnode();
     assert_eq!(meta.nlevels, 1, "a small dnode table is one block");
     let dnodes = meta.root.unwrap();
     assert_eq!(dnodes.block_type, tarn_zio::BlockType::Dnodes);
