@@ -36,11 +36,7 @@ struct Words {
 }
 
 pub fn run(req: Request) -> Result<(), CliError> {
-    let Words {
-        pool,
-        interval,
-        count,
-    } = parse_words(&req.words)?;
+    let Words { pool, interval, count } = parse_words(&req.words)?;
     let names = access::pool_names(pool.as_deref())?;
     let mut pools = Vec::new();
     for name in &names {
@@ -65,42 +61,32 @@ fn parse_words(words: &[String]) -> Result<Words, CliError> {
         _ => (None, words),
     };
     if numbers.len() > 2 || numbers.iter().any(|w| !is_number(w)) {
-        return Err(CliError::Usage(
-            "usage: tarn pool iostat [-v] [-l] [POOL] [INTERVAL [COUNT]]".into(),
-        ));
+        return Err(CliError::Usage("usage: tarn pool iostat [-v] [-l] [POOL] [INTERVAL [COUNT]]".into()));
     }
     let interval = match numbers.first() {
         Some(w) => {
             let secs: f64 = w.parse().unwrap_or(0.0);
             if !(secs > 0.0 && secs.is_finite()) {
-                return Err(CliError::Usage(format!(
-                    "invalid interval '{w}': use seconds > 0"
-                )));
+                return Err(CliError::Usage(format!("invalid interval '{w}': use seconds > 0")));
             }
             Some(Duration::from_secs_f64(secs))
         }
         None => None,
     };
     let count = match numbers.get(1) {
-        Some(w) => Some(w.parse::<u64>().ok().filter(|c| *c > 0).ok_or_else(|| {
-            CliError::Usage(format!("invalid count '{w}': use a whole number > 0"))
-        })?),
+        Some(w) => Some(
+            w.parse::<u64>()
+                .ok()
+                .filter(|c| *c > 0)
+                .ok_or_else(|| CliError::Usage(format!("invalid count '{w}': use a whole number > 0")))?,
+        ),
         None => None,
     };
-    Ok(Words {
-        pool,
-        interval,
-        count,
-    })
+    Ok(Words { pool, interval, count })
 }
 
 /// Prints the reports: one without an interval, else `count` (or endless).
-fn report(
-    req: &Request,
-    pools: &[Pool],
-    interval: Option<Duration>,
-    count: Option<u64>,
-) -> Result<(), CliError> {
+fn report(req: &Request, pools: &[Pool], interval: Option<Duration>, count: Option<u64>) -> Result<(), CliError> {
     let mut before: Vec<Option<PoolIostat>> = pools.iter().map(|_| None).collect();
     let reports = match interval {
         None => 1,
@@ -142,9 +128,7 @@ fn pool_rows(req: &Request, now: &PoolIostat, before: Option<&PoolIostat>) -> Ve
         name: now.pool.clone(),
         alloc: Some(now.alloc),
         free: Some(now.free),
-        io: now
-            .io
-            .since(&before.map_or_else(IoSnapshot::default, |b| b.io)),
+        io: now.io.since(&before.map_or_else(IoSnapshot::default, |b| b.io)),
         seconds,
     }];
     if !req.verbose {
@@ -154,13 +138,7 @@ fn pool_rows(req: &Request, now: &PoolIostat, before: Option<&PoolIostat>) -> Ve
     for (i, v) in now.vdevs.iter().enumerate() {
         let prev = before.and_then(|b| b.vdevs.get(i));
         if v.log && !logs_header {
-            rows.push(Row {
-                name: "logs".into(),
-                alloc: None,
-                free: None,
-                io: IoSnapshot::default(),
-                seconds: 0.0,
-            });
+            rows.push(Row { name: "logs".into(), alloc: None, free: None, io: IoSnapshot::default(), seconds: 0.0 });
             logs_header = true;
         }
         let mirror = v.leaves.len() > 1;
@@ -174,21 +152,10 @@ fn pool_rows(req: &Request, now: &PoolIostat, before: Option<&PoolIostat>) -> Ve
             });
         }
         for (j, leaf) in v.leaves.iter().enumerate() {
-            let was = prev
-                .and_then(|p| p.leaves.get(j))
-                .map_or_else(IoSnapshot::default, |l| l.io);
-            let (alloc, free, indent) = if mirror || v.log {
-                (None, None, "    ")
-            } else {
-                (Some(v.alloc), Some(v.free), "  ")
-            };
-            rows.push(Row {
-                name: format!("{indent}{}", leaf.path),
-                alloc,
-                free,
-                io: leaf.io.since(&was),
-                seconds,
-            });
+            let was = prev.and_then(|p| p.leaves.get(j)).map_or_else(IoSnapshot::default, |l| l.io);
+            let (alloc, free, indent) =
+                if mirror || v.log { (None, None, "    ") } else { (Some(v.alloc), Some(v.free), "  ") };
+            rows.push(Row { name: format!("{indent}{}", leaf.path), alloc, free, io: leaf.io.since(&was), seconds });
         }
     }
     rows
@@ -280,12 +247,7 @@ fn print_table(req: &Request, rows: &[Row]) {
     }
     // Group titles over their columns: capacity (2), operations (2), bandwidth (2),
     // disk_wait (2), scan (1).
-    let mut groups: Vec<(&str, usize)> = vec![
-        ("", 1),
-        ("capacity", 2),
-        ("operations", 2),
-        ("bandwidth", 2),
-    ];
+    let mut groups: Vec<(&str, usize)> = vec![("", 1), ("capacity", 2), ("operations", 2), ("bandwidth", 2)];
     if req.latency {
         groups.extend([("disk_wait", 2), ("scan", 1)]);
     }
@@ -304,13 +266,7 @@ fn print_table(req: &Request, rows: &[Row]) {
         let parts: Vec<String> = cells
             .iter()
             .enumerate()
-            .map(|(i, c)| {
-                if i == 0 {
-                    format!("{c:<w$}", w = widths[i])
-                } else {
-                    format!("{c:>w$}", w = widths[i])
-                }
-            })
+            .map(|(i, c)| if i == 0 { format!("{c:<w$}", w = widths[i]) } else { format!("{c:>w$}", w = widths[i]) })
             .collect();
         println!("{}", parts.join("  ").trim_end());
     };
@@ -332,20 +288,10 @@ mod tests {
     #[test]
     fn trailing_numbers_are_interval_and_count() {
         let w = parse_words(&words("tank 2 3")).unwrap();
-        assert_eq!(
-            (w.pool.as_deref(), w.interval, w.count),
-            (Some("tank"), Some(Duration::from_secs(2)), Some(3))
-        );
+        assert_eq!((w.pool.as_deref(), w.interval, w.count), (Some("tank"), Some(Duration::from_secs(2)), Some(3)));
         let w = parse_words(&words("0.5")).unwrap();
-        assert_eq!(
-            (w.pool, w.interval, w.count),
-            (None, Some(Duration::from_millis(500)), None)
-        );
-        let none = Words {
-            pool: None,
-            interval: None,
-            count: None,
-        };
+        assert_eq!((w.pool, w.interval, w.count), (None, Some(Duration::from_millis(500)), None));
+        let none = Words { pool: None, interval: None, count: None };
         assert_eq!(parse_words(&[]).unwrap(), none);
         for bad in ["tank 0", "tank 1 0", "tank 1 2 3", "1 x", "tank -1"] {
             let err = parse_words(&words(bad)).expect_err(bad);
@@ -355,13 +301,7 @@ mod tests {
 
     #[test]
     fn latency_is_a_dash_without_operations() {
-        let req = Request {
-            verbose: false,
-            latency: true,
-            scripted: false,
-            parsable: false,
-            words: Vec::new(),
-        };
+        let req = Request { verbose: false, latency: true, scripted: false, parsable: false, words: Vec::new() };
         assert_eq!(latency(&req, 0, 0), "-");
         assert_eq!(latency(&req, 3_000_000, 2), "1ms");
         assert_eq!(latency(&req, 500, 1), "500ns");

@@ -78,8 +78,7 @@ impl ScrubRecord {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| CliError::host(dir.display(), e))?;
         }
-        std::fs::write(&path, std::process::id().to_string())
-            .map_err(|e| CliError::host(path.display(), e))?;
+        std::fs::write(&path, std::process::id().to_string()).map_err(|e| CliError::host(path.display(), e))?;
         Ok(ScrubRecord(path))
     }
 }
@@ -135,10 +134,7 @@ fn foreground(name: &str, json: bool) -> Result<(), CliError> {
 /// whether a signal canceled it.
 fn scrub_with_progress(name: &str, pool: &Pool) -> Result<(ScanRecord, bool), CliError> {
     let mut term = Termination::new();
-    if pool
-        .scan()
-        .is_some_and(|s| s.running && s.record.kind == ScanKind::Resilver)
-    {
+    if pool.scan().is_some_and(|s| s.running && s.record.kind == ScanKind::Resilver) {
         eprintln!("tarn: pool '{name}' is resilvering; the scrub starts when it is done");
         if follow(name, pool, &mut term) {
             return Ok((scan_record(pool)?, true));
@@ -157,29 +153,18 @@ fn scrub_with_progress(name: &str, pool: &Pool) -> Result<(ScanRecord, bool), Cl
 
 /// Nobody else uses the pool: full speed, unless `TARN_SCAN_RATE` caps it.
 fn foreground_pace() -> ScanPace {
-    let cap = std::env::var("TARN_SCAN_RATE")
-        .ok()
-        .and_then(|v| tarn_dataset::props::parse_size(&v));
-    ScanPace {
-        bytes_per_sec: cap.unwrap_or(0),
-        ..ScanPace::FULL_SPEED
-    }
+    let cap = std::env::var("TARN_SCAN_RATE").ok().and_then(|v| tarn_dataset::props::parse_size(&v));
+    ScanPace { bytes_per_sec: cap.unwrap_or(0), ..ScanPace::FULL_SPEED }
 }
 
 fn scan_record(pool: &Pool) -> Result<ScanRecord, CliError> {
-    pool.scan()
-        .map(|s| s.record)
-        .ok_or_else(|| CliError::Refused("the scan left no record".into()))
+    pool.scan().map(|s| s.record).ok_or_else(|| CliError::Refused("the scan left no record".into()))
 }
 
 /// Waits for the scan under way to end, printing progress; true if a termination
 /// signal came first.
 fn follow(name: &str, pool: &Pool, term: &mut Termination) -> bool {
-    let every = if std::io::stderr().is_terminal() {
-        Duration::from_secs(1)
-    } else {
-        Duration::from_secs(10)
-    };
+    let every = if std::io::stderr().is_terminal() { Duration::from_secs(1) } else { Duration::from_secs(10) };
     let mut last = Instant::now();
     loop {
         match pool.scan() {
@@ -255,21 +240,15 @@ fn stop_scrub(name: &str) -> Result<(), CliError> {
 fn start_detached(name: &str) -> Result<(), CliError> {
     refuse_if_scrubbing(name)?;
     crate::access::pool_names(Some(name))?;
-    let exe =
-        std::env::current_exe().map_err(|e| CliError::host("cannot find the tarn binary", e))?;
+    let exe = std::env::current_exe().map_err(|e| CliError::host("cannot find the tarn binary", e))?;
     let log = log_path(name);
     if let Some(dir) = log.parent() {
         std::fs::create_dir_all(dir).map_err(|e| CliError::host(dir.display(), e))?;
     }
     let out = std::fs::File::create(&log).map_err(|e| CliError::host(log.display(), e))?;
-    let err = out
-        .try_clone()
-        .map_err(|e| CliError::host(log.display(), e))?;
+    let err = out.try_clone().map_err(|e| CliError::host(log.display(), e))?;
     let mut cmd = std::process::Command::new(exe);
-    cmd.args(["pool", "scrub", name])
-        .stdin(std::process::Stdio::null())
-        .stdout(out)
-        .stderr(err);
+    cmd.args(["pool", "scrub", name]).stdin(std::process::Stdio::null()).stdout(out).stderr(err);
     {
         use std::os::unix::process::CommandExt;
         // SAFETY: setsid is async-signal-safe; nothing else runs between fork and exec.
@@ -280,26 +259,18 @@ fn start_detached(name: &str) -> Result<(), CliError> {
             })
         };
     }
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| CliError::host("cannot start the scrub process", e))?;
+    let mut child = cmd.spawn().map_err(|e| CliError::host("cannot start the scrub process", e))?;
     // It has the pool once its record names it; if it ends first, it failed.
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
         if let Ok(Some(status)) = child.try_wait() {
             let text = std::fs::read_to_string(&log).unwrap_or_default();
-            let last = text
-                .lines()
-                .last()
-                .unwrap_or("")
-                .trim_start_matches("tarn: ");
+            let last = text.lines().last().unwrap_or("").trim_start_matches("tarn: ");
             if status.success() {
                 println!("scrub of '{name}' done: {last}");
                 return Ok(());
             }
-            return Err(CliError::Refused(format!(
-                "the scrub of '{name}' failed: {last}"
-            )));
+            return Err(CliError::Refused(format!("the scrub of '{name}' failed: {last}")));
         }
         if scrub_process(name) == Some(child.id()) {
             println!(

@@ -16,9 +16,7 @@ struct Env {
 
 impl Env {
     fn new() -> Env {
-        Env {
-            dir: tempfile::tempdir().expect("temp dir"),
-        }
+        Env { dir: tempfile::tempdir().expect("temp dir") }
     }
     fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
@@ -37,11 +35,7 @@ impl Env {
     }
     fn ok(&self, args: &[&str]) -> String {
         let out = self.tarn(args);
-        assert!(
-            out.status.success(),
-            "tarn {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "tarn {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
     /// A command that must fail with exit 1 and one line; returns the line.
@@ -87,10 +81,7 @@ fn noise(seed: u64, len: usize) -> Vec<u8> {
 /// Flips a byte of the one place `needle` occurs in the image.
 fn damage(img: &str, needle: &[u8]) {
     let bytes = std::fs::read(img).unwrap();
-    let at = bytes
-        .windows(needle.len())
-        .position(|w| w == needle)
-        .expect("the file's bytes are in the image");
+    let at = bytes.windows(needle.len()).position(|w| w == needle).expect("the file's bytes are in the image");
     let f = std::fs::OpenOptions::new().write(true).open(img).unwrap();
     f.write_all_at(&[bytes[at] ^ 0x5a], at as u64).unwrap();
 }
@@ -102,30 +93,20 @@ fn scrub_status_v_and_clear_read_like_zpool() {
     let out = env.ok(&["pool", "scrub", "tank"]);
     assert!(out.contains("0 bad copies found, 0 unrecoverable"), "{out}");
     let status = env.ok(&["pool", "status", "tank"]);
-    assert!(
-        status.contains("scan: scrub repaired 0B in 00:00:0")
-            && status.contains("with 0 errors on"),
-        "{status}"
-    );
+    assert!(status.contains("scan: scrub repaired 0B in 00:00:0") && status.contains("with 0 errors on"), "{status}");
     env.ok(&["pool", "export", "tank"]);
     damage(&img, &data[200_000..200_064]);
     env.ok(&["pool", "import", "-d", &s(&env.path("")), "tank"]);
 
     let err = env.fails(&["pool", "scrub", "tank"]);
-    assert!(
-        err.contains("1 blocks could not be read") && err.contains("status -v tank"),
-        "{err}"
-    );
+    assert!(err.contains("1 blocks could not be read") && err.contains("status -v tank"), "{err}");
     let status = env.ok(&["pool", "status", "tank"]);
     for needle in [
         "with 1 errors on",
         "errors: 1 data errors, use '-v' for a list",
         "status: One or more devices has experienced an error resulting in data corruption",
     ] {
-        assert!(
-            status.contains(needle),
-            "status lacks {needle:?}:\n{status}"
-        );
+        assert!(status.contains(needle), "status lacks {needle:?}:\n{status}");
     }
     let verbose = env.ok(&["pool", "status", "-v", "tank"]);
     assert!(
@@ -133,22 +114,15 @@ fn scrub_status_v_and_clear_read_like_zpool() {
             && verbose.contains("        tank/db:/noise.bin"),
         "{verbose}"
     );
-    let json: serde_json::Value =
-        serde_json::from_str(&env.ok(&["pool", "status", "-v", "--json", "tank"])).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&env.ok(&["pool", "status", "-v", "--json", "tank"])).unwrap();
     assert_eq!(json[0]["data_errors"], 1);
     assert_eq!(json[0]["error_files"][0], "tank/db:/noise.bin");
     assert_eq!(json[0]["scan"]["kind"], "scrub");
 
     env.ok(&["pool", "clear", "tank"]);
-    assert!(env
-        .ok(&["pool", "status", "tank"])
-        .contains("errors: No known data errors"));
+    assert!(env.ok(&["pool", "status", "tank"]).contains("errors: No known data errors"));
     env.fails(&["pool", "scrub", "tank"]);
-    assert!(
-        env.ok(&["pool", "status", "-v", "tank"])
-            .contains("tank/db:/noise.bin"),
-        "found again by the next scrub"
-    );
+    assert!(env.ok(&["pool", "status", "-v", "tank"]).contains("tank/db:/noise.bin"), "found again by the next scrub");
 }
 
 #[test]
@@ -163,22 +137,12 @@ fn a_scrub_in_its_own_process_is_stopped_with_s() {
     assert!(err.contains("no scrub in progress"), "{err}");
 
     // 24 MiB at 1 MiB/s: it is still running when stopped.
-    let out = env.tarn_env(
-        &["pool", "scrub", "-d", "tank"],
-        &[("TARN_SCAN_RATE", "1M")],
-    );
+    let out = env.tarn_env(&["pool", "scrub", "-d", "tank"], &[("TARN_SCAN_RATE", "1M")]);
     let said = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(said.contains("started in the background"), "{said}");
     let err = env.fails(&["pool", "scrub", "-d", "tank"]);
-    assert!(
-        err.contains("is running (pid"),
-        "one scrub at a time: {err}"
-    );
+    assert!(err.contains("is running (pid"), "one scrub at a time: {err}");
     std::thread::sleep(Duration::from_millis(1500));
     let started = Instant::now();
     let out = env.ok(&["pool", "scrub", "-s", "tank"]);
@@ -191,9 +155,7 @@ fn a_scrub_in_its_own_process_is_stopped_with_s() {
     // A new scrub starts from the beginning and finishes.
     let out = env.ok(&["pool", "scrub", "tank"]);
     assert!(out.contains("0 unrecoverable"), "{out}");
-    assert!(env
-        .ok(&["pool", "status", "tank"])
-        .contains("scan: scrub repaired 0B"));
+    assert!(env.ok(&["pool", "status", "tank"]).contains("scan: scrub repaired 0B"));
 }
 
 #[test]
@@ -220,23 +182,14 @@ fn iostat_shows_zpool_columns_and_numbers_that_follow_the_io() {
     // The first report covers the import (it read labels and metadata); an idle
     // interval after it reads and writes nothing.
     let out = env.ok(&["pool", "iostat", "-H", "-p", "tank", "0.3", "2"]);
-    let rows: Vec<Vec<u64>> = out
-        .lines()
-        .map(|l| l.split('\t').skip(1).map(|c| c.parse().unwrap()).collect())
-        .collect();
+    let rows: Vec<Vec<u64>> =
+        out.lines().map(|l| l.split('\t').skip(1).map(|c| c.parse().unwrap()).collect()).collect();
     assert_eq!(rows.len(), 2, "{out}");
     assert!(rows[0][2] > 0 && rows[0][4] > 0, "import reads: {out}");
     assert_eq!((rows[1][2], rows[1][3]), (0, 0), "an idle interval: {out}");
-    assert!(
-        rows[0][0] > 0 && rows[0][1] > 100 << 20,
-        "alloc and free in bytes: {out}"
-    );
+    assert!(rows[0][0] > 0 && rows[0][1] > 100 << 20, "alloc and free in bytes: {out}");
     let err = env.tarn(&["pool", "iostat", "tank", "0"]);
-    assert_eq!(
-        err.status.code(),
-        Some(2),
-        "a bad interval is a usage error"
-    );
+    assert_eq!(err.status.code(), Some(2), "a bad interval is a usage error");
 }
 
 /// Defect 1: a remembered pool whose device is gone, or holds another pool.
@@ -254,49 +207,23 @@ fn an_unavailable_pool_is_listed_as_such_and_export_forgets_it() {
     let out = env.tarn(&["pool", "list"]);
     assert!(out.status.success());
     let list = String::from_utf8_lossy(&out.stdout);
-    let row = |name: &str| {
-        list.lines()
-            .find(|l| l.starts_with(name))
-            .unwrap_or("")
-            .to_string()
-    };
-    assert!(
-        row("tank").ends_with("ONLINE") && row("new").ends_with("ONLINE"),
-        "{list}"
-    );
-    assert!(
-        row("lost").ends_with("UNAVAIL") && row("old").ends_with("UNAVAIL"),
-        "{list}"
-    );
+    let row = |name: &str| list.lines().find(|l| l.starts_with(name)).unwrap_or("").to_string();
+    assert!(row("tank").ends_with("ONLINE") && row("new").ends_with("ONLINE"), "{list}");
+    assert!(row("lost").ends_with("UNAVAIL") && row("old").ends_with("UNAVAIL"), "{list}");
     let why = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        why.contains("gone.img") && why.contains("another pool"),
-        "{why}"
-    );
+    assert!(why.contains("gone.img") && why.contains("another pool"), "{why}");
     let datasets = env.ok(&["ds", "list"]);
-    assert!(
-        datasets.contains("tank/db") && datasets.contains("new"),
-        "{datasets}"
-    );
+    assert!(datasets.contains("tank/db") && datasets.contains("new"), "{datasets}");
     let status = env.ok(&["pool", "status", "lost"]);
-    assert!(
-        status.contains("state: UNAVAIL") && status.contains("gone.img"),
-        "{status}"
-    );
+    assert!(status.contains("state: UNAVAIL") && status.contains("gone.img"), "{status}");
 
     env.ok(&["pool", "export", "lost"]);
     let err = env.fails(&["pool", "destroy", "old"]);
-    assert!(
-        err.contains("unavailable") && err.contains("destroy -f old"),
-        "{err}"
-    );
+    assert!(err.contains("unavailable") && err.contains("destroy -f old"), "{err}");
     env.ok(&["pool", "destroy", "-f", "old"]);
     let list = env.ok(&["pool", "list"]);
     assert!(!list.contains("lost") && !list.contains("old"), "{list}");
-    assert!(
-        env.ok(&["pool", "status", "new"]).contains("ONLINE"),
-        "new is untouched"
-    );
+    assert!(env.ok(&["pool", "status", "new"]).contains("ONLINE"), "new is untouched");
 }
 
 /// Defects 2, 8 (dataset create) and 10 (destroy of an empty pool).
@@ -305,20 +232,9 @@ fn dataset_create_checks_first_and_an_empty_pool_is_destroyed_without_f() {
     let env = Env::new();
     let img = s(&env.path("d0.img"));
     env.ok(&["pool", "create", "--size", "128M", "tank", &img]);
-    let err = env.fails(&[
-        "ds",
-        "create",
-        "-o",
-        "atime=off",
-        "-o",
-        "recordsize=3K",
-        "tank/x",
-    ]);
+    let err = env.fails(&["ds", "create", "-o", "atime=off", "-o", "recordsize=3K", "tank/x"]);
     assert!(err.contains("recordsize"), "{err}");
-    assert!(
-        !env.ok(&["ds", "list"]).contains("tank/x"),
-        "nothing was created"
-    );
+    assert!(!env.ok(&["ds", "list"]).contains("tank/x"), "nothing was created");
     let err = env.fails(&["ds", "create", "tank/a:b"]);
     assert!(err.contains("':' is not allowed"), "{err}");
     env.ok(&["pool", "destroy", "tank"]);
@@ -340,21 +256,9 @@ fn a_failed_create_leaves_nothing_and_a_device_twice_is_named() {
         assert!(!img.exists(), "--size {size} left {}", img.display());
     }
     let started = Instant::now();
-    let err = env.fails(&[
-        "pool",
-        "create",
-        "--size",
-        "128M",
-        "tank",
-        "mirror",
-        &s(&img),
-        &s(&img),
-    ]);
+    let err = env.fails(&["pool", "create", "--size", "128M", "tank", "mirror", &s(&img), &s(&img)]);
     assert!(err.contains("given twice"), "{err}");
-    assert!(
-        started.elapsed() < Duration::from_secs(4),
-        "not a lock timeout"
-    );
+    assert!(started.elapsed() < Duration::from_secs(4), "not a lock timeout");
     env.ok(&["pool", "create", "--size", "128M", "tank", &s(&img)]);
 }
 
@@ -370,10 +274,7 @@ fn import_lists_only_what_it_can_import_and_says_why_not() {
     env.ok(&["pool", "create", "--size", "128M", "away", &s(&away)]);
     env.ok(&["pool", "export", "away"]);
     let list = env.ok(&["pool", "import", "-d", &s(&devs)]);
-    assert!(
-        list.contains("pool: away") && !list.contains("pool: here"),
-        "{list}"
-    );
+    assert!(list.contains("pool: away") && !list.contains("pool: here"), "{list}");
 
     // Defect 4: moved while exported, shown where it is now.
     let moved = env.path("moved");
@@ -386,11 +287,7 @@ fn import_lists_only_what_it_can_import_and_says_why_not() {
 
     // Defect 3: a newer label version is named, not "no pools available".
     let img = moved.join("away.img");
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&img)
-        .unwrap();
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(&img).unwrap();
     let size = f.metadata().unwrap().len();
     for base in [0, (size / (256 << 10)) * (256 << 10) - (256 << 10)] {
         let mut area = vec![0u8; 64 << 10];
@@ -402,10 +299,7 @@ fn import_lists_only_what_it_can_import_and_says_why_not() {
         f.write_all_at(&area, base).unwrap();
     }
     let err = env.fails(&["pool", "import", "-d", &s(&moved)]);
-    assert!(
-        err.contains("version 9 is not supported") && err.contains("upgrade tarn"),
-        "{err}"
-    );
+    assert!(err.contains("version 9 is not supported") && err.contains("upgrade tarn"), "{err}");
     let err = env.fails(&["pool", "import", "-d", &s(&moved), "away"]);
     assert!(err.contains("upgrade tarn"), "{err}");
 }

@@ -68,10 +68,7 @@ pub fn check_name(name: &str) -> Result<(), PoolError> {
                 "each dataset name starts with a letter or a digit"
             });
         }
-        if !part
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
-        {
+        if !part.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c)) {
             return bad("use letters, digits and _ . -");
         }
     }
@@ -86,12 +83,10 @@ pub fn check_name(name: &str) -> Result<(), PoolError> {
 /// commit.
 pub(crate) fn subtree_space(sets: &Datasets, ds: &str) -> (u64, u64) {
     let prefix = format!("{ds}/");
-    sets.iter()
-        .filter(|(k, _)| k.as_str() == ds || k.starts_with(&prefix))
-        .fold((0, 0), |(p, l), (_, (_, d))| {
-            let used = d.used();
-            (p + used.physical, l + used.logical)
-        })
+    sets.iter().filter(|(k, _)| k.as_str() == ds || k.starts_with(&prefix)).fold((0, 0), |(p, l), (_, (_, d))| {
+        let used = d.used();
+        (p + used.physical, l + used.logical)
+    })
 }
 
 impl Pool {
@@ -114,27 +109,17 @@ impl Pool {
 
     /// Creates dataset `name` with local properties `props` (`zfs create -o`): every
     /// name and value is checked first, and a refused one creates nothing.
-    pub fn create_dataset_with(
-        &self,
-        name: &str,
-        props: &[(&str, &str)],
-    ) -> Result<Arc<Dataset>, PoolError> {
+    pub fn create_dataset_with(&self, name: &str, props: &[(&str, &str)]) -> Result<Arc<Dataset>, PoolError> {
         check_name(name)?;
         let mut local = BTreeMap::new();
         for (prop, value) in props {
             local.insert(prop.to_string(), normalized(prop, value)?);
         }
         let Some((parent, _)) = name.rsplit_once('/') else {
-            return Err(PoolError::BadName(
-                name.into(),
-                "a dataset name is POOL/NAME".into(),
-            ));
+            return Err(PoolError::BadName(name.into(), "a dataset name is POOL/NAME".into()));
         };
         if !name.starts_with(&format!("{}/", self.inner.name)) {
-            return Err(PoolError::BadName(
-                name.into(),
-                format!("it is not in pool '{}'", self.inner.name),
-            ));
+            return Err(PoolError::BadName(name.into(), format!("it is not in pool '{}'", self.inner.name)));
         }
         if self.inner.datasets.read().contains_key(name) {
             return Err(PoolError::DatasetExists(name.into()));
@@ -176,13 +161,7 @@ impl Pool {
         }
         self.dataset(name)?;
         let prefix = format!("{name}/");
-        if self
-            .inner
-            .datasets
-            .read()
-            .keys()
-            .any(|k| k.starts_with(&prefix))
-        {
+        if self.inner.datasets.read().keys().any(|k| k.starts_with(&prefix)) {
             return Err(PoolError::HasChildren(name.into()));
         }
         self.sync()?;
@@ -201,13 +180,7 @@ impl Pool {
             .map(|name| {
                 let (used, logicalused) = subtree_space(&sets, name);
                 let mountpoint = Self::resolve(&sets, name, "mountpoint").0;
-                DatasetInfo {
-                    name: name.clone(),
-                    used,
-                    logicalused,
-                    available: avail,
-                    mountpoint,
-                }
+                DatasetInfo { name: name.clone(), used, logicalused, available: avail, mountpoint }
             })
             .collect()
     }
@@ -227,28 +200,11 @@ impl Pool {
     ) -> Result<Arc<Dataset>, PoolError> {
         let ctx = &self.inner.ctx;
         let os = ObjSet::open(ctx.clone(), meta, next_obj);
-        let space = Arc::new(PoolSpace {
-            zio: ctx.zio.clone(),
-            txg: ctx.txg.clone(),
-        });
-        let meta = DsMeta {
-            id,
-            props,
-            creation,
-        };
+        let space = Arc::new(PoolSpace { zio: ctx.zio.clone(), txg: ctx.txg.clone() });
+        let meta = DsMeta { id, props, creation };
         let eff = Effective::from_values(|_| String::new());
-        let ds = Arc::new(Dataset::new(
-            id,
-            os,
-            eff,
-            space,
-            self.inner.zil.clone(),
-            unlinked,
-        ));
-        self.inner
-            .datasets
-            .write()
-            .insert(name.to_string(), (meta, ds.clone()));
+        let ds = Arc::new(Dataset::new(id, os, eff, space, self.inner.zil.clone(), unlinked));
+        self.inner.datasets.write().insert(name.to_string(), (meta, ds.clone()));
         self.refresh_effective();
         Ok(ds)
     }

@@ -31,30 +31,19 @@ use tarn_zio::BlockPtr;
 use crate::pool::{Inner, Pool};
 
 /// One block of the error log.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum ErrKey {
     /// A block of object `object` of dataset `dataset` (dataset 0: the pool's root
     /// block; object 0: the dataset's dnode table).
-    Block {
-        dataset: u64,
-        object: u64,
-        level: u8,
-        blkid: u64,
-    },
+    Block { dataset: u64, object: u64, level: u8, blkid: u64 },
     /// A block a read failed on, not yet found in the tree.
     Unresolved { vdev: u16, offset: u64, birth: u64 },
 }
 
 impl ErrKey {
     fn of_pointer(bp: &BlockPtr) -> ErrKey {
-        ErrKey::Unresolved {
-            vdev: bp.vdev,
-            offset: bp.offset,
-            birth: bp.birth,
-        }
+        ErrKey::Unresolved { vdev: bp.vdev, offset: bp.offset, birth: bp.birth }
     }
 }
 
@@ -69,10 +58,7 @@ pub(crate) struct ErrLog {
 
 impl ErrLog {
     pub(crate) fn restore(current: &[ErrKey], last: &[ErrKey]) -> ErrLog {
-        ErrLog {
-            current: current.iter().copied().collect(),
-            last: last.iter().copied().collect(),
-        }
+        ErrLog { current: current.iter().copied().collect(), last: last.iter().copied().collect() }
     }
 
     /// Every block in the log, once.
@@ -100,11 +86,7 @@ impl ErrLog {
     /// longer in the tree, so no longer an error).
     fn resolve(&mut self, found: &BTreeMap<ErrKey, Option<ErrKey>>) {
         for set in [&mut self.current, &mut self.last] {
-            let stale: Vec<ErrKey> = set
-                .iter()
-                .filter(|k| found.contains_key(k))
-                .copied()
-                .collect();
+            let stale: Vec<ErrKey> = set.iter().filter(|k| found.contains_key(k)).copied().collect();
             for k in stale {
                 set.remove(&k);
                 if let Some(Some(resolved)) = found.get(&k) {
@@ -147,12 +129,8 @@ struct Resolver {
 impl traverse::Visitor for Resolver {
     fn block(&mut self, v: &Visit<'_>) -> Flow {
         if let Some(key) = self.wanted.remove(&(v.bp.vdev, v.bp.offset, v.bp.birth)) {
-            let place = ErrKey::Block {
-                dataset: self.dataset,
-                object: v.object.unwrap_or(0),
-                level: v.level,
-                blkid: v.blkid,
-            };
+            let place =
+                ErrKey::Block { dataset: self.dataset, object: v.object.unwrap_or(0), level: v.level, blkid: v.blkid };
             self.found.insert(key, Some(place));
         }
         if self.wanted.is_empty() {
@@ -177,19 +155,12 @@ impl Pool {
         self.inner.absorb_failed_reads();
         self.resolve_failed_reads();
         let keys = self.inner.errlog.lock().all();
-        let sets: BTreeMap<u64, (String, Arc<Dataset>)> = self
-            .inner
-            .datasets
-            .read()
-            .iter()
-            .map(|(name, (meta, ds))| (meta.id, (name.clone(), ds.clone())))
-            .collect();
+        let sets: BTreeMap<u64, (String, Arc<Dataset>)> =
+            self.inner.datasets.read().iter().map(|(name, (meta, ds))| (meta.id, (name.clone(), ds.clone()))).collect();
         let names: BTreeSet<String> = keys
             .iter()
             .filter_map(|k| match *k {
-                ErrKey::Block {
-                    dataset, object, ..
-                } => Some(describe(&sets, dataset, object)),
+                ErrKey::Block { dataset, object, .. } => Some(describe(&sets, dataset, object)),
                 ErrKey::Unresolved { .. } => None,
             })
             .collect();
@@ -203,11 +174,7 @@ impl Pool {
             log.all()
                 .into_iter()
                 .filter_map(|k| match k {
-                    ErrKey::Unresolved {
-                        vdev,
-                        offset,
-                        birth,
-                    } => Some(((vdev, offset, birth), k)),
+                    ErrKey::Unresolved { vdev, offset, birth } => Some(((vdev, offset, birth), k)),
                     ErrKey::Block { .. } => None,
                 })
                 .collect()
@@ -215,27 +182,14 @@ impl Pool {
         if wanted.is_empty() {
             return;
         }
-        let mut r = Resolver {
-            dataset: 0,
-            wanted,
-            found: BTreeMap::new(),
-        };
-        let datasets: Vec<(u64, Arc<Dataset>)> = self
-            .inner
-            .datasets
-            .read()
-            .values()
-            .map(|(meta, ds)| (meta.id, ds.clone()))
-            .collect();
+        let mut r = Resolver { dataset: 0, wanted, found: BTreeMap::new() };
+        let datasets: Vec<(u64, Arc<Dataset>)> =
+            self.inner.datasets.read().values().map(|(meta, ds)| (meta.id, ds.clone())).collect();
         let zio = &self.inner.ctx.zio;
         {
             let _reclaim = self.inner.ctx.reclaim.read();
             if let Some(root) = *self.inner.mos_bp.lock() {
-                let start = Start::Tree {
-                    root,
-                    nlevels: 1,
-                    object: None,
-                };
+                let start = Start::Tree { root, nlevels: 1, object: None };
                 traverse::walk(zio, start, Options::default(), &mut r);
             }
             for (id, ds) in datasets {

@@ -61,31 +61,20 @@ impl Pool {
             .iter()
             .map(|top| {
                 let (total, free) = zio.top_space(top.index);
-                let leaves: Vec<LeafIostat> = top
-                    .leaves
-                    .iter()
-                    .map(|l| LeafIostat {
-                        path: l.path.clone(),
-                        io: l.iostat(),
-                    })
-                    .collect();
+                let leaves: Vec<LeafIostat> =
+                    top.leaves.iter().map(|l| LeafIostat { path: l.path.clone(), io: l.iostat() }).collect();
                 VdevIostat {
                     name: vdev_name(top),
                     log: top.is_log,
                     alloc: total.saturating_sub(free),
                     free,
-                    io: leaves
-                        .iter()
-                        .fold(IoSnapshot::default(), |sum, l| sum.add(&l.io)),
+                    io: leaves.iter().fold(IoSnapshot::default(), |sum, l| sum.add(&l.io)),
                     leaves,
                 }
             })
             .collect();
         let (_, alloc, free) = zio.space();
-        let io = vdevs
-            .iter()
-            .filter(|v| !v.log)
-            .fold(IoSnapshot::default(), |sum, v| sum.add(&v.io));
+        let io = vdevs.iter().filter(|v| !v.log).fold(IoSnapshot::default(), |sum, v| sum.add(&v.io));
         PoolIostat {
             pool: self.inner.name.clone(),
             elapsed_ns: now_ns().saturating_sub(self.inner.opened_ns),

@@ -32,8 +32,8 @@ use std::sync::Arc;
 
 use tarn_txg::TxgConfig;
 use tarn_vdev::{
-    read_device_labels, BlockDevice, DeviceLabels, FileDevice, Label, LabelState, Leaf, LeafHealth,
-    TopConfig, TopVdev, TreeConfig, Uberblock, VdevError, VdevTree,
+    read_device_labels, BlockDevice, DeviceLabels, FileDevice, Label, LabelState, Leaf, LeafHealth, TopConfig, TopVdev,
+    TreeConfig, Uberblock, VdevError, VdevTree,
 };
 use tarn_zio::{BlockPtr, Zio};
 
@@ -64,13 +64,7 @@ pub struct CreateOptions {
 
 impl Default for CreateOptions {
     fn default() -> Self {
-        CreateOptions {
-            ashift: 12,
-            size: None,
-            force: false,
-            txg: TxgConfig::default(),
-            logs: Vec::new(),
-        }
+        CreateOptions { ashift: 12, size: None, force: false, txg: TxgConfig::default(), logs: Vec::new() }
     }
 }
 
@@ -84,10 +78,7 @@ impl Pool {
     pub fn create(name: &str, specs: &[VdevSpec], opts: &CreateOptions) -> Result<Pool, PoolError> {
         crate::datasets::check_name(name)?;
         if name.contains('/') {
-            return Err(PoolError::BadName(
-                name.into(),
-                "a pool name has no '/'".into(),
-            ));
+            return Err(PoolError::BadName(name.into(), "a pool name has no '/'".into()));
         }
         if specs.is_empty() {
             return Err(PoolError::NoDevices);
@@ -98,10 +89,7 @@ impl Pool {
         check_distinct(specs.iter().chain(&opts.logs), &[])?;
         let mut images = NewImages::default();
         let mut tops = Vec::new();
-        let mut tree_cfg = TreeConfig {
-            tops: Vec::new(),
-            logs: Vec::new(),
-        };
+        let mut tree_cfg = TreeConfig { tops: Vec::new(), logs: Vec::new() };
         for spec in specs {
             let (top, cfg) = new_top(tops.len(), spec, opts, &mut images)?;
             tops.push(top);
@@ -129,8 +117,7 @@ impl Pool {
         let zio = Arc::new(Zio::new(vdevs));
         zio.finish_load();
         let pool = Pool::assemble(label, zio, 0, opts.txg.clone(), 1, 1);
-        pool.add_dataset(name, 1, BTreeMap::new(), None, 1, Vec::new(), now_secs())?
-            .init_root()?;
+        pool.add_dataset(name, 1, BTreeMap::new(), None, 1, Vec::new(), now_secs())?.init_root()?;
         pool.start();
         pool.sync()?;
         images.keep();
@@ -139,49 +126,30 @@ impl Pool {
 
     /// Opens the pool on `devices` (one handle per device found), at its newest
     /// uberblock whose root verifies.
-    pub fn import(
-        devices: Vec<Arc<dyn BlockDevice>>,
-        opts: &ImportOptions,
-    ) -> Result<Pool, PoolError> {
+    pub fn import(devices: Vec<Arc<dyn BlockDevice>>, opts: &ImportOptions) -> Result<Pool, PoolError> {
         let labels = read_all_labels(&devices)?;
         let label = choose_label(&labels)?;
-        let refuse = |reason: ImportError| PoolError::CannotImport {
-            pool: label.pool_name.clone(),
-            reason,
-        };
-        let by_guid: BTreeMap<u64, Arc<dyn BlockDevice>> = labels
-            .iter()
-            .map(|(d, l)| (l.label.vdev_guid, d.clone()))
-            .collect();
+        let refuse = |reason: ImportError| PoolError::CannotImport { pool: label.pool_name.clone(), reason };
+        let by_guid: BTreeMap<u64, Arc<dyn BlockDevice>> =
+            labels.iter().map(|(d, l)| (l.label.vdev_guid, d.clone())).collect();
         let opened_label = with_opened_paths(&label, &by_guid);
         let (vdevs, missing_logs) = build_tree(&label, &by_guid).map_err(refuse)?;
         let was_exported = label.state == LabelState::Exported;
-        let mut ubs: Vec<Uberblock> = labels
-            .iter()
-            .flat_map(|(_, l)| l.uberblocks.clone())
-            .collect();
+        let mut ubs: Vec<Uberblock> = labels.iter().flat_map(|(_, l)| l.uberblocks.clone()).collect();
         ubs.sort_by_key(|u| std::cmp::Reverse(u.txg));
         ubs.dedup_by_key(|u| u.txg);
         let zio = Arc::new(Zio::new(vdevs));
         let (ub, mos, mos_bp) = newest_loadable(&zio, &ubs).map_err(|e| refuse(e.into()))?;
         let chained = match &mos.zil {
-            Some(head) => Some(
-                tarn_zil::read_chain(&zio, label.pool_guid, head, ub.txg)
-                    .map_err(|e| refuse(e.into()))?,
-            ),
+            Some(head) => {
+                Some(tarn_zil::read_chain(&zio, label.pool_guid, head, ub.txg).map_err(|e| refuse(e.into()))?)
+            }
             None => None,
         };
         let zil_seq = chained.as_ref().map_or(1, |c| c.end_seq + 1);
         note_missed_txgs(&zio.vdevs, &labels, ub.txg, &mos);
         let rewrite_labels = label.state != LabelState::Active || opened_label.tree != label.tree;
-        let pool = Pool::assemble(
-            opened_label,
-            zio.clone(),
-            ub.txg,
-            opts.txg.clone(),
-            mos.next_dataset_id,
-            zil_seq,
-        );
+        let pool = Pool::assemble(opened_label, zio.clone(), ub.txg, opts.txg.clone(), mos.next_dataset_id, zil_seq);
         *pool.inner.mos_bp.lock() = Some(mos_bp);
         restore_error_counters(&zio.vdevs, &mos);
         pool.inner.scan.restore(mos.scan.clone());
@@ -218,12 +186,7 @@ impl Pool {
     /// Paths of every device in the pool's config.
     pub fn device_paths(&self) -> Vec<PathBuf> {
         let tree = &self.inner.label.tree;
-        tree.tops
-            .iter()
-            .chain(&tree.logs)
-            .flat_map(|t| t.leaves())
-            .map(|(_, p)| PathBuf::from(p))
-            .collect()
+        tree.tops.iter().chain(&tree.logs).flat_map(|t| t.leaves()).map(|(_, p)| PathBuf::from(p)).collect()
     }
 
     /// Says plainly what a missing log device means for this import.
@@ -245,11 +208,7 @@ impl Pool {
     pub(crate) fn shutdown(&self, export: bool) -> Result<(), PoolError> {
         // The scan stops at a bookmark first, and a commit records where (with nothing
         // else dirty, `sync` alone would not write the MOS).
-        let synced = if self.pause_scan() {
-            self.force_txg()
-        } else {
-            self.sync()
-        };
+        let synced = if self.pause_scan() { self.force_txg() } else { self.sync() };
         self.inner.ctx.txg.close();
         if let Some(t) = self.sync_thread.lock().take() {
             let _ = t.join();
@@ -275,22 +234,12 @@ impl Pool {
 
     /// Adds separate log devices (`zpool add POOL log DEV`): commits, closes the pool and
     /// writes the new configuration to every label; the next import uses the log.
-    pub fn add_logs(
-        self,
-        specs: &[VdevSpec],
-        force: bool,
-        size: Option<u64>,
-    ) -> Result<(), PoolError> {
+    pub fn add_logs(self, specs: &[VdevSpec], force: bool, size: Option<u64>) -> Result<(), PoolError> {
         if specs.is_empty() {
             return Err(PoolError::NoLogDevices);
         }
         let zio = &self.inner.ctx.zio;
-        let opts = CreateOptions {
-            ashift: zio.vdevs.ashift,
-            force,
-            size,
-            ..Default::default()
-        };
+        let opts = CreateOptions { ashift: zio.vdevs.ashift, force, size, ..Default::default() };
         let mut label = self.inner.label.clone();
         let mut added = Vec::new();
         check_distinct(specs.iter(), &self.device_paths())?;
@@ -344,15 +293,8 @@ fn read_all_labels(devices: &[Arc<dyn BlockDevice>]) -> Result<Vec<Labelled>, Po
         let l = read_device_labels(dev.as_ref())?;
         let asize = TopVdev::asize_of(dev.size(), l.label.ashift);
         if asize < l.label.asize {
-            let reason = ImportError::Truncated {
-                path: dev.path().into(),
-                asize,
-                needed: l.label.asize,
-            };
-            return Err(PoolError::CannotImport {
-                pool: l.label.pool_name.clone(),
-                reason,
-            });
+            let reason = ImportError::Truncated { path: dev.path().into(), asize, needed: l.label.asize };
+            return Err(PoolError::CannotImport { pool: l.label.pool_name.clone(), reason });
         }
         labels.push((dev.clone(), l));
     }
@@ -366,27 +308,14 @@ fn choose_label(labels: &[Labelled]) -> Result<Label, PoolError> {
         return Err(PoolError::NoDevices);
     };
     let pool = first.label.pool_name.clone();
-    if let Some((dev, other)) = labels
-        .iter()
-        .find(|(_, l)| l.label.pool_guid != first.label.pool_guid)
-    {
-        let reason = ImportError::ForeignDevice {
-            path: dev.path().into(),
-            other: other.label.pool_name.clone(),
-        };
+    if let Some((dev, other)) = labels.iter().find(|(_, l)| l.label.pool_guid != first.label.pool_guid) {
+        let reason = ImportError::ForeignDevice { path: dev.path().into(), other: other.label.pool_name.clone() };
         return Err(PoolError::CannotImport { pool, reason });
     }
-    let newest = labels
-        .iter()
-        .max_by_key(|(_, l)| l.uberblocks.iter().map(|u| u.txg).max());
-    let label = newest
-        .map(|(_, l)| l.label.clone())
-        .unwrap_or_else(|| first.label.clone());
+    let newest = labels.iter().max_by_key(|(_, l)| l.uberblocks.iter().map(|u| u.txg).max());
+    let label = newest.map(|(_, l)| l.label.clone()).unwrap_or_else(|| first.label.clone());
     if label.state == LabelState::Destroyed {
-        return Err(PoolError::CannotImport {
-            pool,
-            reason: ImportError::Destroyed,
-        });
+        return Err(PoolError::CannotImport { pool, reason: ImportError::Destroyed });
     }
     Ok(label)
 }
@@ -420,10 +349,7 @@ fn spec_paths(spec: &VdevSpec) -> &[PathBuf] {
 
 /// Refuses a device named twice (in the new specs, or already in the pool): opening it
 /// a second time would find it locked by this very process.
-fn check_distinct<'a>(
-    specs: impl Iterator<Item = &'a VdevSpec>,
-    in_pool: &[PathBuf],
-) -> Result<(), PoolError> {
+fn check_distinct<'a>(specs: impl Iterator<Item = &'a VdevSpec>, in_pool: &[PathBuf]) -> Result<(), PoolError> {
     let key = |p: &Path| device_key(p);
     let mut seen: std::collections::BTreeSet<PathBuf> = in_pool.iter().map(|p| key(p)).collect();
     for path in specs.flat_map(spec_paths) {
@@ -466,27 +392,16 @@ fn new_top(
     for path in &paths {
         let dev = open_for_create(path, opts, images)?;
         asize = asize.min(TopVdev::asize_of(dev.size(), opts.ashift));
-        leaves.push(Leaf::new(
-            random_guid(),
-            path.display().to_string(),
-            Some(dev),
-        ));
+        leaves.push(Leaf::new(random_guid(), path.display().to_string(), Some(dev)));
     }
     let guid = random_guid();
     let cfg = match spec {
-        VdevSpec::Disk(_) => TopConfig::Disk {
-            guid: leaves[0].guid,
-            path: leaves[0].path.clone(),
-        },
-        VdevSpec::Mirror(_) => TopConfig::Mirror {
-            guid,
-            children: leaves.iter().map(|l| (l.guid, l.path.clone())).collect(),
-        },
+        VdevSpec::Disk(_) => TopConfig::Disk { guid: leaves[0].guid, path: leaves[0].path.clone() },
+        VdevSpec::Mirror(_) => {
+            TopConfig::Mirror { guid, children: leaves.iter().map(|l| (l.guid, l.path.clone())).collect() }
+        }
     };
-    Ok((
-        TopVdev::new(index, cfg.guid(), opts.ashift, asize, leaves),
-        cfg,
-    ))
+    Ok((TopVdev::new(index, cfg.guid(), opts.ashift, asize, leaves), cfg))
 }
 
 fn open_for_create(
@@ -501,27 +416,16 @@ fn open_for_create(
     }
     let dev = dev?;
     if dev.size() < MIN_DEVICE {
-        return Err(PoolError::TooSmall {
-            path: path.into(),
-            size: dev.size(),
-            min: MIN_DEVICE,
-        });
+        return Err(PoolError::TooSmall { path: path.into(), size: dev.size(), min: MIN_DEVICE });
     }
     if !opts.force {
         match read_device_labels(&dev) {
             Ok(labels) if labels.label.state != LabelState::Destroyed => {
                 let state = format!("{:?}", labels.label.state).to_lowercase();
-                return Err(PoolError::InUse {
-                    path: path.into(),
-                    pool: labels.label.pool_name,
-                    state,
-                });
+                return Err(PoolError::InUse { path: path.into(), pool: labels.label.pool_name, state });
             }
             // A newer tarn's device is someone's pool too: never overwrite it unasked.
-            Err(
-                e @ (VdevError::UnsupportedVersion { .. }
-                | VdevError::UnsupportedUberblockVersion { .. }),
-            ) => {
+            Err(e @ (VdevError::UnsupportedVersion { .. } | VdevError::UnsupportedUberblockVersion { .. })) => {
                 return Err(PoolError::NewerFormat { source: e });
             }
             _ => {}
@@ -539,12 +443,7 @@ fn build_tree(
 ) -> Result<(VdevTree, Vec<String>), ImportError> {
     let mut tops = Vec::new();
     let mut missing_logs = Vec::new();
-    let configs = label
-        .tree
-        .tops
-        .iter()
-        .map(|t| (t, false))
-        .chain(label.tree.logs.iter().map(|t| (t, true)));
+    let configs = label.tree.tops.iter().map(|t| (t, false)).chain(label.tree.logs.iter().map(|t| (t, true)));
     for (index, (top, is_log)) in configs.enumerate() {
         let mut leaves = Vec::new();
         let mut asize = u64::MAX;
@@ -554,18 +453,13 @@ fn build_tree(
                 asize = asize.min(TopVdev::asize_of(d.size(), label.ashift));
             }
             // Known by the path it was opened from, not the one recorded at create.
-            let path = dev
-                .as_ref()
-                .map_or(path, |d| d.path().display().to_string());
+            let path = dev.as_ref().map_or(path, |d| d.path().display().to_string());
             leaves.push(Leaf::new(guid, path, dev));
         }
         if leaves.iter().all(|l| l.health() == LeafHealth::Unavail) {
             let missing: Vec<String> = leaves.iter().map(|l| l.path.clone()).collect();
             if !is_log {
-                return Err(ImportError::MissingVdev {
-                    index,
-                    missing: missing.join(", "),
-                });
+                return Err(ImportError::MissingVdev { index, missing: missing.join(", ") });
             }
             missing_logs.extend(missing);
             asize = 0;
@@ -587,22 +481,14 @@ fn newest_loadable(zio: &Zio, ubs: &[Uberblock]) -> Result<(Uberblock, Mos, Bloc
         let bytes = match zio.read(&bp) {
             Ok(b) => b,
             Err(source) => {
-                last_err = RootError::Unreadable {
-                    txg: ub.txg,
-                    source,
-                };
+                last_err = RootError::Unreadable { txg: ub.txg, source };
                 continue;
             }
         };
         match Mos::decode(&bytes) {
             Ok(mos) => return Ok((ub.clone(), mos, bp)),
             Err(e @ MosError::UnsupportedVersion { .. }) => return Err(RootError::Newer(e)),
-            Err(source) => {
-                last_err = RootError::Malformed {
-                    txg: ub.txg,
-                    source,
-                }
-            }
+            Err(source) => last_err = RootError::Malformed { txg: ub.txg, source },
         }
     }
     Err(last_err)
@@ -612,9 +498,7 @@ fn newest_loadable(zio: &Zio, ubs: &[Uberblock]) -> Result<(Uberblock, Mos, Bloc
 /// move: `/dev/sdb` becomes `/dev/sdc`, an image is copied elsewhere).
 fn with_opened_paths(label: &Label, by_guid: &BTreeMap<u64, Arc<dyn BlockDevice>>) -> Label {
     let opened = |(guid, path): &(u64, String)| {
-        let path = by_guid
-            .get(guid)
-            .map_or_else(|| path.clone(), |d| d.path().display().to_string());
+        let path = by_guid.get(guid).map_or_else(|| path.clone(), |d| d.path().display().to_string());
         (*guid, path)
     };
     let retarget = |top: &TopConfig| match top {
@@ -622,10 +506,9 @@ fn with_opened_paths(label: &Label, by_guid: &BTreeMap<u64, Arc<dyn BlockDevice>
             let (guid, path) = opened(&(*guid, path.clone()));
             TopConfig::Disk { guid, path }
         }
-        TopConfig::Mirror { guid, children } => TopConfig::Mirror {
-            guid: *guid,
-            children: children.iter().map(opened).collect(),
-        },
+        TopConfig::Mirror { guid, children } => {
+            TopConfig::Mirror { guid: *guid, children: children.iter().map(opened).collect() }
+        }
     };
     let mut out = label.clone();
     out.tree.tops = label.tree.tops.iter().map(retarget).collect();

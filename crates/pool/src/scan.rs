@@ -54,10 +54,7 @@ pub fn discover(paths: &[PathBuf]) -> Discovery {
                 | VdevError::UnsupportedUberblockVersion { .. }
                 | VdevError::BadLabel { .. }),
             ) => {
-                unusable.push(Unusable {
-                    path,
-                    reason: e.to_string(),
-                });
+                unusable.push(Unusable { path, reason: e.to_string() });
                 continue;
             }
             Err(_) => continue,
@@ -78,10 +75,7 @@ pub fn discover(paths: &[PathBuf]) -> Discovery {
             entry.label = label;
         }
     }
-    Discovery {
-        pools: found.into_values().collect(),
-        unusable,
-    }
+    Discovery { pools: found.into_values().collect(), unusable }
 }
 
 fn probe(path: &Path) -> Result<tarn_vdev::DeviceLabels, VdevError> {
@@ -94,11 +88,7 @@ fn candidates(paths: &[PathBuf]) -> Vec<PathBuf> {
     for p in paths {
         if p.is_dir() {
             if let Ok(rd) = std::fs::read_dir(p) {
-                let mut v: Vec<PathBuf> = rd
-                    .flatten()
-                    .map(|e| e.path())
-                    .filter(|p| is_device_candidate(p))
-                    .collect();
+                let mut v: Vec<PathBuf> = rd.flatten().map(|e| e.path()).filter(|p| is_device_candidate(p)).collect();
                 v.sort();
                 out.extend(v);
             }

@@ -60,11 +60,7 @@ pub(crate) struct Pacer {
 
 impl Pacer {
     pub(crate) fn new(pace: ScanPace) -> Pacer {
-        Pacer {
-            pace,
-            bytes: 0,
-            since: Instant::now(),
-        }
+        Pacer { pace, bytes: 0, since: Instant::now() }
     }
 
     fn new_slice(&mut self) {
@@ -99,21 +95,13 @@ fn demand_in_flight(top: &TopVdev) -> bool {
 }
 
 fn last_demand(top: &TopVdev) -> u64 {
-    top.leaves
-        .iter()
-        .map(|l| l.demand_activity().1)
-        .max()
-        .unwrap_or(0)
+    top.leaves.iter().map(|l| l.demand_activity().1).max().unwrap_or(0)
 }
 
 /// Walks from the record's bookmark for about `SLICE`, holding the reclaim lock.
 pub(crate) fn scan_slice(inner: &Inner, record: &mut ScanRecord, pacer: &mut Pacer) -> SliceEnd {
-    let mut sets: Vec<(u64, Arc<Dataset>)> = inner
-        .datasets
-        .read()
-        .values()
-        .map(|(meta, ds)| (meta.id, ds.clone()))
-        .collect();
+    let mut sets: Vec<(u64, Arc<Dataset>)> =
+        inner.datasets.read().values().map(|(meta, ds)| (meta.id, ds.clone())).collect();
     sets.sort_by_key(|(id, _)| *id);
     let _reclaim = inner.ctx.reclaim.read();
     pacer.new_slice();
@@ -136,11 +124,7 @@ pub(crate) fn scan_slice(inner: &Inner, record: &mut ScanRecord, pacer: &mut Pac
     };
     if from.is_none() {
         if let Some(root) = *inner.mos_bp.lock() {
-            let start = Start::Tree {
-                root,
-                nlevels: 1,
-                object: None,
-            };
+            let start = Start::Tree { root, nlevels: 1, object: None };
             traverse::walk(&inner.ctx.zio, start, opts, &mut v);
         }
     }
@@ -149,9 +133,7 @@ pub(crate) fn scan_slice(inner: &Inner, record: &mut ScanRecord, pacer: &mut Pac
             continue;
         }
         v.dataset = id;
-        v.from = from
-            .filter(|b| b.dataset == id && (b.object, b.blkid) != (0, 0))
-            .map(|b| (b.object, b.blkid));
+        v.from = from.filter(|b| b.dataset == id && (b.object, b.blkid) != (0, 0)).map(|b| (b.object, b.blkid));
         let meta = ds.meta_dnode();
         v.per_block = (u64::from(meta.blksz) / DNODE_SIZE as u64).max(1);
         let walked = traverse::walk(&inner.ctx.zio, Start::ObjSet(&meta), opts, &mut v);
@@ -195,10 +177,9 @@ impl ScanVisitor<'_> {
         let end = blkid.saturating_add(1).saturating_mul(records);
         match object {
             None => Place::Root,
-            Some(0) => Place::Table {
-                first: first.saturating_mul(self.per_block),
-                end: end.saturating_mul(self.per_block),
-            },
+            Some(0) => {
+                Place::Table { first: first.saturating_mul(self.per_block), end: end.saturating_mul(self.per_block) }
+            }
             Some(object) => Place::Object { object, first, end },
         }
     }
@@ -224,9 +205,7 @@ impl ScanVisitor<'_> {
         match place {
             Place::Root => true,
             Place::Table { first, .. } => first > object,
-            Place::Object {
-                object: o, first, ..
-            } => o > object || (o == object && first >= blkid),
+            Place::Object { object: o, first, .. } => o > object || (o == object && first >= blkid),
         }
     }
 
@@ -247,12 +226,8 @@ impl ScanVisitor<'_> {
 
     /// A block with no good copy: into the error log, and counted once.
     fn failed(&mut self, v: &Visit<'_>, first: bool) {
-        let key = ErrKey::Block {
-            dataset: self.dataset,
-            object: v.object.unwrap_or(0),
-            level: v.level,
-            blkid: v.blkid,
-        };
+        let key =
+            ErrKey::Block { dataset: self.dataset, object: v.object.unwrap_or(0), level: v.level, blkid: v.blkid };
         self.inner.log_error(key, v.bp);
         if first {
             self.record.errors += 1;
@@ -268,11 +243,7 @@ impl traverse::Visitor for ScanVisitor<'_> {
         }
         if let Place::Object { object, first, .. } = place {
             if self.should_pause() {
-                self.paused = Some(Bookmark {
-                    dataset: self.dataset,
-                    object,
-                    blkid: first,
-                });
+                self.paused = Some(Bookmark { dataset: self.dataset, object, blkid: first });
                 return Flow::Stop;
             }
         }

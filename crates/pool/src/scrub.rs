@@ -73,9 +73,7 @@ pub enum ScanState {
 /// A position in the scan's walk order: every block before it was examined. Datasets
 /// go by id (the pool's root block comes before them all), objects by number, and an
 /// object's blocks by the first record under them.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub struct Bookmark {
     pub dataset: u64,
     pub object: u64,
@@ -162,10 +160,7 @@ pub const DEFAULT_SCAN_RATE: u64 = 64 << 20;
 
 impl ScanPace {
     /// A command on a pool no one else uses: as fast as the devices go.
-    pub const FULL_SPEED: ScanPace = ScanPace {
-        yield_to_demand: false,
-        bytes_per_sec: 0,
-    };
+    pub const FULL_SPEED: ScanPace = ScanPace { yield_to_demand: false, bytes_per_sec: 0 };
 
     /// Beside a database: yields to demand I/O, at most `TARN_SCAN_RATE` bytes per
     /// second (a size such as `32M`; default `DEFAULT_SCAN_RATE`, 0 for no limit).
@@ -174,10 +169,7 @@ impl ScanPace {
             .ok()
             .and_then(|v| tarn_dataset::props::parse_size(&v))
             .unwrap_or(DEFAULT_SCAN_RATE);
-        ScanPace {
-            yield_to_demand: true,
-            bytes_per_sec: rate,
-        }
+        ScanPace { yield_to_demand: true, bytes_per_sec: rate }
     }
 }
 
@@ -325,12 +317,7 @@ impl Inner {
 
     /// The first and last txg any side missed, if one did.
     pub(crate) fn missed_range(&self) -> Option<(u64, u64)> {
-        self.ctx
-            .zio
-            .vdevs
-            .leaves()
-            .filter_map(|l| l.missed_txgs())
-            .reduce(|(a, b), (c, d)| (a.min(c), b.max(d)))
+        self.ctx.zio.vdevs.leaves().filter_map(|l| l.missed_txgs()).reduce(|(a, b), (c, d)| (a.min(c), b.max(d)))
     }
 }
 
@@ -338,10 +325,7 @@ impl Pool {
     /// The last scan, or the one under way.
     pub fn scan(&self) -> Option<ScanStatus> {
         let shared = self.inner.scan.shared.lock();
-        shared.record.clone().map(|record| ScanStatus {
-            record,
-            running: shared.running,
-        })
+        shared.record.clone().map(|record| ScanStatus { record, running: shared.running })
     }
 
     /// Starts a scrub in the background (`zpool scrub`) and returns at once; it yields
@@ -358,13 +342,8 @@ impl Pool {
         let running = shared.running;
         drop(shared);
         let record = match previous {
-            Some(r)
-                if running || r.kind == ScanKind::Resilver && r.state == ScanState::Scanning =>
-            {
-                return Err(PoolError::ScanInProgress {
-                    pool: self.inner.name.clone(),
-                    kind: r.kind.to_string(),
-                })
+            Some(r) if running || r.kind == ScanKind::Resilver && r.state == ScanState::Scanning => {
+                return Err(PoolError::ScanInProgress { pool: self.inner.name.clone(), kind: r.kind.to_string() })
             }
             Some(r) if r.kind == ScanKind::Scrub && r.state == ScanState::Scanning => r,
             _ => {
@@ -395,10 +374,9 @@ impl Pool {
                 }
                 Ok(())
             }
-            Some(r) if r.state == ScanState::Scanning => Err(PoolError::ScanInProgress {
-                pool: self.inner.name.clone(),
-                kind: r.kind.to_string(),
-            }),
+            Some(r) if r.state == ScanState::Scanning => {
+                Err(PoolError::ScanInProgress { pool: self.inner.name.clone(), kind: r.kind.to_string() })
+            }
             _ => Err(PoolError::NoScrub(self.inner.name.clone())),
         }
     }
@@ -445,9 +423,7 @@ impl Pool {
         let zio = &self.inner.ctx.zio;
         let cksum_before: u64 = zio.vdevs.leaves().map(|l| l.status().checksum_errors).sum();
         self.scrub_start_with(ScanPace::FULL_SPEED)?;
-        let record = self
-            .scan_wait()
-            .expect("a scrub that was started leaves a record");
+        let record = self.scan_wait().expect("a scrub that was started leaves a record");
         let cksum_after: u64 = zio.vdevs.leaves().map(|l| l.status().checksum_errors).sum();
         Ok(ScrubResult {
             blocks: record.blocks,

@@ -76,10 +76,7 @@ fn get(a: &AtomicU64) -> u64 {
 
 fn top_status(top: &TopVdev) -> TopStatus {
     let leaves: Vec<LeafStatus> = top.leaves.iter().map(|l| l.status()).collect();
-    let online = leaves
-        .iter()
-        .filter(|l| l.health == LeafHealth::Online)
-        .count();
+    let online = leaves.iter().filter(|l| l.health == LeafHealth::Online).count();
     let health = if online == leaves.len() {
         "ONLINE"
     } else if online > 0 {
@@ -87,12 +84,7 @@ fn top_status(top: &TopVdev) -> TopStatus {
     } else {
         "UNAVAIL"
     };
-    TopStatus {
-        name: vdev_name(top),
-        log: top.is_log,
-        health: health.into(),
-        leaves,
-    }
+    TopStatus { name: vdev_name(top), log: top.is_log, health: health.into(), leaves }
 }
 
 impl Pool {
@@ -177,20 +169,11 @@ impl Pool {
             },
             io: BTreeMap::from([
                 ("blocks_written".to_string(), get(&s.blocks_written)),
-                (
-                    "logical_bytes_written".to_string(),
-                    get(&s.logical_bytes_written),
-                ),
-                (
-                    "physical_bytes_written".to_string(),
-                    get(&s.physical_bytes_written),
-                ),
+                ("logical_bytes_written".to_string(), get(&s.logical_bytes_written)),
+                ("physical_bytes_written".to_string(), get(&s.physical_bytes_written)),
                 ("runs_written".to_string(), get(&s.runs_written)),
                 ("blocks_read".to_string(), get(&s.blocks_read)),
-                (
-                    "physical_bytes_read".to_string(),
-                    get(&s.physical_bytes_read),
-                ),
+                ("physical_bytes_read".to_string(), get(&s.physical_bytes_read)),
                 ("checksum_errors".to_string(), get(&s.checksum_errors)),
             ]),
         }

@@ -20,10 +20,7 @@ use xxhash_rust::xxh3::xxh3_128;
 const CONFIG_AREA: usize = 64 * 1024;
 
 fn opts() -> CreateOptions {
-    CreateOptions {
-        size: Some(128 << 20),
-        ..Default::default()
-    }
+    CreateOptions { size: Some(128 << 20), ..Default::default() }
 }
 
 fn one_disk(dir: &Path, name: &str) -> (PathBuf, Pool) {
@@ -44,17 +41,11 @@ fn label1(path: &Path) -> u64 {
 /// Rewrites both labels of `img` through `change`, with a valid checksum, as a label
 /// damaged by someone who knew the format would be.
 fn reseal_labels(img: &Path, change: impl Fn(&mut Label)) {
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(img)
-        .unwrap();
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(img).unwrap();
     for base in [0, label1(img)] {
         let mut area = vec![0u8; CONFIG_AREA];
         f.read_exact_at(&mut area, base).unwrap();
-        let LabelDecode::Ok(mut label) = Label::decode(&area) else {
-            panic!("a valid label to start from")
-        };
+        let LabelDecode::Ok(mut label) = Label::decode(&area) else { panic!("a valid label to start from") };
         change(&mut label);
         // `encode` checks nothing: it writes what it is given, as a buggy tool would.
         f.write_all_at(&label.encode(), base).unwrap();
@@ -72,23 +63,13 @@ fn an_invalid_property_at_create_creates_no_dataset() {
         [("nosuchprop", "1"), ("atime", "off")],
         [("used", "1"), ("atime", "off")],
     ] {
-        let err = pool
-            .create_dataset_with("tank/x", &bad)
-            .err()
-            .expect("refused");
+        let err = pool.create_dataset_with("tank/x", &bad).err().expect("refused");
         assert!(matches!(err, PoolError::Property(_)), "{err}");
-        assert!(
-            matches!(pool.dataset("tank/x"), Err(PoolError::NoSuchDataset(_))),
-            "{bad:?} left a dataset behind"
-        );
+        assert!(matches!(pool.dataset("tank/x"), Err(PoolError::NoSuchDataset(_))), "{bad:?} left a dataset behind");
     }
-    pool.create_dataset_with("tank/x", &[("recordsize", "16K"), ("atime", "off")])
-        .unwrap();
+    pool.create_dataset_with("tank/x", &[("recordsize", "16K"), ("atime", "off")]).unwrap();
     let rs = pool.get_properties("tank/x", Some("recordsize")).unwrap();
-    assert_eq!(
-        (rs[0].value.as_str(), rs[0].source.as_str()),
-        ("16K", "local")
-    );
+    assert_eq!((rs[0].value.as_str(), rs[0].source.as_str()), ("16K", "local"));
     pool.export().unwrap();
 }
 
@@ -101,11 +82,7 @@ fn a_search_reports_devices_it_cannot_use_and_why() {
     let (other, pool) = one_disk(dir.path(), "ok");
     pool.export().unwrap();
     std::fs::write(dir.path().join("notes.txt"), b"not a device").unwrap();
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&img)
-        .unwrap();
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(&img).unwrap();
     for base in [0, label1(&img)] {
         let mut area = vec![0u8; CONFIG_AREA];
         f.read_exact_at(&mut area, base).unwrap();
@@ -118,17 +95,10 @@ fn a_search_reports_devices_it_cannot_use_and_why() {
     let found = discover(&[dir.path().to_path_buf()]);
     assert_eq!(found.pools.len(), 1, "the good pool is listed");
     assert_eq!(found.pools[0].devices, vec![other]);
-    assert_eq!(
-        found.unusable.len(),
-        1,
-        "the text file is not a device: {found:?}"
-    );
+    assert_eq!(found.unusable.len(), 1, "the text file is not a device: {found:?}");
     assert_eq!(found.unusable[0].path, img);
     let why = &found.unusable[0].reason;
-    assert!(
-        why.contains("version 7") && why.contains("upgrade tarn"),
-        "{why}"
-    );
+    assert!(why.contains("version 7") && why.contains("upgrade tarn"), "{why}");
 }
 
 /// Defect 7.
@@ -150,15 +120,9 @@ fn label_fields_that_make_no_sense_are_refused_by_name() {
         reseal_labels(&img, change);
         let err = import(std::slice::from_ref(&img)).err().expect("refused");
         let msg = err.to_string();
-        assert!(
-            msg.contains(&format!("`{field}`")) && !msg.contains("truncated"),
-            "{field}: {msg}"
-        );
+        assert!(msg.contains(&format!("`{field}`")) && !msg.contains("truncated"), "{field}: {msg}");
         let found = discover(std::slice::from_ref(&img));
-        assert!(
-            found.pools.is_empty() && found.unusable.len() == 1,
-            "{field}"
-        );
+        assert!(found.pools.is_empty() && found.unusable.len() == 1, "{field}");
     }
 }
 
@@ -179,11 +143,7 @@ fn a_device_is_shown_by_the_path_it_was_imported_from() {
     // The labels now say where it is.
     let found = discover(std::slice::from_ref(&moved));
     let label = &found.pools[0].label;
-    let paths: Vec<String> = label.tree.tops[0]
-        .leaves()
-        .into_iter()
-        .map(|(_, p)| p)
-        .collect();
+    let paths: Vec<String> = label.tree.tops[0].leaves().into_iter().map(|(_, p)| p).collect();
     assert_eq!(paths, vec![path]);
 }
 
@@ -193,10 +153,7 @@ fn a_failed_create_leaves_no_image_file_and_a_retry_works() {
     let dir = tempfile::tempdir().unwrap();
     let img = dir.path().join("t.img");
     for size in [10 << 20, 0] {
-        let o = CreateOptions {
-            size: Some(size),
-            ..Default::default()
-        };
+        let o = CreateOptions { size: Some(size), ..Default::default() };
         let err = Pool::create("tank", &[VdevSpec::Disk(img.clone())], &o).err();
         assert!(matches!(err, Some(PoolError::TooSmall { .. })), "{err:?}");
         assert!(!img.exists(), "size {size}: the image file was left behind");
@@ -209,10 +166,7 @@ fn a_failed_create_leaves_no_image_file_and_a_retry_works() {
     assert!(Pool::create("tank", &specs, &opts()).is_err());
     assert!(!img.exists());
     assert_eq!(std::fs::read(&kept).unwrap(), b"someone's file");
-    Pool::create("tank", &[VdevSpec::Disk(img.clone())], &opts())
-        .unwrap()
-        .export()
-        .unwrap();
+    Pool::create("tank", &[VdevSpec::Disk(img.clone())], &opts()).unwrap().export().unwrap();
 }
 
 /// Defect 6.
@@ -226,32 +180,19 @@ fn a_device_given_twice_is_named_at_once() {
         vec![VdevSpec::Mirror(vec![img.clone(), img.clone()])],
         vec![VdevSpec::Disk(img.clone()), VdevSpec::Disk(twice.clone())],
     ] {
-        let err = Pool::create("tank", &specs, &opts())
-            .err()
-            .expect("refused");
+        let err = Pool::create("tank", &specs, &opts()).err().expect("refused");
         assert!(matches!(err, PoolError::DuplicateDevice(_)), "{err}");
         assert!(err.to_string().contains("given twice"), "{err}");
         assert!(!img.exists(), "nothing was created");
     }
-    let o = CreateOptions {
-        logs: vec![VdevSpec::Disk(img.clone())],
-        ..opts()
-    };
+    let o = CreateOptions { logs: vec![VdevSpec::Disk(img.clone())], ..opts() };
     let err = Pool::create("tank", &[VdevSpec::Disk(img.clone())], &o).err();
-    assert!(
-        matches!(err, Some(PoolError::DuplicateDevice(_))),
-        "{err:?}"
-    );
+    assert!(matches!(err, Some(PoolError::DuplicateDevice(_))), "{err:?}");
     assert!(started.elapsed().as_secs() < 3, "not a lock timeout");
     // Adding a pool's own device as its log.
     let (data, pool) = one_disk(dir.path(), "tank");
-    let err = pool
-        .add_logs(&[VdevSpec::Disk(data.clone())], false, None)
-        .err();
-    assert!(
-        matches!(err, Some(PoolError::DuplicateDevice(_))),
-        "{err:?}"
-    );
+    let err = pool.add_logs(&[VdevSpec::Disk(data.clone())], false, None).err();
+    assert!(matches!(err, Some(PoolError::DuplicateDevice(_))), "{err:?}");
 }
 
 /// Defect 8.
@@ -263,16 +204,10 @@ fn names_follow_zfs_rules_and_refuse_the_path_separator() {
         if good == "tank/a/b" {
             pool.create_dataset("tank/a").unwrap();
         }
-        pool.create_dataset(good)
-            .unwrap_or_else(|e| panic!("{good}: {e}"));
+        pool.create_dataset(good).unwrap_or_else(|e| panic!("{good}: {e}"));
     }
-    for bad in [
-        "tank/a:b", "tank/", "tank//x", "tank/.", "tank/..", "tank/-x", "tank/a b", "tank/é",
-    ] {
-        let err = pool
-            .create_dataset(bad)
-            .err()
-            .unwrap_or_else(|| panic!("{bad} accepted"));
+    for bad in ["tank/a:b", "tank/", "tank//x", "tank/.", "tank/..", "tank/-x", "tank/a b", "tank/é"] {
+        let err = pool.create_dataset(bad).err().unwrap_or_else(|| panic!("{bad} accepted"));
         assert!(matches!(err, PoolError::BadName(..)), "{bad}: {err}");
     }
     let colon = pool.create_dataset("tank/a:b").err().unwrap().to_string();
@@ -280,15 +215,10 @@ fn names_follow_zfs_rules_and_refuse_the_path_separator() {
     let long = format!("tank/{}", "x".repeat(251));
     assert!(pool.create_dataset(&long).is_err(), "256 characters");
     pool.create_dataset(&long[..255]).unwrap();
-    for bad_pool in [
-        "mirror", "mirror2", "raidz", "spare-1", "log", "1tank", "a:b",
-    ] {
+    for bad_pool in ["mirror", "mirror2", "raidz", "spare-1", "log", "1tank", "a:b"] {
         let img = dir.path().join("x.img");
         let err = Pool::create(bad_pool, &[VdevSpec::Disk(img.clone())], &opts()).err();
-        assert!(
-            matches!(err, Some(PoolError::BadName(..))),
-            "{bad_pool}: {err:?}"
-        );
+        assert!(matches!(err, Some(PoolError::BadName(..))), "{bad_pool}: {err:?}");
         assert!(!img.exists());
     }
 }
@@ -303,8 +233,7 @@ fn a_new_empty_pool_holds_no_data() {
     let pool = import(std::slice::from_ref(&img)).unwrap();
     assert!(!pool.holds_data().unwrap(), "after a re-import too");
     let ds = pool.dataset("tank").unwrap();
-    ds.create(ROOT_ID, b"f", NewObject::File, 0o644, 0, 0)
-        .unwrap();
+    ds.create(ROOT_ID, b"f", NewObject::File, 0o644, 0, 0).unwrap();
     assert!(pool.holds_data().unwrap(), "a file");
     ds.unlink(ROOT_ID, b"f").unwrap();
     drop(ds);

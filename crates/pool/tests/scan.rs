@@ -17,11 +17,7 @@ use tarn_dataset::{Dataset, FsError, NewObject, ROOT_ID};
 use tarn_pool::{CreateOptions, ImportOptions, Pool, ScanKind, ScanPace, ScanState, VdevSpec};
 
 fn flip(path: &Path, at: u64) {
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .unwrap();
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(path).unwrap();
     let mut b = [0u8; 1];
     f.read_exact_at(&mut b, at).unwrap();
     b[0] ^= 0x5a;
@@ -45,10 +41,7 @@ fn locate(path: &Path, needle: &[u8]) -> u64 {
 
 /// A pool of raw records (the test finds a file's bytes in the image).
 fn new_pool(specs: &[VdevSpec]) -> Pool {
-    let opts = CreateOptions {
-        size: Some(128 << 20),
-        ..Default::default()
-    };
+    let opts = CreateOptions { size: Some(128 << 20), ..Default::default() };
     let pool = Pool::create("tank", specs, &opts).unwrap();
     pool.set_property("tank", "compression", "off").unwrap();
     pool
@@ -62,14 +55,11 @@ fn mirror(dir: &Path) -> (PathBuf, PathBuf, Pool) {
 }
 
 fn import(paths: &[PathBuf]) -> Pool {
-    Pool::import_paths(paths, &ImportOptions::default())
-        .unwrap_or_else(|e| panic!("import failed: {e}"))
+    Pool::import_paths(paths, &ImportOptions::default()).unwrap_or_else(|e| panic!("import failed: {e}"))
 }
 
 fn write_file(ds: &Dataset, dir: u64, name: &str, data: &[u8]) -> u64 {
-    let a = ds
-        .create(dir, name.as_bytes(), NewObject::File, 0o644, 0, 0)
-        .unwrap();
+    let a = ds.create(dir, name.as_bytes(), NewObject::File, 0o644, 0, 0).unwrap();
     ds.write(a.ino, 0, data).unwrap();
     a.ino
 }
@@ -80,18 +70,11 @@ fn read_named(ds: &Dataset, name: &str) -> Result<Vec<u8>, FsError> {
 }
 
 fn checksum_errors(pool: &Pool) -> Vec<u64> {
-    pool.status()
-        .vdevs
-        .iter()
-        .flat_map(|t| t.leaves.iter().map(|l| l.checksum_errors))
-        .collect()
+    pool.status().vdevs.iter().flat_map(|t| t.leaves.iter().map(|l| l.checksum_errors)).collect()
 }
 
 /// A pace slow enough that a scan of a few megabytes takes many slices.
-const SLOW: ScanPace = ScanPace {
-    yield_to_demand: true,
-    bytes_per_sec: 2 << 20,
-};
+const SLOW: ScanPace = ScanPace { yield_to_demand: true, bytes_per_sec: 2 << 20 };
 
 #[test]
 fn a_background_scrub_repairs_a_mirror_while_writes_go_on() {
@@ -130,43 +113,25 @@ fn a_background_scrub_repairs_a_mirror_while_writes_go_on() {
         });
         pool.scrub_start().unwrap();
         let running = pool.scan().expect("a scrub was started");
-        assert_eq!(
-            (running.record.kind, running.record.state),
-            (ScanKind::Scrub, ScanState::Scanning)
-        );
-        assert!(
-            started.elapsed() < Duration::from_secs(2),
-            "scrub_start returns at once"
-        );
+        assert_eq!((running.record.kind, running.record.state), (ScanKind::Scrub, ScanState::Scanning));
+        assert!(started.elapsed() < Duration::from_secs(2), "scrub_start returns at once");
         let end = pool.scan_wait().expect("the scrub ends");
         stop.store(true, Ordering::Relaxed);
         end
     });
     assert_eq!(status.state, ScanState::Finished, "{status:?}");
     assert_eq!(status.errors, 0, "every block had a good copy: {status:?}");
-    assert_eq!(
-        status.bad_copies, 12,
-        "each damaged copy found once: {status:?}"
-    );
+    assert_eq!(status.bad_copies, 12, "each damaged copy found once: {status:?}");
     assert!(status.repaired >= 12 * 64, "{status:?}");
     assert!(status.examined >= 12 * 200_000 && status.ended >= status.started);
     for (side, at, want) in &spots {
-        assert_eq!(
-            &image_bytes(side, *at, 64),
-            want,
-            "repaired in {}",
-            side.display()
-        );
+        assert_eq!(&image_bytes(side, *at, 64), want, "repaired in {}", side.display());
     }
     for (i, f) in files.iter().enumerate() {
         assert_eq!(&read_named(&ds, &format!("f{i}")).unwrap(), f);
     }
     drop(ds);
-    assert_eq!(
-        pool.scrub().unwrap().checksum_errors_seen,
-        0,
-        "nothing left to repair"
-    );
+    assert_eq!(pool.scrub().unwrap().checksum_errors_seen, 0, "nothing left to repair");
 }
 
 #[test]
@@ -179,18 +144,9 @@ fn a_scrub_stopped_is_canceled_and_the_line_survives_export() {
     }
     drop(ds);
     pool.sync().unwrap();
-    assert!(matches!(
-        pool.scrub_stop(),
-        Err(tarn_pool::PoolError::NoScrub(_))
-    ));
+    assert!(matches!(pool.scrub_stop(), Err(tarn_pool::PoolError::NoScrub(_))));
     pool.scrub_start_with(SLOW).unwrap();
-    assert!(
-        matches!(
-            pool.scrub_start(),
-            Err(tarn_pool::PoolError::ScanInProgress { .. })
-        ),
-        "one scan at a time"
-    );
+    assert!(matches!(pool.scrub_start(), Err(tarn_pool::PoolError::ScanInProgress { .. })), "one scan at a time");
     std::thread::sleep(Duration::from_millis(300));
     pool.scrub_stop().unwrap();
     let s = pool.scan().unwrap();
@@ -199,10 +155,7 @@ fn a_scrub_stopped_is_canceled_and_the_line_survives_export() {
     pool.export().unwrap();
     let pool = import(&[a.clone(), b.clone()]);
     let after = pool.scan().expect("the scan line is kept in the pool");
-    assert_eq!(
-        after.record, s.record,
-        "export and import keep it as it was"
-    );
+    assert_eq!(after.record, s.record, "export and import keep it as it was");
 
     let done = pool.scrub().unwrap();
     assert_eq!(done.errors, 0);
@@ -210,10 +163,7 @@ fn a_scrub_stopped_is_canceled_and_the_line_survives_export() {
     pool.export().unwrap();
     let pool = import(&[a, b]);
     let kept = pool.scan().unwrap();
-    assert_eq!(
-        (kept.record.state, kept.running),
-        (ScanState::Finished, false)
-    );
+    assert_eq!((kept.record.state, kept.running), (ScanState::Finished, false));
     assert_eq!(kept.record, s);
 }
 
@@ -222,18 +172,10 @@ fn a_scrub_cut_short_by_a_close_resumes_and_counts_every_block_once() {
     let dir = tempfile::tempdir().unwrap();
     let (a, b, pool) = mirror(dir.path());
     let ds = pool.dataset("tank").unwrap();
-    let sub = ds
-        .create(ROOT_ID, b"sub", NewObject::Dir, 0o755, 0, 0)
-        .unwrap()
-        .ino;
+    let sub = ds.create(ROOT_ID, b"sub", NewObject::Dir, 0o755, 0, 0).unwrap().ino;
     for i in 0..40 {
         let parent = if i % 3 == 0 { sub } else { ROOT_ID };
-        write_file(
-            &ds,
-            parent,
-            &format!("f{i}"),
-            &common::noise(i, 100_000 + i as usize * 999),
-        );
+        write_file(&ds, parent, &format!("f{i}"), &common::noise(i, 100_000 + i as usize * 999));
     }
     drop(ds);
     pool.create_dataset("tank/db").unwrap();
@@ -249,29 +191,16 @@ fn a_scrub_cut_short_by_a_close_resumes_and_counts_every_block_once() {
     pool.close().unwrap();
     let pool = import(&[a.clone(), b.clone()]);
     let cut = pool.scan().unwrap();
-    assert_eq!(
-        (cut.record.state, cut.running),
-        (ScanState::Scanning, false),
-        "{cut:?}"
-    );
+    assert_eq!((cut.record.state, cut.running), (ScanState::Scanning, false), "{cut:?}");
     assert!(cut.record.bookmark.is_some(), "it knows where it stopped");
-    assert!(
-        cut.record.blocks > 0 && cut.record.blocks < full.blocks,
-        "{cut:?}"
-    );
+    assert!(cut.record.blocks > 0 && cut.record.blocks < full.blocks, "{cut:?}");
     // The holder of the pool resumes it; a background scan, at full speed here.
     pool.scrub_start_with(ScanPace::FULL_SPEED).unwrap();
     let end = pool.scan_wait().unwrap();
     assert_eq!(end.state, ScanState::Finished);
-    assert_eq!(
-        end.blocks, full.blocks,
-        "every block counted once: {end:?} vs {full:?}"
-    );
+    assert_eq!(end.blocks, full.blocks, "every block counted once: {end:?} vs {full:?}");
     // The same bytes but for the root block, which now also records the scan.
-    assert!(
-        end.examined.abs_diff(full.bytes) < 4096,
-        "{end:?} vs {full:?}"
-    );
+    assert!(end.examined.abs_diff(full.bytes) < 4096, "{end:?} vs {full:?}");
     assert!(end.started == cut.record.started, "the same scrub, resumed");
 }
 
@@ -282,10 +211,7 @@ fn status_v_names_the_files_with_permanent_errors() {
     let pool = new_pool(&[VdevSpec::Disk(img.clone())]);
     pool.create_dataset("tank/db").unwrap();
     let db = pool.dataset("tank/db").unwrap();
-    let sub = db
-        .create(ROOT_ID, b"data", NewObject::Dir, 0o755, 0, 0)
-        .unwrap()
-        .ino;
+    let sub = db.create(ROOT_ID, b"data", NewObject::Dir, 0o755, 0, 0).unwrap().ino;
     let bad = common::noise(7, 64 * 1024);
     let gone = common::noise(8, 64 * 1024);
     write_file(&db, sub, "ibdata1", &bad);
@@ -301,28 +227,15 @@ fn status_v_names_the_files_with_permanent_errors() {
     assert_eq!((status.state.as_str(), status.data_errors), ("ONLINE", 0));
     let db = pool.dataset("tank/db").unwrap();
     let ino = db.lookup(sub, b"ibdata1").unwrap().ino;
-    assert!(
-        common::read_file(&db, ino).is_err(),
-        "the damaged block is EIO"
-    );
-    assert_eq!(
-        pool.data_errors(),
-        1,
-        "a failed read goes into the error log"
-    );
-    assert_eq!(
-        pool.error_files(),
-        vec!["tank/db:/data/ibdata1".to_string()]
-    );
+    assert!(common::read_file(&db, ino).is_err(), "the damaged block is EIO");
+    assert_eq!(pool.data_errors(), 1, "a failed read goes into the error log");
+    assert_eq!(pool.error_files(), vec!["tank/db:/data/ibdata1".to_string()]);
 
     let scrub = pool.scrub().unwrap();
     assert_eq!(scrub.errors, 2, "{scrub:?}");
     assert_eq!(
         pool.status_verbose().error_files,
-        vec![
-            "tank/db:/data/ibdata1".to_string(),
-            "tank/db:/tmpfile".to_string()
-        ]
+        vec!["tank/db:/data/ibdata1".to_string(), "tank/db:/tmpfile".to_string()]
     );
     // Unlinked while open: the object has no path any more.
     let tmp = db.lookup(ROOT_ID, b"tmpfile").unwrap().ino;
@@ -343,15 +256,8 @@ fn status_v_names_the_files_with_permanent_errors() {
     );
     pool.clear_errors().unwrap();
     assert_eq!((pool.data_errors(), pool.error_files().len()), (0, 0));
-    assert_eq!(
-        pool.scrub().unwrap().errors,
-        1,
-        "still damaged: found again"
-    );
-    assert_eq!(
-        pool.error_files(),
-        vec!["tank/db:/data/ibdata1".to_string()]
-    );
+    assert_eq!(pool.scrub().unwrap().errors, 1, "still damaged: found again");
+    assert_eq!(pool.error_files(), vec!["tank/db:/data/ibdata1".to_string()]);
 }
 
 /// Writes into a pool whose side `b` is away, as the test of a resilver needs.
@@ -409,25 +315,12 @@ fn a_returning_mirror_side_is_resilvered_and_its_stale_copies_never_read() {
         assert_eq!(&read_named(&ds, name).unwrap(), data, "{name}");
     }
     let end = pool.scan_wait().expect("a resilver ran");
-    assert_eq!(
-        (end.kind, end.state, end.errors),
-        (ScanKind::Resilver, ScanState::Finished, 0)
-    );
-    assert!(
-        end.repaired >= 6 * 150_000,
-        "it copied what b missed: {end:?}"
-    );
+    assert_eq!((end.kind, end.state, end.errors), (ScanKind::Resilver, ScanState::Finished, 0));
+    assert!(end.repaired >= 6 * 150_000, "it copied what b missed: {end:?}");
     // Six new files of two 128K records, the rewritten record, and metadata; the five
     // old files b already has (another 600K) are not copied.
-    assert!(
-        end.repaired < 6 * 262_144 + 122_880 + 400_000,
-        "and not the blocks b already had: {end:?}"
-    );
-    assert_eq!(
-        checksum_errors(&pool),
-        vec![0, 0],
-        "no stale copy was trusted"
-    );
+    assert!(end.repaired < 6 * 262_144 + 122_880 + 400_000, "and not the blocks b already had: {end:?}");
+    assert_eq!(checksum_errors(&pool), vec![0, 0], "no stale copy was trusted");
     assert!(pool.status().vdevs[0].leaves[1].missed_txgs.is_none());
     drop(ds);
     pool.export().unwrap();
@@ -443,11 +336,7 @@ fn a_returning_mirror_side_is_resilvered_and_its_stale_copies_never_read() {
     }
     drop(f);
     let pool = import(&[a, b]);
-    assert_eq!(
-        pool.scan().map(|s| s.record.kind),
-        Some(ScanKind::Resilver),
-        "nothing new to do"
-    );
+    assert_eq!(pool.scan().map(|s| s.record.kind), Some(ScanKind::Resilver), "nothing new to do");
     let ds = pool.dataset("tank").unwrap();
     for (name, data) in &files {
         assert_eq!(&read_named(&ds, name).unwrap(), data, "{name} read from b");
@@ -460,21 +349,14 @@ fn a_resilver_cut_short_resumes_at_the_next_import() {
     let (a, b, files) = mirror_with_a_side_away(dir.path());
     let pool = import(&[a.clone(), b.clone()]);
     assert!(
-        matches!(
-            pool.scrub_start(),
-            Err(tarn_pool::PoolError::ScanInProgress { .. })
-        ) || pool
-            .scan()
-            .is_some_and(|s| s.record.state == ScanState::Finished)
+        matches!(pool.scrub_start(), Err(tarn_pool::PoolError::ScanInProgress { .. }))
+            || pool.scan().is_some_and(|s| s.record.state == ScanState::Finished)
     );
     pool.close().unwrap();
     // Whether it finished or not, after this import b is whole.
     let pool = import(&[a.clone(), b.clone()]);
     let end = pool.scan_wait().expect("a resilver ran");
-    assert_eq!(
-        (end.kind, end.state),
-        (ScanKind::Resilver, ScanState::Finished)
-    );
+    assert_eq!((end.kind, end.state), (ScanKind::Resilver, ScanState::Finished));
     assert!(pool.status().vdevs[0].leaves[1].missed_txgs.is_none());
     pool.export().unwrap();
     let pool = import(&[b]);

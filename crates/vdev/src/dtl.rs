@@ -24,10 +24,7 @@ pub(crate) struct Dtl {
 
 impl Default for Dtl {
     fn default() -> Self {
-        Dtl {
-            first: AtomicU64::new(u64::MAX),
-            last: AtomicU64::new(0),
-        }
+        Dtl { first: AtomicU64::new(u64::MAX), last: AtomicU64::new(0) }
     }
 }
 

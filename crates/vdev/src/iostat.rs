@@ -114,11 +114,7 @@ impl IoCounters {
         if traffic == Traffic::Demand {
             self.demand_in_flight.fetch_add(1, Ordering::Relaxed);
         }
-        Timing {
-            io: self,
-            traffic,
-            started: now_ns(),
-        }
+        Timing { io: self, traffic, started: now_ns() }
     }
 
     pub(crate) fn snapshot(&self) -> IoSnapshot {
@@ -138,10 +134,7 @@ impl IoCounters {
 
     /// Demand operations under way, and when the last one ended (`now_ns`; 0: never).
     pub(crate) fn demand(&self) -> (u32, u64) {
-        (
-            self.demand_in_flight.load(Ordering::Relaxed),
-            self.demand_last_ns.load(Ordering::Relaxed),
-        )
+        (self.demand_in_flight.load(Ordering::Relaxed), self.demand_last_ns.load(Ordering::Relaxed))
     }
 }
 
