@@ -129,7 +129,8 @@ impl Pool {
     pub fn import(devices: Vec<Arc<dyn BlockDevice>>, opts: &ImportOptions) -> Result<Pool, PoolError> {
         let labels = read_all_labels(&devices)?;
         let label = choose_label(&labels)?;
-        let refuse = |reason: ImportError| PoolError::CannotImport { pool: label.pool_name.clone(), reason };
+        let refuse =
+            |reason: ImportError| PoolError::CannotImport { pool: label.pool_name.clone(), reason: Box::new(reason) };
         let by_guid: BTreeMap<u64, Arc<dyn BlockDevice>> =
             labels.iter().map(|(d, l)| (l.label.vdev_guid, d.clone())).collect();
         let opened_label = with_opened_paths(&label, &by_guid);
@@ -294,7 +295,7 @@ fn read_all_labels(devices: &[Arc<dyn BlockDevice>]) -> Result<Vec<Labelled>, Po
         let asize = TopVdev::asize_of(dev.size(), l.label.ashift);
         if asize < l.label.asize {
             let reason = ImportError::Truncated { path: dev.path().into(), asize, needed: l.label.asize };
-            return Err(PoolError::CannotImport { pool: l.label.pool_name.clone(), reason });
+            return Err(PoolError::CannotImport { pool: l.label.pool_name.clone(), reason: Box::new(reason) });
         }
         labels.push((dev.clone(), l));
     }
@@ -310,12 +311,12 @@ fn choose_label(labels: &[Labelled]) -> Result<Label, PoolError> {
     let pool = first.label.pool_name.clone();
     if let Some((dev, other)) = labels.iter().find(|(_, l)| l.label.pool_guid != first.label.pool_guid) {
         let reason = ImportError::ForeignDevice { path: dev.path().into(), other: other.label.pool_name.clone() };
-        return Err(PoolError::CannotImport { pool, reason });
+        return Err(PoolError::CannotImport { pool, reason: Box::new(reason) });
     }
     let newest = labels.iter().max_by_key(|(_, l)| l.uberblocks.iter().map(|u| u.txg).max());
     let label = newest.map(|(_, l)| l.label.clone()).unwrap_or_else(|| first.label.clone());
     if label.state == LabelState::Destroyed {
-        return Err(PoolError::CannotImport { pool, reason: ImportError::Destroyed });
+        return Err(PoolError::CannotImport { pool, reason: Box::new(ImportError::Destroyed) });
     }
     Ok(label)
 }
