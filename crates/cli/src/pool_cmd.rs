@@ -425,6 +425,7 @@ enum Listed {
 fn statuses(pool: Option<&str>, verbose: bool) -> Result<Vec<Listed>, CliError> {
     let mut out = Vec::new();
     for name in access::pool_names(pool)? {
+        crate::scrub_cmd::refuse_if_scrubbing(&name)?;
         let got = with_pool(&name, |p| {
             Ok(if verbose {
                 p.status_verbose()
@@ -551,6 +552,7 @@ fn scan_lines(name: &str, scan: &ScanStatus) -> String {
             let left = match (scan.running, eta(r)) {
                 (true, Some(secs)) => format!("{} to go", format_duration(secs)),
                 (true, None) => "estimating the time left".into(),
+                (false, _) if kind == ScanKind::Resilver => "cut short by a close; it resumes at the next import".into(),
                 (false, _) => format!("cut short by a close; `tarn pool scrub {name}` resumes it"),
             };
             format!(

@@ -60,12 +60,13 @@ fn scrub_process(pool: &str) -> Option<u32> {
 /// This process's record as the scrub of a pool; removed when dropped.
 struct ScrubRecord(PathBuf);
 
-/// Refuses a second scrub process for `pool` (its devices are held: an open would
-/// only wait and fail).
-fn refuse_if_scrubbing(pool: &str) -> Result<(), CliError> {
+/// Refuses to open `pool` while a scrub process holds it (an open would only wait and
+/// fail), saying where its progress goes and how to stop it.
+pub fn refuse_if_scrubbing(pool: &str) -> Result<(), CliError> {
     match scrub_process(pool) {
         Some(pid) => Err(CliError::Refused(format!(
-            "a scrub of pool '{pool}' is running (pid {pid}); `tarn pool scrub -s {pool}` stops it"
+            "a scrub of pool '{pool}' is running (pid {pid}, progress in {}); `tarn pool scrub -s {pool}` stops it",
+            log_path(pool).display()
         ))),
         None => Ok(()),
     }

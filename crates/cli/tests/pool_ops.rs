@@ -143,6 +143,8 @@ fn a_scrub_in_its_own_process_is_stopped_with_s() {
     assert!(said.contains("started in the background"), "{said}");
     let err = env.fails(&["pool", "scrub", "-d", "tank"]);
     assert!(err.contains("is running (pid"), "one scrub at a time: {err}");
+    let err = env.fails(&["pool", "status", "tank"]);
+    assert!(err.contains("tank.scrub.log") && err.contains("scrub -s tank"), "who holds it: {err}");
     std::thread::sleep(Duration::from_millis(1500));
     let started = Instant::now();
     let out = env.ok(&["pool", "scrub", "-s", "tank"]);
