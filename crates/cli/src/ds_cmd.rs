@@ -24,24 +24,31 @@ pub fn run(cmd: DsCmd) -> Result<(), CliError> {
     }
 }
 
+/// `ds create [-o PROP=VALUE]… NAME`: every property is checked before the dataset
+/// exists, so a refused one creates nothing.
 fn create(options: &[String], name: &str) -> Result<(), CliError> {
     let assignments = options
         .iter()
         .map(|o| split_assignment(o))
         .collect::<Result<Vec<_>, _>>()?;
     with_pool_of(name, |pool| {
-        pool.create_dataset(name)?;
-        for (k, v) in assignments {
-            pool.set_property(name, k, v)?;
-        }
+        pool.create_dataset_with(name, &assignments)?;
         Ok(())
     })
 }
 
+/// The datasets of one pool or of every pool; a pool whose devices are gone is said to
+/// be unavailable (on stderr) and the others are listed.
 fn list(pool: Option<&str>, out: Output) -> Result<(), CliError> {
     let mut rows: Vec<DatasetInfo> = Vec::new();
     for name in access::pool_names(pool)? {
-        rows.extend(with_pool(&name, |p| Ok(p.datasets_info()))?);
+        match with_pool(&name, |p| Ok(p.datasets_info())) {
+            Ok(sets) => rows.extend(sets),
+            Err(e) if pool.is_none() && crate::pool_cmd::unavailable(&e) => {
+                eprintln!("tarn: pool '{name}' is unavailable: {}", e.one_line());
+            }
+            Err(e) => return Err(e),
+        }
     }
     if out.json {
         return print_json(&rows);

@@ -6,7 +6,9 @@
 //!
 //! | Room | Commands |
 //! |---|---|
-//! | `pool_cmd` | `pool create/add/import/export/destroy/status/list/scrub/clear` |
+//! | `pool_cmd` | `pool create/add/import/export/destroy/status/list/clear` |
+//! | `scrub_cmd` | `pool scrub` |
+//! | `iostat_cmd` | `pool iostat` |
 //! | `ds_cmd` | `ds create/destroy/list`, `set`, `get`, `inherit` |
 //! | `copy` | `put`, `cat`, `ls` |
 //! | `stats_cmd` | `stats`, `tune` |
@@ -32,12 +34,14 @@ mod copy;
 mod ds_cmd;
 mod error;
 mod exporter;
+mod iostat_cmd;
 mod manual;
 mod metrics;
 mod mount_all;
 mod mount_cmd;
 mod output;
 mod pool_cmd;
+mod scrub_cmd;
 mod space_check;
 mod stats_cmd;
 mod table;

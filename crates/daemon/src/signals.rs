@@ -58,8 +58,9 @@ fn termination_signals() -> libc::sigset_t {
 }
 
 /// Blocks the termination signals in this thread and, by inheritance, in every thread
-/// started afterwards, so they stay pending until the serve loop takes them.
-pub(crate) fn block_termination_signals() {
+/// started afterwards, so they stay pending until the serve loop takes them (a command
+/// that waits with `Termination` calls it before it starts any thread).
+pub fn block_termination_signals() {
     let set = termination_signals();
     // SAFETY: valid set, no old mask wanted.
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };

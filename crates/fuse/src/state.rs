@@ -184,7 +184,7 @@ pub fn wait_until_finished(r: &MountRecord, bound: Duration) -> Result<(), Mount
 }
 
 /// True if `pid` is a running (not zombie) process whose command is tarn's.
-fn process_is_tarn(pid: u32) -> bool {
+pub fn process_is_tarn(pid: u32) -> bool {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return false;
     };

@@ -11,17 +11,18 @@
 //! how many there were). A block that cannot be read, or whose bytes do not decode, is
 //! still visited (its pointer is as real as any), with the error; what it points to
 //! cannot be known and is not walked. A dnode that does not decode goes to the visitor's
-//! `bad_dnode`. The visitor steers with `Flow`: `Skip` leaves out what a block (or an
-//! object) points to, `Stop` ends the walk.
+//! `bad_dnode`. The visitor steers with `Flow`: from `enter` (before a block is read),
+//! `Skip` leaves out the block and its subtree; from `block` or `object`, `Skip` leaves
+//! out what a block (or an object) points to; `Stop` ends the walk.
 //!
-//! Users: import (claim every live block, rebuilding the space maps), scrub (read and
-//! verify every copy), the free of a destroyed dataset; later send, background scrub
-//! and the L2ARC rebuild.
+//! Users: import (claim every live block, rebuilding the space maps), the background
+//! scrub and resilver (resumed from a bookmark, pruned by birth txg through `enter`),
+//! the free of a destroyed dataset; later send and the L2ARC rebuild.
 //!
 //! Owns: the order of the walk and what is read on the way.
 //!
-//! Promises: each block reachable from the root through blocks that verify is visited
-//! exactly once, with its level, its index at that level (`blkid`: the record number at
+//! Promises: each block reachable from the root through blocks that verify, and not
+//! skipped by `enter`, is visited exactly once, with its level, its index at that level (`blkid`: the record number at
 //! level 0) and, inside an object set, its object (0 for the dnode table); no bytes that
 //! failed their checksum reach the visitor.
 //!
@@ -114,9 +115,27 @@ impl Visit<'_> {
     }
 }
 
+/// A block the walk is about to read (or visit unread).
+#[derive(Debug)]
+pub struct Entering<'a> {
+    pub bp: &'a BlockPtr,
+    /// As `Visit::object`.
+    pub object: Option<u64>,
+    pub level: u8,
+    pub blkid: u64,
+}
+
 /// What a walk calls. A closure `FnMut(&Visit) -> Flow` is a visitor that walks every
 /// object and passes over dnodes that do not decode.
 pub trait Visitor {
+    /// Before a block is read: `Skip` leaves it and everything under it out of the walk
+    /// (not read, not visited), `Stop` ends the walk. A scrub resumes at a bookmark and
+    /// paces its reads here; a resilver passes over subtrees born before the txgs it
+    /// copies (a block is never born before a block under it).
+    fn enter(&mut self, _block: &Entering<'_>) -> Flow {
+        Flow::Continue
+    }
+
     /// Every block, once, after it was read (if it was).
     fn block(&mut self, visit: &Visit<'_>) -> Flow;
 
@@ -207,6 +226,17 @@ impl Walker<'_> {
         blkid: u64,
         records: Records,
     ) -> Step {
+        let entering = Entering {
+            bp,
+            object,
+            level,
+            blkid,
+        };
+        match self.visitor.enter(&entering) {
+            Flow::Continue => {}
+            Flow::Skip => return ControlFlow::Continue(()),
+            Flow::Stop => return ControlFlow::Break(()),
+        }
         let visit = |outcome| Visit {
             bp,
             object,
@@ -548,6 +578,41 @@ mod tests {
             (Walked::Stopped, 3),
             "the walk ends at the first block of object 1"
         );
+    }
+
+    #[test]
+    fn enter_skips_a_block_and_its_subtree_before_reading_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (zio, _) = zio(&dir, 1);
+        let set = object_set(&zio);
+
+        /// Skips object 1's level-1 block 0 (records 0 and 1), stops at object 70.
+        struct Pruner(Vec<(Option<u64>, u8, u64)>);
+        impl Visitor for Pruner {
+            fn enter(&mut self, b: &Entering<'_>) -> Flow {
+                match (b.object, b.level, b.blkid) {
+                    (Some(1), 1, 0) => Flow::Skip,
+                    (Some(70), _, _) => Flow::Stop,
+                    _ => Flow::Continue,
+                }
+            }
+            fn block(&mut self, v: &Visit<'_>) -> Flow {
+                self.0.push((v.object, v.level, v.blkid));
+                Flow::Continue
+            }
+        }
+        let mut p = Pruner(Vec::new());
+        let walked = walk(&zio, Start::ObjSet(&set.meta), Options::default(), &mut p);
+        assert_eq!(walked, Walked::Stopped);
+        assert!(p.0.contains(&(Some(1), 0, 600)));
+        assert!(
+            !p.0.iter()
+                .any(|&(o, l, b)| o == Some(1) && l <= 1 && b <= 1 && (l, b) != (1, 1)),
+            "nothing under the skipped block is visited: {:?}",
+            p.0
+        );
+        assert!(!p.0.iter().any(|&(o, _, _)| o == Some(70)));
+        assert_eq!(crate::tree::span(1), FANOUT);
     }
 
     #[test]

@@ -20,7 +20,8 @@
 //!   3. the intent log gives the head its chain continues from, and the log blocks no
 //!      longer needed after N commits are freed (deferred);
 //!   4. the MOS (the pool's root: datasets, their dnode-table roots, device error
-//!      counters, the log head) is written, and the previous MOS freed (deferred);
+//!      counters, the log head, the scan's record, the error log, the txgs mirror sides
+//!      missed) is written, and the previous MOS freed (deferred);
 //!   5. one flush of every device: every block N wrote is durable;
 //!   6. the uberblock of N is written to both labels of every device, each flushed. This
 //!      is the commit point;
@@ -212,6 +213,21 @@ impl Inner {
                 )
             })
             .collect();
+        let missed_txgs = self
+            .ctx
+            .zio
+            .vdevs
+            .leaves()
+            .filter_map(|l| l.missed_txgs().map(|(a, b)| (l.guid.to_string(), [a, b])))
+            .collect();
+        self.absorb_failed_reads();
+        let (errlog, errlog_last) = {
+            let log = self.errlog.lock();
+            (
+                log.current.iter().copied().collect(),
+                log.last.iter().copied().collect(),
+            )
+        };
         Mos {
             version: MOS_VERSION,
             pool_name: self.name.clone(),
@@ -220,6 +236,10 @@ impl Inner {
             datasets,
             errors,
             zil: None,
+            scan: self.scan.record(),
+            errlog,
+            errlog_last,
+            missed_txgs,
         }
     }
 }
