@@ -28,14 +28,7 @@ pub fn mount(
             "--also {other}: not a dataset of pool '{pool}' (one daemon serves one pool)"
         )));
     }
-    let req = tarn_fuse::MountRequest {
-        dataset,
-        mountpoint,
-        foreground,
-        threads,
-        more: also,
-        options,
-    };
+    let req = tarn_fuse::MountRequest { dataset, mountpoint, foreground, threads, more: also, options };
     let open = || {
         let p = access::open(&pool)?;
         // In the background, behind the database's I/O; a failure to resume is no

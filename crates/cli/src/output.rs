@@ -37,12 +37,7 @@ pub fn format_time(unix_secs: u64) -> String {
             return unix_secs.to_string();
         }
         let mut buf = [0u8; 64];
-        let n = libc::strftime(
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            c"%a %b %e %H:%M:%S %Y".as_ptr(),
-            &tm,
-        );
+        let n = libc::strftime(buf.as_mut_ptr().cast(), buf.len(), c"%a %b %e %H:%M:%S %Y".as_ptr(), &tm);
         String::from_utf8_lossy(&buf[..n]).into_owned()
     }
 }
@@ -80,15 +75,8 @@ mod tests {
 
     #[test]
     fn sizes_are_exact_with_p_and_human_without() {
-        let human = Output {
-            scripted: false,
-            parsable: false,
-            json: false,
-        };
-        let exact = Output {
-            parsable: true,
-            ..human
-        };
+        let human = Output { scripted: false, parsable: false, json: false };
+        let exact = Output { parsable: true, ..human };
         assert_eq!(exact.size(1536 << 20), (1536u64 << 20).to_string());
         assert_eq!(human.size(1536 << 20), format_size(1536 << 20));
         assert_ne!(human.size(1536 << 20), exact.size(1536 << 20));

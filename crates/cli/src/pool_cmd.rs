@@ -20,8 +20,8 @@ use std::path::PathBuf;
 
 use tarn_dataset::props::{format_size, parse_size};
 use tarn_pool::{
-    CreateOptions, ImportOptions, LeafHealth, Pool, PoolError, PoolStatus, ScanKind, ScanState,
-    ScanStatus, TopStatus, VdevError, VdevSpec,
+    CreateOptions, ImportOptions, LeafHealth, Pool, PoolError, PoolStatus, ScanKind, ScanState, ScanStatus, TopStatus,
+    VdevError, VdevSpec,
 };
 
 use crate::access::{self, with_pool};
@@ -36,43 +36,19 @@ use crate::table::Table;
 
 pub fn run(cmd: PoolCmd) -> Result<(), CliError> {
     match cmd {
-        PoolCmd::Create {
-            force,
-            options,
-            size,
-            pool,
-            vdevs,
-        } => create(force, &options, size.as_deref(), &pool, &vdevs),
-        PoolCmd::Add {
-            force,
-            size,
-            pool,
-            vdevs,
-        } => add_logs(force, size.as_deref(), &pool, &vdevs),
+        PoolCmd::Create { force, options, size, pool, vdevs } => {
+            create(force, &options, size.as_deref(), &pool, &vdevs)
+        }
+        PoolCmd::Add { force, size, pool, vdevs } => add_logs(force, size.as_deref(), &pool, &vdevs),
         PoolCmd::Import { dirs, pool, json } => import(&dirs, pool.as_deref(), json),
         PoolCmd::Export { pool } => export(&pool),
         PoolCmd::Destroy { force, pool } => destroy(force, &pool),
         PoolCmd::Status { verbose, pool, out } => status(pool.as_deref(), verbose, out),
         PoolCmd::List { out } => list(out),
-        PoolCmd::Iostat {
-            verbose,
-            latency,
-            scripted,
-            parsable,
-            words,
-        } => iostat_cmd::run(iostat_cmd::Request {
-            verbose,
-            latency,
-            scripted,
-            parsable,
-            words,
-        }),
-        PoolCmd::Scrub {
-            stop,
-            detach,
-            pool,
-            json,
-        } => crate::scrub_cmd::run(&pool, stop, detach, json),
+        PoolCmd::Iostat { verbose, latency, scripted, parsable, words } => {
+            iostat_cmd::run(iostat_cmd::Request { verbose, latency, scripted, parsable, words })
+        }
+        PoolCmd::Scrub { stop, detach, pool, json } => crate::scrub_cmd::run(&pool, stop, detach, json),
         PoolCmd::Clear { pool } => with_pool(&pool, |p| Ok(p.clear_errors()?)),
     }
 }
@@ -95,52 +71,31 @@ fn export(name: &str) -> Result<(), CliError> {
     match access::open(name) {
         Ok(p) => p.export()?,
         Err(e) if unavailable(&e) => {
-            eprintln!(
-                "tarn: pool '{name}' is unavailable ({}); forgetting it",
-                e.one_line()
-            );
+            eprintln!("tarn: pool '{name}' is unavailable ({}); forgetting it", e.one_line());
         }
         Err(e) => return Err(e),
     }
     access::forget(name)
 }
 
-fn create(
-    force: bool,
-    options: &[String],
-    size: Option<&str>,
-    name: &str,
-    vdevs: &[String],
-) -> Result<(), CliError> {
-    let mut opts = CreateOptions {
-        force,
-        size: size.map(parse_size_flag).transpose()?,
-        ..Default::default()
-    };
+fn create(force: bool, options: &[String], size: Option<&str>, name: &str, vdevs: &[String]) -> Result<(), CliError> {
+    let mut opts = CreateOptions { force, size: size.map(parse_size_flag).transpose()?, ..Default::default() };
     for o in options {
         match o.split_once('=') {
             Some(("ashift", v)) => {
-                opts.ashift = v.parse().map_err(|_| {
-                    CliError::Usage(format!("invalid ashift '{v}': use a number from 9 to 16"))
-                })?;
+                opts.ashift = v
+                    .parse()
+                    .map_err(|_| CliError::Usage(format!("invalid ashift '{v}': use a number from 9 to 16")))?;
             }
-            _ => {
-                return Err(CliError::Usage(format!(
-                    "unknown pool option '{o}'; supported: ashift=N"
-                )))
-            }
+            _ => return Err(CliError::Usage(format!("unknown pool option '{o}'; supported: ashift=N"))),
         }
     }
     let (specs, logs) = split_logs(vdevs)?;
     if specs.is_empty() {
-        return Err(CliError::Usage(
-            "a pool needs at least one data device before `log`".into(),
-        ));
+        return Err(CliError::Usage("a pool needs at least one data device before `log`".into()));
     }
     if access::is_imported(name)? {
-        return Err(CliError::Refused(format!(
-            "pool '{name}' is already imported on this machine"
-        )));
+        return Err(CliError::Refused(format!("pool '{name}' is already imported on this machine")));
     }
     opts.logs = logs;
     space_check::warn_if_images_outgrow_free_space(specs.iter().chain(&opts.logs), opts.size);
@@ -154,9 +109,7 @@ fn add_logs(force: bool, size: Option<&str>, pool: &str, vdevs: &[String]) -> Re
     let size = size.map(parse_size_flag).transpose()?;
     let (data, logs) = split_logs(vdevs)?;
     if !data.is_empty() || logs.is_empty() {
-        return Err(CliError::Usage(
-            "only log devices can be added: tarn pool add POOL log DEV...".into(),
-        ));
+        return Err(CliError::Usage("only log devices can be added: tarn pool add POOL log DEV...".into()));
     }
     let pool_handle = access::open(pool)?;
     space_check::warn_if_images_outgrow_free_space(&logs, size);
@@ -170,7 +123,10 @@ fn destroy(force: bool, name: &str) -> Result<(), CliError> {
     let p = match access::open(name) {
         Ok(p) => p,
         Err(e) if unavailable(&e) && force => {
-            eprintln!("tarn: pool '{name}' is unavailable ({}); forgetting it, its devices are not written", e.one_line());
+            eprintln!(
+                "tarn: pool '{name}' is unavailable ({}); forgetting it, its devices are not written",
+                e.one_line()
+            );
             return access::forget(name);
         }
         Err(e) if unavailable(&e) => {
@@ -183,12 +139,7 @@ fn destroy(force: bool, name: &str) -> Result<(), CliError> {
     };
     if !force && p.holds_data()? {
         let datasets = p.dataset_names().len();
-        let used: u64 = p
-            .datasets_info()
-            .iter()
-            .filter(|d| d.name == name)
-            .map(|d| d.used)
-            .sum();
+        let used: u64 = p.datasets_info().iter().filter(|d| d.name == name).map(|d| d.used).sum();
         p.close()?;
         return Err(CliError::Refused(format!(
             "pool '{name}' holds data ({datasets} datasets, {} used); use -f to destroy it",
@@ -200,8 +151,7 @@ fn destroy(force: bool, name: &str) -> Result<(), CliError> {
 }
 
 fn parse_size_flag(s: &str) -> Result<u64, CliError> {
-    parse_size(s)
-        .ok_or_else(|| CliError::Usage(format!("invalid --size '{s}': use a size like 512M, 4G")))
+    parse_size(s).ok_or_else(|| CliError::Usage(format!("invalid --size '{s}': use a size like 512M, 4G")))
 }
 
 /// Parses "DEV... mirror DEV DEV..." into vdev specs (paths made absolute).
@@ -217,9 +167,7 @@ fn parse_vdevs(words: &[String]) -> Result<Vec<VdevSpec>, CliError> {
                 i += 1;
             }
             if children.len() < 2 {
-                return Err(CliError::Usage(
-                    "a mirror needs at least two devices: mirror DEV DEV".into(),
-                ));
+                return Err(CliError::Usage("a mirror needs at least two devices: mirror DEV DEV".into()));
             }
             specs.push(VdevSpec::Mirror(children));
         } else {
@@ -233,9 +181,7 @@ fn parse_vdevs(words: &[String]) -> Result<Vec<VdevSpec>, CliError> {
 /// Splits "DEV... log DEV..." into data and log vdev specs.
 fn split_logs(words: &[String]) -> Result<(Vec<VdevSpec>, Vec<VdevSpec>), CliError> {
     match words.iter().position(|w| w == "log") {
-        Some(at) if at + 1 == words.len() => Err(CliError::Usage(
-            "`log` needs at least one device after it".into(),
-        )),
+        Some(at) if at + 1 == words.len() => Err(CliError::Usage("`log` needs at least one device after it".into())),
         Some(at) => Ok((parse_vdevs(&words[..at])?, parse_vdevs(&words[at + 1..])?)),
         None => Ok((parse_vdevs(words)?, Vec::new())),
     }
@@ -251,28 +197,17 @@ fn spec_paths(spec: &VdevSpec) -> Vec<PathBuf> {
 /// Without POOL: lists the pools found on the devices. With POOL (a name or an id):
 /// imports it, remembers it, and mounts its datasets that have a mountpoint.
 fn import(dirs: &[PathBuf], pool: Option<&str>, json: bool) -> Result<(), CliError> {
-    let dirs: Vec<PathBuf> = if dirs.is_empty() {
-        vec![PathBuf::from("/dev")]
-    } else {
-        dirs.iter().map(|d| absolute(d)).collect()
-    };
+    let dirs: Vec<PathBuf> =
+        if dirs.is_empty() { vec![PathBuf::from("/dev")] } else { dirs.iter().map(|d| absolute(d)).collect() };
     let found = tarn_pool::discover(&dirs);
     let Some(want) = pool else {
         let cache = crate::cache::Cache::load()?;
         let imported: Vec<u64> = cache.pools.values().map(|c| c.guid).collect();
-        let importable: Vec<tarn_pool::Discovered> = found
-            .pools
-            .iter()
-            .filter(|d| !imported.contains(&d.guid))
-            .cloned()
-            .collect();
+        let importable: Vec<tarn_pool::Discovered> =
+            found.pools.iter().filter(|d| !imported.contains(&d.guid)).cloned().collect();
         return list_importable(&importable, &found.unusable, json);
     };
-    let matching: Vec<_> = found
-        .pools
-        .iter()
-        .filter(|d| d.name == want || d.guid.to_string() == want)
-        .collect();
+    let matching: Vec<_> = found.pools.iter().filter(|d| d.name == want || d.guid.to_string() == want).collect();
     let d = match matching.as_slice() {
         [] => {
             return Err(CliError::Refused(format!(
@@ -289,10 +224,7 @@ fn import(dirs: &[PathBuf], pool: Option<&str>, json: bool) -> Result<(), CliErr
         }
     };
     if access::is_imported(&d.name)? {
-        return Err(CliError::Refused(format!(
-            "a pool named '{}' is already imported on this machine",
-            d.name
-        )));
+        return Err(CliError::Refused(format!("a pool named '{}' is already imported on this machine", d.name)));
     }
     let p = Pool::import_paths(&d.devices, &ImportOptions::default())?;
     access::remember(&p, d.devices.clone())?;
@@ -315,10 +247,7 @@ fn list_importable(
     json: bool,
 ) -> Result<(), CliError> {
     if found.is_empty() && !unusable.is_empty() {
-        return Err(CliError::Refused(format!(
-            "no pools available to import{}",
-            unusable_note(unusable)
-        )));
+        return Err(CliError::Refused(format!("no pools available to import{}", unusable_note(unusable))));
     }
     for u in unusable {
         eprintln!("tarn: cannot use {}", u.reason);
@@ -370,41 +299,29 @@ pub(crate) fn mount_at_import(pool: &str, mut to_mount: Vec<(String, PathBuf)>) 
         return Ok(());
     }
     for (ds, mp) in &to_mount {
-        std::fs::create_dir_all(mp).map_err(|e| {
-            CliError::host(
-                format!("cannot create mountpoint {} of {ds}", mp.display()),
-                e,
-            )
-        })?;
+        std::fs::create_dir_all(mp)
+            .map_err(|e| CliError::host(format!("cannot create mountpoint {} of {ds}", mp.display()), e))?;
     }
     let (first, _) = to_mount.remove(0);
     // A fresh `tarn mount` process: this one has threads now (the import used the
     // pool), and the mount daemon must fork before any thread exists.
-    let exe =
-        std::env::current_exe().map_err(|e| CliError::host("cannot find the tarn binary", e))?;
+    let exe = std::env::current_exe().map_err(|e| CliError::host("cannot find the tarn binary", e))?;
     let mut cmd = std::process::Command::new(exe);
     cmd.args(["mount", first.as_str()]);
     for (ds, _) in &to_mount {
         cmd.args(["--also", ds.as_str()]);
     }
-    let out = cmd
-        .output()
-        .map_err(|e| CliError::host("cannot run tarn mount", e))?;
+    let out = cmd.output().map_err(|e| CliError::host("cannot run tarn mount", e))?;
     if out.status.success() {
         return Ok(());
     }
     let msg = String::from_utf8_lossy(&out.stderr);
     let msg = msg.trim().trim_start_matches("tarn: ");
-    Err(CliError::Refused(format!(
-        "pool '{pool}' is imported, but mounting its datasets failed: {msg}"
-    )))
+    Err(CliError::Refused(format!("pool '{pool}' is imported, but mounting its datasets failed: {msg}")))
 }
 
 fn join_paths(p: &[PathBuf]) -> String {
-    p.iter()
-        .map(|p| p.display().to_string())
-        .collect::<Vec<_>>()
-        .join(", ")
+    p.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
 }
 
 /// A remembered pool as a listing shows it.
@@ -426,20 +343,10 @@ fn statuses(pool: Option<&str>, verbose: bool) -> Result<Vec<Listed>, CliError> 
     let mut out = Vec::new();
     for name in access::pool_names(pool)? {
         crate::scrub_cmd::refuse_if_scrubbing(&name)?;
-        let got = with_pool(&name, |p| {
-            Ok(if verbose {
-                p.status_verbose()
-            } else {
-                p.status()
-            })
-        });
+        let got = with_pool(&name, |p| Ok(if verbose { p.status_verbose() } else { p.status() }));
         out.push(match got {
             Ok(s) => Listed::Open(Box::new(s)),
-            Err(e) if unavailable(&e) => Listed::Unavail {
-                name,
-                state: "UNAVAIL",
-                reason: e.one_line(),
-            },
+            Err(e) if unavailable(&e) => Listed::Unavail { name, state: "UNAVAIL", reason: e.one_line() },
             Err(e) => return Err(e),
         });
     }
@@ -459,11 +366,13 @@ fn status(pool: Option<&str>, verbose: bool, out: Output) -> Result<(), CliError
         match listed {
             Listed::Open(s) => print_status(s, verbose),
             Listed::Unavail { name, reason, .. } => {
-                println!("  pool: {name}
+                println!(
+                    "  pool: {name}
  state: UNAVAIL
 status: {reason}
 action: reattach the devices and run `tarn pool import -d DIR {name}`, or `tarn pool export {name}` to forget it
-");
+"
+                );
             }
         }
     }
@@ -472,21 +381,12 @@ action: reattach the devices and run `tarn pool import -d DIR {name}`, or `tarn 
 
 /// READ, WRITE and CKSUM error counts of a top-level vdev (its leaves summed).
 fn top_errors(top: &TopStatus) -> [u64; 3] {
-    top.leaves.iter().fold([0; 3], |a, l| {
-        [
-            a[0] + l.read_errors,
-            a[1] + l.write_errors,
-            a[2] + l.checksum_errors,
-        ]
-    })
+    top.leaves.iter().fold([0; 3], |a, l| [a[0] + l.read_errors, a[1] + l.write_errors, a[2] + l.checksum_errors])
 }
 
 /// READ, WRITE and CKSUM error counts of the whole pool.
 fn pool_errors(s: &PoolStatus) -> [u64; 3] {
-    s.vdevs
-        .iter()
-        .map(top_errors)
-        .fold([0; 3], |a, e| [a[0] + e[0], a[1] + e[1], a[2] + e[2]])
+    s.vdevs.iter().map(top_errors).fold([0; 3], |a, e| [a[0] + e[0], a[1] + e[1], a[2] + e[2]])
 }
 
 /// The `status:` and `action:` lines zpool shows for a pool that needs attention.
@@ -496,9 +396,7 @@ fn attention(s: &PoolStatus) -> Option<(String, String)> {
     if let Some(reason) = &s.suspended {
         return Some((
             format!("suspended: {reason}"),
-            format!(
-                "export and import the pool (`tarn pool export {name}`) once the cause is fixed"
-            ),
+            format!("export and import the pool (`tarn pool export {name}`) once the cause is fixed"),
         ));
     }
     if leaves().any(|l| l.health != LeafHealth::Online) {
@@ -509,7 +407,8 @@ fn attention(s: &PoolStatus) -> Option<(String, String)> {
     }
     if s.data_errors > 0 {
         return Some((
-            "One or more devices has experienced an error resulting in data corruption. Applications may be affected.".into(),
+            "One or more devices has experienced an error resulting in data corruption. Applications may be affected."
+                .into(),
             "Restore the file in question if possible. Otherwise restore the entire pool from backup.".into(),
         ));
     }
@@ -528,23 +427,15 @@ fn scan_lines(name: &str, scan: &ScanStatus) -> String {
     let took = format_duration(r.active_secs);
     let ended = format_time(r.ended);
     match (r.kind, r.state) {
-        (ScanKind::Scrub, ScanState::Finished) => format!(
-            "scrub repaired {} in {took} with {} errors on {ended}",
-            format_size(r.repaired),
-            r.errors
-        ),
-        (ScanKind::Resilver, ScanState::Finished) => format!(
-            "resilvered {} in {took} with {} errors on {ended}",
-            format_size(r.repaired),
-            r.errors
-        ),
+        (ScanKind::Scrub, ScanState::Finished) => {
+            format!("scrub repaired {} in {took} with {} errors on {ended}", format_size(r.repaired), r.errors)
+        }
+        (ScanKind::Resilver, ScanState::Finished) => {
+            format!("resilvered {} in {took} with {} errors on {ended}", format_size(r.repaired), r.errors)
+        }
         (kind, ScanState::Canceled) => format!("{kind} canceled on {ended}"),
         (kind, ScanState::Scanning) => {
-            let rate = if r.active_secs > 0.0 {
-                (r.examined as f64 / r.active_secs) as u64
-            } else {
-                0
-            };
+            let rate = if r.active_secs > 0.0 { (r.examined as f64 / r.active_secs) as u64 } else { 0 };
             let done = match kind {
                 ScanKind::Scrub => "repaired",
                 ScanKind::Resilver => "resilvered",
@@ -552,7 +443,9 @@ fn scan_lines(name: &str, scan: &ScanStatus) -> String {
             let left = match (scan.running, eta(r)) {
                 (true, Some(secs)) => format!("{} to go", format_duration(secs)),
                 (true, None) => "estimating the time left".into(),
-                (false, _) if kind == ScanKind::Resilver => "cut short by a close; it resumes at the next import".into(),
+                (false, _) if kind == ScanKind::Resilver => {
+                    "cut short by a close; it resumes at the next import".into()
+                }
                 (false, _) => format!("cut short by a close; `tarn pool scrub {name}` resumes it"),
             };
             format!(
@@ -583,14 +476,7 @@ fn print_status(s: &PoolStatus, verbose: bool) {
     let mut t = Table::new(&["NAME", "STATE", "READ", "WRITE", "CKSUM", ""]);
     let counts = |e: [u64; 3]| e.map(|n| n.to_string());
     let [r, w, c] = counts(pool_errors(s));
-    t.row(vec![
-        s.name.clone(),
-        s.state.clone(),
-        r,
-        w,
-        c,
-        String::new(),
-    ]);
+    t.row(vec![s.name.clone(), s.state.clone(), r, w, c, String::new()]);
     let mut logs_header = false;
     for top in &s.vdevs {
         if top.log && !logs_header {
@@ -608,10 +494,8 @@ fn print_status(s: &PoolStatus, verbose: bool) {
         for l in &top.leaves {
             let indent = if mirror { "    " } else { "  " };
             // The health word as the JSON output spells it (ONLINE, DEGRADED…).
-            let health = serde_json::to_value(l.health)
-                .ok()
-                .and_then(|v| v.as_str().map(String::from))
-                .unwrap_or_default();
+            let health =
+                serde_json::to_value(l.health).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
             let [r, w, c] = counts([l.read_errors, l.write_errors, l.checksum_errors]);
             let note = match l.missed_txgs {
                 Some((first, last)) => format!("(resilvering: missed txgs {first}-{last})"),
@@ -666,20 +550,9 @@ fn list(out: Output) -> Result<(), CliError> {
                     s.state.clone(),
                 ]);
             }
-            Listed::Unavail {
-                name,
-                state,
-                reason,
-            } => {
+            Listed::Unavail { name, state, reason } => {
                 let dash = || "-".to_string();
-                t.row(vec![
-                    name.clone(),
-                    dash(),
-                    dash(),
-                    dash(),
-                    dash(),
-                    state.to_string(),
-                ]);
+                t.row(vec![name.clone(), dash(), dash(), dash(), dash(), state.to_string()]);
                 if !out.scripted {
                     eprintln!("tarn: pool '{name}' is unavailable: {reason}");
                 }
@@ -700,16 +573,10 @@ mod tests {
 
     #[test]
     fn device_words_become_data_and_log_vdevs() {
-        let (data, logs) =
-            split_logs(&words("/a mirror /b /c log mirror /d /e")).expect("well formed");
-        assert!(
-            matches!(data.as_slice(), [VdevSpec::Disk(_), VdevSpec::Mirror(m)] if m.len() == 2)
-        );
+        let (data, logs) = split_logs(&words("/a mirror /b /c log mirror /d /e")).expect("well formed");
+        assert!(matches!(data.as_slice(), [VdevSpec::Disk(_), VdevSpec::Mirror(m)] if m.len() == 2));
         assert!(matches!(logs.as_slice(), [VdevSpec::Mirror(m)] if m.len() == 2));
-        assert_eq!(
-            spec_paths(&data[1]),
-            vec![PathBuf::from("/b"), PathBuf::from("/c")]
-        );
+        assert_eq!(spec_paths(&data[1]), vec![PathBuf::from("/b"), PathBuf::from("/c")]);
     }
 
     #[test]

@@ -69,10 +69,8 @@ pub fn block_termination_signals() {
 /// Waits up to `timeout` for a (blocked) termination signal; Some(signal) if one came.
 fn wait_signal(timeout: Duration) -> Option<i32> {
     let set = termination_signals();
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs() as libc::time_t,
-        tv_nsec: timeout.subsec_nanos() as libc::c_long,
-    };
+    let ts =
+        libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as libc::c_long };
     // SAFETY: valid set and timespec; no siginfo wanted.
     let sig = unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &ts) };
     (sig > 0).then_some(sig)

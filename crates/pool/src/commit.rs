@@ -74,21 +74,12 @@ impl SyncTarget for Inner {
         let mut datasets = Vec::new();
         for (name, (meta, ds)) in sets.iter() {
             if let Err(source) = ds.quiesce(txg) {
-                self.quiesce_error
-                    .lock()
-                    .get_or_insert(CommitError::Dataset {
-                        dataset: name.clone(),
-                        source,
-                    });
+                self.quiesce_error.lock().get_or_insert(CommitError::Dataset { dataset: name.clone(), source });
             }
             datasets.push((name.clone(), meta.clone(), ds.clone()));
         }
         let destroyed = std::mem::take(&mut *self.destroy_queue.lock());
-        *self.frozen.lock() = Some(Frozen {
-            datasets,
-            destroyed,
-            next_dataset_id: *self.next_dataset_id.lock(),
-        });
+        *self.frozen.lock() = Some(Frozen { datasets, destroyed, next_dataset_id: *self.next_dataset_id.lock() });
     }
 
     fn sync(&self, txg: u64) -> Result<(), CommitError> {
@@ -105,10 +96,7 @@ impl Inner {
     fn write_txg(&self, txg: u64, frozen: &Frozen) -> Result<(), CommitError> {
         let zio = &self.ctx.zio;
         for (name, _, ds) in &frozen.datasets {
-            let synced = ds.sync(txg).map_err(|source| CommitError::Dataset {
-                dataset: name.clone(),
-                source,
-            })?;
+            let synced = ds.sync(txg).map_err(|source| CommitError::Dataset { dataset: name.clone(), source })?;
             // The txg's free list: zio's deferred frees, released only once this txg
             // has committed (step 7).
             for bp in synced.blocks_to_free() {
@@ -145,15 +133,10 @@ impl Inner {
     /// next import rebuilds the space maps.
     fn free_destroyed(&self, meta: &Dnode) {
         let zio = &self.ctx.zio;
-        traverse::walk(
-            zio,
-            Start::ObjSet(meta),
-            Options::default(),
-            &mut |v: &Visit| {
-                zio.free(v.bp);
-                Flow::Continue
-            },
-        );
+        traverse::walk(zio, Start::ObjSet(meta), Options::default(), &mut |v: &Visit| {
+            zio.free(v.bp);
+            Flow::Continue
+        });
     }
 
     /// The log head this txg's root names; the log blocks it no longer needs are freed.
@@ -207,10 +190,7 @@ impl Inner {
             .leaves()
             .map(|l| {
                 let s = l.status();
-                (
-                    l.guid.to_string(),
-                    [s.read_errors, s.write_errors, s.checksum_errors],
-                )
+                (l.guid.to_string(), [s.read_errors, s.write_errors, s.checksum_errors])
             })
             .collect();
         let missed_txgs = self
@@ -223,10 +203,7 @@ impl Inner {
         self.absorb_failed_reads();
         let (errlog, errlog_last) = {
             let log = self.errlog.lock();
-            (
-                log.current.iter().copied().collect(),
-                log.last.iter().copied().collect(),
-            )
+            (log.current.iter().copied().collect(), log.last.iter().copied().collect())
         };
         Mos {
             version: MOS_VERSION,

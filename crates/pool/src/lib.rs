@@ -47,8 +47,6 @@ pub use mos::{HexError, Mos, MosError, RecordError, MOS_VERSION};
 pub use pool::Pool;
 pub use props::PropRow;
 pub use scan::{discover, Discovered, Discovery, Unusable};
-pub use scrub::{
-    Bookmark, ScanKind, ScanPace, ScanRecord, ScanState, ScanStatus, ScrubResult, DEFAULT_SCAN_RATE,
-};
+pub use scrub::{Bookmark, ScanKind, ScanPace, ScanRecord, ScanState, ScanStatus, ScrubResult, DEFAULT_SCAN_RATE};
 pub use status::{PoolStats, PoolStatus, TopStatus};
 pub use tarn_vdev::{IoSnapshot, LeafHealth, VdevError};

@@ -126,10 +126,7 @@ fn from_hex(s: &str) -> Result<Vec<u8>, HexError> {
         c @ b'A'..=b'F' => Ok(c - b'A' + 10),
         _ => Err(HexError::BadDigit(i)),
     };
-    (0..digits.len())
-        .step_by(2)
-        .map(|i| Ok(nibble(i)? << 4 | nibble(i + 1)?))
-        .collect()
+    (0..digits.len()).step_by(2).map(|i| Ok(nibble(i)? << 4 | nibble(i + 1)?)).collect()
 }
 
 impl Mos {
@@ -144,10 +141,7 @@ impl Mos {
         }
         let v: VersionOnly = serde_json::from_slice(bytes).map_err(MosError::Malformed)?;
         if !(OLDEST_READABLE..=MOS_VERSION).contains(&v.version) {
-            return Err(MosError::UnsupportedVersion {
-                found: v.version,
-                supported: MOS_VERSION,
-            });
+            return Err(MosError::UnsupportedVersion { found: v.version, supported: MOS_VERSION });
         }
         serde_json::from_slice(bytes).map_err(MosError::Malformed)
     }
@@ -201,14 +195,8 @@ mod tests {
             "{err:?}"
         );
         let msg = err.to_string();
-        assert!(
-            msg.contains("not supported") && msg.contains("upgrade tarn"),
-            "{msg}"
-        );
-        assert!(matches!(
-            Mos::decode(b"{\"version\":2,"),
-            Err(MosError::Malformed(_))
-        ));
+        assert!(msg.contains("not supported") && msg.contains("upgrade tarn"), "{msg}");
+        assert!(matches!(Mos::decode(b"{\"version\":2,"), Err(MosError::Malformed(_))));
     }
 
     #[test]
@@ -216,11 +204,7 @@ mod tests {
         assert_eq!(from_hex("00ff7A"), Ok(vec![0, 255, 0x7a]));
         assert_eq!(from_hex("abc"), Err(HexError::OddLength));
         assert_eq!(from_hex("0g"), Err(HexError::BadDigit(1)));
-        assert_eq!(
-            from_hex("0é0"),
-            Err(HexError::BadDigit(1)),
-            "a multi-byte character is an error, not a panic"
-        );
+        assert_eq!(from_hex("0é0"), Err(HexError::BadDigit(1)), "a multi-byte character is an error, not a panic");
     }
 
     #[test]
@@ -239,9 +223,6 @@ mod tests {
         rec.meta_dnode.truncate(10);
         assert!(matches!(rec.meta(), Err(RecordError::Size(5))));
         rec.meta_dnode.push('x');
-        assert!(matches!(
-            rec.meta(),
-            Err(RecordError::Hex(HexError::OddLength))
-        ));
+        assert!(matches!(rec.meta(), Err(RecordError::Hex(HexError::OddLength))));
     }
 }

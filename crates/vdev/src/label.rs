@@ -40,14 +40,8 @@ pub enum LabelState {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum TopConfig {
-    Disk {
-        guid: u64,
-        path: String,
-    },
-    Mirror {
-        guid: u64,
-        children: Vec<(u64, String)>,
-    },
+    Disk { guid: u64, path: String },
+    Mirror { guid: u64, children: Vec<(u64, String)> },
 }
 
 impl TopConfig {
@@ -75,11 +69,7 @@ pub struct TreeConfig {
 
 impl TreeConfig {
     pub fn guid_sum(&self) -> u64 {
-        self.tops
-            .iter()
-            .chain(&self.logs)
-            .flat_map(|t| t.leaves())
-            .fold(0u64, |s, (g, _)| s.wrapping_add(g))
+        self.tops.iter().chain(&self.logs).flat_map(|t| t.leaves()).fold(0u64, |s, (g, _)| s.wrapping_add(g))
     }
 }
 
@@ -124,33 +114,17 @@ impl Label {
         }
         let name = &self.pool_name;
         if name.is_empty() || name.contains('/') || name.contains("..") || name.len() > 255 {
-            return bad(
-                "pool_name",
-                format!("{name:?}"),
-                "a pool name is 1 to 255 characters, without '/' or '..'",
-            );
+            return bad("pool_name", format!("{name:?}"), "a pool name is 1 to 255 characters, without '/' or '..'");
         }
         if self.tree.tops.is_empty() {
-            return bad(
-                "tree",
-                "without data vdevs".into(),
-                "a pool has at least one",
-            );
+            return bad("tree", "without data vdevs".into(), "a pool has at least one");
         }
         let tops: Vec<&TopConfig> = self.tree.tops.iter().chain(&self.tree.logs).collect();
         let Some(top) = tops.get(self.top_index as usize) else {
-            return bad(
-                "top_index",
-                self.top_index.to_string(),
-                "must name one of the tree's vdevs",
-            );
+            return bad("top_index", self.top_index.to_string(), "must name one of the tree's vdevs");
         };
         if !top.leaves().iter().any(|(g, _)| *g == self.vdev_guid) {
-            return bad(
-                "vdev_guid",
-                self.vdev_guid.to_string(),
-                "must be a device of the vdev top_index names",
-            );
+            return bad("vdev_guid", self.vdev_guid.to_string(), "must be a device of the vdev top_index names");
         }
         Ok(())
     }
@@ -167,10 +141,7 @@ impl Label {
     /// The config area: magic, version, JSON length, checksum, JSON.
     pub fn encode(&self) -> Vec<u8> {
         let json = serde_json::to_vec(self).expect("label config serialises");
-        assert!(
-            json.len() <= CONFIG_AREA - LABEL_HEADER,
-            "label config too large"
-        );
+        assert!(json.len() <= CONFIG_AREA - LABEL_HEADER, "label config too large");
         let mut area = vec![0u8; CONFIG_AREA];
         area[0..8].copy_from_slice(&LABEL_MAGIC.to_le_bytes());
         area[8..12].copy_from_slice(&LABEL_VERSION.to_le_bytes());
@@ -290,13 +261,7 @@ mod tests {
             hostname: "h".into(),
             create_txg: 1,
             asize: 1 << 30,
-            tree: TreeConfig {
-                tops: vec![TopConfig::Disk {
-                    guid: 9,
-                    path: "/x".into(),
-                }],
-                logs: Vec::new(),
-            },
+            tree: TreeConfig { tops: vec![TopConfig::Disk { guid: 9, path: "/x".into() }], logs: Vec::new() },
         }
     }
 
@@ -352,13 +317,7 @@ mod tests {
 
     #[test]
     fn uberblock_round_trips_and_torn_slot_is_empty() {
-        let ub = Uberblock {
-            txg: 5,
-            pool_guid: 1,
-            guid_sum: 2,
-            timestamp: 3,
-            root: [7; 64],
-        };
+        let ub = Uberblock { txg: 5, pool_guid: 1, guid_sum: 2, timestamp: 3, root: [7; 64] };
         let mut b = ub.encode();
         assert_eq!(Uberblock::decode(&b), Ok(Some(ub)));
         b[100] ^= 0xff;

@@ -26,10 +26,9 @@ pub use dtl::UNKNOWN_BIRTH;
 pub use error::VdevError;
 pub use iostat::IoSnapshot;
 pub use label::{
-    slot_count, BadField, Label, LabelDecode, LabelState, TopConfig, TreeConfig, Uberblock,
-    ASHIFT_RANGE, LABEL_SIZE, LABEL_VERSION, UBERBLOCK_VERSION,
+    slot_count, BadField, Label, LabelDecode, LabelState, TopConfig, TreeConfig, Uberblock, ASHIFT_RANGE, LABEL_SIZE,
+    LABEL_VERSION, UBERBLOCK_VERSION,
 };
 pub use tree::{
-    read_device_labels, DeviceLabels, Leaf, LeafHealth, LeafStatus, ReadMode, SidesRead, TopVdev,
-    VdevTree, DATA_START,
+    read_device_labels, DeviceLabels, Leaf, LeafHealth, LeafStatus, ReadMode, SidesRead, TopVdev, VdevTree, DATA_START,
 };

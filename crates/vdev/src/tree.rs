@@ -171,13 +171,7 @@ impl Leaf {
     }
 
     /// Reads from the device, counted in its I/O statistics.
-    fn read_dev(
-        &self,
-        dev: &Arc<dyn BlockDevice>,
-        buf: &mut [u8],
-        at: u64,
-        traffic: Traffic,
-    ) -> std::io::Result<()> {
+    fn read_dev(&self, dev: &Arc<dyn BlockDevice>, buf: &mut [u8], at: u64, traffic: Traffic) -> std::io::Result<()> {
         let timing = self.io.start(traffic);
         let r = dev.read_at(buf, at);
         timing.done(false, buf.len());
@@ -185,13 +179,7 @@ impl Leaf {
     }
 
     /// Writes to the device, counted in its I/O statistics.
-    fn write_dev(
-        &self,
-        dev: &Arc<dyn BlockDevice>,
-        buf: &[u8],
-        at: u64,
-        traffic: Traffic,
-    ) -> std::io::Result<()> {
+    fn write_dev(&self, dev: &Arc<dyn BlockDevice>, buf: &[u8], at: u64, traffic: Traffic) -> std::io::Result<()> {
         let timing = self.io.start(traffic);
         let r = dev.write_at(buf, at);
         timing.done(true, buf.len());
@@ -241,19 +229,8 @@ pub struct TopVdev {
 
 impl TopVdev {
     pub fn new(index: usize, guid: u64, ashift: u32, asize: u64, leaves: Vec<Leaf>) -> TopVdev {
-        assert!(
-            !leaves.is_empty(),
-            "a top-level vdev has at least one device"
-        );
-        TopVdev {
-            index,
-            guid,
-            ashift,
-            asize,
-            leaves,
-            is_log: false,
-            rotor: AtomicUsize::new(0),
-        }
+        assert!(!leaves.is_empty(), "a top-level vdev has at least one device");
+        TopVdev { index, guid, ashift, asize, leaves, is_log: false, rotor: AtomicUsize::new(0) }
     }
 
     /// Marks this top-level vdev as a separate log device.
@@ -298,8 +275,7 @@ impl TopVdev {
         span: &mut Vec<u8>,
         mode: ReadMode,
     ) -> Result<std::ops::Range<usize>, VdevError> {
-        self.read_sides(offset, len, verify, span, mode)
-            .map(|r| r.range)
+        self.read_sides(offset, len, verify, span, mode).map(|r| r.range)
     }
 
     /// Like `read`, and says how many sides returned bad bytes (each counted in its
@@ -313,15 +289,7 @@ impl TopVdev {
         out: &mut Vec<u8>,
         mode: ReadMode,
     ) -> Result<SidesRead, VdevError> {
-        self.read_copies(
-            offset,
-            len,
-            UNKNOWN_BIRTH,
-            verify,
-            out,
-            mode,
-            Traffic::Demand,
-        )
+        self.read_copies(offset, len, UNKNOWN_BIRTH, verify, out, mode, Traffic::Demand)
     }
 
     /// The read of a block born in txg `birth` (see `read_sides`): a side that missed
@@ -408,11 +376,7 @@ impl TopVdev {
         traffic: Traffic,
     ) -> Result<SidesRead, VdevError> {
         let all = mode == ReadMode::AllSides;
-        assert!(
-            offset + len as u64 <= self.asize,
-            "read past the end of vdev {}",
-            self.index
-        );
+        assert!(offset + len as u64 <= self.asize, "read past the end of vdev {}", self.index);
         let (start, end, skip) = self.span_of(offset, len);
         out.resize((end - start) as usize, 0);
         let first = self.rotor.fetch_add(1, Ordering::Relaxed);
@@ -448,31 +412,18 @@ impl TopVdev {
                     continue;
                 }
                 self.repair(&bad_sides, span, start, traffic);
-                return Ok(SidesRead {
-                    range: skip..skip + len,
-                    bad_sides: bad_sides.len() as u32,
-                });
+                return Ok(SidesRead { range: skip..skip + len, bad_sides: bad_sides.len() as u32 });
             }
             if let Some(good) = good.take() {
                 self.repair(&bad_sides, &good, start, traffic);
                 out[..good.len()].copy_from_slice(&good);
-                return Ok(SidesRead {
-                    range: skip..skip + len,
-                    bad_sides: bad_sides.len() as u32,
-                });
+                return Ok(SidesRead { range: skip..skip + len, bad_sides: bad_sides.len() as u32 });
             }
         }
         if saw_checksum_error {
-            Err(VdevError::Checksum {
-                top: self.index,
-                offset,
-            })
+            Err(VdevError::Checksum { top: self.index, offset })
         } else {
-            Err(VdevError::NoCopy {
-                top: self.index,
-                offset,
-                detail,
-            })
+            Err(VdevError::NoCopy { top: self.index, offset, detail })
         }
     }
 
@@ -481,10 +432,7 @@ impl TopVdev {
         for &i in bad_sides {
             let leaf = &self.leaves[i];
             if let Some(dev) = leaf.usable() {
-                if leaf
-                    .write_dev(dev, good_span, DATA_START + start, traffic)
-                    .is_err()
-                {
+                if leaf.write_dev(dev, good_span, DATA_START + start, traffic).is_err() {
                     leaf.write_errors.fetch_add(1, Ordering::Relaxed);
                 }
             }
@@ -494,28 +442,16 @@ impl TopVdev {
     /// Writes sector-aligned `data` at `offset` on every side; succeeds if one side did.
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), VdevError> {
         let sector = self.sector();
-        assert!(
-            offset.is_multiple_of(sector) && (data.len() as u64).is_multiple_of(sector),
-            "unaligned vdev write"
-        );
-        assert!(
-            offset + data.len() as u64 <= self.asize,
-            "write past the end of vdev {}",
-            self.index
-        );
-        self.on_every_side(|leaf, dev| {
-            leaf.write_dev(dev, data, DATA_START + offset, Traffic::Demand)
-        })
+        assert!(offset.is_multiple_of(sector) && (data.len() as u64).is_multiple_of(sector), "unaligned vdev write");
+        assert!(offset + data.len() as u64 <= self.asize, "write past the end of vdev {}", self.index);
+        self.on_every_side(|leaf, dev| leaf.write_dev(dev, data, DATA_START + offset, Traffic::Demand))
     }
 
     pub fn flush(&self) -> Result<(), VdevError> {
         self.on_every_side(|leaf, dev| leaf.flush_dev(dev))
     }
 
-    fn on_every_side(
-        &self,
-        op: impl Fn(&Leaf, &Arc<dyn BlockDevice>) -> std::io::Result<()>,
-    ) -> Result<(), VdevError> {
+    fn on_every_side(&self, op: impl Fn(&Leaf, &Arc<dyn BlockDevice>) -> std::io::Result<()>) -> Result<(), VdevError> {
         let mut ok = false;
         let mut detail = String::new();
         for leaf in &self.leaves {
@@ -531,10 +467,7 @@ impl TopVdev {
         if ok {
             Ok(())
         } else {
-            Err(VdevError::WriteFailed {
-                top: self.index,
-                detail,
-            })
+            Err(VdevError::WriteFailed { top: self.index, detail })
         }
     }
 }
@@ -549,11 +482,7 @@ pub struct VdevTree {
 
 impl VdevTree {
     pub fn new(tops: Vec<TopVdev>, ashift: u32) -> VdevTree {
-        VdevTree {
-            tops,
-            ashift,
-            last_uberblock_txg: AtomicU64::new(0),
-        }
+        VdevTree { tops, ashift, last_uberblock_txg: AtomicU64::new(0) }
     }
 
     /// Records the txg of the uberblock the pool was opened at: every uberblock written
@@ -588,17 +517,9 @@ impl VdevTree {
                     label.vdev_guid = leaf.guid;
                     label.top_index = top.index as u32;
                     label.asize = top.asize;
-                    let at = if which == 0 {
-                        0
-                    } else {
-                        Leaf::label1_offset(dev.size())
-                    };
-                    let io = |source| VdevError::Io {
-                        path: leaf.path.clone().into(),
-                        source,
-                    };
-                    leaf.write_dev(dev, &label.encode(), at, Traffic::Demand)
-                        .map_err(io)?;
+                    let at = if which == 0 { 0 } else { Leaf::label1_offset(dev.size()) };
+                    let io = |source| VdevError::Io { path: leaf.path.clone().into(), source };
+                    leaf.write_dev(dev, &label.encode(), at, Traffic::Demand).map_err(io)?;
                     leaf.flush_dev(dev).map_err(io)?;
                 }
             }
@@ -613,11 +534,7 @@ impl VdevTree {
     /// older txg in a newer slot would make import pick a root that lost commits.
     pub fn write_uberblock(&self, ub: &Uberblock) -> Result<(), VdevError> {
         let previous = self.last_uberblock_txg.fetch_max(ub.txg, Ordering::AcqRel);
-        assert!(
-            ub.txg > previous,
-            "txg numbers only grow: uberblock of txg {} written after txg {previous}",
-            ub.txg
-        );
+        assert!(ub.txg > previous, "txg numbers only grow: uberblock of txg {} written after txg {previous}", ub.txg);
         let slot = slot_size(self.ashift);
         let index = (ub.txg % slot_count(self.ashift) as u64) as usize;
         let mut buf = vec![0u8; slot];
@@ -659,11 +576,7 @@ pub fn read_device_labels(dev: &dyn BlockDevice) -> Result<DeviceLabels, VdevErr
     let path = dev.path().to_path_buf();
     let min = 2 * LABEL_SIZE + DATA_START;
     if dev.size() < min {
-        return Err(VdevError::TooSmall {
-            path,
-            size: dev.size(),
-            min,
-        });
+        return Err(VdevError::TooSmall { path, size: dev.size(), min });
     }
     let mut label = None;
     let mut unknown_version = None;
@@ -672,11 +585,7 @@ pub fn read_device_labels(dev: &dyn BlockDevice) -> Result<DeviceLabels, VdevErr
     let mut uberblocks = Vec::new();
     for base in [0, Leaf::label1_offset(dev.size())] {
         let mut area = vec![0u8; LABEL_SIZE as usize];
-        dev.read_at(&mut area, base)
-            .map_err(|source| VdevError::Io {
-                path: path.clone(),
-                source,
-            })?;
+        dev.read_at(&mut area, base).map_err(|source| VdevError::Io { path: path.clone(), source })?;
         match Label::decode(&area[..CONFIG_AREA]) {
             LabelDecode::Ok(l) => {
                 // Before any field is used: an ashift of 99 would size the ring wrong.
@@ -702,11 +611,7 @@ pub fn read_device_labels(dev: &dyn BlockDevice) -> Result<DeviceLabels, VdevErr
     match (label, unknown_version) {
         (_, Some(found)) => {
             // A newer tarn wrote this device; guessing at its format could corrupt it.
-            Err(VdevError::UnsupportedVersion {
-                path,
-                found,
-                supported: crate::LABEL_VERSION,
-            })
+            Err(VdevError::UnsupportedVersion { path, found, supported: crate::LABEL_VERSION })
         }
         (_, None) if unknown_ub_version.is_some() => Err(VdevError::UnsupportedUberblockVersion {
             path,
@@ -734,10 +639,7 @@ mod tests {
 
     impl MemDevice {
         fn new(name: &str) -> Arc<MemDevice> {
-            Arc::new(MemDevice {
-                bytes: Mutex::new(vec![0u8; 4 << 20]),
-                path: PathBuf::from(name),
-            })
+            Arc::new(MemDevice { bytes: Mutex::new(vec![0u8; 4 << 20]), path: PathBuf::from(name) })
         }
     }
 
@@ -768,28 +670,15 @@ mod tests {
             .iter()
             .enumerate()
             .map(|(i, d)| {
-                Leaf::new(
-                    i as u64 + 1,
-                    d.path.display().to_string(),
-                    Some(d.clone() as Arc<dyn BlockDevice>),
-                )
+                Leaf::new(i as u64 + 1, d.path.display().to_string(), Some(d.clone() as Arc<dyn BlockDevice>))
             })
             .collect();
         let asize = TopVdev::asize_of(4 << 20, 12);
-        (
-            VdevTree::new(vec![TopVdev::new(0, 9, 12, asize, leaves)], 12),
-            devs,
-        )
+        (VdevTree::new(vec![TopVdev::new(0, 9, 12, asize, leaves)], 12), devs)
     }
 
     fn ub(txg: u64) -> Uberblock {
-        Uberblock {
-            txg,
-            pool_guid: 1,
-            guid_sum: 3,
-            timestamp: 0,
-            root: [0; 64],
-        }
+        Uberblock { txg, pool_guid: 1, guid_sum: 3, timestamp: 0, root: [0; 64] }
     }
 
     #[test]
@@ -800,18 +689,11 @@ mod tests {
         devs[1].write_at(&[9u8; 16], DATA_START + 100).unwrap();
         let verify = |d: &[u8]| d.iter().all(|&b| b == 7);
         let mut span = Vec::new();
-        let read = top
-            .read_sides(0, 4096, &verify, &mut span, ReadMode::AllSides)
-            .unwrap();
+        let read = top.read_sides(0, 4096, &verify, &mut span, ReadMode::AllSides).unwrap();
         assert_eq!((read.range, read.bad_sides), (0..4096, 1));
         assert_eq!(top.leaves[1].status().checksum_errors, 1);
-        let again = top
-            .read_sides(0, 4096, &verify, &mut span, ReadMode::AllSides)
-            .unwrap();
-        assert_eq!(
-            again.bad_sides, 0,
-            "the bad side was rewritten from the good one"
-        );
+        let again = top.read_sides(0, 4096, &verify, &mut span, ReadMode::AllSides).unwrap();
+        assert_eq!(again.bad_sides, 0, "the bad side was rewritten from the good one");
     }
 
     #[test]
@@ -826,21 +708,12 @@ mod tests {
         let mut span = Vec::new();
         for _ in 0..4 {
             // Every rotation: the stale side is never tried while the other verifies.
-            let read = top
-                .read_block(0, 4096, 7, &verify, &mut span, ReadMode::FirstGood)
-                .unwrap();
+            let read = top.read_block(0, 4096, 7, &verify, &mut span, ReadMode::FirstGood).unwrap();
             assert_eq!(read.bad_sides, 0);
         }
         let scrub = top.scrub_read(0, 4096, 7, &verify, &mut span).unwrap();
-        assert_eq!(
-            scrub.bad_sides, 0,
-            "a scrub leaves the missed copy to the resilver"
-        );
-        assert_eq!(
-            top.leaves[1].status().checksum_errors,
-            0,
-            "a stale copy is not a device error"
-        );
+        assert_eq!(scrub.bad_sides, 0, "a scrub leaves the missed copy to the resilver");
+        assert_eq!(top.leaves[1].status().checksum_errors, 0, "a stale copy is not a device error");
         assert_eq!(top.leaves[1].status().missed_txgs, Some((5, 9)));
         // A block born before the side left is read from it as from any side.
         assert_eq!(top.resilver(0, 4096, 3, &verify, &mut span).unwrap(), 0);
@@ -861,9 +734,7 @@ mod tests {
         top.leaves[1].add_missed_txgs(5, 9);
         let verify = |d: &[u8]| d.iter().all(|&b| b == 7);
         let mut span = Vec::new();
-        let read = top
-            .read_block(0, 4096, 7, &verify, &mut span, ReadMode::FirstGood)
-            .unwrap();
+        let read = top.read_block(0, 4096, 7, &verify, &mut span, ReadMode::FirstGood).unwrap();
         assert_eq!(&span[read.range], &[7u8; 4096][..]);
         assert_eq!(read.bad_sides, 1, "the side that should have had it is bad");
     }
@@ -876,8 +747,7 @@ mod tests {
         top.write(0, &[7u8; 8192]).unwrap();
         let verify = |d: &[u8]| d.iter().all(|&b| b == 7);
         let mut span = Vec::new();
-        top.read_block(0, 8192, 1, &verify, &mut span, ReadMode::FirstGood)
-            .unwrap();
+        top.read_block(0, 8192, 1, &verify, &mut span, ReadMode::FirstGood).unwrap();
         top.scrub_read(0, 8192, 1, &verify, &mut span).unwrap();
         let after: Vec<IoSnapshot> = top.leaves.iter().map(|l| l.iostat()).collect();
         let d: Vec<IoSnapshot> = after.iter().zip(&before).map(|(a, b)| a.since(b)).collect();
