@@ -56,7 +56,12 @@ const METRICS: &[(&str, &str, Kind, &str)] = &[
     ("arc", "prefetch_reads", Kind::Counter, "Blocks read ahead by sequential prefetch."),
     ("arc", "prefetch_hits", Kind::Counter, "Demand reads that found a prefetched block."),
     ("arc", "written_blocks", Kind::Counter, "Blocks kept in the ARC as a txg wrote them."),
-    ("arc", "prefetch_evicted_unread", Kind::Counter, "Blocks read ahead and evicted before any reader asked for them."),
+    (
+        "arc",
+        "prefetch_evicted_unread",
+        Kind::Counter,
+        "Blocks read ahead and evicted before any reader asked for them.",
+    ),
     ("arc", "hot_copy_hits", Kind::Counter, "Reads served from the decompressed copies of hot blocks."),
     ("arc", "hot_copies_size", Kind::Gauge, "Bytes held by the decompressed copies of hot blocks."),
     ("arc", "size", Kind::Gauge, "Bytes held by the ARC (compressed, as stored)."),

@@ -157,7 +157,10 @@ impl Dataset {
     }
 
     pub fn used(&self) -> SpaceUsed {
-        SpaceUsed { physical: self.used_physical.load(Ordering::Relaxed), logical: self.used_logical.load(Ordering::Relaxed) }
+        SpaceUsed {
+            physical: self.used_physical.load(Ordering::Relaxed),
+            logical: self.used_logical.load(Ordering::Relaxed),
+        }
     }
 
     /// Sets the space counters (at import, from walking the dataset's tree).

@@ -220,7 +220,10 @@ impl ObjSet {
                 // open-txg state: an object written in txg N and unlinked in N+1 while N
                 // syncs is gone already, but N+1 still has to quiesce and free it (it is in
                 // `dirty`), so it must stay cached until N+1's sync.
-                st.gone && st.last_dirty_txg <= txg && st.open.records.is_empty() && !self.dirty.lock().contains(&obj.id())
+                st.gone
+                    && st.last_dirty_txg <= txg
+                    && st.open.records.is_empty()
+                    && !self.dirty.lock().contains(&obj.id())
             })
             .map(|obj| obj.id())
             .collect();

@@ -77,7 +77,9 @@ impl Zio {
         let mut span = Vec::new();
         self.arc.note_bypass(access.kind);
         self.trace_event(Event::Prefetch, bp, access);
-        if let Ok(range) = top.read(bp.offset, bp.psize as usize, &verify, &mut span, ReadMode::Quiet) {
+        let len = bp.psize as usize;
+        let read = top.read_block(bp.offset, len, bp.birth, &verify, &mut span, ReadMode::Quiet);
+        if let Ok(range) = read.map(|r| r.range) {
             self.count_device_read(access.kind, range.len() as u64, span.len() as u64);
             self.arc.insert_prefetched(
                 arc_key(bp),
