@@ -24,7 +24,7 @@ fn counters(pool: &Pool) -> BTreeMap<String, u64> {
 
 /// What changed between two readings (only the counters that moved).
 fn delta(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
-    after.iter().filter_map(|(k, &v)| (v != before[k]).then(|| (k.clone(), v - before[k]))).collect()
+    after.iter().filter(|&(k, &v)| v != before[k]).map(|(k, &v)| (k.clone(), v - before[k])).collect()
 }
 
 /// The per-kind counters that moved, as (name, value) with names like `demand_reads`.
