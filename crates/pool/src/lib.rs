@@ -10,10 +10,12 @@
 //! Must never: write an uberblock before the blocks it points to are flushed, or import
 //! a device whose label it cannot read.
 
+mod history;
 mod mos;
 mod pool;
 mod scan;
 
+pub use history::{HistoryEntry, HistoryError, HISTORY_MAX_BYTES, HISTORY_VERSION};
 pub use mos::{Mos, MOS_VERSION};
 pub use pool::{
     CreateOptions, DatasetInfo, ImportOptions, Pool, PoolError, PoolStats, PoolStatus, PropRow, ScrubResult, TopStatus,

@@ -24,6 +24,10 @@ pub struct Mos {
     /// Where intent-log replay starts (version 2 on).
     #[serde(default)]
     pub zil: Option<tarn_zil::LogHead>,
+    /// The command history (`crate::history`, FORMAT.md §12.1), with its own version.
+    /// Optional, so it needs no MOS version: a reader that does not know it ignores it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<Box<serde_json::value::RawValue>>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -98,6 +102,7 @@ mod tests {
             datasets: Vec::new(),
             errors: BTreeMap::new(),
             zil: None,
+            history: None,
         }
     }
 

@@ -19,6 +19,7 @@ use tarn_vdev::{
 use tarn_zio::{BlockPtr, BlockType, ChecksumKind, Compression, PendingBlock, Zio, ZioError};
 use tarn_zil::Zil;
 
+use crate::history::{History, HistoryEntry, HistoryError};
 use crate::mos::{dnode_hex, DatasetRecord, Mos, MOS_VERSION};
 
 /// Smallest device tarn accepts, as ZFS does.
@@ -50,6 +51,16 @@ pub enum PoolError {
     Property(String),
     #[error("{0}")]
     Config(String),
+    #[error(transparent)]
+    History(#[from] HistoryError),
+}
+
+impl PoolError {
+    /// A device is held by another process (its lock or its exclusive claim): the pool
+    /// is open elsewhere, or is being opened or closed there.
+    pub fn is_busy(&self) -> bool {
+        matches!(self, PoolError::Vdev(VdevError::Busy { .. } | VdevError::BlockDeviceBusy { .. }))
+    }
 }
 
 impl From<ObjError> for PoolError {
@@ -117,6 +128,8 @@ struct Inner {
     opened_at_txg: u64,
     /// What import found in the intent log, for the user.
     replay_report: Mutex<Option<String>>,
+    /// The command history, written into every root (`crate::history`).
+    history: History,
 }
 
 pub struct Pool {
@@ -124,7 +137,7 @@ pub struct Pool {
     sync_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct TopStatus {
     pub name: String,
     /// A separate intent-log device.
@@ -133,7 +146,7 @@ pub struct TopStatus {
     pub leaves: Vec<LeafStatus>,
 }
 
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct PoolStatus {
     pub name: String,
     pub guid: u64,
@@ -147,7 +160,7 @@ pub struct PoolStatus {
     pub suspended: Option<String>,
 }
 
-#[derive(Clone, Debug, Default, serde::Serialize)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct ScrubResult {
     pub blocks: u64,
     pub bytes: u64,
@@ -172,7 +185,7 @@ pub struct PoolStats {
     pub space: BTreeMap<String, u64>,
 }
 
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct PropRow {
     pub property: String,
     pub value: String,
@@ -181,7 +194,7 @@ pub struct PropRow {
     pub raw: Option<String>,
 }
 
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct DatasetInfo {
     pub name: String,
     pub used: u64,
@@ -325,6 +338,7 @@ impl Pool {
                 zil,
                 opened_at_txg: last_txg,
                 replay_report: Mutex::new(None),
+                history: History::default(),
             }),
             sync_thread: Mutex::new(None),
         }
@@ -411,6 +425,7 @@ impl Pool {
         };
         let zil_seq = chained.as_ref().map_or(1, |c| c.end_seq + 1);
         let pool = Pool::assemble(label, zio.clone(), ub.txg, opts.txg.clone(), mos.next_dataset_id, zil_seq);
+        pool.inner.history.restore(mos.history.as_deref());
         *pool.inner.mos_bp.lock() = Some(mos_bp);
         restore_error_counters(&zio.vdevs, &mos);
         zio.claim(&mos_bp)?;
@@ -857,6 +872,19 @@ impl Pool {
         Ok(())
     }
 
+    /// Records a command that changed the pool in its history (`tarn pool history`); it is
+    /// committed with the txg it joins. A suspended pool (no txg to join) records nothing.
+    pub fn log_history(&self, entry: HistoryEntry) {
+        if let Ok(hold) = self.inner.ctx.txg.hold(0) {
+            self.inner.history.log(entry, hold.txg);
+        }
+    }
+
+    /// The pool's command history, oldest first.
+    pub fn history(&self) -> Result<Vec<HistoryEntry>, PoolError> {
+        Ok(self.inner.history.entries()?)
+    }
+
     /// Reads and verifies every block of the pool (repairing mirrors), then persists the
     /// error counters.
     pub fn scrub(&self) -> Result<ScrubResult, PoolError> {
@@ -1162,6 +1190,7 @@ impl Inner {
         }
         let mut mos = self.build_mos(frozen);
         mos.zil = Some(head);
+        mos.history = self.history.for_root(txg);
         let mos = mos.encode();
         let block = PendingBlock {
             data: &mos,
@@ -1226,6 +1255,7 @@ impl Inner {
             datasets,
             errors,
             zil: None,
+            history: None,
         }
     }
 }

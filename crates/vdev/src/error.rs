@@ -21,6 +21,8 @@ pub enum VdevError {
     WriteFailed { top: usize, detail: String },
     #[error("{path}: device is in use by another tarn process (a mount or another command); stop it or wait")]
     Busy { path: PathBuf },
+    #[error("{path}: block device is in use (held by another tarn process, mounted, or claimed by another driver such as md, dm or bcache); stop its holder or wait")]
+    BlockDeviceBusy { path: PathBuf },
     #[error("{0}")]
     Config(String),
 }

@@ -23,7 +23,7 @@ pub enum ReadMode {
 /// First byte of the data area on every device: label 0 plus a reserve for later use.
 pub const DATA_START: u64 = 2 * LABEL_SIZE;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum LeafHealth {
     Online,
@@ -44,7 +44,7 @@ pub struct Leaf {
 }
 
 /// What `status` shows of one device.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct LeafStatus {
     pub path: String,
     pub guid: u64,
