@@ -1,0 +1,194 @@
+//! Commands on the pool as a whole: `pool status|scrub|clear|export|destroy|add|history`,
+//! `stats`, `tune`.
+//!
+//! Owns: what each does to the pool, and the checks before a pool is given up (`destroy`
+//! of a pool holding data needs `-f`; a log device cannot be added to a live pool yet).
+//! Promises: export and destroy change nothing themselves: they ask for a [`Finish`],
+//! carried out by whoever holds the pool once its datasets are unmounted.
+//! Must never: tune a pool that has no running cache, or consume the pool.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use tarn_dataset::props::format_size;
+use tarn_pool::{HistoryEntry, PoolStats, PoolStatus, ScrubResult, VdevSpec};
+
+use crate::error::OpError;
+use crate::op::{Finish, Held, Op};
+
+/// `tarn pool status` and `pool list`.
+#[derive(Serialize, Deserialize)]
+pub struct Status {}
+
+impl Op for Status {
+    const NAME: &'static str = "pool.status";
+    type Output = PoolStatus;
+    fn run(self, on: &Held<'_>) -> Result<PoolStatus, OpError> {
+        Ok(on.pool.status())
+    }
+}
+
+/// `tarn pool scrub`: reads and verifies every block, repairing mirrors.
+#[derive(Serialize, Deserialize)]
+pub struct Scrub {}
+
+impl Op for Scrub {
+    const NAME: &'static str = "pool.scrub";
+    const CHANGES_POOL: bool = true;
+    type Output = ScrubResult;
+    fn run(self, on: &Held<'_>) -> Result<ScrubResult, OpError> {
+        Ok(on.pool.scrub()?)
+    }
+}
+
+/// `tarn pool clear`: resets the device error counters.
+#[derive(Serialize, Deserialize)]
+pub struct Clear {}
+
+impl Op for Clear {
+    const NAME: &'static str = "pool.clear";
+    const CHANGES_POOL: bool = true;
+    type Output = ();
+    fn run(self, on: &Held<'_>) -> Result<(), OpError> {
+        Ok(on.pool.clear_errors()?)
+    }
+}
+
+/// `tarn pool export [-f]`: the mounts are unmounted (`-f`: even with files open, whose
+/// I/O then fails), then the pool is committed, marked exported and closed.
+#[derive(Serialize, Deserialize)]
+pub struct Export {
+    pub force: bool,
+}
+
+impl Op for Export {
+    const NAME: &'static str = "pool.export";
+    const CHANGES_POOL: bool = true;
+    const RELEASES_POOL: bool = true;
+    type Output = ();
+    fn run(self, on: &Held<'_>) -> Result<(), OpError> {
+        on.finish_with(Finish::Export { force: self.force });
+        Ok(())
+    }
+}
+
+/// `tarn pool destroy [-f]`: a pool holding data needs `-f` (which also unmounts busy
+/// datasets).
+#[derive(Serialize, Deserialize)]
+pub struct Destroy {
+    pub force: bool,
+}
+
+impl Op for Destroy {
+    const NAME: &'static str = "pool.destroy";
+    const CHANGES_POOL: bool = true;
+    const RELEASES_POOL: bool = true;
+    type Output = ();
+    fn run(self, on: &Held<'_>) -> Result<(), OpError> {
+        let name = on.pool.name();
+        let used: u64 = on
+            .pool
+            .datasets_info()
+            .iter()
+            .filter(|d| d.name == name)
+            .map(|d| d.logicalused)
+            .sum();
+        if used > 0 && !self.force {
+            return Err(OpError::Refused(format!(
+                "pool '{name}' holds {} of data; use -f to destroy it",
+                format_size(used)
+            )));
+        }
+        on.finish_with(Finish::Destroy { force: self.force });
+        Ok(())
+    }
+}
+
+/// A vdev as the command line gave it (the wire form of `VdevSpec`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum Vdev {
+    Disk(PathBuf),
+    Mirror(Vec<PathBuf>),
+}
+
+impl From<&Vdev> for VdevSpec {
+    fn from(v: &Vdev) -> VdevSpec {
+        match v {
+            Vdev::Disk(p) => VdevSpec::Disk(p.clone()),
+            Vdev::Mirror(ps) => VdevSpec::Mirror(ps.clone()),
+        }
+    }
+}
+
+/// `tarn pool add POOL log DEV…`.
+#[derive(Serialize, Deserialize)]
+pub struct AddLogs {
+    pub logs: Vec<Vdev>,
+    pub force: bool,
+    pub size: Option<u64>,
+}
+
+impl Op for AddLogs {
+    const NAME: &'static str = "pool.add";
+    const CHANGES_POOL: bool = true;
+    type Output = ();
+    fn run(self, on: &Held<'_>) -> Result<(), OpError> {
+        if let Some(d) = on.daemon {
+            // The vdev tree of an open pool is fixed (the engine adds devices by closing
+            // the pool and rewriting every label), and a mounted pool cannot be closed.
+            return Err(OpError::Refused(format!(
+                "cannot add a log device to pool '{}' while it is mounted (tarn mount pid {}): devices are added to a closed pool; unmount its datasets (tarn umount), add the device, and mount again",
+                on.pool.name(),
+                d.pid()
+            )));
+        }
+        on.finish_with(Finish::AddLogs {
+            logs: self.logs.iter().map(VdevSpec::from).collect(),
+            force: self.force,
+            size: self.size,
+        });
+        Ok(())
+    }
+}
+
+/// `tarn pool history`.
+#[derive(Serialize, Deserialize)]
+pub struct History {}
+
+impl Op for History {
+    const NAME: &'static str = "pool.history";
+    type Output = Vec<HistoryEntry>;
+    fn run(self, on: &Held<'_>) -> Result<Vec<HistoryEntry>, OpError> {
+        Ok(on.pool.history()?)
+    }
+}
+
+/// `tarn stats`: every engine counter.
+#[derive(Serialize, Deserialize)]
+pub struct Stats {}
+
+impl Op for Stats {
+    const NAME: &'static str = "pool.stats";
+    type Output = PoolStats;
+    fn run(self, on: &Held<'_>) -> Result<PoolStats, OpError> {
+        Ok(on.pool.stats())
+    }
+}
+
+/// `tarn tune POOL arc_max=SIZE`: the ARC budget of a running pool.
+#[derive(Serialize, Deserialize)]
+pub struct Tune {
+    pub arc_max: u64,
+}
+
+impl Op for Tune {
+    const NAME: &'static str = "pool.tune";
+    type Output = ();
+    fn run(self, on: &Held<'_>) -> Result<(), OpError> {
+        on.daemon(
+            "it has no running cache to tune; set TARN_ARC_MAX for the process that mounts it",
+        )?;
+        on.pool.set_arc_max(self.arc_max);
+        Ok(())
+    }
+}
