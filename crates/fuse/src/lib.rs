@@ -15,9 +15,9 @@
 //! for a process that has gone.
 
 pub mod fs;
+mod holder;
 pub mod mount;
 pub mod state;
-pub mod stats;
 
 pub use mount::{mount, umount, MountRequest};
 
@@ -63,4 +63,7 @@ pub enum MountError {
     Umount { path: String, detail: String },
     #[error("mount state: {0}")]
     State(String),
+    /// What the daemon holding the pool answered on its control socket.
+    #[error(transparent)]
+    Control(#[from] tarn_control::OpError),
 }
