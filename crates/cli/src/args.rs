@@ -22,7 +22,7 @@ pub struct Cli {
 
 #[derive(Subcommand)]
 pub enum Cmd {
-    /// Pools: create, import, export, status, list, scrub, clear, destroy.
+    /// Pools: create, add, import, export, status, list, scrub, clear, destroy, history.
     #[command(subcommand)]
     Pool(PoolCmd),
     /// Datasets: create, destroy, list.
@@ -81,8 +81,13 @@ pub enum Cmd {
         #[arg(long, value_name = "POOL/DS")]
         also: Vec<String>,
     },
-    /// Unmount a dataset, committing everything: tarn umount MOUNTPOINT|POOL/DS
-    Umount { target: String },
+    /// Unmount a dataset, committing everything: tarn umount [-f] MOUNTPOINT|POOL/DS
+    Umount {
+        /// Unmount even with files open (their I/O then fails).
+        #[arg(short = 'f')]
+        force: bool,
+        target: String,
+    },
 }
 
 /// The output flags every listing takes (see `output.rs` for what they do).
@@ -139,8 +144,14 @@ pub enum PoolCmd {
         #[arg(long)]
         json: bool,
     },
-    /// Commit everything and release the pool's devices.
-    Export { pool: String },
+    /// Commit everything and release the pool's devices; a mounted pool's datasets are
+    /// unmounted first.
+    Export {
+        /// Unmount even datasets with open files (their I/O then fails).
+        #[arg(short = 'f')]
+        force: bool,
+        pool: String,
+    },
     /// Show health, capacity and per-device error counts.
     Status {
         pool: Option<String>,
@@ -162,9 +173,17 @@ pub enum PoolCmd {
     Clear { pool: String },
     /// Destroy a pool: its devices no longer import.
     Destroy {
+        /// Destroy a pool that holds data, unmounting even datasets with open files.
         #[arg(short = 'f')]
         force: bool,
         pool: String,
+    },
+    /// The commands that changed a pool, with time, user and host.
+    History {
+        pool: Option<String>,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -176,8 +195,13 @@ pub enum DsCmd {
         options: Vec<String>,
         name: String,
     },
-    /// Destroy a dataset with no children.
-    Destroy { name: String },
+    /// Destroy a dataset with no children (a mounted one is unmounted first).
+    Destroy {
+        /// Unmount it even with files open (their I/O then fails).
+        #[arg(short = 'f')]
+        force: bool,
+        name: String,
+    },
     /// List datasets with space used.
     List {
         pool: Option<String>,

@@ -6,7 +6,6 @@
 //! object and the fix); what is shown is always exactly one line.
 //! Must never: turn a failure into exit 0, or show a Rust debug dump.
 
-use tarn_dataset::FsError;
 use tarn_fuse::MountError;
 use tarn_pool::PoolError;
 
@@ -27,9 +26,6 @@ pub enum CliError {
     Mount(#[from] MountError),
     #[error(transparent)]
     Cache(#[from] CacheError),
-    /// A path inside a dataset (put, cat, ls).
-    #[error("{path}: {source}")]
-    File { path: String, source: FsError },
     /// A path on the host (a file being copied in, a mountpoint, the run directory).
     #[error("{path}: {source}")]
     Host {
@@ -38,6 +34,10 @@ pub enum CliError {
     },
     #[error("cannot encode the JSON output: {0}")]
     Json(#[from] serde_json::Error),
+    /// A pool command, run here or by the daemon that holds the pool (same words and
+    /// exit code either way).
+    #[error(transparent)]
+    Op(#[from] tarn_control::OpError),
 }
 
 impl CliError {
@@ -45,6 +45,7 @@ impl CliError {
     pub fn exit_code(&self) -> u8 {
         match self {
             CliError::Usage(_) => 2,
+            CliError::Op(e) => e.exit_code(),
             _ => 1,
         }
     }
@@ -63,13 +64,6 @@ impl CliError {
 
     pub fn host(path: impl std::fmt::Display, source: std::io::Error) -> CliError {
         CliError::Host {
-            path: path.to_string(),
-            source,
-        }
-    }
-
-    pub fn file(path: impl std::fmt::Display, source: FsError) -> CliError {
-        CliError::File {
             path: path.to_string(),
             source,
         }

@@ -6,13 +6,14 @@
 //!
 //! | Room | Commands |
 //! |---|---|
-//! | `pool_cmd` | `pool create/add/import/export/destroy/status/list/scrub/clear` |
+//! | `pool_cmd` | `pool create/add/import/export/destroy/status/list/scrub/clear/history` |
 //! | `ds_cmd` | `ds create/destroy/list`, `set`, `get`, `inherit` |
 //! | `copy` | `put`, `cat`, `ls` |
 //! | `stats_cmd` | `stats`, `tune` |
 //! | `mount_cmd` | `mount`, `umount` |
 //!
-//! Beside them: `access` (reaching a pool by name), `cache` (the pool cache file),
+//! Beside them: `access` (reaching a pool by name: through its daemon's control socket
+//! or by opening it here), `cache` (the pool cache file),
 //! `output` and `table` (how results are shown), `error` (exit codes).
 //!
 //! Promises: exit 0 only for a command that did what it was asked; otherwise one line
@@ -84,6 +85,6 @@ fn run(cmd: Cmd) -> Result<(), CliError> {
             threads,
             also,
         } => mount_cmd::mount(dataset, mountpoint, foreground, threads, also),
-        Cmd::Umount { target } => mount_cmd::umount(&target),
+        Cmd::Umount { force, target } => mount_cmd::umount(&target, force),
     }
 }

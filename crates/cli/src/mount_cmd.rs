@@ -1,13 +1,18 @@
 //! `tarn mount` and `tarn umount`: the command-line side of the FUSE daemon, whose life
 //! is `tarn_fuse::mount`'s.
 //!
-//! Owns: checking that one daemon is asked to serve datasets of one pool only, and
-//! handing the daemon the way to open that pool (`access::open`, run after the fork).
+//! Owns: checking that one daemon is asked to serve datasets of one pool only; asking
+//! the daemon that already holds the pool to mount the datasets (one daemon per pool),
+//! or else starting one and handing it the way to open the pool (`access::open_local`,
+//! run after the fork).
 //! Promises: the mount prints nothing when it worked, one line when it did not.
 //! Must never: open the pool before the daemon forks (the daemon, not this process,
 //! must hold the devices, and it may not fork once a thread exists).
 
 use std::path::PathBuf;
+use std::time::Duration;
+
+use tarn_control::ops::mounts::Mount;
 
 use crate::access::{self, pool_of};
 use crate::error::CliError;
@@ -26,6 +31,39 @@ pub fn mount(
             "--also {other}: not a dataset of pool '{pool}' (one daemon serves one pool)"
         )));
     }
+    // The pool must be imported here, whoever mounts it.
+    access::pool_names(Some(&pool))?;
+    let mountpoint = mountpoint.map(|p| crate::cache::absolute(&p));
+    if let Some(mut daemon) = access::held(&pool)? {
+        if foreground {
+            return Err(CliError::Refused(format!(
+                "pool '{pool}' is held by tarn mount (pid {}), which serves its mounts; mount without -f to have it mount {dataset}",
+                daemon.daemon_pid()
+            )));
+        }
+        let first = daemon.call(&Mount {
+            dataset: dataset.clone(),
+            mountpoint: mountpoint.clone(),
+            threads,
+        });
+        match first {
+            // Its last mount just went: it is closing; start a daemon of our own.
+            Err(e) if e.is_closing() => {
+                daemon.wait_daemon_gone(Duration::from_secs(60));
+            }
+            other => {
+                other?;
+                for ds in also {
+                    daemon.call(&Mount {
+                        dataset: ds,
+                        mountpoint: None,
+                        threads,
+                    })?;
+                }
+                return Ok(());
+            }
+        }
+    }
     let req = tarn_fuse::MountRequest {
         dataset,
         mountpoint,
@@ -33,10 +71,11 @@ pub fn mount(
         threads,
         more: also,
     };
-    Ok(tarn_fuse::mount(req, || access::open(&pool))?)
+    Ok(tarn_fuse::mount(req, || access::open_local(&pool))?)
 }
 
-/// `tarn umount MOUNTPOINT|POOL/DS`: returns once the daemon has committed.
-pub fn umount(target: &str) -> Result<(), CliError> {
-    Ok(tarn_fuse::umount(target)?)
+/// `tarn umount [-f] MOUNTPOINT|POOL/DS`: returns once the daemon has let the mount go
+/// (and committed, if it was its last).
+pub fn umount(target: &str, force: bool) -> Result<(), CliError> {
+    Ok(tarn_fuse::umount(target, force)?)
 }

@@ -3,20 +3,26 @@
 //! Owns: turning the device words of a command line (`mirror A B log C`) into vdev
 //! specs, the pool lifecycle as the user sees it (the cache entry follows the pool:
 //! remembered at create and import, forgotten at export and destroy), the mounts an
-//! import starts, and the zpool-style status and list output.
+//! import starts, and the zpool-style status, list and history output. What a command
+//! does to the pool is its `tarn_control::ops::pool` command's, run here or by the
+//! daemon that holds the pool (`access::run`).
 //! Promises: a malformed device list is refused before any device is touched; a pool is
 //! in the cache only once it exists on disk, and leaves it only once it is exported or
-//! destroyed; `destroy` of a pool holding data needs `-f`; a scrub that finds blocks no
-//! copy can repair fails the command (exit 1) after printing what it found.
+//! destroyed (for a mounted pool: once its daemon has unmounted, exported and exited);
+//! a scrub that finds blocks no copy can repair fails the command (exit 1) after
+//! printing what it found; create and import are recorded in the pool's history.
 //! Must never: import a pool whose name is already imported here, or leave the cache
 //! naming devices the pool does not have.
 
 use std::path::PathBuf;
 
+use tarn_control::ops::pool as ops;
 use tarn_dataset::props::{format_size, parse_size};
-use tarn_pool::{CreateOptions, ImportOptions, Pool, PoolStatus, TopStatus, VdevSpec};
+use tarn_pool::{
+    CreateOptions, HistoryEntry, ImportOptions, Pool, PoolStatus, TopStatus, VdevSpec,
+};
 
-use crate::access::{self, with_pool};
+use crate::access;
 use crate::args::{Output, PoolCmd};
 use crate::cache::absolute;
 use crate::error::CliError;
@@ -39,15 +45,19 @@ pub fn run(cmd: PoolCmd) -> Result<(), CliError> {
             vdevs,
         } => add_logs(force, size.as_deref(), &pool, &vdevs),
         PoolCmd::Import { dirs, pool, json } => import(&dirs, pool.as_deref(), json),
-        PoolCmd::Export { pool } => {
-            access::open(&pool)?.export()?;
+        PoolCmd::Export { force, pool } => {
+            access::run(&pool, ops::Export { force })?;
             access::forget(&pool)
         }
-        PoolCmd::Destroy { force, pool } => destroy(force, &pool),
+        PoolCmd::Destroy { force, pool } => {
+            access::run(&pool, ops::Destroy { force })?;
+            access::forget(&pool)
+        }
         PoolCmd::Status { pool, out } => status(pool.as_deref(), out),
         PoolCmd::List { out } => list(out),
         PoolCmd::Scrub { pool, json } => scrub(&pool, json),
-        PoolCmd::Clear { pool } => with_pool(&pool, |p| Ok(p.clear_errors()?)),
+        PoolCmd::Clear { pool } => access::run(&pool, ops::Clear {}),
+        PoolCmd::History { pool, json } => history(pool.as_deref(), json),
     }
 }
 
@@ -90,6 +100,7 @@ fn create(
     }
     opts.logs = logs;
     let pool = Pool::create(name, &specs, &opts)?;
+    access::log_here(&pool);
     access::remember(&pool, pool.device_paths())?;
     Ok(pool.close()?)
 }
@@ -103,31 +114,27 @@ fn add_logs(force: bool, size: Option<&str>, pool: &str, vdevs: &[String]) -> Re
             "only log devices can be added: tarn pool add POOL log DEV...".into(),
         ));
     }
-    access::open(pool)?.add_logs(&logs, force, size)?;
+    let wire = logs.iter().map(wire_vdev).collect();
+    access::run(
+        pool,
+        ops::AddLogs {
+            logs: wire,
+            force,
+            size,
+        },
+    )?;
     access::remember_devices(pool, logs.iter().flat_map(spec_paths))
 }
 
-fn destroy(force: bool, name: &str) -> Result<(), CliError> {
-    let p = access::open(name)?;
-    let used: u64 = p
-        .datasets_info()
-        .iter()
-        .filter(|d| d.name == name)
-        .map(|d| d.logicalused)
-        .sum();
-    if used > 0 && !force {
-        p.close()?;
-        return Err(CliError::Refused(format!(
-            "pool '{name}' holds {} of data; use -f to destroy it",
-            format_size(used)
-        )));
+fn wire_vdev(spec: &VdevSpec) -> ops::Vdev {
+    match spec {
+        VdevSpec::Disk(p) => ops::Vdev::Disk(p.clone()),
+        VdevSpec::Mirror(ps) => ops::Vdev::Mirror(ps.clone()),
     }
-    p.destroy()?;
-    access::forget(name)
 }
 
 fn scrub(name: &str, json: bool) -> Result<(), CliError> {
-    let r = with_pool(name, |p| Ok(p.scrub()?))?;
+    let r = access::run(name, ops::Scrub {})?;
     if json {
         print_json(&r)?;
     } else {
@@ -235,6 +242,7 @@ fn import(dirs: &[PathBuf], pool: Option<&str>, json: bool) -> Result<(), CliErr
         )));
     }
     let p = Pool::import_paths(&d.devices, &ImportOptions::default())?;
+    access::log_here(&p);
     access::remember(&p, d.devices.clone())?;
     let to_mount = datasets_with_mountpoints(&p);
     let name = p.name().to_string();
@@ -331,7 +339,7 @@ fn join_paths(p: &[PathBuf]) -> String {
 fn statuses(pool: Option<&str>) -> Result<Vec<PoolStatus>, CliError> {
     access::pool_names(pool)?
         .iter()
-        .map(|name| with_pool(name, |p| Ok(p.status())))
+        .map(|name| access::run(name, ops::Status {}))
         .collect()
 }
 
@@ -443,6 +451,59 @@ fn list(out: Output) -> Result<(), CliError> {
     }
     t.print(out.scripted);
     Ok(())
+}
+
+/// `tarn pool history [POOL]`: the commands that changed each pool, oldest first, as
+/// `zpool history -l` shows them.
+fn history(pool: Option<&str>, json: bool) -> Result<(), CliError> {
+    let mut all: Vec<(String, Vec<HistoryEntry>)> = Vec::new();
+    for name in access::pool_names(pool)? {
+        let entries = access::run(&name, ops::History {})?;
+        all.push((name, entries));
+    }
+    if json {
+        let by_pool: std::collections::BTreeMap<&str, &Vec<HistoryEntry>> =
+            all.iter().map(|(n, e)| (n.as_str(), e)).collect();
+        return print_json(&by_pool);
+    }
+    if all.is_empty() {
+        println!("no pools imported");
+    }
+    for (name, entries) in &all {
+        println!("History for '{name}':");
+        for e in entries {
+            println!(
+                "{} {} [user {} ({}) on {}]",
+                local_time(e.time),
+                e.command,
+                e.uid,
+                e.user,
+                e.host
+            );
+        }
+        println!();
+    }
+    Ok(())
+}
+
+/// Unix seconds as local time, the way `zpool history` shows it: `2024-05-01.10:00:00`.
+fn local_time(secs: u64) -> String {
+    let t = secs as libc::time_t;
+    // SAFETY: tm is plain data; localtime_r fills it from `t` and returns null on error.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointers to a time_t and a tm.
+    if unsafe { libc::localtime_r(&t, &mut tm) }.is_null() {
+        return secs.to_string();
+    }
+    format!(
+        "{:04}-{:02}-{:02}.{:02}:{:02}:{:02}",
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec
+    )
 }
 
 #[cfg(test)]

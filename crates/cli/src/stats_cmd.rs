@@ -3,16 +3,18 @@
 //!
 //! Owns: the three shapes of the counters (aligned text, `--json`, Prometheus text) and
 //! the checks on a tunable before it is handed to the daemon. Promises: a mounted pool's
-//! counters are the ones its daemon last published (within a second); an unmounted
-//! pool is opened and closed here, so its caches show as empty; a tunable is validated
-//! before anything is written. Must never: open the devices of a pool a daemon holds,
-//! or tune a pool that is not running (there is no cache to tune).
+//! counters are its daemon's, as of the moment asked (through the control socket); an
+//! unmounted pool is opened and closed here, so its caches show as empty; a tunable is
+//! validated before anything is sent, and applied when the command returns.
+//! Must never: open the devices of a pool a daemon holds, or tune a pool that is not
+//! running (there is no cache to tune).
 
 use std::collections::BTreeMap;
 
+use tarn_control::ops::pool as ops;
 use tarn_dataset::props::parse_size;
 
-use crate::access::{self, with_pool};
+use crate::access;
 use crate::ds_cmd::split_assignment;
 use crate::error::CliError;
 use crate::output::print_json;
@@ -22,10 +24,7 @@ const ARC_MAX_MIN: u64 = 16 << 20;
 
 /// `tarn stats WHICH POOL [--json|--prometheus]`.
 pub fn stats(which: &str, pool: &str, json: bool, prometheus: bool) -> Result<(), CliError> {
-    let stats = match tarn_fuse::stats::read_published(pool) {
-        Some(s) => s,
-        None => with_pool(pool, |p| Ok(p.stats()))?,
-    };
+    let stats = access::run(pool, ops::Stats {})?;
     let arc: BTreeMap<String, u64> = stats
         .arc
         .fields()
@@ -59,8 +58,8 @@ pub fn stats(which: &str, pool: &str, json: bool, prometheus: bool) -> Result<()
 }
 
 /// `tarn tune POOL arc_max=SIZE`: the new budget of a mounted pool is handed to its
-/// daemon (applied within a second); an unmounted pool has no cache to tune: the budget
-/// is set per process by TARN_ARC_MAX.
+/// daemon; an unmounted pool has no cache to tune: the budget is set per process by
+/// TARN_ARC_MAX.
 pub fn tune(pool: &str, setting: &str) -> Result<(), CliError> {
     let (name, value) = split_assignment(setting)?;
     if name != "arc_max" {
@@ -75,13 +74,12 @@ pub fn tune(pool: &str, setting: &str) -> Result<(), CliError> {
                 "invalid arc_max '{value}': use a size of at least 16M, like 512M or 4G"
             ))
         })?;
-    if tarn_fuse::stats::read_published(pool).is_none() {
-        // Name the pool's absence first if it is not even imported.
-        access::pool_names(Some(pool))?;
+    // Name the pool's absence first if it is not even imported.
+    access::pool_names(Some(pool))?;
+    let Some(mut daemon) = access::held(pool)? else {
         return Err(CliError::Refused(format!(
             "pool '{pool}' is not mounted, so it has no running cache; set TARN_ARC_MAX={value} for the process that mounts it"
         )));
-    }
-    let path = tarn_fuse::stats::arc_max_request_path(pool);
-    std::fs::write(&path, bytes.to_string()).map_err(|e| CliError::host(path.display(), e))
+    };
+    Ok(daemon.call(&ops::Tune { arc_max: bytes })?)
 }
