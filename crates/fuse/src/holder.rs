@@ -57,17 +57,19 @@ struct Ending {
     reply: tarn_control::Reply,
 }
 
+/// Mounts one dataset of the pool on a mountpoint (or its property) with N threads: the
+/// FUSE side of a mount, which is mount.rs's.
+pub(crate) type Mounter = Box<
+    dyn Fn(&Arc<Pool>, &str, Option<PathBuf>, usize) -> Result<Mounted, MountError> + Send + Sync,
+>;
+
 pub(crate) struct Holder {
     pool_name: String,
     pool: Mutex<Option<Arc<Pool>>>,
     mounts: Mutex<Mounts>,
     ending: Mutex<Option<Ending>>,
     /// Mounts a remote `tarn mount` makes; they are `tarn_fuse::mount`'s to make.
-    mounter: Box<
-        dyn Fn(&Arc<Pool>, &str, Option<PathBuf>, usize) -> Result<Mounted, MountError>
-            + Send
-            + Sync,
-    >,
+    mounter: Mounter,
 }
 
 impl Holder {
@@ -75,11 +77,7 @@ impl Holder {
         pool: Arc<Pool>,
         record: MountRecord,
         live: Vec<Mounted>,
-        mounter: Box<
-            dyn Fn(&Arc<Pool>, &str, Option<PathBuf>, usize) -> Result<Mounted, MountError>
-                + Send
-                + Sync,
-        >,
+        mounter: Mounter,
     ) -> Holder {
         Holder {
             pool_name: pool.name().to_string(),
