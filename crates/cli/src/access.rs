@@ -66,9 +66,25 @@ pub fn session(name: &str) -> Result<Session, CliError> {
             // A daemon holds the devices but does not answer yet (starting) or any
             // more (releasing them): ask again.
             Err(CliError::Pool(e)) if e.is_busy() && Instant::now() < deadline => {}
+            Err(CliError::Pool(e)) if e.is_busy() => {
+                return Err(unanswered(name).unwrap_or(e.into()))
+            }
             Err(e) => return Err(e),
         }
     }
+}
+
+/// Why a held pool could not be reached, if a live daemon's record names its holder.
+fn unanswered(name: &str) -> Option<CliError> {
+    let r = tarn_fuse::state::load(name).ok().flatten()?;
+    r.is_alive().then(|| {
+        CliError::Refused(format!(
+            "pool '{name}' is held by tarn mount (pid {}), which does not answer on its control socket {}; see its log {}",
+            r.pid,
+            tarn_control::protocol::socket_path(name).display(),
+            tarn_fuse::state::log_path(name).display()
+        ))
+    })
 }
 
 impl Session {

@@ -203,6 +203,25 @@ mod tests {
     }
 
     #[test]
+    fn a_socket_in_a_directory_too_deep_for_sun_path_is_reached_all_the_same() {
+        let dir = tempfile::tempdir().unwrap();
+        let deep = dir.path().join("d".repeat(60)).join("e".repeat(60));
+        std::fs::create_dir_all(&deep).unwrap();
+        let path = deep.join("tank.sock");
+        assert!(path.as_os_str().len() > 108);
+        let listener =
+            with_short_path(&path, |p| std::os::unix::net::UnixListener::bind(p)).unwrap();
+        assert!(path.exists(), "bound where it was asked");
+        let mut client =
+            with_short_path(&path, |p| std::os::unix::net::UnixStream::connect(p)).unwrap();
+        let (mut served, _) = listener.accept().unwrap();
+        send(&mut client, &Reply::ok(Value::from(7))).unwrap();
+        let mut input = std::io::BufReader::new(&mut served);
+        let line = receive(&mut input, 100).unwrap().unwrap();
+        assert_eq!(decode::<Reply>(&line).unwrap().ok, Some(Value::from(7)));
+    }
+
+    #[test]
     fn a_line_too_long_is_an_error_not_a_truncated_message() {
         let mut input = std::io::Cursor::new(b"{\"version\":1}\n".to_vec());
         assert!(receive(&mut input, 8).is_err());

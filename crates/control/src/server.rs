@@ -136,7 +136,11 @@ fn remove_if_ours(path: &Path, inode: u64) {
 
 fn accept_loop(listener: &UnixListener, shared: &Arc<Shared>) {
     for stream in listener.incoming() {
-        let Ok(stream) = stream else { continue };
+        let Ok(stream) = stream else {
+            // Out of descriptors or memory: let running commands finish some first.
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            continue;
+        };
         let shared = shared.clone();
         let spawned = std::thread::Builder::new()
             .name("tarn-control-conn".into())

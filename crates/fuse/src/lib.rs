@@ -1,16 +1,20 @@
 //! fuse — `tarn mount`: the POSIX face of a dataset, served to the kernel through FUSE,
 //! and the daemon that holds the pool while a dataset is mounted.
 //!
-//! Layer: between `pool` (below) and `cli` (above). It speaks to the engine only through
-//! `dataset` and `pool`: no engine crate below `dataset` is a dependency or named in its
-//! sources (`crates/cli/tests/layering.rs` checks both).
+//! Layer: between `control` (below: the commands and the socket server the daemon runs)
+//! and `cli` (above). It speaks to the engine only through `dataset` and `pool`: no
+//! engine crate below `dataset` is a dependency or named in its sources
+//! (`crates/cli/tests/layering.rs` checks both).
 //! Owns: the FUSE filesystem ([`fs::TarnFs`]), the order of the mount daemon's life
-//! (start, mount, ready, serve, the final commit; the fork, readiness pipe, signals and
-//! unmounting themselves are `tarn_daemon`'s), and the record of running mounts
-//! ([`state`]).
+//! (start, mount, control socket, ready, serve, the end; the fork, readiness pipe,
+//! signals and unmounting themselves are `tarn_daemon`'s), what the daemon does for the
+//! control socket (`holder`: mounts, unmounts, export and destroy of a mounted pool),
+//! and the record of running mounts ([`state`]).
 //! Promises: `mount` returns only once the mount is usable (or with one clear error);
 //! a clean unmount, SIGTERM or SIGINT commits everything (`Pool::close`) before the
-//! daemon exits; `umount` returns once the daemon has committed and released the pool.
+//! daemon exits; `umount` returns once the daemon has let the mount go (and, for its
+//! last, committed and released the pool); every command on the held pool is served
+//! over `$TARN_RUN_DIR/POOL.sock` while the daemon runs.
 //! Must never: fork after a thread exists, or leave a mount record that claims a pool
 //! for a process that has gone.
 

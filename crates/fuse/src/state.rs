@@ -77,15 +77,6 @@ impl MountRecord {
     pub fn is_alive(&self) -> bool {
         process_is_tarn(self.pid)
     }
-
-    /// The one line telling a user why the pool is busy and what to do.
-    pub fn busy_message(&self) -> String {
-        let mp = self.mountpoint.display();
-        format!(
-            "pool '{}' is in use by `tarn mount` (pid {}, dataset {} mounted on {mp}); run `tarn umount {mp}` first",
-            self.pool, self.pid, self.dataset
-        )
-    }
 }
 
 /// The record for `pool`, if there is one (alive or not).
@@ -156,21 +147,5 @@ mod tests {
             mounts: Vec::new(),
         };
         assert!(!r.is_alive());
-    }
-
-    #[test]
-    fn busy_message_names_pid_mountpoint_and_fix() {
-        let r = MountRecord {
-            pid: 42,
-            pool: "tank".into(),
-            dataset: "tank/db".into(),
-            mountpoint: "/mnt/x".into(),
-            mounts: Vec::new(),
-        };
-        let m = r.busy_message();
-        assert!(
-            m.contains("pid 42") && m.contains("/mnt/x") && m.contains("tarn umount /mnt/x"),
-            "{m}"
-        );
     }
 }

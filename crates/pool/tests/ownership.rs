@@ -86,7 +86,10 @@ fn a_held_block_device_cannot_be_opened_again_through_another_device_node() {
         .expect("the device is held");
     assert!(err.is_busy(), "{err}");
     let msg = err.to_string();
-    assert!(msg.contains("same-disk") && msg.contains("block device is in use"), "{msg}");
+    assert!(
+        msg.contains("same-disk") && msg.contains("block device is in use"),
+        "{msg}"
+    );
     pool.export().unwrap();
     let pool = Pool::import_paths(&[alias], &ImportOptions::default()).expect("free now");
     assert_eq!(pool.name(), "tank");
