@@ -9,7 +9,10 @@
 //! sector that holds a live byte; running out of space is `None`, never a panic.
 //!
 //! Must never: persist anything. The map is rebuilt at import by walking the block tree
-//! (`claim`), so it can never disagree with the tree.
+//! (`claim`), so it can never disagree with the tree. Never free a byte twice: a free
+//! that would take a sector's live count below zero, or that overlaps bytes already freed
+//! since the last release (the deferred list of the syncing txg), is a bug that would
+//! hand another block's sectors out while it is live; both stop with a panic.
 use std::collections::BTreeMap;
 
 pub struct SpaceMap {
@@ -20,6 +23,9 @@ pub struct SpaceMap {
     free_sectors: u64,
     /// Sectors that reached zero live bytes in the syncing txg; free after it commits.
     deferred: Vec<u64>,
+    /// Byte ranges freed since the last release (start -> end), to catch a double free
+    /// inside one txg even where sector sharing hides it from the live counts.
+    freed: BTreeMap<u64, u64>,
     rotor: u64,
 }
 
@@ -41,6 +47,7 @@ impl SpaceMap {
             free: BTreeMap::new(),
             free_sectors: 0,
             deferred: Vec::new(),
+            freed: BTreeMap::new(),
             rotor: 0,
         }
     }
@@ -71,7 +78,10 @@ impl SpaceMap {
     /// (sectors holding any live byte, live bytes): their ratio says how full the
     /// allocated sectors are (1.0 = no space lost to partly freed sectors).
     pub fn occupancy(&self) -> (u64, u64) {
-        self.live.iter().filter(|&&c| c > 0).fold((0, 0), |(n, b), &c| (n + 1, b + c as u64))
+        self.live
+            .iter()
+            .filter(|&&c| c > 0)
+            .fold((0, 0), |(n, b), &c| (n + 1, b + c as u64))
     }
 
     /// Records `len` live bytes at byte `offset` (import walk, or a block just written).
@@ -110,7 +120,12 @@ impl SpaceMap {
             .range(self.rotor..)
             .chain(self.free.range(..self.rotor))
             .find(|(_, &len)| fits(len))
-            .or_else(|| self.free.iter().filter(|(_, &len)| len >= min).max_by_key(|(_, &len)| len))
+            .or_else(|| {
+                self.free
+                    .iter()
+                    .filter(|(_, &len)| len >= min)
+                    .max_by_key(|(_, &len)| len)
+            })
             .map(|(&s, &l)| (s, l))?;
         let (start, len) = found;
         let take = len.min(want);
@@ -120,13 +135,19 @@ impl SpaceMap {
         }
         self.free_sectors -= take;
         self.rotor = start + take;
-        Some(Run { first: start, sectors: take })
+        Some(Run {
+            first: start,
+            sectors: take,
+        })
     }
 
     /// Gives back the tail of a run the packer did not use (sectors with no live byte).
     pub fn return_unused(&mut self, first: u64, sectors: u64) {
         for s in first..first + sectors {
-            assert_eq!(self.live[s as usize], 0, "returning a sector that holds live bytes");
+            assert_eq!(
+                self.live[s as usize], 0,
+                "returning a sector that holds live bytes"
+            );
         }
         if sectors > 0 {
             self.insert_free(first, sectors);
@@ -134,23 +155,43 @@ impl SpaceMap {
     }
 
     /// Drops `len` live bytes at `offset`; sectors left empty wait in the deferred list.
+    ///
+    /// Panics on a double free (see the module's "must never").
     pub fn free(&mut self, offset: u64, len: u64) {
+        self.note_freed(offset, len);
         let mut emptied = Vec::new();
-        let shift = self.shift;
         self.for_each_sector_share_indexed(offset, len, |sector, count, share| {
-            *count = count.checked_sub(share).unwrap_or_else(|| {
-                panic!("freeing {share} bytes from sector {sector} holding {count}")
-            });
-            if *count == 0 {
+            let Some(left) = count.checked_sub(share) else {
+                panic!("space freed twice: freeing {share} bytes from sector {sector}, which holds {count} live bytes")
+            };
+            *count = left;
+            if left == 0 {
                 emptied.push(sector);
             }
         });
-        let _ = shift;
         self.deferred.extend(emptied);
+    }
+
+    /// Records [offset, offset+len) as freed in this txg; panics if any of it already is.
+    fn note_freed(&mut self, offset: u64, len: u64) {
+        let end = offset + len;
+        let before = self
+            .freed
+            .range(..=offset)
+            .next_back()
+            .filter(|(_, &e)| e > offset);
+        let after = self.freed.range(offset..end).next();
+        if let Some((&s, &e)) = before.or(after) {
+            panic!("space freed twice: bytes [{offset}, {end}) overlap [{s}, {e}), already freed in this txg");
+        }
+        if len > 0 {
+            self.freed.insert(offset, end);
+        }
     }
 
     /// Called once the txg that freed the deferred sectors is committed.
     pub fn release_deferred(&mut self) {
+        self.freed.clear();
         let mut sectors = std::mem::take(&mut self.deferred);
         sectors.sort_unstable();
         let mut i = 0;
@@ -200,7 +241,10 @@ impl SpaceMap {
     ) {
         let size = self.sector_size();
         let end = offset + len;
-        assert!(end <= self.total_bytes(), "block [{offset}, {end}) beyond the vdev");
+        assert!(
+            end <= self.total_bytes(),
+            "block [{offset}, {end}) beyond the vdev"
+        );
         let mut at = offset;
         while at < end {
             let sector = at >> self.shift;
@@ -226,14 +270,24 @@ mod tests {
     fn shared_sector_is_free_only_when_both_blocks_are_freed() {
         let mut m = empty(8);
         let run = m.alloc_run(1, 1).unwrap();
-        assert_eq!(run, Run { first: 0, sectors: 1 });
+        assert_eq!(
+            run,
+            Run {
+                first: 0,
+                sectors: 1
+            }
+        );
         m.claim(0, 100);
         m.claim(100, 200);
         m.free(0, 100);
         m.release_deferred();
         assert_eq!(m.free_bytes(), 7 * 512);
         m.free(100, 200);
-        assert_eq!(m.free_bytes(), 7 * 512, "freed sector waits for the txg to commit");
+        assert_eq!(
+            m.free_bytes(),
+            7 * 512,
+            "freed sector waits for the txg to commit"
+        );
         m.release_deferred();
         assert_eq!(m.free_bytes(), 8 * 512);
     }
@@ -245,10 +299,63 @@ mod tests {
         m.claim(0, 4 * 512);
         assert!(m.alloc_run(1, 1).is_none());
         m.free(512, 512);
-        assert!(m.alloc_run(1, 1).is_none(), "deferred sectors are not handed out");
+        assert!(
+            m.alloc_run(1, 1).is_none(),
+            "deferred sectors are not handed out"
+        );
         m.release_deferred();
-        assert_eq!(m.alloc_run(1, 4), Some(Run { first: 1, sectors: 1 }));
+        assert_eq!(
+            m.alloc_run(1, 4),
+            Some(Run {
+                first: 1,
+                sectors: 1
+            })
+        );
         let _ = r;
+    }
+
+    #[test]
+    #[should_panic(expected = "space freed twice")]
+    fn freeing_bytes_that_are_not_live_stops() {
+        let mut m = empty(8);
+        m.claim(0, 100);
+        m.free(512, 100);
+    }
+
+    #[test]
+    #[should_panic(expected = "space freed twice")]
+    fn freeing_a_block_twice_in_one_txg_stops_even_in_a_shared_sector() {
+        let mut m = empty(8);
+        m.claim(0, 100);
+        m.claim(100, 200);
+        m.free(0, 100);
+        // The sector still counts 200 live bytes, so the counts alone would not notice;
+        // the block at 100 would lose its space to this second free.
+        m.free(0, 100);
+    }
+
+    #[test]
+    #[should_panic(expected = "space freed twice")]
+    fn freeing_part_of_a_range_freed_in_this_txg_stops() {
+        let mut m = empty(8);
+        m.claim(0, 2048);
+        m.free(0, 1024);
+        m.free(512, 1024);
+    }
+
+    #[test]
+    fn after_release_the_same_bytes_may_be_claimed_and_freed_again() {
+        let mut m = empty(8);
+        let run = m.alloc_run(1, 1).unwrap();
+        m.claim(run.first * 512, 100);
+        m.free(run.first * 512, 100);
+        m.release_deferred();
+        let run = m.alloc_run(1, 1).unwrap();
+        assert_eq!(run.first, 0, "the freed sector is handed out again");
+        m.claim(run.first * 512, 100);
+        m.free(run.first * 512, 100);
+        m.release_deferred();
+        assert_eq!(m.free_bytes(), 8 * 512);
     }
 
     proptest::proptest! {

@@ -5,6 +5,8 @@
 //! their ghosts B1/B2 (keys only, of blocks recently evicted from T1/T2) — and the target
 //! `p` for T1's share, which ghost hits steer: a hit in B1 says "recency deserved more
 //! room", a hit in B2 says "frequency did". Counters in the spirit of ZFS's arcstats.
+//! Beside it, `HotCopies`: a small LRU of decompressed copies of the blocks read again
+//! while cached, under its own budget (a share of `arc_max`).
 //!
 //! Promises: resident bytes never exceed `arc_max` after an insert returns; a one-time
 //! scan only cycles through T1 and leaves the frequently used set in T2 alone; a block is
@@ -12,7 +14,8 @@
 //! stale copy.
 //!
 //! Must never: hold data that was not verified (callers insert only checksummed bytes),
-//! or be needed for correctness — losing the cache costs speed, never data.
+//! be needed for correctness — losing the cache costs speed, never data — or touch a
+//! device (the pipeline reads the devices and inserts here).
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -120,8 +123,15 @@ pub struct ArcCache {
 
 impl ArcCache {
     pub fn new(max_bytes: u64) -> ArcCache {
-        let lists = Lists { c: max_bytes, p: max_bytes / 2, ..Default::default() };
-        ArcCache { lists: Mutex::new(lists), counters: Counters::default() }
+        let lists = Lists {
+            c: max_bytes,
+            p: max_bytes / 2,
+            ..Default::default()
+        };
+        ArcCache {
+            lists: Mutex::new(lists),
+            counters: Counters::default(),
+        }
     }
 
     /// A default budget: a quarter of the machine's memory.
@@ -140,7 +150,9 @@ impl ArcCache {
         l.p = l.p.min(bytes);
         let evicted = l.make_room(0, false);
         l.trim_ghosts();
-        self.counters.evictions.fetch_add(evicted, Ordering::Relaxed);
+        self.counters
+            .evictions
+            .fetch_add(evicted, Ordering::Relaxed);
     }
 
     /// The cached physical bytes of `key`, promoting it (T1 → T2, or to T2's MRU end).
@@ -184,21 +196,49 @@ impl ArcCache {
 
     /// Caches a block just read (and verified) from disk.
     pub fn insert(&self, key: BlockKey, bytes: Arc<[u8]>, lsize: u32, class: Class) {
-        self.insert_entry(key, Entry { bytes, lsize, class, prefetched: false });
+        self.insert_entry(
+            key,
+            Entry {
+                bytes,
+                lsize,
+                class,
+                prefetched: false,
+            },
+        );
     }
 
     /// Caches a block just written (it enters the recency list, like a first read, but
     /// counts as neither a hit nor a miss).
     pub fn insert_written(&self, key: BlockKey, bytes: Arc<[u8]>, lsize: u32, class: Class) {
-        if self.insert_entry(key, Entry { bytes, lsize, class, prefetched: false }) {
-            self.counters.written_inserts.fetch_add(1, Ordering::Relaxed);
+        if self.insert_entry(
+            key,
+            Entry {
+                bytes,
+                lsize,
+                class,
+                prefetched: false,
+            },
+        ) {
+            self.counters
+                .written_inserts
+                .fetch_add(1, Ordering::Relaxed);
         }
     }
 
     /// Caches a block read ahead of demand (sequential prefetch).
     pub fn insert_prefetched(&self, key: BlockKey, bytes: Arc<[u8]>, lsize: u32, class: Class) {
-        if self.insert_entry(key, Entry { bytes, lsize, class, prefetched: true }) {
-            self.counters.prefetch_inserts.fetch_add(1, Ordering::Relaxed);
+        if self.insert_entry(
+            key,
+            Entry {
+                bytes,
+                lsize,
+                class,
+                prefetched: true,
+            },
+        ) {
+            self.counters
+                .prefetch_inserts
+                .fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -241,7 +281,9 @@ impl ArcCache {
         debug_assert!(l.t1_bytes + l.t2_bytes <= l.c, "ARC over budget");
         drop(l);
         self.counters.inserts.fetch_add(1, Ordering::Relaxed);
-        self.counters.evictions.fetch_add(evicted, Ordering::Relaxed);
+        self.counters
+            .evictions
+            .fetch_add(evicted, Ordering::Relaxed);
         true
     }
 
@@ -299,8 +341,14 @@ impl ArcSnapshot {
     pub fn prometheus(&self) -> String {
         let mut out = String::new();
         for (name, value) in self.fields() {
-            let kind = if name.ends_with("hits") || name == "misses" || name == "evictions" { "counter" } else { "gauge" };
-            out.push_str(&format!("# TYPE tarn_arc_{name} {kind}\ntarn_arc_{name} {value}\n"));
+            let kind = if name.ends_with("hits") || name == "misses" || name == "evictions" {
+                "counter"
+            } else {
+                "gauge"
+            };
+            out.push_str(&format!(
+                "# TYPE tarn_arc_{name} {kind}\ntarn_arc_{name} {value}\n"
+            ));
         }
         out
     }
@@ -340,8 +388,15 @@ impl Lists {
         let mut n = 0;
         while self.t1_bytes + self.t2_bytes + incoming > self.c {
             let from_t1 = !self.t1.is_empty()
-                && (self.t1_bytes > self.p || (after_b2_hit && self.t1_bytes == self.p) || self.t2.is_empty());
-            let (key, e) = if from_t1 { self.t1.pop_front() } else { self.t2.pop_front() }.expect("a non-empty list");
+                && (self.t1_bytes > self.p
+                    || (after_b2_hit && self.t1_bytes == self.p)
+                    || self.t2.is_empty());
+            let (key, e) = if from_t1 {
+                self.t1.pop_front()
+            } else {
+                self.t2.pop_front()
+            }
+            .expect("a non-empty list");
             let size = e.bytes.len() as u64;
             self.account(&e, false);
             if from_t1 {
@@ -361,11 +416,15 @@ impl Lists {
     /// Ghosts remember at most `c` bytes each side: |T1|+|B1| <= c, total <= 2c.
     fn trim_ghosts(&mut self) {
         while self.t1_bytes + self.b1_bytes > self.c {
-            let Some((_, g)) = self.b1.pop_front() else { break };
+            let Some((_, g)) = self.b1.pop_front() else {
+                break;
+            };
             self.b1_bytes -= g;
         }
         while self.t1_bytes + self.t2_bytes + self.b1_bytes + self.b2_bytes > 2 * self.c {
-            let Some((_, g)) = self.b2.pop_front() else { break };
+            let Some((_, g)) = self.b2.pop_front() else {
+                break;
+            };
             self.b2_bytes -= g;
         }
     }
@@ -416,18 +475,25 @@ impl ArcSnapshot {
     }
 }
 
+type HotList = LinkedHashMap<BlockKey, Arc<[u8]>>;
+
 /// A bounded set of hot decompressed copies: blocks read again while in the ARC are
 /// kept decompressed too, so the hottest records cost a copy instead of a decompression.
 /// Plain LRU under its own byte budget; counted in the ARC's stats.
 pub struct HotCopies {
-    lists: Mutex<(LinkedHashMap<BlockKey, Arc<[u8]>>, u64)>,
+    /// The copies in LRU order, and their total bytes.
+    lists: Mutex<(HotList, u64)>,
     max: AtomicU64,
     pub hits: AtomicU64,
 }
 
 impl HotCopies {
     pub fn new(max_bytes: u64) -> HotCopies {
-        HotCopies { lists: Mutex::new((LinkedHashMap::new(), 0)), max: AtomicU64::new(max_bytes), hits: AtomicU64::new(0) }
+        HotCopies {
+            lists: Mutex::new((LinkedHashMap::new(), 0)),
+            max: AtomicU64::new(max_bytes),
+            hits: AtomicU64::new(0),
+        }
     }
 
     /// Copies the decompressed block into `out` if it is here.

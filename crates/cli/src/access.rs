@@ -37,11 +37,7 @@ pub fn pool_of(dataset: &str) -> &str {
 /// A pool reached by one command.
 pub enum Session {
     /// Opened by this process; how it is left is decided by the commands run on it.
-    Local {
-        pool: Pool,
-        finish: Finish,
-        history: Option<HistoryEntry>,
-    },
+    Local { pool: Pool, finish: Finish, history: Option<HistoryEntry> },
     /// Held by a daemon, reached through its control socket.
     Remote(Client),
 }
@@ -56,19 +52,11 @@ pub fn session(name: &str) -> Result<Session, CliError> {
             return Ok(Session::Remote(client));
         }
         match open_cached(name, &entry) {
-            Ok(pool) => {
-                return Ok(Session::Local {
-                    pool,
-                    finish: Finish::Stay,
-                    history: None,
-                })
-            }
+            Ok(pool) => return Ok(Session::Local { pool, finish: Finish::Stay, history: None }),
             // A daemon holds the devices but does not answer yet (starting) or any
             // more (releasing them): ask again.
             Err(CliError::Pool(e)) if e.is_busy() && Instant::now() < deadline => {}
-            Err(CliError::Pool(e)) if e.is_busy() => {
-                return Err(unanswered(name).unwrap_or(e.into()))
-            }
+            Err(CliError::Pool(e)) if e.is_busy() => return Err(unanswered(name).unwrap_or(e.into())),
             Err(e) => return Err(e),
         }
     }
@@ -92,11 +80,7 @@ impl Session {
     pub fn run<O: Op>(&mut self, op: O) -> Result<O::Output, CliError> {
         match self {
             Session::Remote(client) => Ok(client.call(&op)?),
-            Session::Local {
-                pool,
-                finish,
-                history,
-            } => {
+            Session::Local { pool, finish, history } => {
                 let caller = Caller::this_process();
                 let held = Held::new(pool, None, &caller);
                 let out = execute(op, &held);
@@ -115,11 +99,7 @@ impl Session {
     pub fn end(self) -> Result<(), CliError> {
         match self {
             Session::Remote(_) => Ok(()),
-            Session::Local {
-                pool,
-                finish,
-                history,
-            } => Ok(finish_local(pool, finish, history)?),
+            Session::Local { pool, finish, history } => Ok(finish_local(pool, finish, history)?),
         }
     }
 }
@@ -206,21 +186,12 @@ pub fn is_imported(name: &str) -> Result<bool, CliError> {
 /// Records `pool` in the cache under its name, on `devices`.
 pub fn remember(pool: &Pool, devices: Vec<PathBuf>) -> Result<(), CliError> {
     let mut cache = Cache::load()?;
-    cache.pools.insert(
-        pool.name().to_string(),
-        CachedPool {
-            guid: pool.guid(),
-            devices,
-        },
-    );
+    cache.pools.insert(pool.name().to_string(), CachedPool { guid: pool.guid(), devices });
     Ok(cache.save()?)
 }
 
 /// Adds `devices` to the cache entry of pool `name` (log devices just added).
-pub fn remember_devices(
-    name: &str,
-    devices: impl IntoIterator<Item = PathBuf>,
-) -> Result<(), CliError> {
+pub fn remember_devices(name: &str, devices: impl IntoIterator<Item = PathBuf>) -> Result<(), CliError> {
     let mut cache = Cache::load()?;
     if let Some(entry) = cache.pools.get_mut(name) {
         entry.devices.extend(devices);

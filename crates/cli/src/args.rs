@@ -10,11 +10,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(
-    name = "tarn",
-    version,
-    about = "tarn: a copy-on-write storage pool for databases"
-)]
+#[command(name = "tarn", version, about = "tarn: a copy-on-write storage pool for databases")]
 pub struct Cli {
     #[command(subcommand)]
     pub cmd: Cmd,
@@ -65,11 +61,24 @@ pub enum Cmd {
         #[arg(long, conflicts_with = "json")]
         prometheus: bool,
     },
-    /// Mount a dataset with FUSE: tarn mount POOL/DS [MOUNTPOINT] [-f] [--threads N]
+    /// Mount a dataset with FUSE: tarn mount POOL/DS [MOUNTPOINT] [-o OPTIONS] [-f] [--threads N]; tarn mount -a
+    #[command(after_long_help = "mount(8) and /etc/fstab reach it through the helper /sbin/mount.fuse.tarn \
+(installed by scripts/setup.sh): `mount -t fuse.tarn tank/db /var/lib/mysql -o noatime`, or the fstab line \
+`tank/db /var/lib/mysql fuse.tarn defaults,_netdev,noatime 0 0`.")]
     Mount {
-        dataset: String,
+        /// Required unless -a.
+        #[arg(required_unless_present = "all")]
+        dataset: Option<String>,
         /// Default: the dataset's mountpoint property.
         mountpoint: Option<PathBuf>,
+        /// Mount every dataset of every imported pool whose mountpoint property is a path
+        /// (one daemon per pool), skipping pools already mounted; what boot runs.
+        #[arg(short = 'a', long = "all", conflicts_with_all = ["dataset", "mountpoint", "also", "options", "foreground"])]
+        all: bool,
+        /// Mount options, comma-separated: ro, rw, noatime, atime, relatime, nodev, nosuid,
+        /// noexec; mount(8)'s own (defaults, _netdev, nofail, auto, noauto, x-*) are ignored.
+        #[arg(short = 'o', value_name = "OPTIONS")]
+        options: Vec<String>,
         /// Stay in the foreground instead of running as a daemon.
         #[arg(short = 'f')]
         foreground: bool,
@@ -81,12 +90,39 @@ pub enum Cmd {
         #[arg(long, value_name = "POOL/DS")]
         also: Vec<String>,
     },
-    /// Unmount a dataset, committing everything: tarn umount [-f] MOUNTPOINT|POOL/DS
+    /// Unmount a dataset, committing everything: tarn umount [-f] MOUNTPOINT|POOL/DS; tarn umount -a
     Umount {
+        /// Required unless -a.
+        #[arg(required_unless_present = "all")]
+        target: Option<String>,
         /// Unmount even with files open (their I/O then fails).
         #[arg(short = 'f')]
         force: bool,
-        target: String,
+        /// Unmount every tarn mount; returns once every daemon has committed and exited.
+        #[arg(short = 'a', long = "all", conflicts_with = "target")]
+        all: bool,
+    },
+    /// Serve the counters of `tarn stats` for every imported pool to Prometheus, over HTTP
+    /// at /metrics: tarn exporter [--listen 127.0.0.1:9436]
+    Exporter {
+        /// Address and port to listen on (a loopback address unless --allow-remote).
+        #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:9436")]
+        listen: String,
+        /// Allow a non-loopback --listen address: the counters name your pools and
+        /// datasets' sizes to whoever can reach it.
+        #[arg(long)]
+        allow_remote: bool,
+    },
+    /// Print shell completions: tarn completions bash|zsh|fish
+    Completions {
+        #[arg(value_parser = ["bash", "zsh", "fish"])]
+        shell: String,
+    },
+    /// Write the man pages (tarn.1, tarn-pool.1, tarn-pool-create.1…) into DIR, or print
+    /// tarn(1) without --dir: tarn man [--dir DIR]
+    Man {
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
     },
 }
 

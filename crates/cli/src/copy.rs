@@ -25,9 +25,7 @@ pub fn split_target(t: &str) -> (&str, &str) {
 /// `tarn put SRC... POOL/DS[:DIR]`.
 pub fn put_cmd(mut paths: Vec<PathBuf>) -> Result<(), CliError> {
     let Some(target) = paths.pop() else {
-        return Err(CliError::Usage(
-            "usage: tarn put SRC... POOL/DS[:DIR]".into(),
-        ));
+        return Err(CliError::Usage("usage: tarn put SRC... POOL/DS[:DIR]".into()));
     };
     let target = target.display().to_string();
     let (ds, dir) = split_target(&target);
@@ -55,17 +53,11 @@ fn copy_out(session: &mut access::Session, ds: &str, path: &str) -> Result<(), C
     let mut out = std::io::stdout().lock();
     let mut offset = 0u64;
     loop {
-        let chunk = session.run(ops::Read {
-            dataset: ds.to_string(),
-            path: path.to_string(),
-            offset,
-            len: CHUNK,
-        })?;
+        let chunk = session.run(ops::Read { dataset: ds.to_string(), path: path.to_string(), offset, len: CHUNK })?;
         if chunk.data.is_empty() {
             return Ok(());
         }
-        out.write_all(&chunk.data)
-            .map_err(|e| CliError::host("stdout", e))?;
+        out.write_all(&chunk.data).map_err(|e| CliError::host("stdout", e))?;
         offset += chunk.data.len() as u64;
     }
 }
@@ -73,13 +65,7 @@ fn copy_out(session: &mut access::Session, ds: &str, path: &str) -> Result<(), C
 /// `tarn ls POOL/DS[:PATH]`.
 pub fn ls_cmd(target: &str) -> Result<(), CliError> {
     let (ds, path) = split_target(target);
-    let entries = run_on_pool_of(
-        ds,
-        ops::List {
-            dataset: ds.to_string(),
-            path: path.to_string(),
-        },
-    )?;
+    let entries = run_on_pool_of(ds, ops::List { dataset: ds.to_string(), path: path.to_string() })?;
     for e in entries {
         println!("{} {:>12} {}", e.kind, e.size, e.name);
     }

@@ -17,14 +17,16 @@ use tarn_control::ops::mounts::Mount;
 use crate::access::{self, pool_of};
 use crate::error::CliError;
 
-/// `tarn mount POOL/DS [MOUNTPOINT] [-f] [--threads N] [--also POOL/DS2…]`.
+/// `tarn mount POOL/DS [MOUNTPOINT] [-o OPTIONS] [-f] [--threads N] [--also POOL/DS2…]`.
 pub fn mount(
     dataset: String,
     mountpoint: Option<PathBuf>,
     foreground: bool,
     threads: usize,
     also: Vec<String>,
+    options_text: &str,
 ) -> Result<(), CliError> {
+    let options = tarn_fuse::MountOptions::parse(options_text).map_err(|e| CliError::Usage(e.to_string()))?;
     let pool = pool_of(&dataset).to_string();
     if let Some(other) = also.iter().find(|d| pool_of(d) != pool) {
         return Err(CliError::Usage(format!(
@@ -45,6 +47,7 @@ pub fn mount(
             dataset: dataset.clone(),
             mountpoint: mountpoint.clone(),
             threads,
+            options: options_text.to_string(),
         });
         match first {
             // Its last mount just went: it is closing; start a daemon of our own.
@@ -58,19 +61,14 @@ pub fn mount(
                         dataset: ds,
                         mountpoint: None,
                         threads,
+                        options: options_text.to_string(),
                     })?;
                 }
                 return Ok(());
             }
         }
     }
-    let req = tarn_fuse::MountRequest {
-        dataset,
-        mountpoint,
-        foreground,
-        threads,
-        more: also,
-    };
+    let req = tarn_fuse::MountRequest { dataset, mountpoint, foreground, threads, more: also, options };
     Ok(tarn_fuse::mount(req, || access::open_local(&pool))?)
 }
 

@@ -18,32 +18,22 @@ use std::path::PathBuf;
 
 use tarn_control::ops::pool as ops;
 use tarn_dataset::props::{format_size, parse_size};
-use tarn_pool::{
-    CreateOptions, HistoryEntry, ImportOptions, Pool, PoolStatus, TopStatus, VdevSpec,
-};
+use tarn_pool::{CreateOptions, HistoryEntry, ImportOptions, Pool, PoolStatus, TopStatus, VdevSpec};
 
 use crate::access;
 use crate::args::{Output, PoolCmd};
 use crate::cache::absolute;
 use crate::error::CliError;
 use crate::output::print_json;
+use crate::space_check;
 use crate::table::Table;
 
 pub fn run(cmd: PoolCmd) -> Result<(), CliError> {
     match cmd {
-        PoolCmd::Create {
-            force,
-            options,
-            size,
-            pool,
-            vdevs,
-        } => create(force, &options, size.as_deref(), &pool, &vdevs),
-        PoolCmd::Add {
-            force,
-            size,
-            pool,
-            vdevs,
-        } => add_logs(force, size.as_deref(), &pool, &vdevs),
+        PoolCmd::Create { force, options, size, pool, vdevs } => {
+            create(force, &options, size.as_deref(), &pool, &vdevs)
+        }
+        PoolCmd::Add { force, size, pool, vdevs } => add_logs(force, size.as_deref(), &pool, &vdevs),
         PoolCmd::Import { dirs, pool, json } => import(&dirs, pool.as_deref(), json),
         PoolCmd::Export { force, pool } => {
             access::run(&pool, ops::Export { force })?;
@@ -61,44 +51,27 @@ pub fn run(cmd: PoolCmd) -> Result<(), CliError> {
     }
 }
 
-fn create(
-    force: bool,
-    options: &[String],
-    size: Option<&str>,
-    name: &str,
-    vdevs: &[String],
-) -> Result<(), CliError> {
-    let mut opts = CreateOptions {
-        force,
-        size: size.map(parse_size_flag).transpose()?,
-        ..Default::default()
-    };
+fn create(force: bool, options: &[String], size: Option<&str>, name: &str, vdevs: &[String]) -> Result<(), CliError> {
+    let mut opts = CreateOptions { force, size: size.map(parse_size_flag).transpose()?, ..Default::default() };
     for o in options {
         match o.split_once('=') {
             Some(("ashift", v)) => {
-                opts.ashift = v.parse().map_err(|_| {
-                    CliError::Usage(format!("invalid ashift '{v}': use a number from 9 to 16"))
-                })?;
+                opts.ashift = v
+                    .parse()
+                    .map_err(|_| CliError::Usage(format!("invalid ashift '{v}': use a number from 9 to 16")))?;
             }
-            _ => {
-                return Err(CliError::Usage(format!(
-                    "unknown pool option '{o}'; supported: ashift=N"
-                )))
-            }
+            _ => return Err(CliError::Usage(format!("unknown pool option '{o}'; supported: ashift=N"))),
         }
     }
     let (specs, logs) = split_logs(vdevs)?;
     if specs.is_empty() {
-        return Err(CliError::Usage(
-            "a pool needs at least one data device before `log`".into(),
-        ));
+        return Err(CliError::Usage("a pool needs at least one data device before `log`".into()));
     }
     if access::is_imported(name)? {
-        return Err(CliError::Refused(format!(
-            "pool '{name}' is already imported on this machine"
-        )));
+        return Err(CliError::Refused(format!("pool '{name}' is already imported on this machine")));
     }
     opts.logs = logs;
+    space_check::warn_if_images_outgrow_free_space(specs.iter().chain(&opts.logs), opts.size);
     let pool = Pool::create(name, &specs, &opts)?;
     access::log_here(&pool);
     access::remember(&pool, pool.device_paths())?;
@@ -110,19 +83,11 @@ fn add_logs(force: bool, size: Option<&str>, pool: &str, vdevs: &[String]) -> Re
     let size = size.map(parse_size_flag).transpose()?;
     let (data, logs) = split_logs(vdevs)?;
     if !data.is_empty() || logs.is_empty() {
-        return Err(CliError::Usage(
-            "only log devices can be added: tarn pool add POOL log DEV...".into(),
-        ));
+        return Err(CliError::Usage("only log devices can be added: tarn pool add POOL log DEV...".into()));
     }
+    space_check::warn_if_images_outgrow_free_space(&logs, size);
     let wire = logs.iter().map(wire_vdev).collect();
-    access::run(
-        pool,
-        ops::AddLogs {
-            logs: wire,
-            force,
-            size,
-        },
-    )?;
+    access::run(pool, ops::AddLogs { logs: wire, force, size })?;
     access::remember_devices(pool, logs.iter().flat_map(spec_paths))
 }
 
@@ -157,8 +122,7 @@ fn scrub(name: &str, json: bool) -> Result<(), CliError> {
 }
 
 fn parse_size_flag(s: &str) -> Result<u64, CliError> {
-    parse_size(s)
-        .ok_or_else(|| CliError::Usage(format!("invalid --size '{s}': use a size like 512M, 4G")))
+    parse_size(s).ok_or_else(|| CliError::Usage(format!("invalid --size '{s}': use a size like 512M, 4G")))
 }
 
 /// Parses "DEV... mirror DEV DEV..." into vdev specs (paths made absolute).
@@ -174,9 +138,7 @@ fn parse_vdevs(words: &[String]) -> Result<Vec<VdevSpec>, CliError> {
                 i += 1;
             }
             if children.len() < 2 {
-                return Err(CliError::Usage(
-                    "a mirror needs at least two devices: mirror DEV DEV".into(),
-                ));
+                return Err(CliError::Usage("a mirror needs at least two devices: mirror DEV DEV".into()));
             }
             specs.push(VdevSpec::Mirror(children));
         } else {
@@ -190,9 +152,7 @@ fn parse_vdevs(words: &[String]) -> Result<Vec<VdevSpec>, CliError> {
 /// Splits "DEV... log DEV..." into data and log vdev specs.
 fn split_logs(words: &[String]) -> Result<(Vec<VdevSpec>, Vec<VdevSpec>), CliError> {
     match words.iter().position(|w| w == "log") {
-        Some(at) if at + 1 == words.len() => Err(CliError::Usage(
-            "`log` needs at least one device after it".into(),
-        )),
+        Some(at) if at + 1 == words.len() => Err(CliError::Usage("`log` needs at least one device after it".into())),
         Some(at) => Ok((parse_vdevs(&words[..at])?, parse_vdevs(&words[at + 1..])?)),
         None => Ok((parse_vdevs(words)?, Vec::new())),
     }
@@ -208,26 +168,15 @@ fn spec_paths(spec: &VdevSpec) -> Vec<PathBuf> {
 /// Without POOL: lists the pools found on the devices. With POOL (a name or an id):
 /// imports it, remembers it, and mounts its datasets that have a mountpoint.
 fn import(dirs: &[PathBuf], pool: Option<&str>, json: bool) -> Result<(), CliError> {
-    let dirs: Vec<PathBuf> = if dirs.is_empty() {
-        vec![PathBuf::from("/dev")]
-    } else {
-        dirs.iter().map(|d| absolute(d)).collect()
-    };
+    let dirs: Vec<PathBuf> =
+        if dirs.is_empty() { vec![PathBuf::from("/dev")] } else { dirs.iter().map(|d| absolute(d)).collect() };
     let found = tarn_pool::discover(&dirs);
     let Some(want) = pool else {
         return list_importable(&found, json);
     };
-    let matching: Vec<_> = found
-        .iter()
-        .filter(|d| d.name == want || d.guid.to_string() == want)
-        .collect();
+    let matching: Vec<_> = found.iter().filter(|d| d.name == want || d.guid.to_string() == want).collect();
     let d = match matching.as_slice() {
-        [] => {
-            return Err(CliError::Refused(format!(
-                "no pool '{want}' found on devices in {}",
-                join_paths(&dirs)
-            )))
-        }
+        [] => return Err(CliError::Refused(format!("no pool '{want}' found on devices in {}", join_paths(&dirs)))),
         [one] => *one,
         _ => {
             return Err(CliError::Refused(format!(
@@ -236,10 +185,7 @@ fn import(dirs: &[PathBuf], pool: Option<&str>, json: bool) -> Result<(), CliErr
         }
     };
     if access::is_imported(&d.name)? {
-        return Err(CliError::Refused(format!(
-            "a pool named '{}' is already imported on this machine",
-            d.name
-        )));
+        return Err(CliError::Refused(format!("a pool named '{}' is already imported on this machine", d.name)));
     }
     let p = Pool::import_paths(&d.devices, &ImportOptions::default())?;
     access::log_here(&p);
@@ -282,7 +228,7 @@ fn list_importable(found: &[tarn_pool::Discovered], json: bool) -> Result<(), Cl
 }
 
 /// Datasets whose `mountpoint` property is a path, with that path.
-fn datasets_with_mountpoints(p: &Pool) -> Vec<(String, PathBuf)> {
+pub(crate) fn datasets_with_mountpoints(p: &Pool) -> Vec<(String, PathBuf)> {
     p.datasets_info()
         .into_iter()
         .filter(|d| d.mountpoint.starts_with('/'))
@@ -293,54 +239,39 @@ fn datasets_with_mountpoints(p: &Pool) -> Vec<(String, PathBuf)> {
 /// Mounts every dataset that has a mountpoint, all served by one daemon (the daemon
 /// holds the pool). Creates missing mountpoint directories, as zfs does. The pool stays
 /// imported if a mount fails; the error says which.
-fn mount_at_import(pool: &str, mut to_mount: Vec<(String, PathBuf)>) -> Result<(), CliError> {
+pub(crate) fn mount_at_import(pool: &str, mut to_mount: Vec<(String, PathBuf)>) -> Result<(), CliError> {
     if to_mount.is_empty() {
         return Ok(());
     }
     for (ds, mp) in &to_mount {
-        std::fs::create_dir_all(mp).map_err(|e| {
-            CliError::host(
-                format!("cannot create mountpoint {} of {ds}", mp.display()),
-                e,
-            )
-        })?;
+        std::fs::create_dir_all(mp)
+            .map_err(|e| CliError::host(format!("cannot create mountpoint {} of {ds}", mp.display()), e))?;
     }
     let (first, _) = to_mount.remove(0);
     // A fresh `tarn mount` process: this one has threads now (the import used the
     // pool), and the mount daemon must fork before any thread exists.
-    let exe =
-        std::env::current_exe().map_err(|e| CliError::host("cannot find the tarn binary", e))?;
+    let exe = std::env::current_exe().map_err(|e| CliError::host("cannot find the tarn binary", e))?;
     let mut cmd = std::process::Command::new(exe);
     cmd.args(["mount", first.as_str()]);
     for (ds, _) in &to_mount {
         cmd.args(["--also", ds.as_str()]);
     }
-    let out = cmd
-        .output()
-        .map_err(|e| CliError::host("cannot run tarn mount", e))?;
+    let out = cmd.output().map_err(|e| CliError::host("cannot run tarn mount", e))?;
     if out.status.success() {
         return Ok(());
     }
     let msg = String::from_utf8_lossy(&out.stderr);
     let msg = msg.trim().trim_start_matches("tarn: ");
-    Err(CliError::Refused(format!(
-        "pool '{pool}' is imported, but mounting its datasets failed: {msg}"
-    )))
+    Err(CliError::Refused(format!("pool '{pool}' is imported, but mounting its datasets failed: {msg}")))
 }
 
 fn join_paths(p: &[PathBuf]) -> String {
-    p.iter()
-        .map(|p| p.display().to_string())
-        .collect::<Vec<_>>()
-        .join(", ")
+    p.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
 }
 
 /// The status of each pool listed (one, or every imported pool).
 fn statuses(pool: Option<&str>) -> Result<Vec<PoolStatus>, CliError> {
-    access::pool_names(pool)?
-        .iter()
-        .map(|name| access::run(name, ops::Status {}))
-        .collect()
+    access::pool_names(pool)?.iter().map(|name| access::run(name, ops::Status {})).collect()
 }
 
 fn status(pool: Option<&str>, out: Output) -> Result<(), CliError> {
@@ -358,21 +289,12 @@ fn status(pool: Option<&str>, out: Output) -> Result<(), CliError> {
 
 /// READ, WRITE and CKSUM error counts of a top-level vdev (its leaves summed).
 fn top_errors(top: &TopStatus) -> [u64; 3] {
-    top.leaves.iter().fold([0; 3], |a, l| {
-        [
-            a[0] + l.read_errors,
-            a[1] + l.write_errors,
-            a[2] + l.checksum_errors,
-        ]
-    })
+    top.leaves.iter().fold([0; 3], |a, l| [a[0] + l.read_errors, a[1] + l.write_errors, a[2] + l.checksum_errors])
 }
 
 /// READ, WRITE and CKSUM error counts of the whole pool.
 fn pool_errors(s: &PoolStatus) -> [u64; 3] {
-    s.vdevs
-        .iter()
-        .map(top_errors)
-        .fold([0; 3], |a, e| [a[0] + e[0], a[1] + e[1], a[2] + e[2]])
+    s.vdevs.iter().map(top_errors).fold([0; 3], |a, e| [a[0] + e[0], a[1] + e[1], a[2] + e[2]])
 }
 
 fn print_status(s: &PoolStatus) {
@@ -390,13 +312,7 @@ fn print_status(s: &PoolStatus) {
     let mut logs_header = false;
     for top in &s.vdevs {
         if top.log && !logs_header {
-            t.row(vec![
-                "logs".into(),
-                String::new(),
-                String::new(),
-                String::new(),
-                String::new(),
-            ]);
+            t.row(vec!["logs".into(), String::new(), String::new(), String::new(), String::new()]);
             logs_header = true;
         }
         let mirror = top.leaves.len() > 1;
@@ -407,10 +323,8 @@ fn print_status(s: &PoolStatus) {
         for l in &top.leaves {
             let indent = if mirror { "    " } else { "  " };
             // The health word as the JSON output spells it (ONLINE, DEGRADED…).
-            let health = serde_json::to_value(l.health)
-                .ok()
-                .and_then(|v| v.as_str().map(String::from))
-                .unwrap_or_default();
+            let health =
+                serde_json::to_value(l.health).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
             let [r, w, c] = counts([l.read_errors, l.write_errors, l.checksum_errors]);
             t.row(vec![format!("{indent}{}", l.path), health, r, w, c]);
         }
@@ -472,14 +386,7 @@ fn history(pool: Option<&str>, json: bool) -> Result<(), CliError> {
     for (name, entries) in &all {
         println!("History for '{name}':");
         for e in entries {
-            println!(
-                "{} {} [user {} ({}) on {}]",
-                local_time(e.time),
-                e.command,
-                e.uid,
-                e.user,
-                e.host
-            );
+            println!("{} {} [user {} ({}) on {}]", local_time(e.time), e.command, e.uid, e.user, e.host);
         }
         println!();
     }
@@ -516,16 +423,10 @@ mod tests {
 
     #[test]
     fn device_words_become_data_and_log_vdevs() {
-        let (data, logs) =
-            split_logs(&words("/a mirror /b /c log mirror /d /e")).expect("well formed");
-        assert!(
-            matches!(data.as_slice(), [VdevSpec::Disk(_), VdevSpec::Mirror(m)] if m.len() == 2)
-        );
+        let (data, logs) = split_logs(&words("/a mirror /b /c log mirror /d /e")).expect("well formed");
+        assert!(matches!(data.as_slice(), [VdevSpec::Disk(_), VdevSpec::Mirror(m)] if m.len() == 2));
         assert!(matches!(logs.as_slice(), [VdevSpec::Mirror(m)] if m.len() == 2));
-        assert_eq!(
-            spec_paths(&data[1]),
-            vec![PathBuf::from("/b"), PathBuf::from("/c")]
-        );
+        assert_eq!(spec_paths(&data[1]), vec![PathBuf::from("/b"), PathBuf::from("/c")]);
     }
 
     #[test]

@@ -24,9 +24,7 @@ use common::{wait_gone, Env, Mounted};
 const RECORD: usize = 4096;
 
 fn record(n: u64) -> Vec<u8> {
-    (0..RECORD)
-        .map(|i| (n as usize * 31 + i * 7 + i / 253) as u8)
-        .collect()
+    (0..RECORD).map(|i| (n as usize * 31 + i * 7 + i / 253) as u8).collect()
 }
 
 /// A writer appending 4 KiB records to a file through the mount and fsyncing each, as a
@@ -43,30 +41,19 @@ impl Load {
         let path = dir.join(name);
         let stop = Arc::new(AtomicBool::new(false));
         let acked = Arc::new(AtomicU64::new(0));
-        let f = OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .open(&path)
-            .expect("create the load's file");
+        let f = OpenOptions::new().create(true).truncate(true).write(true).open(&path).expect("create the load's file");
         let (stop_w, acked_w) = (stop.clone(), acked.clone());
         let writer = std::thread::spawn(move || {
             let mut n = 0u64;
             while !stop_w.load(Ordering::Relaxed) {
-                f.write_all_at(&record(n), n * RECORD as u64)
-                    .map_err(|e| format!("write {n}: {e}"))?;
+                f.write_all_at(&record(n), n * RECORD as u64).map_err(|e| format!("write {n}: {e}"))?;
                 f.sync_data().map_err(|e| format!("fsync {n}: {e}"))?;
                 n += 1;
                 acked_w.store(n, Ordering::Relaxed);
             }
             Ok(())
         });
-        let load = Load {
-            path,
-            stop,
-            acked,
-            writer,
-        };
+        let load = Load { path, stop, acked, writer };
         load.wait_for(8);
         load
     }
@@ -102,11 +89,7 @@ fn check_records(file: &Path, acked: u64) {
     );
     for n in 0..acked {
         let at = n as usize * RECORD;
-        assert!(
-            data[at..at + RECORD] == record(n)[..],
-            "record {n} of {} is wrong",
-            file.display()
-        );
+        assert!(data[at..at + RECORD] == record(n)[..], "record {n} of {} is wrong", file.display());
     }
 }
 
@@ -125,10 +108,7 @@ fn s(p: &Path) -> &str {
 
 /// `pool status` with its txg line left out (the txg moves on with every commit).
 fn status_without_txg(text: &str) -> String {
-    text.lines()
-        .filter(|l| !l.trim_start().starts_with("txg:"))
-        .collect::<Vec<_>>()
-        .join("\n")
+    text.lines().filter(|l| !l.trim_start().starts_with("txg:")).collect::<Vec<_>>().join("\n")
 }
 
 #[test]
@@ -136,15 +116,9 @@ fn pool_status_and_list_are_served_and_read_as_on_an_unmounted_pool() {
     let env = Env::with_pool("512M");
     let m = env.mount("mnt", &[]);
     let status = under_load(&env, &m, &["pool", "status", "tank"]);
-    assert!(
-        status.contains("pool: tank") && status.contains("ONLINE"),
-        "{status}"
-    );
+    assert!(status.contains("pool: tank") && status.contains("ONLINE"), "{status}");
     let list = under_load(&env, &m, &["pool", "list", "-H"]);
-    assert!(
-        list.starts_with("tank\t") && list.contains("ONLINE"),
-        "{list}"
-    );
+    assert!(list.starts_with("tank\t") && list.contains("ONLINE"), "{list}");
     let json = under_load(&env, &m, &["pool", "status", "--json"]);
     let v: serde_json::Value = serde_json::from_str(&json).expect("JSON");
     assert_eq!(v[0]["name"], "tank");
@@ -165,19 +139,13 @@ fn pool_scrub_and_clear_run_in_the_daemon() {
     let m = env.mount("mnt", &[]);
     fs::write(m.p("data"), vec![7u8; 3 << 20]).expect("write");
     let out = under_load(&env, &m, &["pool", "scrub", "tank"]);
-    assert!(
-        out.contains("scrub of 'tank'") && out.contains(" 0 unrecoverable"),
-        "{out}"
-    );
+    assert!(out.contains("scrub of 'tank'") && out.contains(" 0 unrecoverable"), "{out}");
     let json = under_load(&env, &m, &["pool", "scrub", "tank", "--json"]);
     let v: serde_json::Value = serde_json::from_str(&json).expect("JSON");
     assert!(v["blocks"].as_u64().unwrap_or(0) > 0, "{v}");
     under_load(&env, &m, &["pool", "clear", "tank"]);
     let history = env.ok(&["pool", "history", "tank"]);
-    assert!(
-        history.contains("tarn pool scrub tank") && history.contains("tarn pool clear tank"),
-        "{history}"
-    );
+    assert!(history.contains("tarn pool scrub tank") && history.contains("tarn pool clear tank"), "{history}");
     m.umount();
 }
 
@@ -191,35 +159,23 @@ fn pool_add_of_a_log_device_to_a_mounted_pool_is_refused_with_the_reason() {
     let (path, acked) = load.stop();
     check_records(&path, acked);
     assert!(
-        e.contains("while it is mounted")
-            && e.contains(&format!("pid {}", m.pid))
-            && e.contains("tarn umount"),
+        e.contains("while it is mounted") && e.contains(&format!("pid {}", m.pid)) && e.contains("tarn umount"),
         "{e}"
     );
     assert!(!log.exists(), "nothing was created for a refused add");
     m.umount();
     env.ok(&["pool", "add", "tank", "log", s(&log), "--size", "128M"]);
     let status = env.ok(&["pool", "status", "tank"]);
-    assert!(
-        status.contains("logs") && status.contains("log.img"),
-        "{status}"
-    );
+    assert!(status.contains("logs") && status.contains("log.img"), "{status}");
 }
 
 #[test]
 fn ds_create_list_and_destroy_under_load() {
     let env = Env::with_pool("512M");
     let m = env.mount("mnt", &[]);
-    under_load(
-        &env,
-        &m,
-        &["ds", "create", "-o", "recordsize=16K", "tank/new"],
-    );
+    under_load(&env, &m, &["ds", "create", "-o", "recordsize=16K", "tank/new"]);
     let list = under_load(&env, &m, &["ds", "list", "-H"]);
-    let names: Vec<&str> = list
-        .lines()
-        .map(|l| l.split('\t').next().unwrap_or(""))
-        .collect();
+    let names: Vec<&str> = list.lines().map(|l| l.split('\t').next().unwrap_or("")).collect();
     assert_eq!(names, ["tank", "tank/db", "tank/new"], "{list}");
     let rs = env.ok(&["get", "-H", "recordsize", "tank/new"]);
     assert_eq!(rs.trim(), "tank/new\trecordsize\t16K\tlocal");
@@ -250,19 +206,14 @@ fn set_get_and_inherit_under_load_match_the_unmounted_pool() {
     under_load(&env, &m, &["set", "compression=zstd", "atime=off", "tank"]);
     under_load(&env, &m, &["set", "logbias=throughput", "tank/db"]);
     let got = under_load(&env, &m, &["get", "-H", "compression,logbias", "tank/db"]);
-    assert_eq!(
-        got,
-        "tank/db\tcompression\tzstd\tinherited from tank\ntank/db\tlogbias\tthroughput\tlocal\n"
-    );
+    assert_eq!(got, "tank/db\tcompression\tzstd\tinherited from tank\ntank/db\tlogbias\tthroughput\tlocal\n");
     under_load(&env, &m, &["inherit", "logbias", "tank/db"]);
     let e = env.fails(&["set", "recordsize=3K", "tank/db"]);
     assert!(e.contains("invalid value '3K'"), "{e}");
     let settable = |t: &str| -> String {
         t.lines()
             .filter(|l| {
-                !["used", "available", "logicalused", "compressratio"]
-                    .iter()
-                    .any(|p| l.split('\t').nth(1) == Some(p))
+                !["used", "available", "logicalused", "compressratio"].iter().any(|p| l.split('\t').nth(1) == Some(p))
             })
             .collect::<Vec<_>>()
             .join("\n")
@@ -294,10 +245,7 @@ fn mount_of_another_dataset_is_served_by_the_same_daemon() {
     assert!(!other.join("f").exists(), "unmounted");
     assert_eq!(env.daemon_pid(), Some(m.pid), "the daemon serves the first");
     env.ok(&["mount", "tank/other", s(&other)]);
-    assert_eq!(
-        fs::read(other.join("f")).expect("read"),
-        b"in the other dataset"
-    );
+    assert_eq!(fs::read(other.join("f")).expect("read"), b"in the other dataset");
     env.ok(&["umount", "tank/other"]);
     m.umount();
 }
@@ -330,13 +278,9 @@ fn stats_and_tune_go_through_the_socket() {
     let v: serde_json::Value = serde_json::from_str(&json).expect("JSON");
     assert!(v["zil"]["commits"].as_u64().unwrap_or(0) > 0, "{v}");
     under_load(&env, &m, &["tune", "tank", "arc_max=48M"]);
-    let v: serde_json::Value =
-        serde_json::from_str(&env.ok(&["stats", "arc", "tank", "--json"])).expect("JSON");
+    let v: serde_json::Value = serde_json::from_str(&env.ok(&["stats", "arc", "tank", "--json"])).expect("JSON");
     assert_eq!(v["arc"]["max"].as_u64(), Some(48 << 20), "applied at once");
-    assert!(
-        !env.run_dir().join("tank.stats.json").exists(),
-        "no file hand-off any more"
-    );
+    assert!(!env.run_dir().join("tank.stats.json").exists(), "no file hand-off any more");
     m.umount();
     let e = env.fails(&["tune", "tank", "arc_max=48M"]);
     assert!(e.contains("not mounted"), "{e}");
@@ -358,11 +302,7 @@ fn put_ls_and_cat_on_a_mounted_pool() {
         .env("TARN_RUN_DIR", env.run_dir())
         .output()
         .expect("run tarn put");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let ls = under_load(&env, &m, &["ls", "tank/db:/src/sub"]);
     assert_eq!(ls.trim(), format!("- {:>12} big", big.len()));
     let cat = env.tarn(&["cat", "tank/db:/src/sub/big"]);
@@ -387,10 +327,7 @@ fn export_of_a_mounted_pool_with_and_without_an_open_file() {
     let load = Load::start(&m.mp, "load.log");
     let e = env.fails(&["pool", "export", "tank"]);
     assert!(
-        e.contains("cannot export pool 'tank'")
-            && e.contains(s(&m.mp))
-            && e.contains("open")
-            && e.contains("-f"),
+        e.contains("cannot export pool 'tank'") && e.contains(s(&m.mp)) && e.contains("open") && e.contains("-f"),
         "{e}"
     );
     // Refused before anything was unmounted: both mounts are still served.
@@ -403,10 +340,7 @@ fn export_of_a_mounted_pool_with_and_without_an_open_file() {
     // The daemon unmounted both, exported and exited before the export returned.
     assert!(wait_gone(m.pid, Duration::from_millis(1)), "daemon gone");
     assert!(!tarn_daemon::mounts::is_listed(&m.mp) && !tarn_daemon::mounts::is_listed(&more));
-    assert!(
-        !sock.exists() && env.daemon_pid().is_none(),
-        "no socket or record left"
-    );
+    assert!(!sock.exists() && env.daemon_pid().is_none(), "no socket or record left");
     m.gone();
     let e = env.fails(&["pool", "status", "tank"]);
     assert!(e.contains("no such pool 'tank'"), "forgotten: {e}");
@@ -423,8 +357,7 @@ fn forced_export_of_a_mounted_pool_with_an_open_file() {
     let env = Env::with_pool("512M");
     let m = env.mount("mnt", &[]);
     let mut f = File::create(m.p("held")).expect("create");
-    f.write_all(b"acknowledged before the export")
-        .expect("write");
+    f.write_all(b"acknowledged before the export").expect("write");
     f.sync_all().expect("fsync");
     env.ok(&["pool", "export", "-f", "tank"]);
     assert!(wait_gone(m.pid, Duration::from_millis(1)), "daemon gone");
@@ -493,22 +426,12 @@ fn pool_history_lists_the_commands_that_changed_the_pool() {
         // "2024-05-01.10:00:00 COMMAND [user 0 (root) on HOST]"
         let (time, rest) = line.split_once(' ').expect("time first");
         assert_eq!(time.len(), 19, "{line}");
-        assert_eq!(
-            rest,
-            format!("{command} [user 0 (root) on {}]", host.trim()),
-            "{text}"
-        );
+        assert_eq!(rest, format!("{command} [user 0 (root) on {}]", host.trim()), "{text}");
     }
-    let json: serde_json::Value =
-        serde_json::from_str(&env.ok(&["pool", "history", "--json"])).expect("JSON");
+    let json: serde_json::Value = serde_json::from_str(&env.ok(&["pool", "history", "--json"])).expect("JSON");
     let entries = json["tank"].as_array().expect("tank's entries");
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_secs();
-    assert!(entries.iter().all(|e| e["time"]
-        .as_u64()
-        .is_some_and(|t| t + 600 > now && t <= now)));
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs();
+    assert!(entries.iter().all(|e| e["time"].as_u64().is_some_and(|t| t + 600 > now && t <= now)));
 }
 
 #[test]
@@ -550,11 +473,7 @@ fn concurrent_clients_are_all_served() {
     let elapsed = started.elapsed();
     let (path, acked) = load.stop();
     check_records(&path, acked);
-    assert_eq!(
-        env.daemon_pid(),
-        Some(m.pid),
-        "the same daemon served all 400"
-    );
+    assert_eq!(env.daemon_pid(), Some(m.pid), "the same daemon served all 400");
     eprintln!("400 commands from 8 clients in {elapsed:?}");
     m.umount();
 }
@@ -581,10 +500,7 @@ fn a_daemon_killed_with_9_leaves_nothing_that_blocks_the_next_command() {
     assert!(env.daemon_pid().is_none(), "the stale record is removed");
     // The same mountpoint mounts again (the dead FUSE mount was detached).
     let m = env.mount("mnt", &[]);
-    assert_eq!(
-        fs::read(m.p("synced")).expect("read"),
-        b"fsynced before the kill"
-    );
+    assert_eq!(fs::read(m.p("synced")).expect("read"), b"fsynced before the kill");
     assert!(sock.exists());
     env.ok(&["ds", "list"]);
     // Killed again: mount straight away, no command in between.
@@ -594,10 +510,7 @@ fn a_daemon_killed_with_9_leaves_nothing_that_blocks_the_next_command() {
     assert!(wait_gone(pid, Duration::from_secs(10)));
     m.gone();
     let m = env.mount("mnt", &[]);
-    assert_eq!(
-        fs::read(m.p("synced")).expect("read"),
-        b"fsynced before the kill"
-    );
+    assert_eq!(fs::read(m.p("synced")).expect("read"), b"fsynced before the kill");
     m.umount();
     // And an import after a kill: export needs the pool, which the next daemon holds.
     let m = env.mount("mnt", &[]);
@@ -608,10 +521,7 @@ fn a_daemon_killed_with_9_leaves_nothing_that_blocks_the_next_command() {
     m.gone();
     env.ok(&["pool", "export", "tank"]);
     env.ok(&["pool", "import", "-d", s(env.dir.path()), "tank"]);
-    assert_eq!(
-        env.ok(&["cat", "tank/db:/synced"]),
-        "fsynced before the kill"
-    );
+    assert_eq!(env.ok(&["cat", "tank/db:/synced"]), "fsynced before the kill");
 }
 
 /// The tarn binary where the unprivileged user can run it, and an environment it can read.
@@ -641,27 +551,18 @@ fn the_control_socket_refuses_a_client_that_is_not_root() {
     let m = env.mount("mnt", &[]);
     let bin = unprivileged_setup(&env);
     let sock = env.run_dir().join("tank.sock");
-    assert_eq!(
-        fs::metadata(&sock).expect("socket").permissions().mode() & 0o777,
-        0o600
-    );
+    assert_eq!(fs::metadata(&sock).expect("socket").permissions().mode() & 0o777, 0o600);
     let out = as_nobody(&env, &bin, &["pool", "status", "tank"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(out.stdout.is_empty());
-    assert!(
-        err.contains("root only") && err.trim().lines().count() == 1,
-        "{err}"
-    );
+    assert!(err.contains("root only") && err.trim().lines().count() == 1, "{err}");
     // Even if the file's mode let it through, the daemon checks the peer itself.
     fs::set_permissions(&sock, fs::Permissions::from_mode(0o666)).expect("chmod");
     let out = as_nobody(&env, &bin, &["set", "atime=off", "tank/db"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(
-        err.contains("serves root only") && err.contains("uid 65534"),
-        "{err}"
-    );
+    assert!(err.contains("serves root only") && err.contains("uid 65534"), "{err}");
     let got = env.ok(&["get", "-H", "atime", "tank/db"]);
     assert!(got.contains("\ton\t"), "nothing changed: {got}");
     let history = env.ok(&["pool", "history", "tank"]);
@@ -692,15 +593,9 @@ fn the_protocol_refuses_unknown_versions_and_commands_clearly() {
     let r = raw_request(&sock, r#"{"version":1,"op":"pool.frobnicate","args":{}}"#);
     let msg = r["error"]["message"].as_str().unwrap_or_default();
     assert!(msg.contains("pool.frobnicate"), "{r}");
-    let r = raw_request(
-        &sock,
-        r#"{"version":1,"op":"ds.create","args":{"nme":"x"}}"#,
-    );
+    let r = raw_request(&sock, r#"{"version":1,"op":"ds.create","args":{"nme":"x"}}"#);
     let msg = r["error"]["message"].as_str().unwrap_or_default();
-    assert!(
-        msg.contains("malformed") && msg.contains("ds.create"),
-        "{r}"
-    );
+    assert!(msg.contains("malformed") && msg.contains("ds.create"), "{r}");
     let r = raw_request(&sock, "{not json");
     assert!(r["error"]["message"].as_str().is_some(), "{r}");
     m.umount();

@@ -41,19 +41,14 @@ impl Client {
                 return match e.raw_os_error() {
                     // No socket, a stale one (its daemon died), or not a socket at all.
                     Some(libc::ENOENT | libc::ECONNREFUSED | libc::ENOTSOCK) => Ok(None),
-                    Some(libc::EACCES | libc::EPERM) => Err(ControlError::PermissionDenied {
-                        pool: pool.to_string(),
-                        path,
-                        source: e,
-                    }),
+                    Some(libc::EACCES | libc::EPERM) => {
+                        Err(ControlError::PermissionDenied { pool: pool.to_string(), path, source: e })
+                    }
                     _ => Err(ControlError::Io { path, source: e }),
                 };
             }
         };
-        let io = |source| ControlError::Io {
-            path: path.clone(),
-            source,
-        };
+        let io = |source| ControlError::Io { path: path.clone(), source };
         let daemon_pid = peer::of(&stream).map_err(io)?.pid;
         let reader = BufReader::new(stream.try_clone().map_err(io)?);
         Ok(Some(Client {
@@ -75,29 +70,16 @@ impl Client {
     pub fn call<O: Op>(&mut self, op: &O) -> Result<O::Output, OpError> {
         let args = serde_json::to_value(op)
             .map_err(|e| ControlError::Malformed(format!("arguments of '{}': {e}", O::NAME)))?;
-        let request = Request {
-            version: PROTOCOL_VERSION,
-            op: O::NAME.to_string(),
-            args,
-            argv: self.argv.clone(),
-        };
+        let request = Request { version: PROTOCOL_VERSION, op: O::NAME.to_string(), args, argv: self.argv.clone() };
         protocol::send(&mut self.writer, &request).map_err(|e| self.io(e))?;
-        let line = protocol::receive(&mut self.reader, MAX_REPLY)
-            .map_err(|e| self.io(e))?
-            .ok_or_else(|| self.hangup())?;
+        let line =
+            protocol::receive(&mut self.reader, MAX_REPLY).map_err(|e| self.io(e))?.ok_or_else(|| self.hangup())?;
         let reply: Reply = protocol::decode(&line)?;
         if let Some(err) = reply.error {
             if err.closing {
-                return Err(ControlError::Closing {
-                    pool: self.pool.clone(),
-                    pid: self.daemon_pid,
-                }
-                .into());
+                return Err(ControlError::Closing { pool: self.pool.clone(), pid: self.daemon_pid }.into());
             }
-            return Err(OpError::Remote {
-                message: err.message,
-                exit: err.exit,
-            });
+            return Err(OpError::Remote { message: err.message, exit: err.exit });
         }
         let value = reply.ok.unwrap_or(serde_json::Value::Null);
         serde_json::from_value(value)
@@ -111,17 +93,10 @@ impl Client {
     }
 
     fn io(&self, source: std::io::Error) -> OpError {
-        if matches!(
-            source.kind(),
-            std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
-        ) {
+        if matches!(source.kind(), std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset) {
             return self.hangup().into();
         }
-        ControlError::Io {
-            path: self.path.clone(),
-            source,
-        }
-        .into()
+        ControlError::Io { path: self.path.clone(), source }.into()
     }
 
     fn hangup(&self) -> ControlError {
@@ -137,10 +112,8 @@ impl Client {
 pub fn wait_gone(pid: u32, timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;
     loop {
-        let alive = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-            s.rsplit_once(')')
-                .is_some_and(|(_, t)| !t.trim_start().starts_with(['Z', 'X']))
-        });
+        let alive = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, t)| !t.trim_start().starts_with(['Z', 'X'])));
         if !alive {
             return true;
         }

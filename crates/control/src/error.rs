@@ -29,10 +29,7 @@ pub enum OpError {
     File { path: String, source: FsError },
     /// A path on the host (a file being copied in, a mountpoint).
     #[error("{path}: {source}")]
-    Host {
-        path: String,
-        source: std::io::Error,
-    },
+    Host { path: String, source: std::io::Error },
     /// Only the process that holds the pool can do this (mount another dataset, tune a
     /// running cache…), and no process holds it.
     #[error("{0}")]
@@ -58,17 +55,11 @@ impl OpError {
     }
 
     pub fn file(path: impl std::fmt::Display, source: FsError) -> OpError {
-        OpError::File {
-            path: path.to_string(),
-            source,
-        }
+        OpError::File { path: path.to_string(), source }
     }
 
     pub fn host(path: impl std::fmt::Display, source: std::io::Error) -> OpError {
-        OpError::Host {
-            path: path.to_string(),
-            source,
-        }
+        OpError::Host { path: path.to_string(), source }
     }
 
     /// The daemon is ending its life (the last unmount, an export): the caller may wait
@@ -82,33 +73,24 @@ impl OpError {
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
     #[error("pool '{pool}' is held by a tarn mount daemon whose control socket {} is for root only ({source}); run tarn as root", path.display())]
-    PermissionDenied {
-        pool: String,
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    PermissionDenied { pool: String, path: PathBuf, source: std::io::Error },
     #[error("the control socket {}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { path: PathBuf, source: std::io::Error },
     /// The daemon refused the peer: not root.
     #[error("the control socket of pool '{pool}' serves root only (the caller is uid {uid})")]
     NotRoot { pool: String, uid: u32 },
     #[error("control protocol version {found} is not supported (this tarn speaks {supported}); run the same tarn as the mount daemon of the pool, or remount after upgrading")]
     UnsupportedVersion { found: u32, supported: u32 },
-    #[error("the tarn mount daemon does not know the command '{0}' (it runs another tarn version); remount after upgrading")]
+    #[error(
+        "the tarn mount daemon does not know the command '{0}' (it runs another tarn version); remount after upgrading"
+    )]
     UnknownCommand(String),
     #[error("malformed control message: {0}")]
     Malformed(String),
     #[error("pool '{pool}' is being closed by its mount daemon (pid {pid}); try again once it has exited")]
     Closing { pool: String, pid: u32 },
     #[error("the tarn mount daemon of pool '{pool}' (pid {pid}) closed the connection without answering (did it die? see {})", log.display())]
-    Hangup {
-        pool: String,
-        pid: u32,
-        log: PathBuf,
-    },
+    Hangup { pool: String, pid: u32, log: PathBuf },
     #[error("the control socket {} could not be set up: {detail}", path.display())]
     Bind { path: PathBuf, detail: String },
 }

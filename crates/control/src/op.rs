@@ -53,11 +53,7 @@ pub enum Finish {
     /// Unmount everything, commit, mark the pool destroyed and close it.
     Destroy { force: bool },
     /// Commit, close, and write the new log devices into every label.
-    AddLogs {
-        logs: Vec<VdevSpec>,
-        force: bool,
-        size: Option<u64>,
-    },
+    AddLogs { logs: Vec<VdevSpec>, force: bool, size: Option<u64> },
 }
 
 impl Finish {
@@ -89,10 +85,7 @@ impl Caller {
     /// The history entry recording this caller's command now.
     pub fn history_entry(&self) -> HistoryEntry {
         HistoryEntry {
-            time: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or(0),
+            time: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
             txg: 0,
             user: crate::peer::user_name(self.uid),
             uid: self.uid,
@@ -106,14 +99,8 @@ impl Caller {
 fn command_line(argv: &[String]) -> String {
     let mut words = vec!["tarn".to_string()];
     for a in argv.iter().skip(1) {
-        let plain = !a.is_empty()
-            && a.chars()
-                .all(|c| c.is_ascii_alphanumeric() || "/._-=:,@+%".contains(c));
-        words.push(if plain {
-            a.clone()
-        } else {
-            format!("'{}'", a.replace('\'', "'\\''"))
-        });
+        let plain = !a.is_empty() && a.chars().all(|c| c.is_ascii_alphanumeric() || "/._-=:,@+%".contains(c));
+        words.push(if plain { a.clone() } else { format!("'{}'", a.replace('\'', "'\\''")) });
     }
     words.join(" ")
 }
@@ -125,12 +112,14 @@ pub trait Daemon: Send + Sync {
     /// The pool, while it is open (`None` once the daemon is closing it).
     fn pool(&self) -> Option<Arc<Pool>>;
     /// Mounts `dataset` on `mountpoint` (or its `mountpoint` property) with `threads`
-    /// FUSE workers; returns the mountpoint.
+    /// FUSE workers and the `-o` options as the user gave them (`ro,noatime`; empty for
+    /// none); returns the mountpoint.
     fn mount(
         &self,
         dataset: &str,
         mountpoint: Option<&Path>,
         threads: usize,
+        options: &str,
     ) -> Result<PathBuf, OpError>;
     /// The mountpoint of `dataset`, if this daemon serves it.
     fn mounted(&self, dataset: &str) -> Option<PathBuf>;
@@ -160,13 +149,7 @@ pub struct Held<'a> {
 
 impl<'a> Held<'a> {
     pub fn new(pool: &'a Pool, daemon: Option<&'a dyn Daemon>, caller: &'a Caller) -> Held<'a> {
-        Held {
-            pool,
-            daemon,
-            caller,
-            finish: RefCell::new(Finish::Stay),
-            pending: RefCell::new(None),
-        }
+        Held { pool, daemon, caller, finish: RefCell::new(Finish::Stay), pending: RefCell::new(None) }
     }
 
     /// Asks whoever holds the pool to end its open life this way once the command is done.
@@ -181,12 +164,7 @@ impl<'a> Held<'a> {
 
     /// The daemon, or a refusal saying what needs one.
     pub fn daemon(&self, what: &str) -> Result<&'a dyn Daemon, OpError> {
-        self.daemon.ok_or_else(|| {
-            OpError::NotHeld(format!(
-                "pool '{}' is not mounted, so {what}",
-                self.pool.name()
-            ))
-        })
+        self.daemon.ok_or_else(|| OpError::NotHeld(format!("pool '{}' is not mounted, so {what}", self.pool.name())))
     }
 }
 
@@ -226,19 +204,9 @@ mod tests {
 
     #[test]
     fn a_command_line_is_shown_as_typed_with_quotes_where_needed() {
-        let argv: Vec<String> = ["/usr/bin/tarn", "set", "mountpoint=/mnt/a b", "tank/db"]
-            .map(String::from)
-            .into();
-        assert_eq!(
-            command_line(&argv),
-            "tarn set 'mountpoint=/mnt/a b' tank/db"
-        );
-        let argv: Vec<String> = ["tarn", "ds", "create", "-o", "recordsize=16K", "tank/db"]
-            .map(String::from)
-            .into();
-        assert_eq!(
-            command_line(&argv),
-            "tarn ds create -o recordsize=16K tank/db"
-        );
+        let argv: Vec<String> = ["/usr/bin/tarn", "set", "mountpoint=/mnt/a b", "tank/db"].map(String::from).into();
+        assert_eq!(command_line(&argv), "tarn set 'mountpoint=/mnt/a b' tank/db");
+        let argv: Vec<String> = ["tarn", "ds", "create", "-o", "recordsize=16K", "tank/db"].map(String::from).into();
+        assert_eq!(command_line(&argv), "tarn ds create -o recordsize=16K tank/db");
     }
 }

@@ -34,10 +34,7 @@ pub fn of(stream: &UnixStream) -> std::io::Result<Peer> {
     if rc != 0 {
         return Err(std::io::Error::last_os_error());
     }
-    Ok(Peer {
-        pid: cred.pid as u32,
-        uid: cred.uid,
-    })
+    Ok(Peer { pid: cred.pid as u32, uid: cred.uid })
 }
 
 /// The login name of `uid`, or the number if it has none.
@@ -47,15 +44,7 @@ pub fn user_name(uid: u32) -> String {
     let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
     let mut found: *mut libc::passwd = std::ptr::null_mut();
     // SAFETY: every pointer is valid for the sizes given.
-    let rc = unsafe {
-        libc::getpwuid_r(
-            uid,
-            &mut pwd,
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            &mut found,
-        )
-    };
+    let rc = unsafe { libc::getpwuid_r(uid, &mut pwd, buf.as_mut_ptr().cast(), buf.len(), &mut found) };
     if rc != 0 || found.is_null() || pwd.pw_name.is_null() {
         return uid.to_string();
     }
@@ -66,9 +55,7 @@ pub fn user_name(uid: u32) -> String {
 
 /// This machine's host name.
 pub fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -59,23 +59,11 @@ pub struct WireError {
 
 impl Reply {
     pub fn ok(value: Value) -> Reply {
-        Reply {
-            version: PROTOCOL_VERSION,
-            ok: Some(value),
-            error: None,
-        }
+        Reply { version: PROTOCOL_VERSION, ok: Some(value), error: None }
     }
 
     pub fn error(message: String, exit: u8, closing: bool) -> Reply {
-        Reply {
-            version: PROTOCOL_VERSION,
-            ok: None,
-            error: Some(WireError {
-                message,
-                exit,
-                closing,
-            }),
-        }
+        Reply { version: PROTOCOL_VERSION, ok: None, error: Some(WireError { message, exit, closing }) }
     }
 }
 
@@ -85,13 +73,9 @@ pub fn check_version(line: &str) -> Result<(), ControlError> {
     struct VersionOnly {
         version: u32,
     }
-    let v: VersionOnly =
-        serde_json::from_str(line).map_err(|e| ControlError::Malformed(e.to_string()))?;
+    let v: VersionOnly = serde_json::from_str(line).map_err(|e| ControlError::Malformed(e.to_string()))?;
     if v.version != PROTOCOL_VERSION {
-        return Err(ControlError::UnsupportedVersion {
-            found: v.version,
-            supported: PROTOCOL_VERSION,
-        });
+        return Err(ControlError::UnsupportedVersion { found: v.version, supported: PROTOCOL_VERSION });
     }
     Ok(())
 }
@@ -128,9 +112,7 @@ pub fn receive(input: &mut impl BufRead, max: u64) -> std::io::Result<Option<Str
 
 /// The run directory: `$TARN_RUN_DIR`, default `/run/tarn` (mount records, sockets, logs).
 pub fn run_dir() -> PathBuf {
-    std::env::var_os("TARN_RUN_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/run/tarn"))
+    std::env::var_os("TARN_RUN_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/run/tarn"))
 }
 
 /// Where the daemon holding `pool` listens.
@@ -146,19 +128,15 @@ fn socket_name(pool: &str) -> String {
         return format!("{pool}.sock");
     }
     // FNV-1a: stable across builds, unlike std's hasher.
-    let hash = pool.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    });
+    let hash =
+        pool.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3));
     let head: String = pool.chars().take(32).collect();
     format!("{head}-{hash:016x}.sock")
 }
 
 /// Calls `f` with an address for `path` short enough for a unix socket: the path itself,
 /// or, for a long one, `/proc/self/fd/N/NAME` through an open handle on its directory.
-pub fn with_short_path<T>(
-    path: &Path,
-    f: impl FnOnce(&Path) -> std::io::Result<T>,
-) -> std::io::Result<T> {
+pub fn with_short_path<T>(path: &Path, f: impl FnOnce(&Path) -> std::io::Result<T>) -> std::io::Result<T> {
     const SUN_PATH_MAX: usize = 107;
     if path.as_os_str().len() <= SUN_PATH_MAX {
         return f(path);
@@ -168,9 +146,7 @@ pub fn with_short_path<T>(
     };
     use std::os::fd::AsRawFd;
     let handle = std::fs::File::open(dir)?;
-    let short = Path::new("/proc/self/fd")
-        .join(handle.as_raw_fd().to_string())
-        .join(name);
+    let short = Path::new("/proc/self/fd").join(handle.as_raw_fd().to_string()).join(name);
     f(&short)
 }
 
@@ -182,10 +158,7 @@ mod tests {
     fn an_unknown_version_is_refused_with_both_numbers() {
         let line = r#"{"version":99,"op":"pool.status","args":{}}"#;
         let err = decode::<Request>(line).unwrap_err().to_string();
-        assert!(
-            err.contains("version 99") && err.contains("speaks 1"),
-            "{err}"
-        );
+        assert!(err.contains("version 99") && err.contains("speaks 1"), "{err}");
         let ok = r#"{"version":1,"op":"pool.status"}"#;
         assert_eq!(decode::<Request>(ok).unwrap().op, "pool.status");
         let err = decode::<Request>("not json").unwrap_err().to_string();
@@ -209,11 +182,9 @@ mod tests {
         std::fs::create_dir_all(&deep).unwrap();
         let path = deep.join("tank.sock");
         assert!(path.as_os_str().len() > 108);
-        let listener =
-            with_short_path(&path, |p| std::os::unix::net::UnixListener::bind(p)).unwrap();
+        let listener = with_short_path(&path, |p| std::os::unix::net::UnixListener::bind(p)).unwrap();
         assert!(path.exists(), "bound where it was asked");
-        let mut client =
-            with_short_path(&path, |p| std::os::unix::net::UnixStream::connect(p)).unwrap();
+        let mut client = with_short_path(&path, |p| std::os::unix::net::UnixStream::connect(p)).unwrap();
         let (mut served, _) = listener.accept().unwrap();
         send(&mut client, &Reply::ok(Value::from(7))).unwrap();
         let mut input = std::io::BufReader::new(&mut served);
@@ -226,10 +197,7 @@ mod tests {
         let mut input = std::io::Cursor::new(b"{\"version\":1}\n".to_vec());
         assert!(receive(&mut input, 8).is_err());
         let mut input = std::io::Cursor::new(b"{\"version\":1}\n".to_vec());
-        assert_eq!(
-            receive(&mut input, 100).unwrap().unwrap(),
-            "{\"version\":1}\n"
-        );
+        assert_eq!(receive(&mut input, 100).unwrap().unwrap(), "{\"version\":1}\n");
         assert!(receive(&mut input, 100).unwrap().is_none());
     }
 }

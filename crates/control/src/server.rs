@@ -44,24 +44,14 @@ impl Server {
     pub fn start(pool: &str, daemon: Arc<dyn Daemon>) -> Result<Server, ControlError> {
         let path = protocol::socket_path(pool);
         let listener = bind(&path)?;
-        let inode = std::fs::metadata(&path)
-            .map(|m| m.ino())
-            .map_err(|e| bind_error(&path, e.to_string()))?;
-        let shared = Arc::new(Shared {
-            pool: pool.to_string(),
-            daemon,
-            closing: AtomicBool::new(false),
-        });
+        let inode = std::fs::metadata(&path).map(|m| m.ino()).map_err(|e| bind_error(&path, e.to_string()))?;
+        let shared = Arc::new(Shared { pool: pool.to_string(), daemon, closing: AtomicBool::new(false) });
         let accepting = shared.clone();
         std::thread::Builder::new()
             .name("tarn-control".into())
             .spawn(move || accept_loop(&listener, &accepting))
             .map_err(|e| bind_error(&path, e.to_string()))?;
-        Ok(Server {
-            shared,
-            path,
-            inode,
-        })
+        Ok(Server { shared, path, inode })
     }
 
     pub fn path(&self) -> &Path {
@@ -83,10 +73,7 @@ impl Drop for Server {
 }
 
 fn bind_error(path: &Path, detail: String) -> ControlError {
-    ControlError::Bind {
-        path: path.to_path_buf(),
-        detail,
-    }
+    ControlError::Bind { path: path.to_path_buf(), detail }
 }
 
 /// Binds beside `path`, restricts the socket to root, then renames it into place: a
@@ -103,8 +90,8 @@ fn bind(path: &Path) -> Result<UnixListener, ControlError> {
     }
     let tmp = path.with_extension(format!("sock.{}.tmp", std::process::id()));
     let _ = std::fs::remove_file(&tmp);
-    let listener = protocol::with_short_path(&tmp, |p| UnixListener::bind(p))
-        .map_err(|e| bind_error(&tmp, e.to_string()))?;
+    let listener =
+        protocol::with_short_path(&tmp, |p| UnixListener::bind(p)).map_err(|e| bind_error(&tmp, e.to_string()))?;
     let owner_only = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))
         .and_then(|_| std::fs::rename(&tmp, path));
     if let Err(e) = owner_only {
@@ -119,9 +106,7 @@ fn bind(path: &Path) -> Result<UnixListener, ControlError> {
 /// daemon can hold the pool then, so the file cannot be one being bound.
 pub fn remove_stale(pool: &str) {
     let path = protocol::socket_path(pool);
-    let refused = protocol::with_short_path(&path, |p| UnixStream::connect(p))
-        .err()
-        .and_then(|e| e.raw_os_error())
+    let refused = protocol::with_short_path(&path, |p| UnixStream::connect(p)).err().and_then(|e| e.raw_os_error())
         == Some(libc::ECONNREFUSED);
     if refused {
         let _ = std::fs::remove_file(&path);
@@ -159,10 +144,7 @@ fn serve_connection(shared: &Shared, stream: UnixStream) {
     let mut reader = BufReader::new(read_half);
     let mut writer = Some(stream);
     if peer.uid != 0 {
-        let e = ControlError::NotRoot {
-            pool: shared.pool.clone(),
-            uid: peer.uid,
-        };
+        let e = ControlError::NotRoot { pool: shared.pool.clone(), uid: peer.uid };
         if let Some(w) = writer.as_mut() {
             let _ = protocol::send(w, &reply_of_error(&e.into()));
         }
@@ -181,36 +163,20 @@ fn serve_connection(shared: &Shared, stream: UnixStream) {
 
 /// Runs one request; its reply, or `None` if the command finishes the pool's open life,
 /// in which case the connection (`writer`) went to the daemon, which replies later.
-fn handle(
-    shared: &Shared,
-    peer: Peer,
-    line: &str,
-    writer: &mut Option<UnixStream>,
-) -> Option<Reply> {
+fn handle(shared: &Shared, peer: Peer, line: &str, writer: &mut Option<UnixStream>) -> Option<Reply> {
     let request: Request = match protocol::decode(line) {
         Ok(r) => r,
         Err(e) => return Some(reply_of_error(&e.into())),
     };
-    let closing = || {
-        Some(reply_of_error(
-            &ControlError::Closing {
-                pool: shared.pool.clone(),
-                pid: shared.daemon.pid(),
-            }
-            .into(),
-        ))
-    };
+    let closing =
+        || Some(reply_of_error(&ControlError::Closing { pool: shared.pool.clone(), pid: shared.daemon.pid() }.into()));
     if shared.closing.load(Ordering::SeqCst) {
         return closing();
     }
     let Some(pool) = shared.daemon.pool() else {
         return closing();
     };
-    let caller = Caller {
-        uid: peer.uid,
-        pid: peer.pid,
-        argv: request.argv,
-    };
+    let caller = Caller { uid: peer.uid, pid: peer.pid, argv: request.argv };
     let held = Held::new(&pool, Some(shared.daemon.as_ref()), &caller);
     let result = crate::ops::dispatch(&request.op, request.args, &held);
     let (how, history) = held.take_finish();

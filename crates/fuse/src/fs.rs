@@ -52,6 +52,8 @@ pub struct TarnFs {
     pool: Arc<Pool>,
     dirs: Mutex<HashMap<u64, Listing>>,
     next_fh: AtomicU64,
+    /// False on a `ro` or `noatime` mount: reads leave atimes alone.
+    record_atime: bool,
     /// Open file and directory handles: the daemon names a busy mount by it before
     /// unmounting (export, umount). Counted at open/release, not on the I/O path.
     open: Arc<AtomicU64>,
@@ -69,6 +71,7 @@ impl TarnFs {
             pool,
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
+            record_atime: true,
             open: Arc::new(AtomicU64::new(0)),
         }
     }
@@ -86,9 +89,14 @@ impl TarnFs {
     fn closed(&self) {
         // Saturating: a release the kernel sends for a handle of an earlier mount of the
         // same dataset (there is none today) must not wrap the count.
-        let _ = self
-            .open
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        let _ = self.open.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+
+    /// Whether reads update atimes (the dataset's `atime` property still decides when
+    /// this is true); false for a `ro` or `noatime` mount.
+    pub fn recording_atime(mut self, on: bool) -> TarnFs {
+        self.record_atime = on;
+        self
     }
 
     fn new_fh(&self) -> FileHandle {
@@ -480,7 +488,9 @@ impl Filesystem for TarnFs {
                     reply.data(&buf[..n]);
                     // After the reply, off the reader's latency. A failed atime update
                     // (pool suspended) must not turn a good read into an error.
-                    let _ = self.ds.accessed(ino.0);
+                    if self.record_atime {
+                        let _ = self.ds.accessed(ino.0);
+                    }
                 }
                 Err(e) => reply.error(errno(&e)),
             }

@@ -24,6 +24,7 @@ use parking_lot::Mutex;
 use tarn_control::{ControlError, Finish, OpError};
 use tarn_pool::{HistoryEntry, Pool};
 
+use crate::options::MountOptions;
 use crate::state::MountRecord;
 use crate::MountError;
 
@@ -59,9 +60,8 @@ struct Ending {
 
 /// Mounts one dataset of the pool on a mountpoint (or its property) with N threads: the
 /// FUSE side of a mount, which is mount.rs's.
-pub(crate) type Mounter = Box<
-    dyn Fn(&Arc<Pool>, &str, Option<PathBuf>, usize) -> Result<Mounted, MountError> + Send + Sync,
->;
+pub(crate) type Mounter =
+    Box<dyn Fn(&Arc<Pool>, &str, Option<PathBuf>, usize, MountOptions) -> Result<Mounted, MountError> + Send + Sync>;
 
 pub(crate) struct Holder {
     pool_name: String,
@@ -73,20 +73,11 @@ pub(crate) struct Holder {
 }
 
 impl Holder {
-    pub fn new(
-        pool: Arc<Pool>,
-        record: MountRecord,
-        live: Vec<Mounted>,
-        mounter: Mounter,
-    ) -> Holder {
+    pub fn new(pool: Arc<Pool>, record: MountRecord, live: Vec<Mounted>, mounter: Mounter) -> Holder {
         Holder {
             pool_name: pool.name().to_string(),
             pool: Mutex::new(Some(pool)),
-            mounts: Mutex::new(Mounts {
-                live,
-                record,
-                closing: false,
-            }),
+            mounts: Mutex::new(Mounts { live, record, closing: false }),
             ending: Mutex::new(None),
             mounter,
         }
@@ -102,18 +93,14 @@ impl Holder {
     pub fn reap(&self) -> usize {
         let ended: Vec<Mounted> = {
             let mut m = self.mounts.lock();
-            let (ended, live): (Vec<_>, Vec<_>) = std::mem::take(&mut m.live)
-                .into_iter()
-                .partition(|s| s.session.guard.is_finished());
+            let (ended, live): (Vec<_>, Vec<_>) =
+                std::mem::take(&mut m.live).into_iter().partition(|s| s.session.guard.is_finished());
             m.live = live;
             ended
         };
         for s in ended {
             if let Err(e) = s.session.join() {
-                eprintln!(
-                    "tarn mount: session on {} ended with: {e}",
-                    s.mountpoint.display()
-                );
+                eprintln!("tarn mount: session on {} ended with: {e}", s.mountpoint.display());
             }
             let mut m = self.mounts.lock();
             m.record.mounts.retain(|(_, mp)| *mp != s.mountpoint);
@@ -130,12 +117,7 @@ impl Holder {
 
     /// Every mountpoint still served.
     pub fn mountpoints(&self) -> Vec<PathBuf> {
-        self.mounts
-            .lock()
-            .live
-            .iter()
-            .map(|m| m.mountpoint.clone())
-            .collect()
+        self.mounts.lock().live.iter().map(|m| m.mountpoint.clone()).collect()
     }
 
     /// Stops the daemon taking new mounts, and hands back the sessions still live (the
@@ -154,11 +136,7 @@ impl Holder {
     pub fn end(&self, patient: bool) -> Result<(), MountError> {
         // Commands still running hold the pool; a finishing one registers its ending
         // before it lets go, so the ending is read only once the pool is ours alone.
-        let pool = self
-            .pool
-            .lock()
-            .take()
-            .map(|p| if patient { wait_alone(p) } else { p });
+        let pool = self.pool.lock().take().map(|p| if patient { wait_alone(p) } else { p });
         let ending = self.ending.lock().take();
         let (how, history, reply) = match ending {
             Some(e) => (e.how, e.history, Some(e.reply)),
@@ -170,20 +148,13 @@ impl Holder {
         };
         self.mounts.lock().record.remove();
         if let Some(reply) = reply {
-            reply(
-                result
-                    .as_ref()
-                    .map(|_| ())
-                    .map_err(|e| OpError::Daemon(e.to_string())),
-            );
+            reply(result.as_ref().map(|_| ()).map_err(|e| OpError::Daemon(e.to_string())));
         }
         result
     }
 
     fn find(&self, target: &str) -> Option<(String, PathBuf)> {
-        let abs = Path::new(target)
-            .canonicalize()
-            .unwrap_or_else(|_| PathBuf::from(target));
+        let abs = Path::new(target).canonicalize().unwrap_or_else(|_| PathBuf::from(target));
         self.mounts
             .lock()
             .live
@@ -215,13 +186,7 @@ impl Holder {
 
     /// Unmounts `mountpoint` of `dataset`; a busy one is refused in the words of `what`
     /// (`cannot export pool 'tank'`) unless `force`.
-    fn unmount_one(
-        &self,
-        what: &str,
-        dataset: &str,
-        mountpoint: &Path,
-        force: bool,
-    ) -> Result<(), OpError> {
+    fn unmount_one(&self, what: &str, dataset: &str, mountpoint: &Path, force: bool) -> Result<(), OpError> {
         let shown = mountpoint.display();
         if !force {
             let open = self.settled_open_handles(mountpoint);
@@ -275,13 +240,8 @@ impl Holder {
     /// Unmounts every mount for an export or destroy (`what` says which, for refusals):
     /// all are checked for open files before any is unmounted.
     fn unmount_all(&self, what: &str, force: bool) -> Result<(), OpError> {
-        let all: Vec<(String, PathBuf)> = self
-            .mounts
-            .lock()
-            .live
-            .iter()
-            .map(|m| (m.dataset.clone(), m.mountpoint.clone()))
-            .collect();
+        let all: Vec<(String, PathBuf)> =
+            self.mounts.lock().live.iter().map(|m| (m.dataset.clone(), m.mountpoint.clone())).collect();
         if !force {
             for (dataset, mp) in &all {
                 let open = self.settled_open_handles(mp);
@@ -300,11 +260,7 @@ impl Holder {
 
 /// The refusal of an unmount that would cut off `open` open files.
 fn open_files(what: &str, open: u64, mountpoint: &Path, dataset: &str) -> OpError {
-    let (are, them) = if open == 1 {
-        ("file is", "it")
-    } else {
-        ("files are", "them")
-    };
+    let (are, them) = if open == 1 { ("file is", "it") } else { ("files are", "them") };
     OpError::Refused(format!(
         "{what}: {open} {are} open on {} ({dataset}); close {them}, or use -f to force (I/O on {them} then fails)",
         mountpoint.display()
@@ -323,11 +279,7 @@ fn wait_alone(pool: Arc<Pool>) -> Arc<Pool> {
 
 /// Closes, exports or destroys the pool; if something still holds it (told to stop at
 /// once while the kernel had users), commits what reached us instead.
-fn finish_pool(
-    pool: Arc<Pool>,
-    how: Finish,
-    history: Option<HistoryEntry>,
-) -> Result<(), MountError> {
+fn finish_pool(pool: Arc<Pool>, how: Finish, history: Option<HistoryEntry>) -> Result<(), MountError> {
     let pool = match Arc::try_unwrap(pool) {
         Ok(pool) => pool,
         Err(shared) => {
@@ -360,7 +312,9 @@ impl tarn_control::Daemon for Holder {
         dataset: &str,
         mountpoint: Option<&Path>,
         threads: usize,
+        options: &str,
     ) -> Result<PathBuf, OpError> {
+        let options = MountOptions::parse(options).map_err(|e| OpError::Usage(e.to_string()))?;
         let pool = self.pool().ok_or_else(|| self.closing_error())?;
         let mut m = self.mounts.lock();
         if m.closing || self.ending.lock().is_some() {
@@ -374,7 +328,7 @@ impl tarn_control::Daemon for Holder {
             )));
         }
         // Under the lock: the mount is in the list before anyone can ask to unmount it.
-        let mounted = (self.mounter)(&pool, dataset, mountpoint.map(Path::to_path_buf), threads)
+        let mounted = (self.mounter)(&pool, dataset, mountpoint.map(Path::to_path_buf), threads, options)
             .map_err(|e| OpError::Daemon(e.to_string()))?;
         let mp = mounted.mountpoint.clone();
         m.record.mounts.push((dataset.to_string(), mp.clone()));
@@ -386,18 +340,12 @@ impl tarn_control::Daemon for Holder {
     }
 
     fn mounted(&self, dataset: &str) -> Option<PathBuf> {
-        self.mounts
-            .lock()
-            .live
-            .iter()
-            .find(|m| m.dataset == dataset)
-            .map(|m| m.mountpoint.clone())
+        self.mounts.lock().live.iter().find(|m| m.dataset == dataset).map(|m| m.mountpoint.clone())
     }
 
     fn unmount(&self, target: &str, force: bool) -> Result<bool, OpError> {
-        let (dataset, mp) = self.find(target).ok_or_else(|| {
-            OpError::Daemon(MountError::NotMounted(target.to_string()).to_string())
-        })?;
+        let (dataset, mp) =
+            self.find(target).ok_or_else(|| OpError::Daemon(MountError::NotMounted(target.to_string()).to_string()))?;
         let what = format!("cannot unmount {}", mp.display());
         self.unmount_one(&what, &dataset, &mp, force)?;
         self.wait_sessions_end(std::slice::from_ref(&mp))?;
@@ -408,12 +356,8 @@ impl tarn_control::Daemon for Holder {
         let what = match &how {
             Finish::Stay => return reply(Ok(())),
             Finish::Close => None,
-            Finish::Export { force } => {
-                Some((format!("cannot export pool '{}'", self.pool_name), *force))
-            }
-            Finish::Destroy { force } => {
-                Some((format!("cannot destroy pool '{}'", self.pool_name), *force))
-            }
+            Finish::Export { force } => Some((format!("cannot export pool '{}'", self.pool_name), *force)),
+            Finish::Destroy { force } => Some((format!("cannot destroy pool '{}'", self.pool_name), *force)),
             Finish::AddLogs { .. } => {
                 return reply(Err(OpError::Daemon(
                     "devices are added to a closed pool, not by its mount daemon".into(),
@@ -433,20 +377,12 @@ impl tarn_control::Daemon for Holder {
             drop(ending);
             return reply(Err(self.closing_error()));
         }
-        *ending = Some(Ending {
-            how,
-            history,
-            reply,
-        });
+        *ending = Some(Ending { how, history, reply });
     }
 }
 
 impl Holder {
     fn closing_error(&self) -> OpError {
-        ControlError::Closing {
-            pool: self.pool_name.clone(),
-            pid: std::process::id(),
-        }
-        .into()
+        ControlError::Closing { pool: self.pool_name.clone(), pid: std::process::id() }.into()
     }
 }

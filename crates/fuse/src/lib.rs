@@ -21,9 +21,11 @@
 pub mod fs;
 mod holder;
 pub mod mount;
+pub mod options;
 pub mod state;
 
 pub use mount::{mount, umount, MountRequest};
+pub use options::{MountOptions, OptionError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum MountError {

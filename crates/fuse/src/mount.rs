@@ -21,6 +21,7 @@ use tarn_daemon::{Asked, Termination, Verdict};
 
 use crate::fs::TarnFs;
 use crate::holder::{Holder, Mounted};
+use crate::options::MountOptions;
 use crate::state::{self, MountRecord};
 use crate::MountError;
 
@@ -36,6 +37,8 @@ pub struct MountRequest {
     /// Further datasets of the same pool, each mounted on its `mountpoint` property by
     /// this same daemon (the daemon holds the pool, so it serves all its mounts).
     pub more: Vec<String>,
+    /// `-o` options (ro, noatime…), applied to every mount of this request.
+    pub options: MountOptions,
 }
 
 /// How long `umount` waits for the daemon to commit and exit.
@@ -46,10 +49,7 @@ const UMOUNT_WAIT: Duration = Duration::from_secs(300);
 /// is kept as the source of [`MountError::OpenPool`]. Returns when the mount ends
 /// (foreground) or, in daemon mode, never returns in the parent (it exits 0 once the
 /// mount is ready).
-pub fn mount<E>(
-    req: MountRequest,
-    open_pool: impl FnOnce() -> Result<Pool, E>,
-) -> Result<(), MountError>
+pub fn mount<E>(req: MountRequest, open_pool: impl FnOnce() -> Result<Pool, E>) -> Result<(), MountError>
 where
     E: std::error::Error + Send + Sync + 'static,
 {
@@ -57,10 +57,7 @@ where
         return Err(MountError::NoFuseDevice);
     }
     // The daemon chdirs to /: resolve a relative mountpoint now.
-    let given = req
-        .mountpoint
-        .as_deref()
-        .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()));
+    let given = req.mountpoint.as_deref().map(|p| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()));
     let readiness = tarn_daemon::start(req.foreground, report)?;
     // From here on threads may exist (the pool's sync thread): no more forking.
     let started = match start(&req, given, open_pool) {
@@ -115,7 +112,7 @@ where
     };
     let mut live: Vec<Mounted> = Vec::new();
     for (dataset, given) in wanted {
-        match mount_recorded(&pool, &dataset, given, req.threads, &mut record) {
+        match mount_recorded(&pool, &dataset, given, req, &mut record) {
             Ok(m) => live.push(m),
             Err(e) => return Err(undo_start(pool, live, &record, e)),
         }
@@ -137,12 +134,7 @@ where
 }
 
 /// All or nothing: undoes the mounts made so far and closes the pool; returns `e`.
-fn undo_start(
-    pool: Arc<Pool>,
-    live: Vec<Mounted>,
-    record: &MountRecord,
-    e: MountError,
-) -> MountError {
+fn undo_start(pool: Arc<Pool>, live: Vec<Mounted>, record: &MountRecord, e: MountError) -> MountError {
     for m in live {
         tarn_daemon::unmount_or_detach(&m.mountpoint);
         drop(m.session);
@@ -158,7 +150,7 @@ fn mount_recorded(
     pool: &Arc<Pool>,
     dataset: &str,
     given: Option<PathBuf>,
-    threads: usize,
+    req: &MountRequest,
     record: &mut MountRecord,
 ) -> Result<Mounted, MountError> {
     pool.dataset(dataset)?;
@@ -170,21 +162,21 @@ fn mount_recorded(
     if record.mounts.is_empty() {
         record.mountpoint = mountpoint.clone();
     }
-    record
-        .mounts
-        .push((dataset.to_string(), mountpoint.clone()));
+    record.mounts.push((dataset.to_string(), mountpoint.clone()));
     record.save()?;
-    mount_one(pool, dataset, Some(mountpoint), threads).inspect_err(|_| {
+    mount_one(pool, dataset, Some(mountpoint), req.threads, req.options).inspect_err(|_| {
         record.mounts.pop();
     })
 }
 
-/// Mounts one dataset of the open pool on `given` (or its `mountpoint` property).
+/// Mounts one dataset of the open pool on `given` (or its `mountpoint` property) with
+/// `threads` FUSE workers and the `-o` options.
 fn mount_one(
     pool: &Arc<Pool>,
     dataset: &str,
     given: Option<PathBuf>,
     threads: usize,
+    options: MountOptions,
 ) -> Result<Mounted, MountError> {
     let ds = pool.dataset(dataset)?;
     let mountpoint = match given {
@@ -192,16 +184,11 @@ fn mount_one(
         None => mountpoint_property(pool, dataset)?,
     };
     let mountpoint = check_mountpoint(&mountpoint)?;
-    let atime = ds.effective().atime;
-    let fs = TarnFs::new(pool.clone(), ds);
+    let atime = ds.effective().atime && options.records_atime();
+    let fs = TarnFs::new(pool.clone(), ds).recording_atime(atime);
     let open = fs.open_handles();
-    let session = session(fs, &mountpoint, threads, dataset, atime)?;
-    Ok(Mounted {
-        dataset: dataset.to_string(),
-        mountpoint,
-        session,
-        open,
-    })
+    let session = session(fs, &mountpoint, threads, &options, dataset, atime)?;
+    Ok(Mounted { dataset: dataset.to_string(), mountpoint, session, open })
 }
 
 /// Mounts and starts the worker threads; once this returns the kernel has our INIT
@@ -210,6 +197,7 @@ fn session(
     fs: TarnFs,
     mountpoint: &Path,
     threads: usize,
+    o: &MountOptions,
     dataset: &str,
     atime: bool,
 ) -> Result<fuser::BackgroundSession, MountError> {
@@ -218,9 +206,16 @@ fn session(
         MountOption::FSName(dataset.to_string()),
         MountOption::Subtype("tarn".to_string()),
         MountOption::DefaultPermissions,
-        MountOption::Dev,
-        MountOption::Suid,
     ];
+    config.mount_options.push(if o.no_dev { MountOption::NoDev } else { MountOption::Dev });
+    config.mount_options.push(if o.no_suid { MountOption::NoSuid } else { MountOption::Suid });
+    if o.no_exec {
+        config.mount_options.push(MountOption::NoExec);
+    }
+    // ro: the kernel refuses every change before it reaches us (EROFS).
+    if o.read_only {
+        config.mount_options.push(MountOption::RO);
+    }
     // atime=off: tell the kernel too (it then never invalidates cached atimes after a
     // read); atime=on: the dataset applies relatime itself on each read that reaches us.
     if !atime {
@@ -230,10 +225,7 @@ fn session(
     config.acl = SessionACL::All;
     config.n_threads = Some(threads.max(1));
     config.clone_fd = true;
-    let err = |source| MountError::Mount {
-        path: mountpoint.display().to_string(),
-        source,
-    };
+    let err = |source| MountError::Mount { path: mountpoint.display().to_string(), source };
     let s = fuser::Session::new(fs, mountpoint, &config).map_err(err)?;
     s.spawn().map_err(err)
 }
@@ -250,10 +242,7 @@ impl Started {
         loop {
             match termination.wait(Duration::from_millis(50)) {
                 Asked::Nothing => {}
-                Asked::Unmount => holder
-                    .mountpoints()
-                    .iter()
-                    .for_each(|mp| tarn_daemon::unmount_or_detach(mp)),
+                Asked::Unmount => holder.mountpoints().iter().for_each(|mp| tarn_daemon::unmount_or_detach(mp)),
                 Asked::StopNow => {
                     stop_now = true;
                     break; // still committing what we have
@@ -301,26 +290,19 @@ pub fn check_mountpoint(dir: &Path) -> Result<PathBuf, MountError> {
     let shown = dir.display().to_string();
     let meta = match std::fs::metadata(dir) {
         Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(MountError::MountpointMissing(shown))
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(MountError::MountpointMissing(shown)),
         // ENOTCONN: a dead FUSE mount (its daemon was killed) is still there.
-        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
-            return Err(MountError::MountpointBusy(shown))
-        }
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => return Err(MountError::MountpointBusy(shown)),
         Err(e) => return Err(MountError::Startup(format!("{shown}: {e}"))),
     };
     if !meta.is_dir() {
         return Err(MountError::MountpointNotDir(shown));
     }
-    let abs = dir
-        .canonicalize()
-        .map_err(|e| MountError::Startup(format!("{shown}: {e}")))?;
+    let abs = dir.canonicalize().map_err(|e| MountError::Startup(format!("{shown}: {e}")))?;
     if tarn_daemon::mounts::is_listed(&abs) {
         return Err(MountError::MountpointBusy(abs.display().to_string()));
     }
-    let mut entries =
-        std::fs::read_dir(&abs).map_err(|e| MountError::Startup(format!("{shown}: {e}")))?;
+    let mut entries = std::fs::read_dir(&abs).map_err(|e| MountError::Startup(format!("{shown}: {e}")))?;
     if entries.next().is_some() {
         return Err(MountError::MountpointNotEmpty(abs.display().to_string()));
     }
@@ -333,14 +315,9 @@ pub fn check_mountpoint(dir: &Path) -> Result<PathBuf, MountError> {
 pub fn umount(target: &str, force: bool) -> Result<(), MountError> {
     let records = state::all();
     let p = Path::new(target);
-    let abs = p
-        .canonicalize()
-        .unwrap_or_else(|_| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()));
+    let abs = p.canonicalize().unwrap_or_else(|_| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()));
     let found = records.iter().find_map(|r| {
-        r.served()
-            .into_iter()
-            .find(|(ds, mp)| ds == target || *mp == abs)
-            .map(|(_, mp)| (r.clone(), mp))
+        r.served().into_iter().find(|(ds, mp)| ds == target || *mp == abs).map(|(_, mp)| (r.clone(), mp))
     });
     match found {
         Some((r, mp)) if r.is_alive() => umount_served(&r, &mp, force),
@@ -360,10 +337,7 @@ fn umount_served(r: &MountRecord, mp: &Path, force: bool) -> Result<(), MountErr
         Ok(Some(c)) => c,
         _ => return umount_live(r, mp),
     };
-    let asked = tarn_control::ops::mounts::Umount {
-        target: mp.display().to_string(),
-        force,
-    };
+    let asked = tarn_control::ops::mounts::Umount { target: mp.display().to_string(), force };
     match client.call(&asked) {
         Ok(()) => {}
         // Closing already (its last mount went away, or an export runs): it is going.
@@ -371,11 +345,7 @@ fn umount_served(r: &MountRecord, mp: &Path, force: bool) -> Result<(), MountErr
         Err(e) => return Err(e.into()),
     }
     // The last mount: the daemon replied once the pool was closed, and exits now.
-    if state::load(&r.pool)
-        .ok()
-        .flatten()
-        .is_none_or(|now| now.pid != r.pid)
-    {
+    if state::load(&r.pool).ok().flatten().is_none_or(|now| now.pid != r.pid) {
         client.wait_daemon_gone(UMOUNT_WAIT);
     }
     Ok(())
@@ -387,10 +357,7 @@ fn umount_live(r: &MountRecord, mp: &Path) -> Result<(), MountError> {
     let path = mp.display().to_string();
     if let Err(e) = tarn_daemon::umount(mp, 0) {
         let detail = match e.raw_os_error() {
-            Some(libc::EBUSY) => {
-                "it is busy: a process has a file open or its cwd there (see `fuser -vm`)"
-                    .to_string()
-            }
+            Some(libc::EBUSY) => "it is busy: a process has a file open or its cwd there (see `fuser -vm`)".to_string(),
             _ => e.to_string(),
         };
         return Err(MountError::Umount { path, detail });
@@ -406,10 +373,7 @@ fn umount_live(r: &MountRecord, mp: &Path) -> Result<(), MountError> {
         if Instant::now() > deadline {
             return Err(MountError::Umount {
                 path,
-                detail: format!(
-                    "daemon pid {} did not finish its final commit in time",
-                    r.pid
-                ),
+                detail: format!("daemon pid {} did not finish its final commit in time", r.pid),
             });
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -433,16 +397,10 @@ fn umount_unrecorded(abs: &Path, target: &str) -> Result<(), MountError> {
     let is_tarn = text.lines().any(|l| {
         let fields: Vec<&str> = l.split(' ').collect();
         let mut after = fields.iter().skip_while(|f| **f != "-").skip(1);
-        let (fstype, source) = (
-            after.next().copied().unwrap_or(""),
-            after.next().copied().unwrap_or(""),
-        );
-        let looks_tarn = fstype == "fuse.tarn"
-            || (fstype == "fuse" && !source.starts_with('/') && source.contains('/'));
-        fields
-            .get(4)
-            .is_some_and(|m| tarn_daemon::mounts::unescape(m) == wanted)
-            && looks_tarn
+        let (fstype, source) = (after.next().copied().unwrap_or(""), after.next().copied().unwrap_or(""));
+        let looks_tarn =
+            fstype == "fuse.tarn" || (fstype == "fuse" && !source.starts_with('/') && source.contains('/'));
+        fields.get(4).is_some_and(|m| tarn_daemon::mounts::unescape(m) == wanted) && looks_tarn
     });
     if !is_tarn {
         return Err(MountError::NotMounted(target.to_string()));
@@ -459,26 +417,14 @@ mod tests {
     fn mountpoint_checks_name_the_problem() {
         let dir = tempfile::tempdir().expect("tempdir");
         let missing = dir.path().join("nope");
-        assert!(matches!(
-            check_mountpoint(&missing),
-            Err(MountError::MountpointMissing(_))
-        ));
+        assert!(matches!(check_mountpoint(&missing), Err(MountError::MountpointMissing(_))));
         let file = dir.path().join("file");
         std::fs::write(&file, b"x").expect("write");
-        assert!(matches!(
-            check_mountpoint(&file),
-            Err(MountError::MountpointNotDir(_))
-        ));
-        assert!(matches!(
-            check_mountpoint(dir.path()),
-            Err(MountError::MountpointNotEmpty(_))
-        ));
+        assert!(matches!(check_mountpoint(&file), Err(MountError::MountpointNotDir(_))));
+        assert!(matches!(check_mountpoint(dir.path()), Err(MountError::MountpointNotEmpty(_))));
         let empty = dir.path().join("empty");
         std::fs::create_dir(&empty).expect("mkdir");
         assert!(check_mountpoint(&empty).is_ok());
-        assert!(matches!(
-            check_mountpoint(Path::new("/proc")),
-            Err(MountError::MountpointBusy(_))
-        ));
+        assert!(matches!(check_mountpoint(Path::new("/proc")), Err(MountError::MountpointBusy(_))));
     }
 }

@@ -7,9 +7,13 @@
 //! Promises: a record whose process is gone (killed, crashed, a zombie, or a reused pid
 //! that is not tarn) is stale: the next process to take the pool's devices detaches its
 //! dead mounts and removes it ([`clear_stale`]); `tarn umount` finds a daemon's mounts
-//! here. Must never: signal a process, or touch a live daemon's mounts.
+//! here; a daemon whose mounts were all unmounted from outside (`fusermount3 -u`,
+//! `umount`) is finishing its final commit, and `umount -a` waits for it (at most
+//! [`FINISH_WAIT`]).
+//! Must never: signal a process, or touch a live daemon's mounts.
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -77,6 +81,26 @@ impl MountRecord {
     pub fn is_alive(&self) -> bool {
         process_is_tarn(self.pid)
     }
+
+    /// True if none of the daemon's mounts is in the mount table any more: it was
+    /// unmounted from outside and is committing before it exits. (A daemon still
+    /// starting has recorded a mount it has not made yet, so this is only ever a reason
+    /// to look again, not to act.)
+    pub fn is_finishing(&self) -> bool {
+        !self
+            .served()
+            .iter()
+            .any(|(_, mp)| tarn_daemon::mounts::is_listed(mp))
+    }
+
+    /// The one line telling a user why the pool is busy and what to do.
+    pub fn busy_message(&self) -> String {
+        let mp = self.mountpoint.display();
+        format!(
+            "pool '{}' is in use by `tarn mount` (pid {}, dataset {} mounted on {mp}); run `tarn umount {mp}` first",
+            self.pool, self.pid, self.dataset
+        )
+    }
 }
 
 /// The record for `pool`, if there is one (alive or not).
@@ -101,6 +125,11 @@ pub fn all() -> Vec<MountRecord> {
         .collect()
 }
 
+/// How long a command waits for a daemon that is finishing after its last unmount.
+pub const FINISH_WAIT: Duration = Duration::from_secs(30);
+/// After this long, the waiting command says what it is waiting for.
+const FINISH_NOTICE: Duration = Duration::from_secs(2);
+
 /// Called by a process that has just taken `pool`'s devices: what a killed daemon left
 /// is stale. Its control socket is removed, its dead FUSE mounts (ENOTCONN to every
 /// user) are detached and its record removed, so nothing it left blocks the next mount
@@ -117,6 +146,41 @@ pub fn clear_stale(pool: &str) {
         }
     }
     let _ = std::fs::remove_file(record_path(pool));
+}
+
+/// Waits while `r`'s daemon is alive with all its mounts gone (unmounted from outside,
+/// so it is committing and about to exit): Ok once it has exited. Err (the pool is
+/// busy) as soon as one of its mounts is there, or if it is still running after
+/// `bound`. Says once on stderr what it waits for if that takes more than a moment.
+pub fn wait_until_finished(r: &MountRecord, bound: Duration) -> Result<(), MountError> {
+    let start = Instant::now();
+    let mut told = false;
+    while r.is_alive() {
+        if !r.is_finishing() {
+            return Err(MountError::PoolBusy(r.busy_message()));
+        }
+        let waited = start.elapsed();
+        if waited >= bound {
+            return Err(MountError::PoolBusy(format!(
+                "pool '{}' is still held by its `tarn mount` daemon (pid {}) {}s after its datasets were unmounted: it is still committing; try again later (its log: {})",
+                r.pool,
+                r.pid,
+                waited.as_secs(),
+                log_path(&r.pool).display()
+            )));
+        }
+        if !told && waited >= FINISH_NOTICE.min(bound) {
+            eprintln!(
+                "tarn: waiting for the mount daemon of pool '{}' (pid {}) to finish its final commit (up to {}s)",
+                r.pool,
+                r.pid,
+                bound.as_secs()
+            );
+            told = true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
 }
 
 /// True if `pid` is a running (not zombie) process whose command is tarn's.
@@ -147,5 +211,21 @@ mod tests {
             mounts: Vec::new(),
         };
         assert!(!r.is_alive());
+    }
+
+    #[test]
+    fn busy_message_names_pid_mountpoint_and_fix() {
+        let r = MountRecord {
+            pid: 42,
+            pool: "tank".into(),
+            dataset: "tank/db".into(),
+            mountpoint: "/mnt/x".into(),
+            mounts: Vec::new(),
+        };
+        let m = r.busy_message();
+        assert!(
+            m.contains("pid 42") && m.contains("/mnt/x") && m.contains("tarn umount /mnt/x"),
+            "{m}"
+        );
     }
 }

@@ -14,6 +14,7 @@ pub mod dir;
 pub mod dnode;
 mod object;
 mod objset;
+pub mod traverse;
 pub mod tree;
 
 pub use dir::{DirEntry, Entries};

@@ -434,7 +434,7 @@ impl ObjState {
                 bytes[at as usize..at as usize + n].copy_from_slice(&rec[..n]);
                 at += n as u64;
             }
-            self.dir = Some(dir::decode(&bytes).map_err(ObjError::Corrupt)?);
+            self.dir = Some(dir::decode(&bytes).map_err(|e| ObjError::Corrupt(e.to_string()))?);
         }
         Ok(self.dir.as_mut().expect("loaded"))
     }

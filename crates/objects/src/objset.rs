@@ -93,7 +93,7 @@ impl ObjSet {
         if n < DNODE_SIZE {
             return Err(ObjError::NoObject(id));
         }
-        let dnode = Dnode::decode(&raw).map_err(ObjError::Corrupt)?.ok_or(ObjError::NoObject(id))?;
+        let dnode = Dnode::decode(&raw).map_err(|e| ObjError::Corrupt(e.to_string()))?.ok_or(ObjError::NoObject(id))?;
         let mut cache = self.cache.write();
         let obj = cache.entry(id).or_insert_with(|| Arc::new(Object::new(id, dnode)));
         Ok(obj.clone())

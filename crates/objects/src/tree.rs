@@ -5,13 +5,29 @@
 //! Indirect blocks are loaded on demand and kept in memory; a changed one is marked dirty
 //! together with its path to the top, and `sync` rewrites the dirty ones bottom-up
 //! (copy-on-write), returning the pointers it replaced so the caller can free them.
+//! Walking a committed tree without loading it (import, scrub, a destroyed dataset's
+//! free) is `traverse`'s.
+//!
+//! Owns: the radix-tree shape (levels, fan-out, which slot covers which record), the
+//! indirect block encoding, and the loaded indirect blocks of one object.
+//!
+//! Promises: `get` after `set` returns the new pointer; `sync` writes every dirty
+//! indirect block (children before parents) and reports each pointer it replaced; an
+//! indirect block whose bytes are not a whole block of pointers is a typed error.
+//!
+//! Must never: free a block itself (the replaced pointers go back to the caller), or
+//! write a parent before its children.
 use std::collections::HashMap;
 
-use tarn_zio::{BlockPtr, BlockType, CachePolicy, ChecksumKind, Compression, PendingBlock, Zio, ZioError, BLKPTR_SIZE};
+use tarn_zio::{
+    BlockPtr, BlockType, CachePolicy, ChecksumKind, Compression, PendingBlock, Zio, ZioError,
+    BLKPTR_SIZE,
+};
 
 pub const IND_SHIFT: u8 = 15;
 const PTR_SHIFT: u32 = IND_SHIFT as u32 - 6;
-const FANOUT: u64 = 1 << PTR_SHIFT;
+/// Pointers per indirect block.
+pub(crate) const FANOUT: u64 = 1 << PTR_SHIFT;
 
 struct Ind {
     ptrs: Vec<Option<BlockPtr>>,
@@ -21,19 +37,19 @@ struct Ind {
 
 impl Ind {
     fn empty() -> Ind {
-        Ind { ptrs: vec![None; FANOUT as usize], dirty: true, disk: None }
+        Ind {
+            ptrs: vec![None; FANOUT as usize],
+            dirty: true,
+            disk: None,
+        }
     }
 
     fn decode(bytes: &[u8], disk: BlockPtr) -> Result<Ind, ZioError> {
-        if bytes.len() != (FANOUT as usize) * BLKPTR_SIZE {
-            return Err(ZioError::Corrupt(format!("indirect block of {} bytes", bytes.len())));
-        }
-        let ptrs = bytes
-            .chunks_exact(BLKPTR_SIZE)
-            .map(BlockPtr::decode)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(ZioError::Corrupt)?;
-        Ok(Ind { ptrs, dirty: false, disk: Some(disk) })
+        Ok(Ind {
+            ptrs: decode_indirect(bytes)?,
+            dirty: false,
+            disk: Some(disk),
+        })
     }
 
     fn encode(&self) -> Vec<u8> {
@@ -60,13 +76,20 @@ pub struct BlockTree {
 }
 
 /// Blocks covered by one pointer at `level` (level 0: one record).
+/// Saturates for a level no real tree has (a level count read from a damaged or foreign
+/// dnode must not overflow the shift).
 fn span(level: u8) -> u64 {
-    1u64 << (PTR_SHIFT * level as u32)
+    1u64.checked_shl(PTR_SHIFT * level as u32)
+        .unwrap_or(u64::MAX)
 }
 
 impl BlockTree {
     pub fn new(root: Option<BlockPtr>, nlevels: u8) -> BlockTree {
-        BlockTree { nlevels, root, ind: HashMap::new() }
+        BlockTree {
+            nlevels,
+            root,
+            ind: HashMap::new(),
+        }
     }
 
     pub fn nlevels(&self) -> u8 {
@@ -137,7 +160,12 @@ impl BlockTree {
     }
 
     /// Points record `blkid` at `bp` (or makes it a hole); returns the pointer it replaced.
-    pub fn set(&mut self, zio: &Zio, blkid: u64, bp: Option<BlockPtr>) -> Result<Option<BlockPtr>, ZioError> {
+    pub fn set(
+        &mut self,
+        zio: &Zio,
+        blkid: u64,
+        bp: Option<BlockPtr>,
+    ) -> Result<Option<BlockPtr>, ZioError> {
         if self.nlevels == 0 {
             if bp.is_none() {
                 return Ok(None);
@@ -156,13 +184,24 @@ impl BlockTree {
         for level in (1..self.nlevels).rev() {
             self.ensure_dirty(zio, level, blkid >> (PTR_SHIFT * level as u32))?;
         }
-        let l1 = self.ind.get_mut(&(1, blkid >> PTR_SHIFT)).expect("path ensured");
-        Ok(std::mem::replace(&mut l1.ptrs[(blkid & (FANOUT - 1)) as usize], bp))
+        let l1 = self
+            .ind
+            .get_mut(&(1, blkid >> PTR_SHIFT))
+            .expect("path ensured");
+        Ok(std::mem::replace(
+            &mut l1.ptrs[(blkid & (FANOUT - 1)) as usize],
+            bp,
+        ))
     }
 
     /// Frees every record from `first` on (and indirect blocks left empty); the replaced
     /// pointers go to `freed`.
-    pub fn free_from(&mut self, zio: &Zio, first: u64, freed: &mut Vec<BlockPtr>) -> Result<(), ZioError> {
+    pub fn free_from(
+        &mut self,
+        zio: &Zio,
+        first: u64,
+        freed: &mut Vec<BlockPtr>,
+    ) -> Result<(), ZioError> {
         if self.nlevels == 0 || first >= self.capacity() {
             return Ok(());
         }
@@ -242,7 +281,13 @@ impl BlockTree {
     }
 
     /// Frees a whole subtree rooted at indirect block (level, idx), including itself.
-    fn free_subtree(&mut self, zio: &Zio, level: u8, idx: u64, freed: &mut Vec<BlockPtr>) -> Result<(), ZioError> {
+    fn free_subtree(
+        &mut self,
+        zio: &Zio,
+        level: u8,
+        idx: u64,
+        freed: &mut Vec<BlockPtr>,
+    ) -> Result<(), ZioError> {
         if !self.load_for_free(zio, level, idx) {
             return Ok(());
         }
@@ -271,8 +316,12 @@ impl BlockTree {
     ) -> Result<(u64, u64), ZioError> {
         let mut written = (0u64, 0u64);
         for level in 1..self.nlevels {
-            let mut dirty: Vec<u64> =
-                self.ind.iter().filter(|((l, _), i)| *l == level && i.dirty).map(|((_, idx), _)| *idx).collect();
+            let mut dirty: Vec<u64> = self
+                .ind
+                .iter()
+                .filter(|((l, _), i)| *l == level && i.dirty)
+                .map(|((_, idx), _)| *idx)
+                .collect();
             dirty.sort_unstable();
             let mut encoded = Vec::new();
             let mut written_idx = Vec::new();
@@ -303,7 +352,10 @@ impl BlockTree {
             let mut new_ptr: HashMap<u64, BlockPtr> = written_idx.into_iter().zip(ptrs).collect();
             for idx in dirty {
                 let bp = new_ptr.remove(&idx);
-                let ind = self.ind.get_mut(&(level, idx)).expect("dirty indirect present");
+                let ind = self
+                    .ind
+                    .get_mut(&(level, idx))
+                    .expect("dirty indirect present");
                 freed.extend(ind.disk.take());
                 ind.disk = bp;
                 ind.dirty = false;
@@ -325,41 +377,26 @@ impl BlockTree {
             .ind
             .get_mut(&(level + 1, idx >> PTR_SHIFT))
             .expect("a dirty indirect block's parent is loaded and dirty");
-        assert!(parent.dirty, "parent of a dirty indirect block must be dirty");
+        assert!(
+            parent.dirty,
+            "parent of a dirty indirect block must be dirty"
+        );
         parent.ptrs[(idx & (FANOUT - 1)) as usize] = bp;
     }
-
-    /// Visits every block pointer of a committed tree (indirect blocks before their
-    /// children), reading indirect blocks from disk without caching them.
-    pub fn visit(
-        zio: &Zio,
-        root: Option<BlockPtr>,
-        nlevels: u8,
-        f: &mut dyn FnMut(&BlockPtr) -> Result<(), ZioError>,
-    ) -> Result<(), ZioError> {
-        let Some(root) = root else { return Ok(()) };
-        visit_ptr(zio, &root, nlevels.saturating_sub(1), f)
-    }
-}
-
-fn visit_ptr(
-    zio: &Zio,
-    bp: &BlockPtr,
-    level: u8,
-    f: &mut dyn FnMut(&BlockPtr) -> Result<(), ZioError>,
-) -> Result<(), ZioError> {
-    f(bp)?;
-    if level == 0 {
-        return Ok(());
-    }
-    let ind = Ind::decode(&zio.read(bp)?, *bp)?;
-    for child in ind.ptrs.iter().flatten() {
-        visit_ptr(zio, child, level - 1, f)?;
-    }
-    Ok(())
 }
 
 /// The child pointers stored in an indirect block's bytes (holes as `None`).
-pub fn decode_indirect(bytes: &[u8], bp: &BlockPtr) -> Result<Vec<Option<BlockPtr>>, ZioError> {
-    Ok(Ind::decode(bytes, *bp)?.ptrs)
+pub(crate) fn decode_indirect(bytes: &[u8]) -> Result<Vec<Option<BlockPtr>>, ZioError> {
+    let expected = (FANOUT as usize) * BLKPTR_SIZE;
+    if bytes.len() != expected {
+        return Err(ZioError::BadLength {
+            what: "indirect",
+            len: bytes.len(),
+            expected,
+        });
+    }
+    Ok(bytes
+        .chunks_exact(BLKPTR_SIZE)
+        .map(BlockPtr::decode)
+        .collect::<Result<Vec<_>, _>>()?)
 }

@@ -17,6 +17,9 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
+use crate::error::PoolError;
+use crate::pool::Pool;
+
 /// Version of the history object (FORMAT.md §12.1).
 pub const HISTORY_VERSION: u32 = 1;
 /// The most bytes the encoded history may take in the MOS (ZFS's smallest history).
@@ -154,19 +157,26 @@ impl History {
             State::Foreign { raw, .. } => Some(raw.clone()),
             State::Known(log) if log.entries.is_empty() => None,
             State::Known(log) => {
-                let upto: Vec<HistoryEntry> = log
-                    .entries
-                    .iter()
-                    .filter(|e| e.txg <= txg)
-                    .cloned()
-                    .collect();
-                let stored = Stored {
-                    version: HISTORY_VERSION,
-                    entries: upto,
-                };
+                let upto: Vec<HistoryEntry> = log.entries.iter().filter(|e| e.txg <= txg).cloned().collect();
+                let stored = Stored { version: HISTORY_VERSION, entries: upto };
                 serde_json::value::to_raw_value(&stored).ok()
             }
         }
+    }
+}
+
+impl Pool {
+    /// Records a command that changed the pool in its history (`tarn pool history`); it is
+    /// committed with the txg it joins. A suspended pool (no txg to join) records nothing.
+    pub fn log_history(&self, entry: HistoryEntry) {
+        if let Ok(hold) = self.inner.ctx.txg.hold(0) {
+            self.inner.history.log(entry, hold.txg);
+        }
+    }
+
+    /// The pool's command history, oldest first.
+    pub fn history(&self) -> Result<Vec<HistoryEntry>, PoolError> {
+        Ok(self.inner.history.entries()?)
     }
 }
 
@@ -175,10 +185,7 @@ fn decode(raw: &RawValue) -> State {
     struct VersionOnly {
         version: u32,
     }
-    let foreign = |why: String| State::Foreign {
-        raw: raw.to_owned(),
-        why,
-    };
+    let foreign = |why: String| State::Foreign { raw: raw.to_owned(), why };
     let version = match serde_json::from_str::<VersionOnly>(raw.get()) {
         Ok(v) => v.version,
         Err(e) => return foreign(e.to_string()),
@@ -202,10 +209,9 @@ fn refusal(why: &str, raw: &RawValue) -> HistoryError {
         version: u32,
     }
     match serde_json::from_str::<VersionOnly>(raw.get()) {
-        Ok(v) if v.version != HISTORY_VERSION => HistoryError::UnsupportedVersion {
-            found: v.version,
-            supported: HISTORY_VERSION,
-        },
+        Ok(v) if v.version != HISTORY_VERSION => {
+            HistoryError::UnsupportedVersion { found: v.version, supported: HISTORY_VERSION }
+        }
         _ => HistoryError::Malformed(why.to_string()),
     }
 }
@@ -232,13 +238,7 @@ mod tests {
         h.log(entry("tarn pool create tank /d"), 1);
         h.log(entry("tarn ds create tank/db"), 3);
         let at2 = History::from_root(h.for_root(2).as_deref());
-        assert_eq!(
-            at2.entries().unwrap(),
-            vec![HistoryEntry {
-                txg: 1,
-                ..entry("tarn pool create tank /d")
-            }]
-        );
+        assert_eq!(at2.entries().unwrap(), vec![HistoryEntry { txg: 1, ..entry("tarn pool create tank /d") }]);
         let at3 = History::from_root(h.for_root(3).as_deref());
         assert_eq!(at3.entries().unwrap(), h.entries().unwrap());
         assert_eq!(at3.entries().unwrap().len(), 2);
@@ -252,21 +252,12 @@ mod tests {
             h.log(entry(&format!("tarn set recordsize=16K tank/db{i}")), 2);
         }
         let raw = h.for_root(2).unwrap();
-        assert!(
-            raw.get().len() <= HISTORY_MAX_BYTES,
-            "{} bytes",
-            raw.get().len()
-        );
+        assert!(raw.get().len() <= HISTORY_MAX_BYTES, "{} bytes", raw.get().len());
         let all = History::from_root(Some(&raw)).entries().unwrap();
         assert_eq!(all[0].command, "tarn pool create tank /d");
-        assert_eq!(
-            all.last().unwrap().command,
-            "tarn set recordsize=16K tank/db4999"
-        );
+        assert_eq!(all.last().unwrap().command, "tarn set recordsize=16K tank/db4999");
         assert!(all.len() < 5000 && all.len() > 100, "{} kept", all.len());
-        assert!(!all
-            .iter()
-            .any(|e| e.command == "tarn set recordsize=16K tank/db0"));
+        assert!(!all.iter().any(|e| e.command == "tarn set recordsize=16K tank/db0"));
     }
 
     #[test]
@@ -283,10 +274,7 @@ mod tests {
         let raw = RawValue::from_string(newer.to_string()).unwrap();
         let h = History::from_root(Some(&raw));
         let err = h.entries().unwrap_err().to_string();
-        assert!(
-            err.contains("version 2") && err.contains("upgrade tarn"),
-            "{err}"
-        );
+        assert!(err.contains("version 2") && err.contains("upgrade tarn"), "{err}");
         h.log(entry("tarn ds create tank/x"), 5);
         assert_eq!(h.for_root(5).unwrap().get(), newer, "carried byte for byte");
     }

@@ -1,6 +1,10 @@
 //! pool — the storage pool (ZFS's spa): creates, imports and exports pools, owns the
 //! vdev tree, the io pipeline, the txg engine and the datasets, and commits each txg.
 //!
+//! Owns: the pool's lifecycle and labels, the MOS (the pool's root block), the txg
+//! commit, the dataset directory and properties, free space at import (rebuilt from the
+//! tree), status, scrub, and intent-log replay.
+//!
 //! Promises: a txg commits by writing all its blocks, flushing, then the uberblock and
 //! flushing again, so a crash at any instant leaves the last committed txg intact; import
 //! picks the newest uberblock whose whole root verifies; freed space returns only after
@@ -9,16 +13,35 @@
 //!
 //! Must never: write an uberblock before the blocks it points to are flushed, or import
 //! a device whose label it cannot read.
+//!
+//! Rooms: `pool` (the handle and the state the rooms share), `lifecycle` (create, import,
+//! export, destroy), `claim` (the import walk), `commit` (the txg sync; its header is the
+//! theory of operation of a commit), `mos`, `datasets`, `props`, `space`, `status`,
+//! `scrub`, `replay`, `scan` (finding pools on devices), `history` (the command
+//! history kept in the MOS), `error`.
 
+mod claim;
+mod commit;
+mod datasets;
+mod error;
 mod history;
+mod lifecycle;
 mod mos;
 mod pool;
+mod props;
+mod replay;
 mod scan;
+mod scrub;
+mod space;
+mod status;
 
+pub use datasets::DatasetInfo;
 pub use history::{HistoryEntry, HistoryError, HISTORY_MAX_BYTES, HISTORY_VERSION};
-pub use mos::{Mos, MOS_VERSION};
-pub use pool::{
-    CreateOptions, DatasetInfo, ImportOptions, Pool, PoolError, PoolStats, PoolStatus, PropRow, ScrubResult, TopStatus,
-    VdevSpec,
-};
+pub use error::{ClaimError, CommitError, ImportError, PoolError, PropError, RootError};
+pub use lifecycle::{CreateOptions, ImportOptions, VdevSpec};
+pub use mos::{HexError, Mos, MosError, RecordError, MOS_VERSION};
+pub use pool::Pool;
+pub use props::PropRow;
 pub use scan::{discover, Discovered};
+pub use scrub::ScrubResult;
+pub use status::{PoolStats, PoolStatus, TopStatus};

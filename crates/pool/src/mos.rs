@@ -2,15 +2,53 @@
 //! and pointed to by the uberblock. It holds the dataset directory — names, local
 //! properties, each dataset's dnode-table root — and the per-device error counters.
 //! Stored as versioned JSON inside a checksummed block (docs/FORMAT.md).
+//!
+//! Owns: the MOS's fields, its encoding and its version.
+//!
+//! Promises: a root of a version this build does not know is
+//! `MosError::UnsupportedVersion` (import refuses it rather than guess or fall back);
+//! every malformed field is a typed error, never a panic.
+//!
+//! Must never: be decoded as the current version when it says another.
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+use tarn_objects::dnode::DnodeError;
 use tarn_objects::{Dnode, DNODE_SIZE};
 
 /// Version 2 added `zil` (the intent log's head). Version 1 roots are read as having
 /// an empty log.
 pub const MOS_VERSION: u32 = 2;
 const OLDEST_READABLE: u32 = 1;
+
+/// Why a block is not a pool root this build can read.
+#[derive(Debug, thiserror::Error)]
+pub enum MosError {
+    /// Written by a newer tarn.
+    #[error("pool root format version {found} is not supported (this tarn reads {supported}); upgrade tarn")]
+    UnsupportedVersion { found: u32, supported: u32 },
+    #[error("pool root block is malformed: {0}")]
+    Malformed(#[source] serde_json::Error),
+}
+
+/// Why a dataset's record in the MOS does not give its dnode-table root.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("dnode table root is not hex: {0}")]
+    Hex(#[from] HexError),
+    #[error("dnode table root has {0} bytes")]
+    Size(usize),
+    #[error("dnode table root: {0}")]
+    Dnode(#[from] DnodeError),
+}
+
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HexError {
+    #[error("odd-length hex")]
+    OddLength,
+    #[error("not a hex digit at {0}")]
+    BadDigit(usize),
+}
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Mos {
@@ -43,12 +81,13 @@ pub struct DatasetRecord {
 }
 
 impl DatasetRecord {
-    pub fn meta(&self) -> Result<Option<Dnode>, String> {
+    /// The dnode of the dataset's dnode table (`None`: an empty dataset).
+    pub fn meta(&self) -> Result<Option<Dnode>, RecordError> {
         let raw = from_hex(&self.meta_dnode)?;
         if raw.len() != DNODE_SIZE {
-            return Err(format!("dataset {}: dnode table root has {} bytes", self.name, raw.len()));
+            return Err(RecordError::Size(raw.len()));
         }
-        Dnode::decode(&raw)
+        Ok(Dnode::decode(&raw)?)
     }
 }
 
@@ -58,13 +97,21 @@ pub fn dnode_hex(d: &Dnode) -> String {
     raw.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn from_hex(s: &str) -> Result<Vec<u8>, String> {
-    if s.len() % 2 != 0 {
-        return Err("odd-length hex".into());
+/// Bytes of a hex string; works on bytes, so no input can split a character.
+fn from_hex(s: &str) -> Result<Vec<u8>, HexError> {
+    let digits = s.as_bytes();
+    if !digits.len().is_multiple_of(2) {
+        return Err(HexError::OddLength);
     }
-    (0..s.len())
+    let nibble = |i: usize| match digits[i] {
+        c @ b'0'..=b'9' => Ok(c - b'0'),
+        c @ b'a'..=b'f' => Ok(c - b'a' + 10),
+        c @ b'A'..=b'F' => Ok(c - b'A' + 10),
+        _ => Err(HexError::BadDigit(i)),
+    };
+    (0..digits.len())
         .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|e| e.to_string()))
+        .map(|i| Ok(nibble(i)? << 4 | nibble(i + 1)?))
         .collect()
 }
 
@@ -73,19 +120,19 @@ impl Mos {
         serde_json::to_vec(self).expect("MOS serialises")
     }
 
-    pub fn decode(bytes: &[u8]) -> Result<Mos, String> {
+    pub fn decode(bytes: &[u8]) -> Result<Mos, MosError> {
         #[derive(Deserialize)]
         struct VersionOnly {
             version: u32,
         }
-        let v: VersionOnly = serde_json::from_slice(bytes).map_err(|e| format!("pool root block is malformed: {e}"))?;
+        let v: VersionOnly = serde_json::from_slice(bytes).map_err(MosError::Malformed)?;
         if !(OLDEST_READABLE..=MOS_VERSION).contains(&v.version) {
-            return Err(format!(
-                "pool root format version {} is not supported (this tarn reads {MOS_VERSION}); upgrade tarn",
-                v.version
-            ));
+            return Err(MosError::UnsupportedVersion {
+                found: v.version,
+                supported: MOS_VERSION,
+            });
         }
-        serde_json::from_slice(bytes).map_err(|e| format!("pool root block is malformed: {e}"))
+        serde_json::from_slice(bytes).map_err(MosError::Malformed)
     }
 }
 
@@ -118,6 +165,52 @@ mod tests {
     #[test]
     fn an_unknown_version_is_refused_with_the_fix() {
         let err = Mos::decode(&sample(MOS_VERSION + 1).encode()).unwrap_err();
-        assert!(err.contains("not supported") && err.contains("upgrade tarn"), "{err}");
+        assert!(
+            matches!(err, MosError::UnsupportedVersion { found, supported: MOS_VERSION } if found == MOS_VERSION + 1),
+            "{err:?}"
+        );
+        let msg = err.to_string();
+        assert!(
+            msg.contains("not supported") && msg.contains("upgrade tarn"),
+            "{msg}"
+        );
+        assert!(matches!(
+            Mos::decode(b"{\"version\":2,"),
+            Err(MosError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn hex_round_trips_and_bad_hex_is_a_typed_error() {
+        assert_eq!(from_hex("00ff7A"), Ok(vec![0, 255, 0x7a]));
+        assert_eq!(from_hex("abc"), Err(HexError::OddLength));
+        assert_eq!(from_hex("0g"), Err(HexError::BadDigit(1)));
+        assert_eq!(
+            from_hex("0é0"),
+            Err(HexError::BadDigit(1)),
+            "a multi-byte character is an error, not a panic"
+        );
+    }
+
+    #[test]
+    fn a_dataset_record_gives_its_dnode_table_root_or_says_why_not() {
+        let d = Dnode::new(tarn_objects::ObjType::Meta, 16384, 0, 0);
+        let mut rec = DatasetRecord {
+            id: 1,
+            name: "tank".into(),
+            props: BTreeMap::new(),
+            meta_dnode: dnode_hex(&d),
+            next_obj: 1,
+            unlinked: Vec::new(),
+            creation: 0,
+        };
+        assert_eq!(rec.meta().unwrap(), Some(d));
+        rec.meta_dnode.truncate(10);
+        assert!(matches!(rec.meta(), Err(RecordError::Size(5))));
+        rec.meta_dnode.push('x');
+        assert!(matches!(
+            rec.meta(),
+            Err(RecordError::Hex(HexError::OddLength))
+        ));
     }
 }

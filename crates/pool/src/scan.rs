@@ -1,4 +1,11 @@
 //! Finding pools on devices: read every candidate's labels and group them by pool.
+//!
+//! Owns: which paths are candidates (regular files and block devices) and the grouping.
+//!
+//! Promises: only reads (a device is opened, its labels read, and closed); a file that
+//! is not a tarn device, or cannot be opened, is skipped.
+//!
+//! Must never: write, or open a character device (opening one may block or act).
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -51,7 +58,11 @@ fn candidates(paths: &[PathBuf]) -> Vec<PathBuf> {
     for p in paths {
         if p.is_dir() {
             if let Ok(rd) = std::fs::read_dir(p) {
-                let mut v: Vec<PathBuf> = rd.flatten().map(|e| e.path()).filter(|p| is_device_candidate(p)).collect();
+                let mut v: Vec<PathBuf> = rd
+                    .flatten()
+                    .map(|e| e.path())
+                    .filter(|p| is_device_candidate(p))
+                    .collect();
                 v.sort();
                 out.extend(v);
             }

@@ -10,10 +10,7 @@ use std::process::Command;
 use tarn_pool::{CreateOptions, HistoryEntry, ImportOptions, Pool, VdevSpec};
 
 fn create(img: &Path) -> Pool {
-    let opts = CreateOptions {
-        size: Some(128 << 20),
-        ..Default::default()
-    };
+    let opts = CreateOptions { size: Some(128 << 20), ..Default::default() };
     Pool::create("tank", &[VdevSpec::Disk(img.to_path_buf())], &opts).expect("create")
 }
 
@@ -22,24 +19,18 @@ fn a_second_import_of_held_image_files_fails_clearly() {
     let dir = tempfile::tempdir().unwrap();
     let img = dir.path().join("d0.img");
     let pool = create(&img);
-    let err = Pool::import_paths(std::slice::from_ref(&img), &ImportOptions::default())
-        .err()
-        .expect("the devices are held");
+    let err =
+        Pool::import_paths(std::slice::from_ref(&img), &ImportOptions::default()).err().expect("the devices are held");
     assert!(err.is_busy(), "{err}");
     let msg = err.to_string();
     assert!(msg.contains("d0.img") && msg.contains("in use"), "{msg}");
     // A symlink is the same file, and the same lock.
     let link = dir.path().join("alias.img");
     std::os::unix::fs::symlink(&img, &link).unwrap();
-    let err = Pool::import_paths(&[link], &ImportOptions::default())
-        .err()
-        .expect("held through the symlink too");
+    let err = Pool::import_paths(&[link], &ImportOptions::default()).err().expect("held through the symlink too");
     assert!(err.is_busy(), "{err}");
     pool.export().unwrap();
-    Pool::import_paths(&[img], &ImportOptions::default())
-        .expect("free once exported")
-        .export()
-        .unwrap();
+    Pool::import_paths(&[img], &ImportOptions::default()).expect("free once exported").export().unwrap();
 }
 
 /// A loop device, detached when dropped.
@@ -81,15 +72,11 @@ fn a_held_block_device_cannot_be_opened_again_through_another_device_node() {
     // SAFETY: mknod with a valid path; the node is ours, in our temp dir.
     let rc = unsafe { libc::mknod(c.as_ptr(), libc::S_IFBLK | 0o600, rdev as libc::dev_t) };
     assert_eq!(rc, 0, "mknod: {}", std::io::Error::last_os_error());
-    let err = Pool::import_paths(std::slice::from_ref(&alias), &ImportOptions::default())
-        .err()
-        .expect("the device is held");
+    let err =
+        Pool::import_paths(std::slice::from_ref(&alias), &ImportOptions::default()).err().expect("the device is held");
     assert!(err.is_busy(), "{err}");
     let msg = err.to_string();
-    assert!(
-        msg.contains("same-disk") && msg.contains("block device is in use"),
-        "{msg}"
-    );
+    assert!(msg.contains("same-disk") && msg.contains("block device is in use"), "{msg}");
     pool.export().unwrap();
     let pool = Pool::import_paths(&[alias], &ImportOptions::default()).expect("free now");
     assert_eq!(pool.name(), "tank");
@@ -123,14 +110,7 @@ fn the_history_is_kept_in_the_pool_across_export_and_import() {
     let pool = Pool::import_paths(&[img], &ImportOptions::default()).unwrap();
     let got = pool.history().unwrap();
     let commands: Vec<&str> = got.iter().map(|e| e.command.as_str()).collect();
-    assert_eq!(
-        commands,
-        [
-            "tarn pool create tank d0.img",
-            "tarn ds create tank/db",
-            "tarn pool export tank"
-        ]
-    );
+    assert_eq!(commands, ["tarn pool create tank d0.img", "tarn ds create tank/db", "tarn pool export tank"]);
     assert!(got.windows(2).all(|w| w[0].txg <= w[1].txg), "{got:?}");
     assert!(got.iter().all(|e| e.user == "root" && e.host == "here"));
     pool.export().unwrap();

@@ -5,6 +5,15 @@
 //! with O_DIRECT: the host's page cache must not become a second, unbounded cache beside
 //! the ARC (and a benchmark against other filesystems on the same device would be unfair).
 //! Tests wrap the trait to record the write/flush stream or to inject faults.
+//!
+//! Owns: opening (and creating image files), the exclusive lock on each device, O_DIRECT
+//! bounce buffers.
+//!
+//! Promises: one process holds a device at a time (flock, so a second import is refused
+//! as `Busy`); `flush` makes every completed write durable.
+//!
+//! Must never: let two processes hold one device at once, or route a block device's
+//! I/O through the host page cache.
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -39,10 +48,12 @@ struct Aligned {
 
 impl Aligned {
     fn new(len: usize) -> Aligned {
-        let layout = std::alloc::Layout::from_size_align(len.max(1), DIRECT_ALIGN).expect("valid layout");
+        let layout =
+            std::alloc::Layout::from_size_align(len.max(1), DIRECT_ALIGN).expect("valid layout");
         // SAFETY: the layout has a non-zero size.
         let raw = unsafe { std::alloc::alloc_zeroed(layout) };
-        let ptr = std::ptr::NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        let ptr =
+            std::ptr::NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
         Aligned { ptr, layout }
     }
     fn as_mut(&mut self) -> &mut [u8] {
@@ -61,7 +72,10 @@ impl Drop for Aligned {
 impl FileDevice {
     /// Opens an existing image file or block device read-write.
     pub fn open(path: &Path) -> Result<FileDevice, VdevError> {
-        let io = |source| VdevError::Io { path: path.to_path_buf(), source };
+        let io = |source| VdevError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
         let is_block = std::fs::metadata(path).map(|m| {
             use std::os::unix::fs::FileTypeExt;
             m.file_type().is_block_device()
@@ -79,20 +93,30 @@ impl FileDevice {
         let file = open_waiting_if_claimed(&options, path, direct)?;
         lock_exclusively(&file, path)?;
         let size = device_size(&file).map_err(io)?;
-        Ok(FileDevice { file, path: path.to_path_buf(), size, direct })
+        Ok(FileDevice {
+            file,
+            path: path.to_path_buf(),
+            size,
+            direct,
+        })
     }
 
     /// Opens `path`, creating a sparse image file of `size` bytes if it does not exist.
     pub fn open_or_create(path: &Path, size: Option<u64>) -> Result<FileDevice, VdevError> {
         if !path.exists() {
-            let size = size.ok_or_else(|| {
-                VdevError::Config(format!(
-                    "{}: no such device; give --size to create an image file",
-                    path.display()
-                ))
+            let size = size.ok_or_else(|| VdevError::NoSuchDevice {
+                path: path.to_path_buf(),
             })?;
-            let io = |source| VdevError::Io { path: path.to_path_buf(), source };
-            let file = OpenOptions::new().read(true).write(true).create_new(true).open(path).map_err(io)?;
+            let io = |source| VdevError::Io {
+                path: path.to_path_buf(),
+                source,
+            };
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(path)
+                .map_err(io)?;
             file.set_len(size).map_err(io)?;
         }
         FileDevice::open(path)
@@ -113,7 +137,9 @@ fn lock_exclusively(file: &File, path: &Path) -> Result<(), VdevError> {
             return Ok(());
         }
         if std::time::Instant::now() >= deadline {
-            return Err(VdevError::Busy { path: path.to_path_buf() });
+            return Err(VdevError::Busy {
+                path: path.to_path_buf(),
+            });
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
@@ -153,7 +179,8 @@ impl BlockDevice for FileDevice {
             return self.file.read_exact_at(buf, offset);
         }
         let mut bounce = Aligned::new(buf.len());
-        self.file.read_exact_at(&mut bounce.as_mut()[..buf.len()], offset)?;
+        self.file
+            .read_exact_at(&mut bounce.as_mut()[..buf.len()], offset)?;
         buf.copy_from_slice(&bounce.as_mut()[..buf.len()]);
         Ok(())
     }
@@ -163,7 +190,8 @@ impl BlockDevice for FileDevice {
         }
         let mut bounce = Aligned::new(buf.len());
         bounce.as_mut()[..buf.len()].copy_from_slice(buf);
-        self.file.write_all_at(&bounce.as_mut()[..buf.len()], offset)
+        self.file
+            .write_all_at(&bounce.as_mut()[..buf.len()], offset)
     }
     fn flush(&self) -> std::io::Result<()> {
         self.file.sync_data()

@@ -9,7 +9,8 @@
 //! uberblocks are checksummed and versioned, and an unknown version is refused.
 //!
 //! Must never: interpret block contents (that is the io pipeline's job), or overwrite a
-//! label's uberblock slot that holds the newest committed txg.
+//! label's uberblock slot that holds the newest committed txg (an uberblock's txg must
+//! be above every one written before it: asserted).
 
 mod device;
 mod error;
@@ -18,8 +19,11 @@ mod tree;
 
 pub use device::{BlockDevice, FileDevice};
 pub use error::VdevError;
-pub use label::{slot_count, LabelDecode, 
-    Label, LabelState, TopConfig, TreeConfig, Uberblock, LABEL_SIZE, LABEL_VERSION,
-    UBERBLOCK_VERSION,
+pub use label::{
+    slot_count, Label, LabelDecode, LabelState, TopConfig, TreeConfig, Uberblock, LABEL_SIZE,
+    LABEL_VERSION, UBERBLOCK_VERSION,
 };
-pub use tree::{read_device_labels, DeviceLabels, Leaf, LeafHealth, LeafStatus, ReadMode, TopVdev, VdevTree, DATA_START};
+pub use tree::{
+    read_device_labels, DeviceLabels, Leaf, LeafHealth, LeafStatus, ReadMode, SidesRead, TopVdev,
+    VdevTree, DATA_START,
+};

@@ -2,6 +2,18 @@
 //!
 //! Offsets given to a `TopVdev` are offsets into its data area (after label 0, before
 //! label 1); the same offset is used on every side of a mirror.
+//!
+//! Owns: the leaves and their health and error counters, mirror reads and self-healing,
+//! writes and flushes on every side, and where labels and uberblocks go on each device.
+//!
+//! Promises: a read hands back only bytes the caller's verifier accepted, and rewrites
+//! each bad side it found from the good copy; a write succeeds if one side took it (a
+//! side that failed is faulted and no longer written); labels are written label 0
+//! everywhere before label 1, so a crash leaves one whole copy per device; uberblock txgs
+//! only grow (`write_uberblock` asserts it).
+//!
+//! Must never: interpret the bytes it reads (the verifier does), or write past a
+//! vdev's data area.
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -18,6 +30,14 @@ pub enum ReadMode {
     /// Stop at the first side that verifies; a side that does not is not an error (an
     /// intent-log block that was never written ends the log).
     Quiet,
+}
+
+/// A verified read: where the bytes are in the caller's buffer, and how many sides did
+/// not verify (and were rewritten).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SidesRead {
+    pub range: std::ops::Range<usize>,
+    pub bad_sides: u32,
 }
 
 /// First byte of the data area on every device: label 0 plus a reserve for later use.
@@ -130,8 +150,19 @@ pub struct TopVdev {
 
 impl TopVdev {
     pub fn new(index: usize, guid: u64, ashift: u32, asize: u64, leaves: Vec<Leaf>) -> TopVdev {
-        assert!(!leaves.is_empty(), "a top-level vdev has at least one device");
-        TopVdev { index, guid, ashift, asize, leaves, is_log: false, rotor: AtomicUsize::new(0) }
+        assert!(
+            !leaves.is_empty(),
+            "a top-level vdev has at least one device"
+        );
+        TopVdev {
+            index,
+            guid,
+            ashift,
+            asize,
+            leaves,
+            is_log: false,
+            rotor: AtomicUsize::new(0),
+        }
     }
 
     /// Marks this top-level vdev as a separate log device.
@@ -177,18 +208,25 @@ impl TopVdev {
         mode: ReadMode,
     ) -> Result<std::ops::Range<usize>, VdevError> {
         self.read_sides(offset, len, verify, span, mode)
+            .map(|r| r.range)
     }
 
-    fn read_sides(
+    /// Like `read`, and says how many sides returned bad bytes (each counted in its
+    /// leaf's checksum errors and rewritten from the good copy).
+    pub fn read_sides(
         &self,
         offset: u64,
         len: usize,
         verify: &dyn Fn(&[u8]) -> bool,
         out: &mut Vec<u8>,
         mode: ReadMode,
-    ) -> Result<std::ops::Range<usize>, VdevError> {
+    ) -> Result<SidesRead, VdevError> {
         let all = mode == ReadMode::AllSides;
-        assert!(offset + len as u64 <= self.asize, "read past the end of vdev {}", self.index);
+        assert!(
+            offset + len as u64 <= self.asize,
+            "read past the end of vdev {}",
+            self.index
+        );
         let sector = self.sector();
         let start = offset & !(sector - 1);
         let end = (offset + len as u64 + sector - 1) & !(sector - 1);
@@ -223,17 +261,30 @@ impl TopVdev {
                 continue;
             }
             self.repair(&bad_sides, span, start);
-            return Ok(skip..skip + len);
+            return Ok(SidesRead {
+                range: skip..skip + len,
+                bad_sides: bad_sides.len() as u32,
+            });
         }
         if let Some(good) = good {
             self.repair(&bad_sides, &good, start);
             out[..good.len()].copy_from_slice(&good);
-            return Ok(skip..skip + len);
+            return Ok(SidesRead {
+                range: skip..skip + len,
+                bad_sides: bad_sides.len() as u32,
+            });
         }
         if saw_checksum_error {
-            Err(VdevError::Checksum { top: self.index, offset })
+            Err(VdevError::Checksum {
+                top: self.index,
+                offset,
+            })
         } else {
-            Err(VdevError::NoCopy { top: self.index, offset, detail })
+            Err(VdevError::NoCopy {
+                top: self.index,
+                offset,
+                detail,
+            })
         }
     }
 
@@ -252,8 +303,15 @@ impl TopVdev {
     /// Writes sector-aligned `data` at `offset` on every side; succeeds if one side did.
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), VdevError> {
         let sector = self.sector();
-        assert!(offset % sector == 0 && data.len() as u64 % sector == 0, "unaligned vdev write");
-        assert!(offset + data.len() as u64 <= self.asize, "write past the end of vdev {}", self.index);
+        assert!(
+            offset.is_multiple_of(sector) && (data.len() as u64).is_multiple_of(sector),
+            "unaligned vdev write"
+        );
+        assert!(
+            offset + data.len() as u64 <= self.asize,
+            "write past the end of vdev {}",
+            self.index
+        );
         self.on_every_side(|dev| dev.write_at(data, DATA_START + offset))
     }
 
@@ -281,7 +339,10 @@ impl TopVdev {
         if ok {
             Ok(())
         } else {
-            Err(VdevError::WriteFailed { top: self.index, detail })
+            Err(VdevError::WriteFailed {
+                top: self.index,
+                detail,
+            })
         }
     }
 }
@@ -290,11 +351,23 @@ impl TopVdev {
 pub struct VdevTree {
     pub tops: Vec<TopVdev>,
     pub ashift: u32,
+    /// The txg of the newest uberblock written or imported: the next must be newer.
+    last_uberblock_txg: AtomicU64,
 }
 
 impl VdevTree {
     pub fn new(tops: Vec<TopVdev>, ashift: u32) -> VdevTree {
-        VdevTree { tops, ashift }
+        VdevTree {
+            tops,
+            ashift,
+            last_uberblock_txg: AtomicU64::new(0),
+        }
+    }
+
+    /// Records the txg of the uberblock the pool was opened at: every uberblock written
+    /// from now on must be newer.
+    pub fn set_committed_txg(&self, txg: u64) {
+        self.last_uberblock_txg.store(txg, Ordering::Release);
     }
 
     pub fn flush_all(&self) -> Result<(), VdevError> {
@@ -323,8 +396,15 @@ impl VdevTree {
                     label.vdev_guid = leaf.guid;
                     label.top_index = top.index as u32;
                     label.asize = top.asize;
-                    let at = if which == 0 { 0 } else { Leaf::label1_offset(dev.size()) };
-                    let io = |source| VdevError::Io { path: leaf.path.clone().into(), source };
+                    let at = if which == 0 {
+                        0
+                    } else {
+                        Leaf::label1_offset(dev.size())
+                    };
+                    let io = |source| VdevError::Io {
+                        path: leaf.path.clone().into(),
+                        source,
+                    };
                     dev.write_at(&label.encode(), at).map_err(io)?;
                     dev.flush().map_err(io)?;
                 }
@@ -335,7 +415,16 @@ impl VdevTree {
 
     /// Writes `ub` into its ring slot in both labels of every device. The caller has
     /// flushed everything the uberblock points to; this flushes the uberblock itself.
+    ///
+    /// Panics if `ub.txg` is not above every uberblock written (or imported) before: an
+    /// older txg in a newer slot would make import pick a root that lost commits.
     pub fn write_uberblock(&self, ub: &Uberblock) -> Result<(), VdevError> {
+        let previous = self.last_uberblock_txg.fetch_max(ub.txg, Ordering::AcqRel);
+        assert!(
+            ub.txg > previous,
+            "txg numbers only grow: uberblock of txg {} written after txg {previous}",
+            ub.txg
+        );
         let slot = slot_size(self.ashift);
         let index = (ub.txg % slot_count(self.ashift) as u64) as usize;
         let mut buf = vec![0u8; slot];
@@ -375,7 +464,11 @@ pub fn read_device_labels(dev: &dyn BlockDevice) -> Result<DeviceLabels, VdevErr
     let path = dev.path().to_path_buf();
     let min = 2 * LABEL_SIZE + DATA_START;
     if dev.size() < min {
-        return Err(VdevError::TooSmall { path, size: dev.size(), min });
+        return Err(VdevError::TooSmall {
+            path,
+            size: dev.size(),
+            min,
+        });
     }
     let mut label = None;
     let mut unknown_version = None;
@@ -384,7 +477,11 @@ pub fn read_device_labels(dev: &dyn BlockDevice) -> Result<DeviceLabels, VdevErr
     let mut uberblocks = Vec::new();
     for base in [0, Leaf::label1_offset(dev.size())] {
         let mut area = vec![0u8; LABEL_SIZE as usize];
-        dev.read_at(&mut area, base).map_err(|source| VdevError::Io { path: path.clone(), source })?;
+        dev.read_at(&mut area, base)
+            .map_err(|source| VdevError::Io {
+                path: path.clone(),
+                source,
+            })?;
         match Label::decode(&area[..CONFIG_AREA]) {
             LabelDecode::Ok(l) => {
                 let slot = slot_size(l.ashift);
@@ -405,7 +502,11 @@ pub fn read_device_labels(dev: &dyn BlockDevice) -> Result<DeviceLabels, VdevErr
     match (label, unknown_version) {
         (_, Some(found)) => {
             // A newer tarn wrote this device; guessing at its format could corrupt it.
-            Err(VdevError::UnsupportedVersion { path, found, supported: crate::LABEL_VERSION })
+            Err(VdevError::UnsupportedVersion {
+                path,
+                found,
+                supported: crate::LABEL_VERSION,
+            })
         }
         (_, None) if unknown_ub_version.is_some() => Err(VdevError::UnsupportedUberblockVersion {
             path,
@@ -414,5 +515,126 @@ pub fn read_device_labels(dev: &dyn BlockDevice) -> Result<DeviceLabels, VdevErr
         }),
         (Some(label), _) => Ok(DeviceLabels { label, uberblocks }),
         (None, _) => Err(VdevError::NotTarn { path }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    use parking_lot::Mutex;
+
+    use super::*;
+
+    /// A device in memory, so a test can damage one side of a mirror.
+    struct MemDevice {
+        bytes: Mutex<Vec<u8>>,
+        path: PathBuf,
+    }
+
+    impl MemDevice {
+        fn new(name: &str) -> Arc<MemDevice> {
+            Arc::new(MemDevice {
+                bytes: Mutex::new(vec![0u8; 4 << 20]),
+                path: PathBuf::from(name),
+            })
+        }
+    }
+
+    impl BlockDevice for MemDevice {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+            let b = self.bytes.lock();
+            buf.copy_from_slice(&b[offset as usize..offset as usize + buf.len()]);
+            Ok(())
+        }
+        fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+            self.bytes.lock()[offset as usize..offset as usize + buf.len()].copy_from_slice(buf);
+            Ok(())
+        }
+        fn flush(&self) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn size(&self) -> u64 {
+            self.bytes.lock().len() as u64
+        }
+        fn path(&self) -> &Path {
+            &self.path
+        }
+    }
+
+    fn mirror() -> (VdevTree, Vec<Arc<MemDevice>>) {
+        let devs = vec![MemDevice::new("a"), MemDevice::new("b")];
+        let leaves = devs
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                Leaf::new(
+                    i as u64 + 1,
+                    d.path.display().to_string(),
+                    Some(d.clone() as Arc<dyn BlockDevice>),
+                )
+            })
+            .collect();
+        let asize = TopVdev::asize_of(4 << 20, 12);
+        (
+            VdevTree::new(vec![TopVdev::new(0, 9, 12, asize, leaves)], 12),
+            devs,
+        )
+    }
+
+    fn ub(txg: u64) -> Uberblock {
+        Uberblock {
+            txg,
+            pool_guid: 1,
+            guid_sum: 3,
+            timestamp: 0,
+            root: [0; 64],
+        }
+    }
+
+    #[test]
+    fn an_all_sides_read_counts_and_repairs_the_bad_side() {
+        let (tree, devs) = mirror();
+        let top = &tree.tops[0];
+        top.write(0, &[7u8; 4096]).unwrap();
+        devs[1].write_at(&[9u8; 16], DATA_START + 100).unwrap();
+        let verify = |d: &[u8]| d.iter().all(|&b| b == 7);
+        let mut span = Vec::new();
+        let read = top
+            .read_sides(0, 4096, &verify, &mut span, ReadMode::AllSides)
+            .unwrap();
+        assert_eq!((read.range, read.bad_sides), (0..4096, 1));
+        assert_eq!(top.leaves[1].status().checksum_errors, 1);
+        let again = top
+            .read_sides(0, 4096, &verify, &mut span, ReadMode::AllSides)
+            .unwrap();
+        assert_eq!(
+            again.bad_sides, 0,
+            "the bad side was rewritten from the good one"
+        );
+    }
+
+    #[test]
+    fn uberblocks_of_growing_txgs_are_written() {
+        let (tree, _) = mirror();
+        tree.set_committed_txg(4);
+        tree.write_uberblock(&ub(5)).unwrap();
+        tree.write_uberblock(&ub(9)).unwrap();
+    }
+
+    #[test]
+    #[should_panic(expected = "txg numbers only grow")]
+    fn an_uberblock_txg_that_does_not_grow_stops_the_pool() {
+        let (tree, _) = mirror();
+        tree.write_uberblock(&ub(5)).unwrap();
+        let _ = tree.write_uberblock(&ub(5));
+    }
+
+    #[test]
+    #[should_panic(expected = "txg numbers only grow")]
+    fn an_uberblock_older_than_the_imported_one_stops_the_pool() {
+        let (tree, _) = mirror();
+        tree.set_committed_txg(7);
+        let _ = tree.write_uberblock(&ub(6));
     }
 }

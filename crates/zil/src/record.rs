@@ -237,7 +237,7 @@ impl Record {
             8 => Op::PunchHole { obj: r.u64()?, offset: r.u64()?, len: r.u64()? },
             9 => {
                 let (obj, offset, len, block_offset) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
-                let bp = BlockPtr::decode(r.take(BLKPTR_SIZE)?)?.ok_or("indirect write record without a block")?;
+                let bp = BlockPtr::decode(r.take(BLKPTR_SIZE)?).map_err(|e| e.to_string())?.ok_or("indirect write record without a block")?;
                 if offset < block_offset || offset + len > block_offset + bp.lsize as u64 {
                     return Err(format!("indirect write record: bytes {offset}+{len} are outside its block at {block_offset}"));
                 }

@@ -1,5 +1,15 @@
 //! The 64-byte block pointer: where a block is, how big, how it was encoded, when it
 //! was born, and the checksum of its physical bytes. Byte table: docs/FORMAT.md.
+//!
+//! Owns: the pointer's byte layout and the codes of its enums (compression, checksum,
+//! block type).
+//!
+//! Promises: `decode(encode(bp)) == bp` (zstd's level aside, a write-time choice); an
+//! all-zero pointer is a hole; a code this build does not know is a typed error naming
+//! the field, never a guess.
+//!
+//! Must never: check that the pointer lies inside a device (the pipeline does, on use),
+//! or panic on any 64 bytes.
 use crate::codec::{ChecksumKind, Compression};
 
 pub const BLKPTR_SIZE: usize = 64;
@@ -25,6 +35,21 @@ impl BlockType {
             _ => return None,
         })
     }
+}
+
+/// Why 64 bytes are not a block pointer. Callers reach `decode` only with bytes that
+/// passed their own block's checksum, so each of these means a bug or a format written by
+/// a newer tarn (a codec or block type this build does not know).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BlkPtrError {
+    #[error("unknown compression code {0}")]
+    UnknownCompression(u8),
+    #[error("unknown checksum code {0}")]
+    UnknownChecksum(u8),
+    #[error("unknown block type {0}")]
+    UnknownBlockType(u8),
+    #[error("block pointer of {0} bytes (a pointer has {BLKPTR_SIZE})")]
+    Short(usize),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,17 +88,17 @@ impl BlockPtr {
         b
     }
 
-    /// `Ok(None)` for a hole (all zeros); `Err` names what is malformed. Callers reach
-    /// this only with bytes that passed their own block's checksum, so a malformed
-    /// pointer means a bug or a foreign format, reported as corruption.
-    pub fn decode(b: &[u8]) -> Result<Option<BlockPtr>, String> {
-        let b = &b[..BLKPTR_SIZE];
+    /// `Ok(None)` for a hole (all zeros); `Err` names the field that is malformed.
+    pub fn decode(b: &[u8]) -> Result<Option<BlockPtr>, BlkPtrError> {
+        let b = b.get(..BLKPTR_SIZE).ok_or(BlkPtrError::Short(b.len()))?;
         if b.iter().all(|&x| x == 0) {
             return Ok(None);
         }
-        let compression = Compression::from_code(b[2]).ok_or(format!("unknown compression code {}", b[2]))?;
-        let checksum_kind = ChecksumKind::from_code(b[3]).ok_or(format!("unknown checksum code {}", b[3]))?;
-        let block_type = BlockType::from_u8(b[5]).ok_or(format!("unknown block type {}", b[5]))?;
+        let compression =
+            Compression::from_code(b[2]).ok_or(BlkPtrError::UnknownCompression(b[2]))?;
+        let checksum_kind =
+            ChecksumKind::from_code(b[3]).ok_or(BlkPtrError::UnknownChecksum(b[3]))?;
+        let block_type = BlockType::from_u8(b[5]).ok_or(BlkPtrError::UnknownBlockType(b[5]))?;
         let mut checksum = [0u8; 32];
         checksum.copy_from_slice(&b[32..64]);
         Ok(Some(BlockPtr {
@@ -112,7 +137,30 @@ mod tests {
         let back = BlockPtr::decode(&bp.to_bytes()).unwrap().unwrap();
         // zstd's level is a write-time choice; the pointer keeps only the codec.
         assert_eq!(back.compression, Compression::Zstd(0));
-        assert_eq!(BlockPtr { compression: Compression::Zstd(0), ..bp }, back);
+        assert_eq!(
+            BlockPtr {
+                compression: Compression::Zstd(0),
+                ..bp
+            },
+            back
+        );
         assert_eq!(BlockPtr::decode(&[0u8; 64]), Ok(None));
+    }
+
+    #[test]
+    fn unknown_codes_and_short_input_are_typed_errors() {
+        let mut b = [0u8; BLKPTR_SIZE];
+        b[2] = 9;
+        assert_eq!(
+            BlockPtr::decode(&b),
+            Err(BlkPtrError::UnknownCompression(9))
+        );
+        b[2] = 1;
+        b[3] = 7;
+        assert_eq!(BlockPtr::decode(&b), Err(BlkPtrError::UnknownChecksum(7)));
+        b[3] = 1;
+        b[5] = 42;
+        assert_eq!(BlockPtr::decode(&b), Err(BlkPtrError::UnknownBlockType(42)));
+        assert_eq!(BlockPtr::decode(&b[..10]), Err(BlkPtrError::Short(10)));
     }
 }

@@ -1,5 +1,12 @@
 //! Compression codecs and checksums, by well-kept crates (lz4_flex, zstd, xxhash, sha2,
-//! blake3). The engine decides when to use them; this module only encodes and decodes.
+//! blake3).
+//!
+//! Owns: the codec and checksum choices and their on-disk codes.
+//!
+//! Promises: `compress` keeps a result only if it saves at least 1/8 (else the block is
+//! stored raw); `decompress` fills exactly the logical size or returns a typed error.
+//!
+//! Must never: decide when a codec is used (the engine does), or panic on bad input.
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Compression {
@@ -42,23 +49,45 @@ impl Compression {
     }
 
     /// Decompresses into `out`, which has exactly the logical size.
-    pub fn decompress(self, src: &[u8], out: &mut [u8]) -> Result<(), String> {
+    pub fn decompress(self, src: &[u8], out: &mut [u8]) -> Result<(), DecompressError> {
         let n = match self {
             Compression::Off => {
                 if src.len() != out.len() {
-                    return Err(format!("raw block of {} bytes, expected {}", src.len(), out.len()));
+                    return Err(DecompressError::RawSize {
+                        len: src.len(),
+                        expected: out.len(),
+                    });
                 }
                 out.copy_from_slice(src);
                 return Ok(());
             }
-            Compression::Lz4 => lz4_flex::block::decompress_into(src, out).map_err(|e| e.to_string())?,
-            Compression::Zstd(_) => zstd::bulk::decompress_to_buffer(src, out).map_err(|e| e.to_string())?,
+            Compression::Lz4 => lz4_flex::block::decompress_into(src, out)?,
+            Compression::Zstd(_) => {
+                zstd::bulk::decompress_to_buffer(src, out).map_err(DecompressError::Zstd)?
+            }
         };
         if n != out.len() {
-            return Err(format!("block decompressed to {n} bytes, expected {}", out.len()));
+            return Err(DecompressError::Size {
+                len: n,
+                expected: out.len(),
+            });
         }
         Ok(())
     }
+}
+
+/// Why stored bytes did not decompress to the logical size. The bytes passed their
+/// checksum, so this means a bug or a codec this build reads differently.
+#[derive(Debug, thiserror::Error)]
+pub enum DecompressError {
+    #[error("raw block of {len} bytes, expected {expected}")]
+    RawSize { len: usize, expected: usize },
+    #[error("block decompressed to {len} bytes, expected {expected}")]
+    Size { len: usize, expected: usize },
+    #[error("lz4: {0}")]
+    Lz4(#[from] lz4_flex::block::DecompressError),
+    #[error("zstd: {0}")]
+    Zstd(#[source] std::io::Error),
 }
 
 /// Early abort: a record whose first and last 2 KiB do not shrink at all under lz4 is
@@ -131,6 +160,34 @@ mod tests {
     }
 
     #[test]
+    fn bad_input_is_a_typed_error() {
+        let mut out = vec![0u8; 100];
+        assert!(matches!(
+            Compression::Off.decompress(&[1, 2, 3], &mut out),
+            Err(DecompressError::RawSize {
+                len: 3,
+                expected: 100
+            })
+        ));
+        assert!(matches!(
+            Compression::Lz4.decompress(&[0xff; 7], &mut out),
+            Err(DecompressError::Lz4(_))
+        ));
+        assert!(matches!(
+            Compression::Zstd(0).decompress(&[0xff; 7], &mut out),
+            Err(DecompressError::Zstd(_))
+        ));
+        let short = Compression::Lz4.compress(&[5u8; 64]).expect("compresses");
+        assert!(matches!(
+            Compression::Lz4.decompress(&short, &mut out),
+            Err(DecompressError::Size {
+                len: 64,
+                expected: 100
+            })
+        ));
+    }
+
+    #[test]
     fn incompressible_data_is_left_raw() {
         let mut x = 0x12345678u32;
         let data: Vec<u8> = (0..16384)
@@ -147,7 +204,11 @@ mod tests {
 
     #[test]
     fn checksums_differ_on_one_flipped_bit() {
-        for k in [ChecksumKind::Xxh3, ChecksumKind::Sha256, ChecksumKind::Blake3] {
+        for k in [
+            ChecksumKind::Xxh3,
+            ChecksumKind::Sha256,
+            ChecksumKind::Blake3,
+        ] {
             let mut d = vec![5u8; 4096];
             let a = k.digest(&d);
             d[100] ^= 4;

@@ -2,20 +2,35 @@
 //! written physical block, and back.
 //!
 //! Owns: the block pointer format, the codecs and checksums, packing a txg's blocks into
-//! sector runs without padding, and the pipeline counters.
+//! sector runs without padding, verified reads through the ARC, read-ahead, intent-log
+//! extents, the space maps of every top-level vdev, and the pipeline counters.
 //!
 //! Promises: a block that does not shrink by 1/8 is stored raw; a read returns the
 //! logical bytes only if the physical bytes match the pointer's checksum (else a
 //! checksum error, after the mirror had its chance to heal); a block is never written
-//! where a live byte is.
+//! where a live byte is; an uberblock is written only after a full flush covered every
+//! block written before it (`write_uberblock` asserts it).
 //!
 //! Must never: free space by itself (the txg that frees decides when), or hand a caller
 //! bytes it did not verify.
+//!
+//! Rooms: `pipeline` (the handle, space, flush order), `write` (packing), `read`
+//! (verified reads), `prefetch`, `extent` (log blocks), `blkptr` and `codec` (formats),
+//! `error`.
 
 mod blkptr;
 mod codec;
+mod error;
+mod extent;
 mod pipeline;
+mod prefetch;
+mod read;
+mod write;
 
-pub use blkptr::{BlockPtr, BlockType, BLKPTR_SIZE};
-pub use codec::{ChecksumKind, Compression};
-pub use pipeline::{CachePolicy, Extent, PendingBlock, Zio, ZioError, ZioStats, HOT_SHARE};
+pub use blkptr::{BlkPtrError, BlockPtr, BlockType, BLKPTR_SIZE};
+pub use codec::{ChecksumKind, Compression, DecompressError};
+pub use error::ZioError;
+pub use extent::Extent;
+pub use pipeline::{WriteMark, Zio, ZioStats, HOT_SHARE};
+pub use read::CopiesRead;
+pub use write::{CachePolicy, PendingBlock};

@@ -40,10 +40,7 @@ impl Op for Put {
         let target = resolve(&ds, &self.dir)?;
         for src in &self.sources {
             if !src.is_absolute() {
-                return Err(OpError::Usage(format!(
-                    "{}: a source path must be absolute here",
-                    src.display()
-                )));
+                return Err(OpError::Usage(format!("{}: a source path must be absolute here", src.display())));
             }
             copy_in(&ds, target, src)?;
         }
@@ -77,20 +74,14 @@ impl Op for List {
         let mut out = Vec::with_capacity(listing.len());
         for (name, child, kind) in listing {
             let name = String::from_utf8_lossy(&name).into_owned();
-            let a = ds
-                .getattr(child)
-                .map_err(|e| OpError::file(format!("{}/{name}", self.path), e))?;
+            let a = ds.getattr(child).map_err(|e| OpError::file(format!("{}/{name}", self.path), e))?;
             let kind = match kind {
                 FileKind::Dir => 'd',
                 FileKind::Symlink => 'l',
                 FileKind::Special => 's',
                 FileKind::File => '-',
             };
-            out.push(Entry {
-                kind,
-                size: a.size,
-                name,
-            });
+            out.push(Entry { kind, size: a.size, name });
         }
         Ok(out)
     }
@@ -125,9 +116,7 @@ impl Op for Read {
         let mut data = vec![0u8; want];
         let mut got = 0;
         while got < want {
-            let n = ds
-                .read(ino, self.offset + got as u64, &mut data[got..])
-                .map_err(fail)?;
+            let n = ds.read(ino, self.offset + got as u64, &mut data[got..]).map_err(fail)?;
             if n == 0 {
                 break;
             }
@@ -142,10 +131,7 @@ impl Op for Read {
 fn resolve(ds: &Dataset, path: &str) -> Result<u64, OpError> {
     let mut ino = ROOT_ID;
     for part in path.split('/').filter(|p| !p.is_empty()) {
-        ino = ds
-            .lookup(ino, part.as_bytes())
-            .map_err(|e| OpError::file(path, e))?
-            .ino;
+        ino = ds.lookup(ino, part.as_bytes()).map_err(|e| OpError::file(path, e))?.ino;
     }
     Ok(ino)
 }
@@ -154,9 +140,7 @@ fn copy_in(ds: &Dataset, parent: u64, src: &Path) -> Result<(), OpError> {
     let shown = src.display().to_string();
     let host = |e| OpError::host(&shown, e);
     let fail = |e: FsError| OpError::file(&shown, e);
-    let name = src
-        .file_name()
-        .ok_or_else(|| OpError::Usage(format!("{shown}: has no file name")))?;
+    let name = src.file_name().ok_or_else(|| OpError::Usage(format!("{shown}: has no file name")))?;
     let meta = std::fs::symlink_metadata(src).map_err(host)?;
     let mode = meta.permissions().mode();
     let name = name.as_encoded_bytes();
@@ -174,12 +158,9 @@ fn copy_in(ds: &Dataset, parent: u64, src: &Path) -> Result<(), OpError> {
     } else if meta.file_type().is_symlink() {
         let target = std::fs::read_link(src).map_err(host)?;
         let link = NewObject::Symlink(target.as_os_str().as_encoded_bytes());
-        ds.create(parent, name, link, 0o777, meta.uid(), meta.gid())
-            .map_err(fail)?;
+        ds.create(parent, name, link, 0o777, meta.uid(), meta.gid()).map_err(fail)?;
     } else if meta.is_file() {
-        let attr = ds
-            .create(parent, name, NewObject::File, mode, meta.uid(), meta.gid())
-            .map_err(fail)?;
+        let attr = ds.create(parent, name, NewObject::File, mode, meta.uid(), meta.gid()).map_err(fail)?;
         let mut f = std::fs::File::open(src).map_err(host)?;
         let mut buf = vec![0u8; CHUNK];
         let mut off = 0u64;
@@ -206,9 +187,7 @@ mod base64_bytes {
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
         let text = String::deserialize(d)?;
-        base64::engine::general_purpose::STANDARD
-            .decode(text)
-            .map_err(serde::de::Error::custom)
+        base64::engine::general_purpose::STANDARD.decode(text).map_err(serde::de::Error::custom)
     }
 }
 
@@ -218,9 +197,7 @@ mod tests {
 
     #[test]
     fn a_chunk_crosses_the_wire_as_base64_and_back() {
-        let c = Chunk {
-            data: (0..=255u8).collect(),
-        };
+        let c = Chunk { data: (0..=255u8).collect() };
         let text = serde_json::to_string(&c).unwrap();
         assert!(text.len() < 2 * 256, "{text}");
         let back: Chunk = serde_json::from_str(&text).unwrap();

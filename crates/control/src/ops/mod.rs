@@ -63,8 +63,7 @@ fn run_wire<O: Op>(args: Value, on: &Held<'_>) -> Result<Value, OpError> {
     let op: O = serde_json::from_value(args)
         .map_err(|e| ControlError::Malformed(format!("arguments of '{}': {e}", O::NAME)))?;
     let out = execute(op, on)?;
-    serde_json::to_value(out)
-        .map_err(|e| ControlError::Malformed(format!("output of '{}': {e}", O::NAME)).into())
+    serde_json::to_value(out).map_err(|e| ControlError::Malformed(format!("output of '{}': {e}", O::NAME)).into())
 }
 
 #[cfg(test)]

@@ -19,6 +19,9 @@ pub struct Mount {
     /// Absolute; `None`: the dataset's `mountpoint` property.
     pub mountpoint: Option<PathBuf>,
     pub threads: usize,
+    /// The `-o` list as given (`ro,noatime`), empty for none.
+    #[serde(default)]
+    pub options: String,
 }
 
 impl Op for Mount {
@@ -26,7 +29,7 @@ impl Op for Mount {
     type Output = PathBuf;
     fn run(self, on: &Held<'_>) -> Result<PathBuf, OpError> {
         let d = on.daemon("no daemon can mount a dataset of it")?;
-        d.mount(&self.dataset, self.mountpoint.as_deref(), self.threads)
+        d.mount(&self.dataset, self.mountpoint.as_deref(), self.threads, &self.options)
     }
 }
 

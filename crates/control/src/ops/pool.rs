@@ -86,13 +86,7 @@ impl Op for Destroy {
     type Output = ();
     fn run(self, on: &Held<'_>) -> Result<(), OpError> {
         let name = on.pool.name();
-        let used: u64 = on
-            .pool
-            .datasets_info()
-            .iter()
-            .filter(|d| d.name == name)
-            .map(|d| d.logicalused)
-            .sum();
+        let used: u64 = on.pool.datasets_info().iter().filter(|d| d.name == name).map(|d| d.logicalused).sum();
         if used > 0 && !self.force {
             return Err(OpError::Refused(format!(
                 "pool '{name}' holds {} of data; use -f to destroy it",
@@ -185,9 +179,7 @@ impl Op for Tune {
     const NAME: &'static str = "pool.tune";
     type Output = ();
     fn run(self, on: &Held<'_>) -> Result<(), OpError> {
-        on.daemon(
-            "it has no running cache to tune; set TARN_ARC_MAX for the process that mounts it",
-        )?;
+        on.daemon("it has no running cache to tune; set TARN_ARC_MAX for the process that mounts it")?;
         on.pool.set_arc_max(self.arc_max);
         Ok(())
     }

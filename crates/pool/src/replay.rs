@@ -1,18 +1,30 @@
 //! Intent-log replay at import: re-apply, in order, every logged change newer than the
 //! committed txg, then commit them in a txg of their own and retire the old chain.
+//!
+//! Owns: the mapping from a logged object id to the id replay re-created it under, and
+//! the report of what was replayed.
+//!
+//! Promises: records are applied in log order (the order their fsyncs depended on); the
+//! replayed changes and the new chain's head are committed before import returns, so an
+//! fsync acknowledged after import is found through the new head; a record that cannot
+//! be applied is reported, not fatal.
+//!
+//! Must never: log what it replays (the log is in replay mode), or free the old chain's
+//! blocks before the txg that no longer points at them commits.
 use std::collections::HashMap;
 
 use tarn_dataset::{Dataset, FsError, NewObject, SetAttr};
 use tarn_objects::Timespec;
 use tarn_zil::{Chained, Op, Record};
 
-use super::{Pool, PoolError};
+use crate::error::PoolError;
+use crate::pool::Pool;
 
 /// Ids of objects re-created by replay, keyed by (dataset, id the log used).
 type IdMap = HashMap<(u64, u64), u64>;
 
 impl Pool {
-    pub(super) fn replay_log(&self, chained: Chained, committed_txg: u64) -> Result<(), PoolError> {
+    pub(crate) fn replay_log(&self, chained: Chained, committed_txg: u64) -> Result<(), PoolError> {
         let zil = &self.inner.zil;
         zil.set_replaying(true);
         let mut ids = IdMap::new();
@@ -45,20 +57,44 @@ impl Pool {
     }
 
     fn dataset_by_id(&self, id: u64) -> Option<std::sync::Arc<Dataset>> {
-        self.inner.datasets.read().values().find(|(m, _)| m.id == id).map(|(_, d)| d.clone())
+        self.inner
+            .datasets
+            .read()
+            .values()
+            .find(|(m, _)| m.id == id)
+            .map(|(_, d)| d.clone())
     }
 
     fn replay_one(&self, r: &Record, ids: &mut IdMap) -> Result<(), FsError> {
         let Some(ds) = self.dataset_by_id(r.dataset) else {
-            return Err(FsError::Invalid(format!("dataset {} no longer exists", r.dataset)));
+            return Err(FsError::Invalid(format!(
+                "dataset {} no longer exists",
+                r.dataset
+            )));
         };
         let id = |obj: u64| ids.get(&(r.dataset, obj)).copied().unwrap_or(obj);
         match &r.op {
             Op::Write { obj, offset, data } => ds.write(id(*obj), *offset, data).map(|_| ()),
-            Op::Truncate { obj, size } => {
-                ds.setattr(id(*obj), &SetAttr { size: Some(*size), ..Default::default() }).map(|_| ())
-            }
-            Op::Create { parent, obj, kind, mode, uid, gid, rdev, name, target } => {
+            Op::Truncate { obj, size } => ds
+                .setattr(
+                    id(*obj),
+                    &SetAttr {
+                        size: Some(*size),
+                        ..Default::default()
+                    },
+                )
+                .map(|_| ()),
+            Op::Create {
+                parent,
+                obj,
+                kind,
+                mode,
+                uid,
+                gid,
+                rdev,
+                name,
+                target,
+            } => {
                 let what = match kind {
                     2 => NewObject::Dir,
                     3 => NewObject::Symlink(target),
@@ -69,22 +105,48 @@ impl Pool {
                 ids.insert((r.dataset, *obj), attr.ino);
                 Ok(())
             }
-            Op::Remove { parent, name, is_dir } => {
+            Op::Remove {
+                parent,
+                name,
+                is_dir,
+            } => {
                 if *is_dir {
                     ds.rmdir(id(*parent), name)
                 } else {
                     ds.unlink(id(*parent), name)
                 }
             }
-            Op::Rename { sdir, sname, ddir, dname, noreplace } => ds.rename(id(*sdir), sname, id(*ddir), dname, *noreplace),
+            Op::Rename {
+                sdir,
+                sname,
+                ddir,
+                dname,
+                noreplace,
+            } => ds.rename(id(*sdir), sname, id(*ddir), dname, *noreplace),
             Op::Link { obj, dir, name } => ds.link(id(*obj), id(*dir), name).map(|_| ()),
-            Op::SetAttr { obj, mode, uid, gid, atime, mtime } => {
+            Op::SetAttr {
+                obj,
+                mode,
+                uid,
+                gid,
+                atime,
+                mtime,
+            } => {
                 let ts = |t: &Option<(i64, u32)>| t.map(|(sec, nsec)| Timespec { sec, nsec });
-                let set = SetAttr { mode: *mode, uid: *uid, gid: *gid, size: None, atime: ts(atime), mtime: ts(mtime) };
+                let set = SetAttr {
+                    mode: *mode,
+                    uid: *uid,
+                    gid: *gid,
+                    size: None,
+                    atime: ts(atime),
+                    mtime: ts(mtime),
+                };
                 ds.setattr(id(*obj), &set).map(|_| ())
             }
             Op::PunchHole { obj, offset, len } => ds.punch_hole(id(*obj), *offset, *len),
-            Op::WriteIndirect { .. } => unreachable!("read_chain turns indirect writes into writes"),
+            Op::WriteIndirect { .. } => {
+                unreachable!("read_chain turns indirect writes into writes")
+            }
         }
     }
 }
@@ -114,10 +176,17 @@ fn replay_summary(chained: &Chained, committed_txg: u64, failed: &[String]) -> O
         chained.records.len()
     );
     if chained.stopped_early {
-        msg.push_str(&format!("; the log ended early ({}): changes logged after that point were not replayed", chained.end));
+        msg.push_str(&format!(
+            "; the log ended early ({}): changes logged after that point were not replayed",
+            chained.end
+        ));
     }
     if !failed.is_empty() {
-        msg.push_str(&format!("; {} could not be applied, first: {}", failed.len(), failed[0]));
+        msg.push_str(&format!(
+            "; {} could not be applied, first: {}",
+            failed.len(),
+            failed[0]
+        ));
     }
     Some(msg)
 }

@@ -1,0 +1,673 @@
+//! The one walk over committed blocks, as ZFS's dmu_traverse: an object set (the dnode
+//! table's tree, then the tree of every live object it describes) or a single block tree.
+//!
+//! Theory of operation. The walk is depth first from the root. Every block pointer is
+//! handed to the `Visitor` exactly once, after the block was read (when it is read): an
+//! indirect block is read to find its children, and so is every block of the dnode
+//! table, whose dnodes name the objects to walk next; a data block is read only if
+//! `Options::read_data`. Reads go past the ARC to the devices (the walk checks what the
+//! disks hold), verifying the first good copy, or every copy with `Options::all_copies`
+//! (each bad mirror side is counted and rewritten from a good one, and the visit says
+//! how many there were). A block that cannot be read, or whose bytes do not decode, is
+//! still visited (its pointer is as real as any), with the error; what it points to
+//! cannot be known and is not walked. A dnode that does not decode goes to the visitor's
+//! `bad_dnode`. The visitor steers with `Flow`: `Skip` leaves out what a block (or an
+//! object) points to, `Stop` ends the walk.
+//!
+//! Users: import (claim every live block, rebuilding the space maps), scrub (read and
+//! verify every copy), the free of a destroyed dataset; later send, background scrub
+//! and the L2ARC rebuild.
+//!
+//! Owns: the order of the walk and what is read on the way.
+//!
+//! Promises: each block reachable from the root through blocks that verify is visited
+//! exactly once, with its level, its index at that level (`blkid`: the record number at
+//! level 0) and, inside an object set, its object (0 for the dnode table); no bytes that
+//! failed their checksum reach the visitor.
+//!
+//! Must never: change, cache, claim or free anything (the visitor decides what a block
+//! means to it), or stop early on its own: errors are the visitor's to weigh. The caller
+//! keeps the walked blocks from being freed and reused under the walk (import: nothing
+//! else runs; scrub: the reclaim lock; a destroyed dataset: the sync thread, which alone
+//! releases frees).
+use std::ops::ControlFlow;
+
+use tarn_zio::{BlockPtr, BlockType, Zio, ZioError};
+
+use crate::dnode::{Dnode, DnodeError, ObjType, DNODE_SIZE};
+use crate::tree::{decode_indirect, FANOUT};
+
+/// What the walk reads.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Options {
+    /// Read (and verify) level-0 data blocks; otherwise they are visited from their
+    /// pointers alone. Indirect and dnode blocks are always read.
+    pub read_data: bool,
+    /// Verify every copy of each block read (every side of a mirror), rewriting bad ones
+    /// from a good one (scrub); otherwise the first copy that verifies is enough.
+    pub all_copies: bool,
+}
+
+/// Where a walk starts.
+#[derive(Clone, Copy, Debug)]
+pub enum Start<'a> {
+    /// An object set, from the dnode of its dnode table.
+    ObjSet(&'a Dnode),
+    /// One block tree: `nlevels` levels under `root` (the pool's root block is a tree of
+    /// one level), of `object` if it is one.
+    Tree {
+        root: BlockPtr,
+        nlevels: u8,
+        object: Option<u64>,
+    },
+}
+
+/// How the walk goes on after a visit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flow {
+    /// Walk what this block (or object) points to, then go on.
+    Continue,
+    /// Leave out what this block (or object) points to, and go on.
+    Skip,
+    /// End the walk now.
+    Stop,
+}
+
+/// How a walk ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Walked {
+    Completed,
+    /// A visitor returned `Flow::Stop`.
+    Stopped,
+}
+
+/// What reading a visited block gave.
+#[derive(Debug)]
+pub enum Outcome<'a> {
+    /// Not read: a data block, and `read_data` is off.
+    NotRead,
+    /// Read and verified; `bad_copies` sides did not verify and were rewritten (counted
+    /// only with `all_copies`; a first-good read may stop before it meets one).
+    Verified { data: &'a [u8], bad_copies: u32 },
+    /// No copy could be read and verified, or the verified bytes are not what the block
+    /// must hold (an indirect block that does not decode). Children are not walked.
+    Failed(&'a ZioError),
+}
+
+/// One visited block.
+#[derive(Debug)]
+pub struct Visit<'a> {
+    pub bp: &'a BlockPtr,
+    /// The object the block belongs to (0: the dnode table); `None` for a lone tree that
+    /// is no object's.
+    pub object: Option<u64>,
+    /// 0 for records (data, dnodes), 1 and up for indirect blocks.
+    pub level: u8,
+    /// Index of the block at its level; at level 0 the record number.
+    pub blkid: u64,
+    pub outcome: Outcome<'a>,
+}
+
+impl Visit<'_> {
+    pub fn block_type(&self) -> BlockType {
+        self.bp.block_type
+    }
+}
+
+/// What a walk calls. A closure `FnMut(&Visit) -> Flow` is a visitor that walks every
+/// object and passes over dnodes that do not decode.
+pub trait Visitor {
+    /// Every block, once, after it was read (if it was).
+    fn block(&mut self, visit: &Visit<'_>) -> Flow;
+
+    /// A live object of the set, before its tree is walked (`Skip` leaves it out).
+    fn object(&mut self, _id: u64, _dnode: &Dnode) -> Flow {
+        Flow::Continue
+    }
+
+    /// A dnode slot of a verified dnode block that does not decode (a newer format, or a
+    /// bug): its object's blocks cannot be known.
+    fn bad_dnode(&mut self, _id: u64, _error: &DnodeError) -> Flow {
+        Flow::Continue
+    }
+}
+
+impl<F: FnMut(&Visit<'_>) -> Flow> Visitor for F {
+    fn block(&mut self, visit: &Visit<'_>) -> Flow {
+        self(visit)
+    }
+}
+
+/// Walks every block under `start`, calling `visitor` for each (see the module header).
+pub fn walk(zio: &Zio, start: Start<'_>, opts: Options, visitor: &mut dyn Visitor) -> Walked {
+    let mut walker = Walker { zio, opts, visitor };
+    let flow = match start {
+        Start::ObjSet(meta) => {
+            let per_block = (u64::from(meta.blksz) / DNODE_SIZE as u64).max(1);
+            match meta.root {
+                Some(root) => walker.block(
+                    &root,
+                    Some(0),
+                    top_level(meta.nlevels),
+                    0,
+                    Records::Dnodes { per_block },
+                ),
+                None => ControlFlow::Continue(()),
+            }
+        }
+        Start::Tree {
+            root,
+            nlevels,
+            object,
+        } => walker.block(&root, object, top_level(nlevels), 0, Records::Data),
+    };
+    match flow {
+        ControlFlow::Continue(()) => Walked::Completed,
+        ControlFlow::Break(()) => Walked::Stopped,
+    }
+}
+
+/// The level of a tree's top block.
+fn top_level(nlevels: u8) -> u8 {
+    nlevels.saturating_sub(1)
+}
+
+/// What the level-0 blocks of the tree being walked hold.
+#[derive(Clone, Copy)]
+enum Records {
+    /// An object's records: read only with `read_data`.
+    Data,
+    /// The dnode table's: always read, each holds `per_block` dnodes.
+    Dnodes { per_block: u64 },
+}
+
+struct Walker<'a> {
+    zio: &'a Zio,
+    opts: Options,
+    visitor: &'a mut dyn Visitor,
+}
+
+/// `Break` ends the walk; `Skip` is a `Continue` that walked nothing below.
+type Step = ControlFlow<()>;
+
+fn go_on(flow: Flow) -> Step {
+    match flow {
+        Flow::Stop => ControlFlow::Break(()),
+        Flow::Continue | Flow::Skip => ControlFlow::Continue(()),
+    }
+}
+
+impl Walker<'_> {
+    /// Visits block `bp` (at `level`, index `blkid`, of `object`), then what it points to.
+    fn block(
+        &mut self,
+        bp: &BlockPtr,
+        object: Option<u64>,
+        level: u8,
+        blkid: u64,
+        records: Records,
+    ) -> Step {
+        let visit = |outcome| Visit {
+            bp,
+            object,
+            level,
+            blkid,
+            outcome,
+        };
+        let must_read =
+            level > 0 || matches!(records, Records::Dnodes { .. }) || self.opts.read_data;
+        if !must_read {
+            return go_on(self.visitor.block(&visit(Outcome::NotRead)));
+        }
+        let (data, bad_copies) = match self.read(bp) {
+            Ok(read) => read,
+            Err(e) => return go_on(self.visitor.block(&visit(Outcome::Failed(&e)))),
+        };
+        if level == 0 {
+            let flow = self.visitor.block(&visit(Outcome::Verified {
+                data: &data,
+                bad_copies,
+            }));
+            return match (flow, records) {
+                (Flow::Continue, Records::Dnodes { per_block })
+                    if bp.block_type == BlockType::Dnodes =>
+                {
+                    self.dnodes(&data, blkid, per_block)
+                }
+                _ => go_on(flow),
+            };
+        }
+        let children = match decode_indirect(&data) {
+            Ok(children) => children,
+            Err(e) => return go_on(self.visitor.block(&visit(Outcome::Failed(&e)))),
+        };
+        let flow = self.visitor.block(&visit(Outcome::Verified {
+            data: &data,
+            bad_copies,
+        }));
+        if flow != Flow::Continue {
+            return go_on(flow);
+        }
+        drop(data);
+        for (slot, child) in children.iter().enumerate() {
+            if let Some(child) = child {
+                let child_blkid = blkid.wrapping_mul(FANOUT).wrapping_add(slot as u64);
+                self.block(child, object, level - 1, child_blkid, records)?;
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// Walks the objects of dnode block `blkid` of the dnode table.
+    fn dnodes(&mut self, block: &[u8], blkid: u64, per_block: u64) -> Step {
+        for (i, raw) in block.chunks_exact(DNODE_SIZE).enumerate() {
+            let id = blkid.wrapping_mul(per_block).wrapping_add(i as u64);
+            match Dnode::decode(raw) {
+                Ok(Some(d)) if d.obj_type != ObjType::Free => self.object(id, &d)?,
+                Ok(_) => {}
+                Err(e) => go_on(self.visitor.bad_dnode(id, &e))?,
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn object(&mut self, id: u64, dnode: &Dnode) -> Step {
+        let flow = self.visitor.object(id, dnode);
+        match (flow, dnode.root) {
+            (Flow::Continue, Some(root)) => {
+                self.block(&root, Some(id), top_level(dnode.nlevels), 0, Records::Data)
+            }
+            _ => go_on(flow),
+        }
+    }
+
+    /// The block's verified bytes and how many copies were bad.
+    fn read(&self, bp: &BlockPtr) -> Result<(Vec<u8>, u32), ZioError> {
+        if self.opts.all_copies {
+            let read = self.zio.read_all_copies(bp)?;
+            Ok((read.data, read.bad_copies))
+        } else {
+            Ok((self.zio.read_from_devices(bp)?, 0))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::os::unix::fs::FileExt;
+    use std::path::PathBuf;
+    use std::sync::Arc;
+
+    use tarn_vdev::{BlockDevice, FileDevice, Leaf, TopVdev, VdevTree, DATA_START};
+    use tarn_zio::{CachePolicy, ChecksumKind, Compression, PendingBlock};
+
+    use super::*;
+    use crate::dnode::DNODE_VERSION;
+    use crate::tree::BlockTree;
+
+    const DNODE_BLOCK: usize = 16384;
+
+    /// A pipeline over one image file, or a mirror of two.
+    fn zio(dir: &tempfile::TempDir, sides: usize) -> (Zio, Vec<PathBuf>) {
+        let paths: Vec<PathBuf> = (0..sides)
+            .map(|i| dir.path().join(format!("d{i}.img")))
+            .collect();
+        let leaves: Vec<Leaf> = paths
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let dev = FileDevice::open_or_create(p, Some(16 << 20)).unwrap();
+                Leaf::new(
+                    i as u64 + 1,
+                    p.display().to_string(),
+                    Some(Arc::new(dev) as Arc<dyn BlockDevice>),
+                )
+            })
+            .collect();
+        let asize = TopVdev::asize_of(16 << 20, 12);
+        let zio = Zio::new(VdevTree::new(
+            vec![TopVdev::new(0, 9, 12, asize, leaves)],
+            12,
+        ));
+        zio.finish_load();
+        (zio, paths)
+    }
+
+    fn write(zio: &Zio, data: &[u8], block_type: BlockType) -> BlockPtr {
+        let block = PendingBlock {
+            data,
+            compression: Compression::Off,
+            checksum: ChecksumKind::Xxh3,
+            level: 0,
+            block_type,
+            cache: CachePolicy::None,
+        };
+        zio.write_blocks(&[block], 1).unwrap()[0]
+    }
+
+    /// A tree over `records` (blkid -> pointer); returns (root, nlevels).
+    fn tree(zio: &Zio, records: &[(u64, BlockPtr)]) -> (Option<BlockPtr>, u8) {
+        let mut t = BlockTree::new(None, 0);
+        for &(blkid, bp) in records {
+            t.set(zio, blkid, Some(bp)).unwrap();
+        }
+        t.sync(zio, 1, ChecksumKind::Xxh3, &mut Vec::new()).unwrap();
+        (t.root(), t.nlevels())
+    }
+
+    /// A small object set: object 1 a file of three records across two indirect levels
+    /// (blkids 0, 1 and 600), object 2 a file of one record, object 3 a free slot, object 4
+    /// an empty directory, object 70 a file of one record (in the dnode table's second
+    /// block, so the table has an indirect block too). Returns the table's dnode and every
+    /// data record written, as (object, blkid) -> pointer.
+    struct Set {
+        meta: Dnode,
+        records: BTreeMap<(u64, u64), BlockPtr>,
+    }
+
+    fn object_set(zio: &Zio) -> Set {
+        let mut records = BTreeMap::new();
+        let mut dnodes: Vec<(u64, Dnode)> = Vec::new();
+        for (obj, blkids) in [(1u64, vec![0u64, 1, 600]), (2, vec![0]), (70, vec![0])] {
+            let recs: Vec<(u64, BlockPtr)> = blkids
+                .iter()
+                .map(|&b| {
+                    (
+                        b,
+                        write(zio, &vec![(obj * 7 + b) as u8; 4096], BlockType::Data),
+                    )
+                })
+                .collect();
+            records.extend(recs.iter().map(|&(b, bp)| ((obj, b), bp)));
+            let (root, nlevels) = tree(zio, &recs);
+            let mut d = Dnode::new(ObjType::File, 4096, 0o644, 1);
+            (d.root, d.nlevels) = (root, nlevels);
+            dnodes.push((obj, d));
+        }
+        dnodes.push((4, Dnode::new(ObjType::Dir, 4096, 0o755, 1)));
+        let mut blocks = vec![vec![0u8; DNODE_BLOCK]; 2];
+        for (id, d) in &dnodes {
+            let at = (*id as usize * DNODE_SIZE) % DNODE_BLOCK;
+            d.encode(&mut blocks[*id as usize * DNODE_SIZE / DNODE_BLOCK][at..]);
+        }
+        let table: Vec<(u64, BlockPtr)> = blocks
+            .iter()
+            .enumerate()
+            .map(|(i, b)| (i as u64, write(zio, b, BlockType::Dnodes)))
+            .collect();
+        let (root, nlevels) = tree(zio, &table);
+        let mut meta = Dnode::new(ObjType::Meta, DNODE_BLOCK as u32, 0, 0);
+        (meta.root, meta.nlevels) = (root, nlevels);
+        Set { meta, records }
+    }
+
+    /// One visit, as the tests look at it.
+    #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+    struct Seen {
+        object: Option<u64>,
+        level: u8,
+        blkid: u64,
+        offset: u64,
+        read: bool,
+        bad_copies: u32,
+        failed: bool,
+    }
+
+    fn walk_all(zio: &Zio, start: Start, opts: Options) -> Vec<Seen> {
+        let mut seen = Vec::new();
+        let walked = walk(zio, start, opts, &mut |v: &Visit| {
+            let (read, bad_copies, failed) = match v.outcome {
+                Outcome::NotRead => (false, 0, false),
+                Outcome::Verified { bad_copies, .. } => (true, bad_copies, false),
+                Outcome::Failed(_) => (false, 0, true),
+            };
+            assert_eq!(v.level, v.bp.level, "the walk's level is the block's own");
+            seen.push(Seen {
+                object: v.object,
+                level: v.level,
+                blkid: v.blkid,
+                offset: v.bp.offset,
+                read,
+                bad_copies,
+                failed,
+            });
+            Flow::Continue
+        });
+        assert_eq!(walked, Walked::Completed);
+        seen
+    }
+
+    #[test]
+    fn every_block_of_a_small_object_set_is_visited_exactly_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let (zio, _) = zio(&dir, 1);
+        let set = object_set(&zio);
+        let seen = walk_all(&zio, Start::ObjSet(&set.meta), Options::default());
+        let offsets: BTreeSet<u64> = seen.iter().map(|s| s.offset).collect();
+        assert_eq!(
+            offsets.len(),
+            seen.len(),
+            "no block is visited twice: {seen:#?}"
+        );
+        // The table: one indirect block and two dnode blocks. Object 1: a level-2 top,
+        // two level-1 blocks, three records. Objects 2 and 70: one record each.
+        let shape: BTreeSet<(Option<u64>, u8, u64)> =
+            seen.iter().map(|s| (s.object, s.level, s.blkid)).collect();
+        let want: BTreeSet<(Option<u64>, u8, u64)> = [
+            (Some(0), 1, 0),
+            (Some(0), 0, 0),
+            (Some(0), 0, 1),
+            (Some(1), 2, 0),
+            (Some(1), 1, 0),
+            (Some(1), 1, 1),
+            (Some(1), 0, 0),
+            (Some(1), 0, 1),
+            (Some(1), 0, 600),
+            (Some(2), 0, 0),
+            (Some(70), 0, 0),
+        ]
+        .into();
+        assert_eq!((shape, seen.len()), (want, 11));
+        for ((obj, blkid), bp) in &set.records {
+            let s = seen
+                .iter()
+                .find(|s| s.offset == bp.offset)
+                .expect("every record is visited");
+            assert_eq!((s.object, s.level, s.blkid), (Some(*obj), 0, *blkid));
+        }
+        assert!(
+            seen.iter()
+                .all(|s| s.read == (s.level > 0 || s.object == Some(0))),
+            "data is not read unless asked"
+        );
+        let read_all = walk_all(
+            &zio,
+            Start::ObjSet(&set.meta),
+            Options {
+                read_data: true,
+                all_copies: false,
+            },
+        );
+        assert!(read_all.iter().all(|s| s.read && !s.failed));
+    }
+
+    #[test]
+    fn objects_can_be_skipped_and_the_walk_stopped() {
+        let dir = tempfile::tempdir().unwrap();
+        let (zio, _) = zio(&dir, 1);
+        let set = object_set(&zio);
+
+        struct SkipOne(Vec<u64>, Vec<Option<u64>>);
+        impl Visitor for SkipOne {
+            fn block(&mut self, v: &Visit<'_>) -> Flow {
+                self.1.push(v.object);
+                Flow::Continue
+            }
+            fn object(&mut self, id: u64, _: &Dnode) -> Flow {
+                self.0.push(id);
+                if id == 1 {
+                    Flow::Skip
+                } else {
+                    Flow::Continue
+                }
+            }
+        }
+        let mut v = SkipOne(Vec::new(), Vec::new());
+        assert_eq!(
+            walk(&zio, Start::ObjSet(&set.meta), Options::default(), &mut v),
+            Walked::Completed
+        );
+        assert_eq!(
+            v.0,
+            vec![1, 2, 4, 70],
+            "every live object is offered, the free slot is not"
+        );
+        assert!(
+            !v.1.contains(&Some(1)),
+            "a skipped object's blocks are not visited"
+        );
+        assert_eq!(v.1.len(), 5);
+
+        let mut visits = 0;
+        let walked = walk(
+            &zio,
+            Start::ObjSet(&set.meta),
+            Options::default(),
+            &mut |v: &Visit| {
+                visits += 1;
+                if v.object == Some(1) {
+                    Flow::Stop
+                } else {
+                    Flow::Continue
+                }
+            },
+        );
+        assert_eq!(
+            (walked, visits),
+            (Walked::Stopped, 3),
+            "the walk ends at the first block of object 1"
+        );
+    }
+
+    #[test]
+    fn a_dnode_of_a_newer_format_goes_to_bad_dnode() {
+        let dir = tempfile::tempdir().unwrap();
+        let (zio, _) = zio(&dir, 1);
+        let mut block = vec![0u8; DNODE_BLOCK];
+        Dnode::new(ObjType::File, 4096, 0o644, 1).encode(&mut block[DNODE_SIZE..]);
+        block[DNODE_SIZE + 2] = DNODE_VERSION + 1;
+        let (root, nlevels) = tree(&zio, &[(0, write(&zio, &block, BlockType::Dnodes))]);
+        let mut meta = Dnode::new(ObjType::Meta, DNODE_BLOCK as u32, 0, 0);
+        (meta.root, meta.nlevels) = (root, nlevels);
+
+        struct Bad(Vec<(u64, DnodeError)>);
+        impl Visitor for Bad {
+            fn block(&mut self, _: &Visit<'_>) -> Flow {
+                Flow::Continue
+            }
+            fn bad_dnode(&mut self, id: u64, error: &DnodeError) -> Flow {
+                self.0.push((id, error.clone()));
+                Flow::Continue
+            }
+        }
+        let mut v = Bad(Vec::new());
+        walk(&zio, Start::ObjSet(&meta), Options::default(), &mut v);
+        assert_eq!(
+            v.0,
+            vec![(
+                1,
+                DnodeError::UnsupportedVersion {
+                    found: DNODE_VERSION + 1,
+                    supported: DNODE_VERSION
+                }
+            )]
+        );
+    }
+
+    #[test]
+    fn verifying_all_copies_reports_a_corrupted_mirror_side_and_repairs_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (zio, sides) = zio(&dir, 2);
+        let set = object_set(&zio);
+        let damaged = set.records[&(1, 600)];
+        let side1 = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&sides[1])
+            .unwrap();
+        side1
+            .write_all_at(&[0xee; 64], DATA_START + damaged.offset + 10)
+            .unwrap();
+
+        let opts = Options {
+            read_data: true,
+            all_copies: true,
+        };
+        let seen = walk_all(&zio, Start::ObjSet(&set.meta), opts);
+        let bad: Vec<&Seen> = seen.iter().filter(|s| s.bad_copies > 0).collect();
+        assert_eq!(
+            bad.len(),
+            1,
+            "exactly the damaged block has a bad copy: {seen:#?}"
+        );
+        assert_eq!(
+            (bad[0].offset, bad[0].bad_copies, bad[0].failed),
+            (damaged.offset, 1, false)
+        );
+        assert_eq!(
+            zio.vdevs.tops[0].leaves[1].status().checksum_errors,
+            1,
+            "the bad side is counted"
+        );
+        let again = walk_all(&zio, Start::ObjSet(&set.meta), opts);
+        assert!(
+            again.iter().all(|s| s.bad_copies == 0),
+            "the bad side was rewritten from the good one"
+        );
+    }
+
+    #[test]
+    fn a_block_with_no_good_copy_is_visited_as_failed_and_its_children_are_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let (zio, sides) = zio(&dir, 1);
+        let set = object_set(&zio);
+        let record = set.records[&(2, 0)];
+        let lone = walk_all(
+            &zio,
+            Start::Tree {
+                root: record,
+                nlevels: 1,
+                object: None,
+            },
+            Options {
+                read_data: true,
+                all_copies: false,
+            },
+        );
+        assert_eq!(lone.len(), 1);
+        assert_eq!((lone[0].object, lone[0].read), (None, true));
+
+        // Damage the dnode table's second block: object 70 cannot be found any more.
+        let seen = walk_all(&zio, Start::ObjSet(&set.meta), Options::default());
+        let table_block = seen
+            .iter()
+            .find(|s| s.object == Some(0) && s.level == 0 && s.blkid == 1)
+            .unwrap()
+            .offset;
+        let dev = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&sides[0])
+            .unwrap();
+        dev.write_all_at(&[0xee; 64], DATA_START + table_block)
+            .unwrap();
+        let seen = walk_all(&zio, Start::ObjSet(&set.meta), Options::default());
+        let failed: Vec<&Seen> = seen.iter().filter(|s| s.failed).collect();
+        assert_eq!(failed.len(), 1);
+        assert_eq!(failed[0].offset, table_block);
+        assert!(
+            !seen.iter().any(|s| s.object == Some(70)),
+            "what a failed block points to is unknown"
+        );
+        assert_eq!(seen.len(), 10);
+    }
+}

@@ -1,0 +1,238 @@
+//! The txg commit: how the changes of one transaction group reach the disks and become
+//! the pool's state (the pool's side of `SyncTarget`, as OpenZFS's spa_sync).
+//!
+//! Theory of operation. Txg N lives in three phases (the engine is `tarn_txg`):
+//!
+//! * **Open.** Every change joins N through a `TxgHold` (the txg barrier, shared) and
+//!   takes the dataset's namespace lock and one object lock at a time. Changes go to the
+//!   objects' open-txg state and to the intent log.
+//! * **Quiesce** (`quiesce`, sync thread, barrier held exclusively, so no change is half
+//!   made): each dataset moves its open changes to "syncing" under each object's lock;
+//!   the pool freezes what N's root will say (`Frozen`: the datasets and their
+//!   properties, the datasets destroyed in N, the next dataset id). N+1 opens as soon as
+//!   the barrier is released, and writers go on while N syncs.
+//! * **Sync** (`write_txg`, sync thread, no barrier), in this order:
+//!   1. each dataset writes N's records (compressed, checksummed, packed into runs), then
+//!      its dirty indirect blocks bottom-up, then its dnode table; every block replaced
+//!      is freed (deferred);
+//!   2. every block of each dataset destroyed in N is freed (deferred), found by a walk
+//!      of its tree (`tarn_objects::traverse`);
+//!   3. the intent log gives the head its chain continues from, and the log blocks no
+//!      longer needed after N commits are freed (deferred);
+//!   4. the MOS (the pool's root: datasets, their dnode-table roots, device error
+//!      counters, the log head) is written, and the previous MOS freed (deferred);
+//!   5. one flush of every device: every block N wrote is durable;
+//!   6. the uberblock of N is written to both labels of every device, each flushed. This
+//!      is the commit point;
+//!   7. the deferred frees are released for reuse, under the reclaim lock held
+//!      exclusively (no reader is still reading a block a tree pointed to);
+//!   8. the intent log learns that N committed.
+//!
+//! What a crash leaves. Before step 6 completes on some device, import finds N-1's
+//! uberblock (the newest whose root verifies): N's blocks were all written into space
+//! that was free in N-1 (frees are deferred until step 7), so N-1's tree is whole, and
+//! the fsyncs acknowledged during N are replayed from the log N-1's root names. A torn
+//! uberblock fails its checksum and is passed over. After step 6, N is committed; frees
+//! not yet released are not lost, as import rebuilds free space from the tree. A failure
+//! at any step (an I/O error, no space) returns an error instead: no uberblock is
+//! written, the engine suspends the pool, and an export and import resume from N-1 plus
+//! the log.
+//!
+//! Locks: the barrier only during quiesce; `datasets` shared during quiesce; object
+//! locks one at a time inside each dataset's sync; space-map mutexes briefly per claim
+//! or free; the reclaim lock exclusively only in step 7. Step 8 runs outside the
+//! reclaim lock: an fsync holding the intent log may wait for an object lock whose
+//! holder waits for the reclaim lock.
+//!
+//! Owns: the order of a commit and the MOS content.
+//!
+//! Promises: the uberblock is written only after every block it reaches is flushed
+//! (`Zio::write_uberblock` asserts it against a write mark taken after step 4); a freed
+//! block is reused only after the txg that freed it committed; a failed step commits
+//! nothing.
+//!
+//! Must never: write an uberblock before the blocks it points to are flushed, release a
+//! free before its txg's uberblock is durable, or take the txg barrier.
+use tarn_dataset::FsError;
+use tarn_objects::traverse::{self, Flow, Options, Start, Visit};
+use tarn_objects::Dnode;
+use tarn_txg::SyncTarget;
+use tarn_vdev::Uberblock;
+use tarn_zil::LogHead;
+use tarn_zio::{BlockPtr, BlockType, CachePolicy, ChecksumKind, Compression, PendingBlock};
+
+use crate::error::{CommitError, PoolError};
+use crate::mos::{dnode_hex, DatasetRecord, Mos, MOS_VERSION};
+use crate::pool::{now_secs, Frozen, Inner, Pool};
+
+impl SyncTarget for Inner {
+    type Error = CommitError;
+
+    fn quiesce(&self, txg: u64) {
+        let sets = self.datasets.read();
+        let mut datasets = Vec::new();
+        for (name, (meta, ds)) in sets.iter() {
+            if let Err(source) = ds.quiesce(txg) {
+                self.quiesce_error
+                    .lock()
+                    .get_or_insert(CommitError::Dataset {
+                        dataset: name.clone(),
+                        source,
+                    });
+            }
+            datasets.push((name.clone(), meta.clone(), ds.clone()));
+        }
+        let destroyed = std::mem::take(&mut *self.destroy_queue.lock());
+        *self.frozen.lock() = Some(Frozen {
+            datasets,
+            destroyed,
+            next_dataset_id: *self.next_dataset_id.lock(),
+        });
+    }
+
+    fn sync(&self, txg: u64) -> Result<(), CommitError> {
+        if let Some(e) = self.quiesce_error.lock().take() {
+            return Err(e);
+        }
+        let frozen = self.frozen.lock().take().expect("quiesce ran before sync");
+        self.write_txg(txg, &frozen)
+    }
+}
+
+impl Inner {
+    /// Steps 1 to 8 of the module header.
+    fn write_txg(&self, txg: u64, frozen: &Frozen) -> Result<(), CommitError> {
+        let zio = &self.ctx.zio;
+        for (name, _, ds) in &frozen.datasets {
+            ds.sync(txg).map_err(|source| CommitError::Dataset {
+                dataset: name.clone(),
+                source,
+            })?;
+        }
+        for meta in &frozen.destroyed {
+            self.free_destroyed(meta);
+        }
+        let head = self.retire_log(txg)?;
+        let mos_bp = self.write_mos(txg, frozen, head)?;
+        let covers = zio.write_mark();
+        zio.flush()?;
+        let ub = Uberblock {
+            txg,
+            pool_guid: self.guid,
+            guid_sum: self.label.tree.guid_sum(),
+            timestamp: now_secs(),
+            root: mos_bp.to_bytes(),
+        };
+        zio.write_uberblock(&ub, covers)?;
+        {
+            let _exclusive = self.ctx.reclaim.write();
+            zio.release_deferred();
+        }
+        // Not under the reclaim lock: an fsync holding the intent log may wait for an
+        // object lock whose holder waits for the reclaim lock.
+        self.zil.txg_committed(txg);
+        Ok(())
+    }
+
+    /// Frees every block of a destroyed dataset. A block that cannot be read is freed
+    /// all the same; what it pointed to cannot be known and stays allocated until the
+    /// next import rebuilds the space maps.
+    fn free_destroyed(&self, meta: &Dnode) {
+        let zio = &self.ctx.zio;
+        traverse::walk(
+            zio,
+            Start::ObjSet(meta),
+            Options::default(),
+            &mut |v: &Visit| {
+                zio.free(v.bp);
+                Flow::Continue
+            },
+        );
+    }
+
+    /// The log head this txg's root names; the log blocks it no longer needs are freed.
+    fn retire_log(&self, txg: u64) -> Result<LogHead, CommitError> {
+        let (head, obsolete) = self.zil.head_for_txg(txg)?;
+        for e in &obsolete {
+            self.ctx.zio.free_extent(e);
+        }
+        Ok(head)
+    }
+
+    /// Writes txg `txg`'s MOS and frees the previous one; returns its pointer.
+    fn write_mos(&self, txg: u64, frozen: &Frozen, head: LogHead) -> Result<BlockPtr, CommitError> {
+        let zio = &self.ctx.zio;
+        let mut mos = self.build_mos(frozen);
+        mos.zil = Some(head);
+        mos.history = self.history.for_root(txg);
+        let mos = mos.encode();
+        let block = PendingBlock {
+            data: &mos,
+            compression: Compression::Lz4,
+            checksum: ChecksumKind::Xxh3,
+            level: 0,
+            block_type: BlockType::Mos,
+            cache: CachePolicy::None,
+        };
+        let bp = zio.write_blocks(std::slice::from_ref(&block), txg)?[0];
+        if let Some(old) = self.mos_bp.lock().replace(bp) {
+            zio.free(&old);
+        }
+        Ok(bp)
+    }
+
+    fn build_mos(&self, frozen: &Frozen) -> Mos {
+        let datasets = frozen
+            .datasets
+            .iter()
+            .map(|(name, meta, ds)| DatasetRecord {
+                id: meta.id,
+                name: name.clone(),
+                props: meta.props.clone(),
+                meta_dnode: dnode_hex(&ds.os.meta_dnode()),
+                next_obj: ds.os.next_obj(),
+                unlinked: ds.unlinked_syncing(),
+                creation: meta.creation,
+            })
+            .collect();
+        let errors = self
+            .ctx
+            .zio
+            .vdevs
+            .leaves()
+            .map(|l| {
+                let s = l.status();
+                (
+                    l.guid.to_string(),
+                    [s.read_errors, s.write_errors, s.checksum_errors],
+                )
+            })
+            .collect();
+        Mos {
+            version: MOS_VERSION,
+            pool_name: self.name.clone(),
+            pool_guid: self.guid,
+            next_dataset_id: frozen.next_dataset_id,
+            datasets,
+            errors,
+            zil: None,
+            history: None,
+        }
+    }
+}
+
+impl Pool {
+    /// Commits everything changed so far.
+    pub fn sync(&self) -> Result<(), PoolError> {
+        self.inner.ctx.txg.sync_all().map_err(FsError::from)?;
+        Ok(())
+    }
+
+    /// Commits a txg even if nothing else changed (to persist counters, or to point the
+    /// root at a new log chain).
+    pub(crate) fn force_txg(&self) -> Result<(), PoolError> {
+        let txg = self.inner.ctx.txg.hold(0).map_err(FsError::from)?.txg;
+        self.inner.ctx.txg.wait_synced(txg).map_err(FsError::from)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,199 @@
+//! Datasets of a pool: names, create, destroy, list, and the space each subtree uses.
+//!
+//! Owns: the name rules, the dataset directory in memory (`Inner::datasets`), new
+//! dataset ids.
+//!
+//! Promises: a dataset and its root directory are created in one txg (a crash never
+//! leaves a dataset without a root); a destroyed dataset's space returns once the txg
+//! that drops it commits; a dataset with children is not destroyed, nor the pool's root
+//! dataset; names are checked before anything changes.
+//!
+//! Must never: take the `datasets` lock before a txg hold (see `pool`), or free a
+//! destroyed dataset's blocks itself (the commit does, in the txg that drops it).
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use tarn_dataset::props::Effective;
+use tarn_dataset::{Dataset, FsError};
+use tarn_objects::{Dnode, ObjSet};
+
+use crate::error::PoolError;
+use crate::pool::{now_secs, Datasets, DsMeta, Pool};
+use crate::space::PoolSpace;
+
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct DatasetInfo {
+    pub name: String,
+    pub used: u64,
+    pub logicalused: u64,
+    pub available: u64,
+    pub mountpoint: String,
+}
+
+/// Pool and dataset name components: a letter first, then letters, digits, `_.-:`.
+pub fn check_name(name: &str) -> Result<(), PoolError> {
+    let bad = |why: &str| Err(PoolError::BadName(name.to_string(), why.to_string()));
+    if name.is_empty() || name.len() > 200 {
+        return bad("names are 1 to 200 characters");
+    }
+    for part in name.split('/') {
+        let mut chars = part.chars();
+        match chars.next() {
+            Some(c) if c.is_ascii_alphabetic() || (c.is_ascii_digit() && name.contains('/')) => {}
+            _ => return bad("each component starts with a letter"),
+        }
+        if !chars.all(|c| c.is_ascii_alphanumeric() || "_.-:".contains(c)) {
+            return bad("use letters, digits and _ . - :");
+        }
+    }
+    if ["mirror", "log", "cache", "spare"].contains(&name.split('/').next().unwrap_or("")) {
+        return bad("this word is reserved");
+    }
+    Ok(())
+}
+
+/// (physical, logical) bytes used by `ds` and every dataset under it, as of the last
+/// commit.
+pub(crate) fn subtree_space(sets: &Datasets, ds: &str) -> (u64, u64) {
+    let prefix = format!("{ds}/");
+    sets.iter()
+        .filter(|(k, _)| k.as_str() == ds || k.starts_with(&prefix))
+        .fold((0, 0), |(p, l), (_, (_, d))| {
+            (
+                p + d.used_physical.load(Ordering::Relaxed),
+                l + d.used_logical.load(Ordering::Relaxed),
+            )
+        })
+}
+
+impl Pool {
+    pub fn dataset(&self, name: &str) -> Result<Arc<Dataset>, PoolError> {
+        self.inner
+            .datasets
+            .read()
+            .get(name)
+            .map(|(_, d)| d.clone())
+            .ok_or_else(|| PoolError::NoSuchDataset(name.into()))
+    }
+
+    pub fn dataset_names(&self) -> Vec<String> {
+        self.inner.datasets.read().keys().cloned().collect()
+    }
+
+    pub fn create_dataset(&self, name: &str) -> Result<Arc<Dataset>, PoolError> {
+        check_name(name)?;
+        let Some((parent, _)) = name.rsplit_once('/') else {
+            return Err(PoolError::BadName(
+                name.into(),
+                "a dataset name is POOL/NAME".into(),
+            ));
+        };
+        if !name.starts_with(&format!("{}/", self.inner.name)) {
+            return Err(PoolError::BadName(
+                name.into(),
+                format!("it is not in pool '{}'", self.inner.name),
+            ));
+        }
+        if self.inner.datasets.read().contains_key(name) {
+            return Err(PoolError::DatasetExists(name.into()));
+        }
+        self.dataset(parent)?;
+        let id = {
+            let mut next = self.inner.next_dataset_id.lock();
+            *next += 1;
+            *next
+        };
+        // One txg holds both the new dataset and its root directory: a crash never
+        // leaves a dataset without a root.
+        let hold = self.inner.ctx.txg.hold(1024).map_err(FsError::from)?;
+        let ds = self.add_dataset(name, id, BTreeMap::new(), None, 1, Vec::new(), now_secs())?;
+        ds.init_root()?;
+        drop(hold);
+        Ok(ds)
+    }
+
+    /// Destroys a dataset with no children; its space returns once the txg commits.
+    pub fn destroy_dataset(&self, name: &str) -> Result<(), PoolError> {
+        if name == self.inner.name {
+            return Err(PoolError::RootDataset(name.into()));
+        }
+        self.dataset(name)?;
+        let prefix = format!("{name}/");
+        if self
+            .inner
+            .datasets
+            .read()
+            .keys()
+            .any(|k| k.starts_with(&prefix))
+        {
+            return Err(PoolError::HasChildren(name.into()));
+        }
+        self.sync()?;
+        let hold = self.inner.ctx.txg.hold(1024).map_err(FsError::from)?;
+        let removed = self.inner.datasets.write().remove(name);
+        let (_, ds) = removed.ok_or_else(|| PoolError::NoSuchDataset(name.into()))?;
+        self.inner.destroy_queue.lock().push(ds.os.meta_dnode());
+        drop(hold);
+        self.sync()
+    }
+
+    pub fn datasets_info(&self) -> Vec<DatasetInfo> {
+        let sets = self.inner.datasets.read();
+        let avail = self.available();
+        sets.keys()
+            .map(|name| {
+                let (used, logicalused) = subtree_space(&sets, name);
+                let mountpoint = Self::resolve(&sets, name, "mountpoint").0;
+                DatasetInfo {
+                    name: name.clone(),
+                    used,
+                    logicalused,
+                    available: avail,
+                    mountpoint,
+                }
+            })
+            .collect()
+    }
+
+    /// Opens dataset `name` over its dnode table (`meta`; `None` for a new dataset) and
+    /// enters it in the directory.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn add_dataset(
+        &self,
+        name: &str,
+        id: u64,
+        props: BTreeMap<String, String>,
+        meta: Option<Dnode>,
+        next_obj: u64,
+        unlinked: Vec<u64>,
+        creation: u64,
+    ) -> Result<Arc<Dataset>, PoolError> {
+        let ctx = &self.inner.ctx;
+        let os = ObjSet::open(ctx.clone(), meta, next_obj);
+        let space = Arc::new(PoolSpace {
+            zio: ctx.zio.clone(),
+            txg: ctx.txg.clone(),
+        });
+        let meta = DsMeta {
+            id,
+            props,
+            creation,
+        };
+        let eff = Effective::from_values(|_| String::new());
+        let ds = Arc::new(Dataset::new(
+            id,
+            os,
+            eff,
+            space,
+            self.inner.zil.clone(),
+            unlinked,
+        ));
+        self.inner
+            .datasets
+            .write()
+            .insert(name.to_string(), (meta, ds.clone()));
+        self.refresh_effective();
+        Ok(ds)
+    }
+}

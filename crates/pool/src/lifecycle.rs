@@ -1,0 +1,519 @@
+//! A pool's life: create, import, close, export, destroy, adding log devices — opening
+//! the devices, assembling the vdev tree from the labels, and choosing the root to open.
+//!
+//! Theory of operation (import). Read both labels of every device given; refuse a
+//! device that shrank, one of another pool, a destroyed pool, or a data vdev with no
+//! device left. Take the config from the label with the newest uberblock and build the
+//! vdev tree from it (a missing log device is allowed and reported). Try the uberblocks
+//! newest first until one's root block (the MOS) reads and verifies — unless it is of a
+//! newer format, which stops the import. Read the intent log chain the root names.
+//! Then rebuild the free space from the tree (`claim`): the MOS, the log blocks, every
+//! block of every dataset; everything else is free. Mark the labels active, start the
+//! sync thread, replay the log and commit it, and reclaim objects that were unlinked but
+//! open when the pool went down.
+//!
+//! Owns: `CreateOptions`, `ImportOptions`, `VdevSpec`; the labels' state (active,
+//! exported, destroyed) and config.
+//!
+//! Promises: a refused import or create writes nothing; the devices of another pool,
+//! of a newer format, or in use are refused by name (`-f` overrides only a pool that is
+//! not imported); close, export and destroy commit everything first.
+//!
+//! Must never: import a device whose label it cannot read, reuse a device of a newer
+//! format unasked, or mark labels exported before the last commit is durable.
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tarn_txg::TxgConfig;
+use tarn_vdev::{
+    read_device_labels, BlockDevice, DeviceLabels, FileDevice, Label, LabelState, Leaf, LeafHealth,
+    TopConfig, TopVdev, TreeConfig, Uberblock, VdevError, VdevTree,
+};
+use tarn_zio::{BlockPtr, Zio};
+
+use crate::error::{ImportError, PoolError, RootError};
+use crate::mos::{Mos, MosError};
+use crate::pool::{hostname, now_secs, random_guid, Pool};
+
+/// Smallest device tarn accepts, as ZFS does.
+pub const MIN_DEVICE: u64 = 64 << 20;
+
+#[derive(Clone, Debug)]
+pub enum VdevSpec {
+    Disk(PathBuf),
+    Mirror(Vec<PathBuf>),
+}
+
+#[derive(Clone, Debug)]
+pub struct CreateOptions {
+    pub ashift: u32,
+    /// Size of image files created for paths that do not exist.
+    pub size: Option<u64>,
+    pub force: bool,
+    pub txg: TxgConfig,
+    /// Separate intent-log devices (SLOG): fsync writes go there.
+    pub logs: Vec<VdevSpec>,
+}
+
+impl Default for CreateOptions {
+    fn default() -> Self {
+        CreateOptions {
+            ashift: 12,
+            size: None,
+            force: false,
+            txg: TxgConfig::default(),
+            logs: Vec::new(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct ImportOptions {
+    pub txg: TxgConfig,
+}
+
+impl Pool {
+    /// Creates a new pool on `specs` and commits its first txg.
+    pub fn create(name: &str, specs: &[VdevSpec], opts: &CreateOptions) -> Result<Pool, PoolError> {
+        crate::datasets::check_name(name)?;
+        if name.contains('/') {
+            return Err(PoolError::BadName(
+                name.into(),
+                "a pool name has no '/'".into(),
+            ));
+        }
+        if specs.is_empty() {
+            return Err(PoolError::NoDevices);
+        }
+        if !(9..=16).contains(&opts.ashift) {
+            return Err(PoolError::BadAshift(opts.ashift));
+        }
+        let mut tops = Vec::new();
+        let mut tree_cfg = TreeConfig {
+            tops: Vec::new(),
+            logs: Vec::new(),
+        };
+        for spec in specs {
+            let (top, cfg) = new_top(tops.len(), spec, opts)?;
+            tops.push(top);
+            tree_cfg.tops.push(cfg);
+        }
+        for spec in &opts.logs {
+            let (top, cfg) = new_top(tops.len(), spec, opts)?;
+            tops.push(top.as_log());
+            tree_cfg.logs.push(cfg);
+        }
+        let label = Label {
+            pool_name: name.to_string(),
+            pool_guid: random_guid(),
+            vdev_guid: 0,
+            top_index: 0,
+            ashift: opts.ashift,
+            state: LabelState::Active,
+            hostname: hostname(),
+            create_txg: 1,
+            asize: 0,
+            tree: tree_cfg,
+        };
+        let vdevs = VdevTree::new(tops, opts.ashift);
+        vdevs.write_labels(&label)?;
+        let zio = Arc::new(Zio::new(vdevs));
+        zio.finish_load();
+        let pool = Pool::assemble(label, zio, 0, opts.txg.clone(), 1, 1);
+        pool.add_dataset(name, 1, BTreeMap::new(), None, 1, Vec::new(), now_secs())?
+            .init_root()?;
+        pool.start();
+        pool.sync()?;
+        Ok(pool)
+    }
+
+    /// Opens the pool on `devices` (one handle per device found), at its newest
+    /// uberblock whose root verifies.
+    pub fn import(
+        devices: Vec<Arc<dyn BlockDevice>>,
+        opts: &ImportOptions,
+    ) -> Result<Pool, PoolError> {
+        let labels = read_all_labels(&devices)?;
+        let label = choose_label(&labels)?;
+        let refuse = |reason: ImportError| PoolError::CannotImport {
+            pool: label.pool_name.clone(),
+            reason,
+        };
+        let by_guid: BTreeMap<u64, Arc<dyn BlockDevice>> = labels
+            .iter()
+            .map(|(d, l)| (l.label.vdev_guid, d.clone()))
+            .collect();
+        let (vdevs, missing_logs) = build_tree(&label, &by_guid).map_err(refuse)?;
+        let was_exported = label.state == LabelState::Exported;
+        let mut ubs: Vec<Uberblock> = labels
+            .iter()
+            .flat_map(|(_, l)| l.uberblocks.clone())
+            .collect();
+        ubs.sort_by_key(|u| std::cmp::Reverse(u.txg));
+        ubs.dedup_by_key(|u| u.txg);
+        let zio = Arc::new(Zio::new(vdevs));
+        let (ub, mos, mos_bp) = newest_loadable(&zio, &ubs).map_err(|e| refuse(e.into()))?;
+        let chained = match &mos.zil {
+            Some(head) => Some(
+                tarn_zil::read_chain(&zio, label.pool_guid, head, ub.txg)
+                    .map_err(|e| refuse(e.into()))?,
+            ),
+            None => None,
+        };
+        let zil_seq = chained.as_ref().map_or(1, |c| c.end_seq + 1);
+        let pool = Pool::assemble(
+            label,
+            zio.clone(),
+            ub.txg,
+            opts.txg.clone(),
+            mos.next_dataset_id,
+            zil_seq,
+        );
+        *pool.inner.mos_bp.lock() = Some(mos_bp);
+        pool.inner.history.restore(mos.history.as_deref());
+        restore_error_counters(&zio.vdevs, &mos);
+        pool.claim_all(&mos, mos_bp, chained.as_ref())?;
+        zio.finish_load();
+        if pool.inner.label.state != LabelState::Active {
+            let mut active = pool.inner.label.clone();
+            active.state = LabelState::Active;
+            active.hostname = hostname();
+            zio.vdevs.write_labels(&active)?;
+        }
+        pool.start();
+        pool.replay_log(chained.unwrap_or_else(tarn_zil::Chained::empty), ub.txg)?;
+        if !missing_logs.is_empty() {
+            pool.note_missing_logs(&missing_logs, was_exported, ub.txg);
+        }
+        for (_, ds) in pool.inner.datasets.read().values() {
+            ds.reclaim_unlinked()?;
+        }
+        Ok(pool)
+    }
+
+    /// Opens the image files or block devices at `paths` and imports the pool on them.
+    pub fn import_paths(paths: &[PathBuf], opts: &ImportOptions) -> Result<Pool, PoolError> {
+        let mut devs: Vec<Arc<dyn BlockDevice>> = Vec::new();
+        for p in paths {
+            devs.push(Arc::new(FileDevice::open(p)?));
+        }
+        Pool::import(devs, opts)
+    }
+
+    /// Paths of every device in the pool's config.
+    pub fn device_paths(&self) -> Vec<PathBuf> {
+        let tree = &self.inner.label.tree;
+        tree.tops
+            .iter()
+            .chain(&tree.logs)
+            .flat_map(|t| t.leaves())
+            .map(|(_, p)| PathBuf::from(p))
+            .collect()
+    }
+
+    /// Says plainly what a missing log device means for this import.
+    fn note_missing_logs(&self, missing: &[String], was_exported: bool, txg: u64) {
+        let devices = missing.join(", ");
+        let msg = if was_exported {
+            format!("log device {devices} is missing; the pool was exported cleanly, so nothing acknowledged was lost; fsync now logs to the data devices")
+        } else {
+            format!("log device {devices} is missing: changes acknowledged by fsync after txg {txg} (the last committed) may be lost; fsync now logs to the data devices")
+        };
+        let mut report = self.inner.replay_report.lock();
+        *report = Some(match report.take() {
+            Some(r) => format!("{r}; {msg}"),
+            None => msg,
+        });
+    }
+
+    /// Commits, stops the sync thread, and (if `export`) marks the labels exported.
+    pub(crate) fn shutdown(&self, export: bool) -> Result<(), PoolError> {
+        let synced = self.sync();
+        self.inner.ctx.txg.close();
+        if let Some(t) = self.sync_thread.lock().take() {
+            let _ = t.join();
+        }
+        synced?;
+        if export {
+            let mut label = self.inner.label.clone();
+            label.state = LabelState::Exported;
+            self.inner.ctx.zio.vdevs.write_labels(&label)?;
+        }
+        Ok(())
+    }
+
+    /// Commits everything and closes the pool, leaving it imported.
+    pub fn close(self) -> Result<(), PoolError> {
+        self.shutdown(false)
+    }
+
+    /// Commits everything, marks the pool exported and closes it.
+    pub fn export(self) -> Result<(), PoolError> {
+        self.shutdown(true)
+    }
+
+    /// Adds separate log devices (`zpool add POOL log DEV`): commits, closes the pool and
+    /// writes the new configuration to every label; the next import uses the log.
+    pub fn add_logs(
+        self,
+        specs: &[VdevSpec],
+        force: bool,
+        size: Option<u64>,
+    ) -> Result<(), PoolError> {
+        if specs.is_empty() {
+            return Err(PoolError::NoLogDevices);
+        }
+        let zio = &self.inner.ctx.zio;
+        let opts = CreateOptions {
+            ashift: zio.vdevs.ashift,
+            force,
+            size,
+            ..Default::default()
+        };
+        let mut label = self.inner.label.clone();
+        let mut added = Vec::new();
+        // Open (or create) every new device before touching the pool, so a bad one
+        // changes nothing.
+        for spec in specs {
+            let (top, cfg) = new_top(zio.vdevs.tops.len() + added.len(), spec, &opts)?;
+            label.tree.logs.push(cfg);
+            added.push(top.as_log());
+        }
+        self.shutdown(false)?;
+        // Every device, old and new, gets the new config (label 0 everywhere, then 1).
+        zio.vdevs.write_labels(&label)?;
+        VdevTree::new(added, zio.vdevs.ashift).write_labels(&label)?;
+        Ok(())
+    }
+
+    /// Marks the pool destroyed on every device and closes it.
+    pub fn destroy(self) -> Result<(), PoolError> {
+        self.shutdown(false)?;
+        let mut label = self.inner.label.clone();
+        label.state = LabelState::Destroyed;
+        self.inner.ctx.zio.vdevs.write_labels(&label)?;
+        Ok(())
+    }
+
+    /// Stops without committing: what a crash would leave (tests only).
+    pub fn abandon(self) {
+        let ctx = &self.inner.ctx;
+        ctx.txg.close();
+        // The sync thread may commit the open txg on close; a crash would not. Tests that
+        // need a hard stop kill the process instead.
+        if let Some(t) = self.sync_thread.lock().take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A device and what its labels say.
+type Labelled = (Arc<dyn BlockDevice>, DeviceLabels);
+
+/// Both labels of every device, refusing one that shrank since it joined the pool (the
+/// blocks past its new end would be silently lost).
+fn read_all_labels(devices: &[Arc<dyn BlockDevice>]) -> Result<Vec<Labelled>, PoolError> {
+    let mut labels = Vec::new();
+    for dev in devices {
+        let l = read_device_labels(dev.as_ref())?;
+        let asize = TopVdev::asize_of(dev.size(), l.label.ashift);
+        if asize < l.label.asize {
+            let reason = ImportError::Truncated {
+                path: dev.path().into(),
+                asize,
+                needed: l.label.asize,
+            };
+            return Err(PoolError::CannotImport {
+                pool: l.label.pool_name.clone(),
+                reason,
+            });
+        }
+        labels.push((dev.clone(), l));
+    }
+    Ok(labels)
+}
+
+/// The config to import with: every device must be of one pool; the label beside the
+/// newest uberblock wins; a destroyed pool is refused.
+fn choose_label(labels: &[Labelled]) -> Result<Label, PoolError> {
+    let Some((_, first)) = labels.first() else {
+        return Err(PoolError::NoDevices);
+    };
+    let pool = first.label.pool_name.clone();
+    if let Some((dev, other)) = labels
+        .iter()
+        .find(|(_, l)| l.label.pool_guid != first.label.pool_guid)
+    {
+        let reason = ImportError::ForeignDevice {
+            path: dev.path().into(),
+            other: other.label.pool_name.clone(),
+        };
+        return Err(PoolError::CannotImport { pool, reason });
+    }
+    let newest = labels
+        .iter()
+        .max_by_key(|(_, l)| l.uberblocks.iter().map(|u| u.txg).max());
+    let label = newest
+        .map(|(_, l)| l.label.clone())
+        .unwrap_or_else(|| first.label.clone());
+    if label.state == LabelState::Destroyed {
+        return Err(PoolError::CannotImport {
+            pool,
+            reason: ImportError::Destroyed,
+        });
+    }
+    Ok(label)
+}
+
+/// Opens (or creates) the devices of one top-level vdev for a new pool or log.
+fn new_top(
+    index: usize,
+    spec: &VdevSpec,
+    opts: &CreateOptions,
+) -> Result<(TopVdev, TopConfig), PoolError> {
+    let paths = match spec {
+        VdevSpec::Disk(p) => vec![p.clone()],
+        VdevSpec::Mirror(ps) => ps.clone(),
+    };
+    let mut leaves = Vec::new();
+    let mut asize = u64::MAX;
+    for path in &paths {
+        let dev = open_for_create(path, opts)?;
+        asize = asize.min(TopVdev::asize_of(dev.size(), opts.ashift));
+        leaves.push(Leaf::new(
+            random_guid(),
+            path.display().to_string(),
+            Some(dev),
+        ));
+    }
+    let guid = random_guid();
+    let cfg = match spec {
+        VdevSpec::Disk(_) => TopConfig::Disk {
+            guid: leaves[0].guid,
+            path: leaves[0].path.clone(),
+        },
+        VdevSpec::Mirror(_) => TopConfig::Mirror {
+            guid,
+            children: leaves.iter().map(|l| (l.guid, l.path.clone())).collect(),
+        },
+    };
+    Ok((
+        TopVdev::new(index, cfg.guid(), opts.ashift, asize, leaves),
+        cfg,
+    ))
+}
+
+fn open_for_create(path: &Path, opts: &CreateOptions) -> Result<Arc<dyn BlockDevice>, PoolError> {
+    let dev = FileDevice::open_or_create(path, opts.size)?;
+    if dev.size() < MIN_DEVICE {
+        return Err(PoolError::TooSmall {
+            path: path.into(),
+            size: dev.size(),
+            min: MIN_DEVICE,
+        });
+    }
+    if !opts.force {
+        match read_device_labels(&dev) {
+            Ok(labels) if labels.label.state != LabelState::Destroyed => {
+                let state = format!("{:?}", labels.label.state).to_lowercase();
+                return Err(PoolError::InUse {
+                    path: path.into(),
+                    pool: labels.label.pool_name,
+                    state,
+                });
+            }
+            // A newer tarn's device is someone's pool too: never overwrite it unasked.
+            Err(
+                e @ (VdevError::UnsupportedVersion { .. }
+                | VdevError::UnsupportedUberblockVersion { .. }),
+            ) => {
+                return Err(PoolError::NewerFormat { source: e });
+            }
+            _ => {}
+        }
+    }
+    Ok(Arc::new(dev))
+}
+
+/// Assembles the vdev tree from the label's config and the devices found. A data vdev
+/// with no device is fatal; a missing log device is not (ZFS would refuse without -m):
+/// the pool imports and says what the missing log may have held.
+fn build_tree(
+    label: &Label,
+    by_guid: &BTreeMap<u64, Arc<dyn BlockDevice>>,
+) -> Result<(VdevTree, Vec<String>), ImportError> {
+    let mut tops = Vec::new();
+    let mut missing_logs = Vec::new();
+    let configs = label
+        .tree
+        .tops
+        .iter()
+        .map(|t| (t, false))
+        .chain(label.tree.logs.iter().map(|t| (t, true)));
+    for (index, (top, is_log)) in configs.enumerate() {
+        let mut leaves = Vec::new();
+        let mut asize = u64::MAX;
+        for (guid, path) in top.leaves() {
+            let dev = by_guid.get(&guid).cloned();
+            if let Some(d) = &dev {
+                asize = asize.min(TopVdev::asize_of(d.size(), label.ashift));
+            }
+            leaves.push(Leaf::new(guid, path, dev));
+        }
+        if leaves.iter().all(|l| l.health() == LeafHealth::Unavail) {
+            let missing: Vec<String> = leaves.iter().map(|l| l.path.clone()).collect();
+            if !is_log {
+                return Err(ImportError::MissingVdev {
+                    index,
+                    missing: missing.join(", "),
+                });
+            }
+            missing_logs.extend(missing);
+            asize = 0;
+        }
+        let vdev = TopVdev::new(index, top.guid(), label.ashift, asize, leaves);
+        tops.push(if is_log { vdev.as_log() } else { vdev });
+    }
+    Ok((VdevTree::new(tops, label.ashift), missing_logs))
+}
+
+/// The newest uberblock whose MOS block reads and verifies. A root of a newer format
+/// stops the search: an older root would silently drop what the newer tarn committed.
+fn newest_loadable(zio: &Zio, ubs: &[Uberblock]) -> Result<(Uberblock, Mos, BlockPtr), RootError> {
+    let mut last_err = RootError::NoUberblock;
+    for ub in ubs {
+        let Ok(Some(bp)) = BlockPtr::decode(&ub.root) else {
+            continue;
+        };
+        let bytes = match zio.read(&bp) {
+            Ok(b) => b,
+            Err(source) => {
+                last_err = RootError::Unreadable {
+                    txg: ub.txg,
+                    source,
+                };
+                continue;
+            }
+        };
+        match Mos::decode(&bytes) {
+            Ok(mos) => return Ok((ub.clone(), mos, bp)),
+            Err(e @ MosError::UnsupportedVersion { .. }) => return Err(RootError::Newer(e)),
+            Err(source) => {
+                last_err = RootError::Malformed {
+                    txg: ub.txg,
+                    source,
+                }
+            }
+        }
+    }
+    Err(last_err)
+}
+
+fn restore_error_counters(vdevs: &VdevTree, mos: &Mos) {
+    for leaf in vdevs.leaves() {
+        if let Some([r, w, c]) = mos.errors.get(&leaf.guid.to_string()) {
+            leaf.restore_counters(*r, *w, *c);
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! Dataset properties: set, inherit, get, and the effective values each dataset runs
+//! with (a local value, else the nearest ancestor's, else the default, as in ZFS).
+//!
+//! Owns: local property values (in each dataset's MOS record) and their inheritance.
+//!
+//! Promises: an unknown name, a read-only property or an invalid value is refused with
+//! a `PropError` naming what is allowed, and changes nothing; a change joins the open
+//! txg (it is committed with the MOS) and reaches every dataset below at once.
+//!
+//! Must never: store a value its definition did not normalise, or hold the `datasets`
+//! lock while waiting for a txg hold.
+use tarn_dataset::props::{self, format_size, Effective, READONLY};
+use tarn_dataset::FsError;
+
+use crate::datasets::subtree_space;
+use crate::error::{PoolError, PropError};
+use crate::pool::{Datasets, Pool};
+
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct PropRow {
+    pub property: String,
+    pub value: String,
+    pub source: String,
+    /// The exact number behind a size or ratio, for `-p` and scripts.
+    pub raw: Option<String>,
+}
+
+impl Pool {
+    /// Sets a property locally on `ds`; refuses unknown names, read-only properties and
+    /// invalid values, naming what is allowed.
+    pub fn set_property(&self, ds: &str, name: &str, value: &str) -> Result<(), PoolError> {
+        if READONLY.contains(&name) {
+            return Err(PropError::ReadOnly(name.into()).into());
+        }
+        let def = props::find(name).ok_or_else(|| PropError::Unknown(name.into()))?;
+        let norm = (def.validate)(value).ok_or_else(|| PropError::InvalidValue {
+            name: name.into(),
+            value: value.into(),
+            help: def.help,
+        })?;
+        let hold = self.inner.ctx.txg.hold(1024).map_err(FsError::from)?;
+        {
+            let mut sets = self.inner.datasets.write();
+            let (meta, _) = sets
+                .get_mut(ds)
+                .ok_or_else(|| PoolError::NoSuchDataset(ds.into()))?;
+            meta.props.insert(name.to_string(), norm);
+        }
+        drop(hold);
+        self.refresh_effective();
+        Ok(())
+    }
+
+    /// Removes a local setting, so the value is inherited again (`zfs inherit`).
+    pub fn inherit_property(&self, ds: &str, name: &str) -> Result<(), PoolError> {
+        props::find(name).ok_or_else(|| PropError::Unknown(name.into()))?;
+        let hold = self.inner.ctx.txg.hold(1024).map_err(FsError::from)?;
+        {
+            let mut sets = self.inner.datasets.write();
+            let (meta, _) = sets
+                .get_mut(ds)
+                .ok_or_else(|| PoolError::NoSuchDataset(ds.into()))?;
+            meta.props.remove(name);
+        }
+        drop(hold);
+        self.refresh_effective();
+        Ok(())
+    }
+
+    /// `tarn get`: every property (or one) with its value and source.
+    pub fn get_properties(&self, ds: &str, which: Option<&str>) -> Result<Vec<PropRow>, PoolError> {
+        let sets = self.inner.datasets.read();
+        let Some((meta, _)) = sets.get(ds) else {
+            return Err(PoolError::NoSuchDataset(ds.into()));
+        };
+        let (used, logical) = subtree_space(&sets, ds);
+        let ratio = if used == 0 {
+            1.0
+        } else {
+            logical as f64 / used as f64
+        };
+        let row = |property: &str, value: String, raw: Option<String>| PropRow {
+            property: property.into(),
+            value,
+            source: "-".into(),
+            raw,
+        };
+        let available = self.available();
+        let mut rows = vec![
+            row("type", "filesystem".into(), None),
+            row("creation", meta.creation.to_string(), None),
+            row("used", format_size(used), Some(used.to_string())),
+            row(
+                "available",
+                format_size(available),
+                Some(available.to_string()),
+            ),
+            row(
+                "logicalused",
+                format_size(logical),
+                Some(logical.to_string()),
+            ),
+            row(
+                "compressratio",
+                format!("{ratio:.2}x"),
+                Some(format!("{ratio:.4}")),
+            ),
+        ];
+        for def in props::PROPS {
+            let (value, source) = Self::resolve(&sets, ds, def.name);
+            rows.push(PropRow {
+                property: def.name.into(),
+                value,
+                source,
+                raw: None,
+            });
+        }
+        if let Some(w) = which {
+            if props::find(w).is_none() && !READONLY.contains(&w) {
+                return Err(PropError::Unknown(w.into()).into());
+            }
+            rows.retain(|r| r.property == w);
+        }
+        Ok(rows)
+    }
+
+    /// Value and source of a settable property, walking up the dataset tree.
+    pub(crate) fn resolve(sets: &Datasets, ds: &str, name: &str) -> (String, String) {
+        let mut cur = ds;
+        loop {
+            if let Some(v) = sets.get(cur).and_then(|(meta, _)| meta.props.get(name)) {
+                let source = if cur == ds {
+                    "local".to_string()
+                } else {
+                    format!("inherited from {cur}")
+                };
+                return (v.clone(), source);
+            }
+            match cur.rsplit_once('/') {
+                Some((parent, _)) => cur = parent,
+                None => break,
+            }
+        }
+        let def = props::find(name).expect("resolve is asked only for known property names");
+        (def.default.to_string(), "default".to_string())
+    }
+
+    /// Hands every dataset its effective values again (after a change or a new dataset).
+    pub(crate) fn refresh_effective(&self) {
+        let sets = self.inner.datasets.read();
+        for (name, (_, ds)) in sets.iter() {
+            ds.set_effective(Effective::from_values(|p| Self::resolve(&sets, name, p).0));
+        }
+    }
+}

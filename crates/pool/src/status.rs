@@ -1,0 +1,198 @@
+//! What the pool says about itself: status (health of every device, space, the last
+//! committed txg, why it is suspended), the engine counters (`tarn stats`), the ARC's
+//! budget at run time, and clearing the error counters.
+//!
+//! Owns: `PoolStatus`, `TopStatus`, `PoolStats` — the shapes the CLI and the stats
+//! publisher serialise.
+//!
+//! Promises: asking never changes the pool (status does not join the open txg, so it
+//! does not make an empty txg commit); `clear_errors` persists the cleared counters with
+//! a commit.
+//!
+//! Must never: take a lock the sync thread holds for long (status is called while the
+//! pool is busy), or report a device healthy that is not.
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tarn_vdev::{LeafHealth, LeafStatus, TopVdev};
+
+use crate::datasets::subtree_space;
+use crate::error::PoolError;
+use crate::pool::{now_secs, Pool};
+
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct TopStatus {
+    pub name: String,
+    /// A separate intent-log device.
+    pub log: bool,
+    pub health: String,
+    pub leaves: Vec<LeafStatus>,
+}
+
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct PoolStatus {
+    pub name: String,
+    pub guid: u64,
+    pub state: String,
+    pub txg: u64,
+    pub size: u64,
+    pub allocated: u64,
+    pub free: u64,
+    pub ashift: u32,
+    pub vdevs: Vec<TopStatus>,
+    pub suspended: Option<String>,
+}
+
+/// Engine counters of one pool (what `tarn stats` shows).
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct PoolStats {
+    pub pool: String,
+    pub time: u64,
+    pub arc: tarn_arc::ArcSnapshot,
+    pub zil: BTreeMap<String, u64>,
+    pub txg: BTreeMap<String, u64>,
+    pub io: BTreeMap<String, u64>,
+    /// Live bytes against the bytes of the sectors holding them (packing efficiency).
+    #[serde(default)]
+    pub space: BTreeMap<String, u64>,
+}
+
+fn get(a: &AtomicU64) -> u64 {
+    a.load(Ordering::Relaxed)
+}
+
+fn top_status(top: &TopVdev) -> TopStatus {
+    let leaves: Vec<LeafStatus> = top.leaves.iter().map(|l| l.status()).collect();
+    let online = leaves
+        .iter()
+        .filter(|l| l.health == LeafHealth::Online)
+        .count();
+    let health = if online == leaves.len() {
+        "ONLINE"
+    } else if online > 0 {
+        "DEGRADED"
+    } else {
+        "UNAVAIL"
+    };
+    let name = if top.is_mirror() {
+        format!("mirror-{}", top.index)
+    } else {
+        leaves[0].path.clone()
+    };
+    TopStatus {
+        name,
+        log: top.is_log,
+        health: health.into(),
+        leaves,
+    }
+}
+
+impl Pool {
+    pub fn status(&self) -> PoolStatus {
+        let zio = &self.inner.ctx.zio;
+        let (size, allocated, free) = zio.space();
+        // Not `hold(0)`: joining the open txg would make it commit an empty txg.
+        let suspended = self.inner.ctx.txg.suspended().map(|e| e.to_string());
+        let vdevs: Vec<TopStatus> = zio.vdevs.tops.iter().map(top_status).collect();
+        let degraded = vdevs.iter().any(|t| t.health != "ONLINE");
+        let state = if suspended.is_some() {
+            "SUSPENDED"
+        } else if degraded {
+            "DEGRADED"
+        } else {
+            "ONLINE"
+        };
+        PoolStatus {
+            name: self.inner.name.clone(),
+            guid: self.inner.guid,
+            state: state.into(),
+            txg: self.inner.ctx.txg.synced(),
+            size,
+            allocated,
+            free,
+            ashift: zio.vdevs.ashift,
+            vdevs,
+            suspended,
+        }
+    }
+
+    /// Every engine counter, for `tarn stats` and Prometheus.
+    pub fn stats(&self) -> PoolStats {
+        let zio = &self.inner.ctx.zio;
+        let z = &self.inner.zil.stats;
+        let s = &zio.stats;
+        let t = self.inner.ctx.txg.stats();
+        PoolStats {
+            pool: self.inner.name.clone(),
+            time: now_secs(),
+            arc: {
+                let mut a = zio.arc.snapshot();
+                a.hot_copy_hits = get(&zio.hot.hits);
+                a.hot_copies_size = zio.hot.size();
+                a
+            },
+            zil: BTreeMap::from([
+                ("commits".to_string(), get(&z.commits)),
+                ("blocks_written".to_string(), get(&z.blocks_written)),
+                ("bytes_written".to_string(), get(&z.bytes_written)),
+                ("records_written".to_string(), get(&z.records_written)),
+                ("indirect_records".to_string(), get(&z.indirect_records)),
+            ]),
+            txg: BTreeMap::from([
+                ("open".to_string(), t.open),
+                ("synced".to_string(), t.synced),
+                ("dirty_open_bytes".to_string(), t.dirty_open),
+                ("dirty_syncing_bytes".to_string(), t.dirty_syncing),
+            ]),
+            space: {
+                let (sectors, live) = zio.occupancy();
+                // What the datasets' blocks take as of the last commit (zfs `used`): without
+                // the live intent log, frees not yet released, or dirty data.
+                let (used, logical) = subtree_space(&self.inner.datasets.read(), &self.inner.name);
+                BTreeMap::from([
+                    ("allocated_sector_bytes".to_string(), sectors),
+                    ("live_bytes".to_string(), live),
+                    ("datasets_used_bytes".to_string(), used),
+                    ("datasets_logical_bytes".to_string(), logical),
+                ])
+            },
+            io: BTreeMap::from([
+                ("blocks_written".to_string(), get(&s.blocks_written)),
+                (
+                    "logical_bytes_written".to_string(),
+                    get(&s.logical_bytes_written),
+                ),
+                (
+                    "physical_bytes_written".to_string(),
+                    get(&s.physical_bytes_written),
+                ),
+                ("runs_written".to_string(), get(&s.runs_written)),
+                ("blocks_read".to_string(), get(&s.blocks_read)),
+                (
+                    "physical_bytes_read".to_string(),
+                    get(&s.physical_bytes_read),
+                ),
+                ("checksum_errors".to_string(), get(&s.checksum_errors)),
+            ]),
+        }
+    }
+
+    /// ARC counters and sizes (arcstats).
+    pub fn arc_stats(&self) -> tarn_arc::ArcSnapshot {
+        self.inner.ctx.zio.arc.snapshot()
+    }
+
+    /// Changes the ARC budget at run time.
+    pub fn set_arc_max(&self, bytes: u64) {
+        self.inner.ctx.zio.arc.set_max(bytes);
+        self.inner.ctx.zio.hot.set_max(bytes / tarn_zio::HOT_SHARE);
+    }
+
+    /// Resets every device's error counters (`zpool clear`).
+    pub fn clear_errors(&self) -> Result<(), PoolError> {
+        for leaf in self.inner.ctx.zio.vdevs.leaves() {
+            leaf.clear_counters();
+        }
+        self.force_txg()
+    }
+}

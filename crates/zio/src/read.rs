@@ -1,0 +1,214 @@
+//! The read path: a block pointer becomes the block's verified logical bytes.
+//!
+//! Theory of operation. `read_cached` (every demand read: a 16 KiB page) looks in order
+//! at the hot decompressed copies (one copy out), the ARC (one decompression), then the
+//! device: the sector span is read into a per-thread scratch buffer, the physical bytes
+//! are checked against the pointer's checksum (a mirror tries its sides until one
+//! verifies, and rewrites the bad ones), kept in the ARC if the cache policy admits the
+//! block, and decompressed into the caller's buffer. Scrub and the import walk read past
+//! the ARC (`read_from_devices`, `read_all_copies`): they check what the devices hold.
+//!
+//! Owns: the verified-read logic, the per-thread scratch buffer, the read trace.
+//!
+//! Promises: bytes reach the caller only after the physical bytes matched the checksum;
+//! a 16 KiB page read that misses the caches allocates nothing on this path; a checksum
+//! failure is counted (pipeline and device counters) and named.
+//!
+//! Must never: return unverified bytes, or insert unverified bytes into the ARC.
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tarn_arc::{BlockKey, Class};
+use tarn_vdev::{ReadMode, VdevError};
+
+use crate::{BlockPtr, BlockType, CachePolicy, Compression, Zio, ZioError};
+
+thread_local! {
+    /// Per-thread buffer for the physical bytes of a read: reused, so a 16 KiB page read
+    /// allocates nothing.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// What a scrub read found: the verified logical bytes, and how many copies (mirror
+/// sides) did not verify and were rewritten from a good one.
+#[derive(Debug)]
+pub struct CopiesRead {
+    pub data: Vec<u8>,
+    pub bad_copies: u32,
+}
+
+pub(crate) fn open_trace() -> Option<Mutex<std::io::BufWriter<std::fs::File>>> {
+    let path = std::env::var_os("TARN_READ_TRACE")?;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .ok()?;
+    Some(Mutex::new(std::io::BufWriter::new(file)))
+}
+
+pub(crate) fn arc_key(bp: &BlockPtr) -> BlockKey {
+    BlockKey {
+        vdev: bp.vdev,
+        offset: bp.offset,
+        birth: bp.birth,
+    }
+}
+
+pub(crate) fn class_of(t: BlockType) -> Class {
+    if t == BlockType::Data {
+        Class::Data
+    } else {
+        Class::Metadata
+    }
+}
+
+/// The block's kind in messages.
+pub(crate) fn block_kind(t: BlockType) -> &'static str {
+    match t {
+        BlockType::Data => "data",
+        BlockType::Indirect => "indirect",
+        BlockType::Dnodes => "dnode",
+        BlockType::Directory => "directory",
+        BlockType::Mos => "pool root",
+    }
+}
+
+impl Zio {
+    /// Reads a block from the devices themselves, past the ARC (import walk): verifies
+    /// every copy it touches and repairs mirrors.
+    pub fn read_from_devices(&self, bp: &BlockPtr) -> Result<Vec<u8>, ZioError> {
+        self.check_bounds(bp)?;
+        let mut out = vec![0u8; bp.lsize as usize];
+        self.read_from_disk(bp, &mut out, CachePolicy::None, ReadMode::FirstGood)?;
+        Ok(out)
+    }
+
+    /// Reads and verifies a block; returns its logical bytes.
+    pub fn read(&self, bp: &BlockPtr) -> Result<Vec<u8>, ZioError> {
+        let mut out = vec![0u8; bp.lsize as usize];
+        self.read_into(bp, &mut out)?;
+        Ok(out)
+    }
+
+    /// Reads and verifies a block into `out` (exactly `lsize` bytes), through the ARC.
+    pub fn read_into(&self, bp: &BlockPtr, out: &mut [u8]) -> Result<(), ZioError> {
+        self.read_cached(bp, out, CachePolicy::All)
+    }
+
+    /// Scrub read: verifies every copy of the block (each side of a mirror), rewriting
+    /// bad ones from a good one. Bypasses the ARC.
+    pub fn read_all_copies(&self, bp: &BlockPtr) -> Result<CopiesRead, ZioError> {
+        self.check_bounds(bp)?;
+        let mut data = vec![0u8; bp.lsize as usize];
+        let bad_copies =
+            self.read_from_disk(bp, &mut data, CachePolicy::None, ReadMode::AllSides)?;
+        Ok(CopiesRead { data, bad_copies })
+    }
+
+    /// Like `read_into`, leaving the block in the ARC only if `policy` admits it.
+    pub fn read_cached(
+        &self,
+        bp: &BlockPtr,
+        out: &mut [u8],
+        policy: CachePolicy,
+    ) -> Result<(), ZioError> {
+        self.check_bounds(bp)?;
+        if let Some(t) = &self.trace {
+            use std::io::Write;
+            let _ = writeln!(
+                t.lock(),
+                "{} {} {} {} {}",
+                bp.vdev,
+                bp.offset,
+                bp.birth,
+                bp.psize,
+                bp.lsize
+            );
+        }
+        let key = arc_key(bp);
+        if bp.compression != Compression::Off && self.hot.copy_out(&key, out) {
+            return Ok(());
+        }
+        if let Some(phys) = self.arc.get(&key) {
+            decompress(bp, &phys, out)?;
+            if bp.compression != Compression::Off {
+                self.hot.insert(key, out); // read again while cached: keep it ready
+            }
+            return Ok(());
+        }
+        self.read_from_disk(bp, out, policy, ReadMode::FirstGood)
+            .map(|_| ())
+    }
+
+    /// Reads, verifies and decompresses from the devices; returns how many copies were
+    /// bad (and repaired).
+    fn read_from_disk(
+        &self,
+        bp: &BlockPtr,
+        out: &mut [u8],
+        policy: CachePolicy,
+        mode: ReadMode,
+    ) -> Result<u32, ZioError> {
+        assert_eq!(
+            out.len(),
+            bp.lsize as usize,
+            "read buffer must be the logical size"
+        );
+        let top = &self.vdevs.tops[bp.vdev as usize];
+        let verify = |d: &[u8]| bp.checksum_kind.digest(d) == bp.checksum;
+        SCRATCH.with_borrow_mut(|scratch| {
+            let (range, bad_copies) = self.read_verified(top, bp, &verify, scratch, mode)?;
+            let phys = &scratch[range];
+            if policy.admits(bp.block_type) {
+                self.arc.insert(
+                    arc_key(bp),
+                    Arc::from(phys),
+                    bp.lsize,
+                    class_of(bp.block_type),
+                );
+            }
+            decompress(bp, phys, out)?;
+            Ok(bad_copies)
+        })
+    }
+
+    fn read_verified(
+        &self,
+        top: &tarn_vdev::TopVdev,
+        bp: &BlockPtr,
+        verify: &dyn Fn(&[u8]) -> bool,
+        scratch: &mut Vec<u8>,
+        mode: ReadMode,
+    ) -> Result<(std::ops::Range<usize>, u32), ZioError> {
+        let read = top.read_sides(bp.offset, bp.psize as usize, verify, scratch, mode);
+        let read = read.map_err(|e| match e {
+            VdevError::Checksum { .. } => {
+                self.stats.checksum_errors.fetch_add(1, Ordering::Relaxed);
+                ZioError::Checksum {
+                    what: block_kind(bp.block_type),
+                    vdev: bp.vdev,
+                    offset: bp.offset,
+                }
+            }
+            other => ZioError::Vdev(other),
+        })?;
+        self.stats.blocks_read.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .physical_bytes_read
+            .fetch_add(read.range.len() as u64, Ordering::Relaxed);
+        Ok((read.range, read.bad_sides))
+    }
+}
+
+fn decompress(bp: &BlockPtr, phys: &[u8], out: &mut [u8]) -> Result<(), ZioError> {
+    bp.compression
+        .decompress(phys, out)
+        .map_err(|source| ZioError::Decompress {
+            what: block_kind(bp.block_type),
+            vdev: bp.vdev,
+            offset: bp.offset,
+            source,
+        })
+}

@@ -1,0 +1,226 @@
+//! The write path: a batch of logical blocks (one txg's, or an fsync's early write)
+//! becomes packed, checksummed physical blocks on the devices.
+//!
+//! Theory of operation. Every block of the batch is compressed and checksummed in
+//! parallel (rayon). The blocks are then placed in order, back to back, into runs of whole
+//! free sectors taken from one top-level vdev at a time (rotating over the stripe); a raw
+//! block starts on a sector boundary, so a raw 16 KiB page is read back with one 16 KiB
+//! read. A run is written with one I/O per mirror side when it is full or the batch ends;
+//! its unused tail goes back to the map. A block's bytes are claimed in the map before its
+//! run is written, so no other batch can be handed its sectors.
+//!
+//! Owns: packing and the run buffers; what a written block leaves in the ARC.
+//!
+//! Promises: a block is never placed where a live byte is; a block that does not shrink
+//! by 1/8 is stored raw; the pointers come back in the order of the blocks.
+//!
+//! Must never: flush (the caller orders flushes against the uberblock), or hide a failed
+//! run write (the error is returned and the txg fails, rather than a pointer to sectors
+//! that hold nothing).
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use rayon::prelude::*;
+use tarn_alloc::Run;
+
+use crate::read::{arc_key, class_of};
+use crate::{BlockPtr, BlockType, ChecksumKind, Compression, Zio, ZioError};
+
+/// Largest run written with one I/O.
+const RUN_BYTES: u64 = 1 << 20;
+
+/// A block to write; it borrows its bytes so the caller's buffers are not copied.
+pub struct PendingBlock<'a> {
+    pub data: &'a [u8],
+    pub compression: Compression,
+    pub checksum: ChecksumKind,
+    pub level: u8,
+    pub block_type: BlockType,
+    /// Whether the written block stays in the ARC (as ZFS keeps what it writes): a block
+    /// just loaded or updated is likely read soon, and reading it back would cost an I/O.
+    pub cache: CachePolicy,
+}
+
+/// Which blocks a read or write may leave in the ARC (the `primarycache` property).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CachePolicy {
+    All,
+    Metadata,
+    None,
+}
+
+impl CachePolicy {
+    pub(crate) fn admits(self, block_type: BlockType) -> bool {
+        match self {
+            CachePolicy::All => true,
+            CachePolicy::Metadata => block_type != BlockType::Data,
+            CachePolicy::None => false,
+        }
+    }
+}
+
+/// One block after compression and checksum, before placement.
+struct Encoded<'a> {
+    payload: std::borrow::Cow<'a, [u8]>,
+    compression: Compression,
+    checksum: [u8; 32],
+}
+
+/// A run being filled.
+struct OpenRun {
+    top: usize,
+    run: Run,
+    buf: Vec<u8>,
+    cursor: usize,
+    placed: Vec<(u64, u64)>,
+}
+
+impl Zio {
+    /// Compresses, checksums, packs and writes `blocks`; returns their pointers in order.
+    pub fn write_blocks(
+        &self,
+        blocks: &[PendingBlock],
+        birth: u64,
+    ) -> Result<Vec<BlockPtr>, ZioError> {
+        let encoded: Vec<Encoded> = blocks.par_iter().map(encode).collect();
+        let mut ptrs = Vec::with_capacity(blocks.len());
+        let mut remaining: u64 = encoded.iter().map(|e| e.payload.len() as u64).sum();
+        let mut open: Option<OpenRun> = None;
+        for (block, enc) in blocks.iter().zip(&encoded) {
+            let psize = enc.payload.len();
+            let raw = enc.compression == Compression::Off;
+            let (top, offset) = self.place(&mut open, psize, raw, remaining)?;
+            remaining -= psize as u64;
+            ptrs.push(BlockPtr {
+                vdev: top as u16,
+                compression: enc.compression,
+                checksum_kind: block.checksum,
+                level: block.level,
+                block_type: block.block_type,
+                offset,
+                psize: psize as u32,
+                lsize: block.data.len() as u32,
+                birth,
+                checksum: enc.checksum,
+            });
+            let run = open.as_mut().expect("placed into an open run");
+            let at = (offset - run.run.first * self.sector(top)) as usize;
+            run.buf[at..at + psize].copy_from_slice(&enc.payload);
+            if block.cache.admits(block.block_type) {
+                let bp = ptrs.last().expect("just pushed");
+                self.arc.insert_written(
+                    arc_key(bp),
+                    Arc::from(&enc.payload[..]),
+                    bp.lsize,
+                    class_of(bp.block_type),
+                );
+            }
+            self.stats
+                .logical_bytes_written
+                .fetch_add(block.data.len() as u64, Ordering::Relaxed);
+        }
+        if let Some(run) = open.take() {
+            self.close_run(run)?;
+        }
+        self.stats
+            .blocks_written
+            .fetch_add(blocks.len() as u64, Ordering::Relaxed);
+        Ok(ptrs)
+    }
+
+    /// Finds room for a block of `psize` bytes, closing the open run and opening a new
+    /// one when it does not fit. Returns (top, byte offset).
+    fn place(
+        &self,
+        open: &mut Option<OpenRun>,
+        psize: usize,
+        align: bool,
+        remaining: u64,
+    ) -> Result<(usize, u64), ZioError> {
+        if let Some(run) = open.as_mut() {
+            let sector = self.sector(run.top) as usize;
+            let at = if align {
+                run.cursor.next_multiple_of(sector)
+            } else {
+                run.cursor
+            };
+            if at + psize <= run.buf.len() {
+                return Ok(self.commit_place(run, at, psize));
+            }
+        }
+        if let Some(run) = open.take() {
+            self.close_run(run)?;
+        }
+        let mut run = self.open_run(psize as u64, remaining)?;
+        let placed = self.commit_place(&mut run, 0, psize);
+        *open = Some(run);
+        Ok(placed)
+    }
+
+    fn commit_place(&self, run: &mut OpenRun, at: usize, psize: usize) -> (usize, u64) {
+        let offset = run.run.first * self.sector(run.top) + at as u64;
+        run.cursor = at + psize;
+        run.placed.push((offset, psize as u64));
+        (run.top, offset)
+    }
+
+    /// Takes a run of free sectors from the next vdev that has one, rotating across the
+    /// stripe so data spreads over every top-level vdev.
+    fn open_run(&self, min_bytes: u64, remaining: u64) -> Result<OpenRun, ZioError> {
+        let n = self.maps.len();
+        let start = self.next_top.fetch_add(1, Ordering::Relaxed);
+        for k in 0..n {
+            let top = (start + k) % n;
+            if self.vdevs.tops[top].is_log {
+                continue; // log devices hold only intent-log blocks
+            }
+            let sector = self.sector(top);
+            let min = min_bytes.div_ceil(sector);
+            let want = remaining.min(RUN_BYTES).max(min_bytes).div_ceil(sector);
+            if let Some(run) = self.with_map(top, |m| m.alloc_run(min, want)) {
+                let len = (run.sectors * sector) as usize;
+                return Ok(OpenRun {
+                    top,
+                    run,
+                    buf: vec![0u8; len],
+                    cursor: 0,
+                    placed: Vec::new(),
+                });
+            }
+        }
+        Err(ZioError::NoSpace(min_bytes))
+    }
+
+    /// Claims the placed blocks, gives back unused sectors, and writes the run.
+    fn close_run(&self, run: OpenRun) -> Result<(), ZioError> {
+        let sector = self.sector(run.top);
+        let used = (run.cursor as u64).div_ceil(sector);
+        self.with_map(run.top, |map| {
+            for &(off, len) in &run.placed {
+                map.claim(off, len);
+            }
+            map.return_unused(run.run.first + used, run.run.sectors - used);
+        });
+        let bytes = &run.buf[..(used * sector) as usize];
+        self.vdevs.tops[run.top].write(run.run.first * sector, bytes)?;
+        self.note_write();
+        self.stats.runs_written.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .physical_bytes_written
+            .fetch_add(run.cursor as u64, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+fn encode<'a>(block: &PendingBlock<'a>) -> Encoded<'a> {
+    let (payload, compression) = match block.compression.compress(block.data) {
+        Some(packed) => (std::borrow::Cow::Owned(packed), block.compression),
+        None => (std::borrow::Cow::Borrowed(block.data), Compression::Off),
+    };
+    let checksum = block.checksum.digest(&payload);
+    Encoded {
+        payload,
+        compression,
+        checksum,
+    }
+}
