@@ -56,7 +56,7 @@ pub fn session(name: &str) -> Result<Session, CliError> {
             // A daemon holds the devices but does not answer yet (starting) or any
             // more (releasing them): ask again.
             Err(CliError::Pool(e)) if e.is_busy() && Instant::now() < deadline => {}
-            Err(CliError::Pool(e)) if e.is_busy() => return Err(unanswered(name).unwrap_or(e.into())),
+            Err(CliError::Pool(e)) if e.is_busy() => return Err(unanswered(name).unwrap_or(CliError::Pool(e))),
             Err(e) => return Err(e),
         }
     }

@@ -21,9 +21,9 @@ pub enum CliError {
     #[error("{0}")]
     Refused(String),
     #[error(transparent)]
-    Pool(#[from] PoolError),
+    Pool(Box<PoolError>),
     #[error(transparent)]
-    Mount(#[from] MountError),
+    Mount(Box<MountError>),
     #[error(transparent)]
     Cache(#[from] CacheError),
     /// A path on the host (a file being copied in, a mountpoint, the run directory).
@@ -34,7 +34,27 @@ pub enum CliError {
     /// A pool command, run here or by the daemon that holds the pool (same words and
     /// exit code either way).
     #[error(transparent)]
-    Op(#[from] tarn_control::OpError),
+    Op(Box<tarn_control::OpError>),
+}
+
+// The engine's errors are boxed: they are large, and a command's Result is passed up
+// through every call (clippy::result_large_err).
+impl From<PoolError> for CliError {
+    fn from(e: PoolError) -> CliError {
+        CliError::Pool(Box::new(e))
+    }
+}
+
+impl From<MountError> for CliError {
+    fn from(e: MountError) -> CliError {
+        CliError::Mount(Box::new(e))
+    }
+}
+
+impl From<tarn_control::OpError> for CliError {
+    fn from(e: tarn_control::OpError) -> CliError {
+        CliError::Op(Box::new(e))
+    }
 }
 
 impl CliError {
@@ -68,7 +88,7 @@ mod tests {
     fn a_malformed_command_line_exits_2_and_a_failed_command_1() {
         assert_eq!(CliError::Usage("'x' is not PROP=VALUE".into()).exit_code(), 2);
         assert_eq!(CliError::Refused("pool 'tank' holds 1G of data".into()).exit_code(), 1);
-        assert_eq!(CliError::Pool(PoolError::NoSuchDataset("tank/x".into())).exit_code(), 1);
+        assert_eq!(CliError::from(PoolError::NoSuchDataset("tank/x".into())).exit_code(), 1);
     }
 
     #[test]
@@ -77,3 +97,4 @@ mod tests {
         assert_eq!(e.one_line(), "first part; second part");
     }
 }
+

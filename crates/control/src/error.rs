@@ -22,8 +22,9 @@ pub enum OpError {
     /// Understood, and refused for a reason the command found itself.
     #[error("{0}")]
     Refused(String),
+    /// Boxed: engine errors are large, and every command returns this.
     #[error(transparent)]
-    Pool(#[from] PoolError),
+    Pool(Box<PoolError>),
     /// A path inside a dataset (put, cat, ls).
     #[error("{path}: {source}")]
     File { path: String, source: FsError },
@@ -42,6 +43,12 @@ pub enum OpError {
     Remote { message: String, exit: u8 },
     #[error(transparent)]
     Control(#[from] ControlError),
+}
+
+impl From<PoolError> for OpError {
+    fn from(e: PoolError) -> OpError {
+        OpError::Pool(Box::new(e))
+    }
 }
 
 impl OpError {

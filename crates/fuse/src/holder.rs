@@ -293,7 +293,7 @@ fn finish_pool(pool: Arc<Pool>, how: Finish, history: Option<HistoryEntry>) -> R
         }
     };
     tarn_control::finish_local(pool, how, history).map_err(|e| match e {
-        OpError::Pool(p) => MountError::FinalCommit(p),
+        OpError::Pool(p) => MountError::FinalCommit(*p),
         other => MountError::State(other.to_string()),
     })
 }

@@ -69,7 +69,14 @@ pub enum MountError {
     Umount { path: String, detail: String },
     #[error("mount state: {0}")]
     State(String),
-    /// What the daemon holding the pool answered on its control socket.
+    /// What the daemon holding the pool answered on its control socket (boxed: it can
+    /// carry any engine error, and the others here are small).
     #[error(transparent)]
-    Control(#[from] tarn_control::OpError),
+    Control(Box<tarn_control::OpError>),
+}
+
+impl From<tarn_control::OpError> for MountError {
+    fn from(e: tarn_control::OpError) -> MountError {
+        MountError::Control(Box::new(e))
+    }
 }
