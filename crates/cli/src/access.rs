@@ -28,6 +28,22 @@ use crate::error::CliError;
 const HELD_WAIT: Duration = Duration::from_secs(30);
 /// How long a command waits for a daemon that let the pool go to exit.
 const EXIT_WAIT: Duration = Duration::from_secs(60);
+/// How long a command waits for a daemon that hung up on it to be gone (a killed one is
+/// gone in moments; one still running after this is not dying, and its error stands).
+const HANGUP_WAIT: Duration = Duration::from_secs(5);
+
+/// After `e` from the daemon: whether the command may run again without it, i.e. the
+/// daemon was closing the pool or hung up, and has now exited.
+pub fn daemon_went_away(client: &Client, e: &tarn_control::OpError) -> bool {
+    let wait = if e.is_closing() {
+        EXIT_WAIT
+    } else if e.is_hangup() {
+        HANGUP_WAIT
+    } else {
+        return false;
+    };
+    client.wait_daemon_gone(wait)
+}
 
 /// The pool part of a dataset name: "tank/db/x" → "tank".
 pub fn pool_of(dataset: &str) -> &str {
@@ -113,8 +129,7 @@ pub fn run<O: Op>(name: &str, op: O) -> Result<O::Output, CliError> {
         let mut s = session(name)?;
         if let Session::Remote(client) = &mut s {
             match client.call(&op) {
-                Err(e) if e.is_closing() && !waited => {
-                    client.wait_daemon_gone(EXIT_WAIT);
+                Err(e) if !waited && daemon_went_away(client, &e) => {
                     waited = true;
                     continue;
                 }

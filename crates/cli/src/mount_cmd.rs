@@ -10,7 +10,6 @@
 //! must hold the devices, and it may not fork once a thread exists).
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use tarn_control::ops::mounts::Mount;
 
@@ -50,10 +49,9 @@ pub fn mount(
             options: options_text.to_string(),
         });
         match first {
-            // Its last mount just went: it is closing; start a daemon of our own.
-            Err(e) if e.is_closing() => {
-                daemon.wait_daemon_gone(Duration::from_secs(60));
-            }
+            // Its last mount just went (it is closing), or it was killed: once it has
+            // exited, start a daemon of our own.
+            Err(e) if access::daemon_went_away(&daemon, &e) => {}
             other => {
                 other?;
                 for ds in also {

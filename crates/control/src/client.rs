@@ -50,6 +50,11 @@ impl Client {
         };
         let io = |source| ControlError::Io { path: path.clone(), source };
         let daemon_pid = peer::of(&stream).map_err(io)?.pid;
+        // A daemon killed a moment ago can still have its listening socket open while
+        // its last threads exit (the kernel queues our connect); it will never answer.
+        if wait_gone(daemon_pid, Duration::ZERO) {
+            return Ok(None);
+        }
         let reader = BufReader::new(stream.try_clone().map_err(io)?);
         Ok(Some(Client {
             pool: pool.to_string(),
@@ -71,9 +76,14 @@ impl Client {
         let args = serde_json::to_value(op)
             .map_err(|e| ControlError::Malformed(format!("arguments of '{}': {e}", O::NAME)))?;
         let request = Request { version: PROTOCOL_VERSION, op: O::NAME.to_string(), args, argv: self.argv.clone() };
-        protocol::send(&mut self.writer, &request).map_err(|e| self.io(e))?;
-        let line =
-            protocol::receive(&mut self.reader, MAX_REPLY).map_err(|e| self.io(e))?.ok_or_else(|| self.hangup())?;
+        // A refusal (not root) may be sent before the request is read, and the socket
+        // closed: read what came even if sending failed.
+        let sent = protocol::send(&mut self.writer, &request);
+        let line = match protocol::receive(&mut self.reader, MAX_REPLY) {
+            Ok(Some(line)) => line,
+            Ok(None) => return Err(sent.err().map_or_else(|| self.hangup().into(), |e| self.io(e))),
+            Err(e) => return Err(self.io(sent.err().unwrap_or(e))),
+        };
         let reply: Reply = protocol::decode(&line)?;
         if let Some(err) = reply.error {
             if err.closing {

@@ -74,6 +74,12 @@ impl OpError {
     pub fn is_closing(&self) -> bool {
         matches!(self, OpError::Control(ControlError::Closing { .. }))
     }
+
+    /// The daemon closed the connection without answering (killed while the request was
+    /// queued, or crashed): if it is gone, the caller may run the command itself.
+    pub fn is_hangup(&self) -> bool {
+        matches!(self, OpError::Control(ControlError::Hangup { .. }))
+    }
 }
 
 /// Why the control socket could not carry a command.

@@ -340,8 +340,16 @@ fn umount_served(r: &MountRecord, mp: &Path, force: bool) -> Result<(), MountErr
     let asked = tarn_control::ops::mounts::Umount { target: mp.display().to_string(), force };
     match client.call(&asked) {
         Ok(()) => {}
-        // Closing already (its last mount went away, or an export runs): it is going.
-        Err(e) if e.is_closing() => {}
+        // Closing already (its last mount went away, an export runs) or just killed: once
+        // it is gone, what it leaves is a dead daemon's.
+        Err(e) if e.is_closing() || e.is_hangup() => {
+            client.wait_daemon_gone(UMOUNT_WAIT);
+            if !r.is_alive() {
+                detach_dead(mp);
+                r.remove();
+            }
+            return Ok(());
+        }
         Err(e) => return Err(e.into()),
     }
     // The last mount: the daemon replied once the pool was closed, and exits now.
