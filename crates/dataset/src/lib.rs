@@ -95,7 +95,9 @@ pub struct Dataset {
     zil: Arc<Zil>,
     used_physical: AtomicU64,
     used_logical: AtomicU64,
-    opens: Mutex<HashMap<u64, u32>>,
+    /// Open handles per object, and the object itself: holding it keeps it in the object
+    /// cache (an open file's object is never evicted).
+    opens: Mutex<HashMap<u64, (u32, Arc<Object>)>>,
     unlinked: Mutex<BTreeSet<u64>>,
     /// The unlinked set as of the last quiesce: what the syncing txg records.
     unlinked_at_quiesce: Mutex<Vec<u64>>,
@@ -157,7 +159,10 @@ impl Dataset {
     }
 
     pub fn used(&self) -> SpaceUsed {
-        SpaceUsed { physical: self.used_physical.load(Ordering::Relaxed), logical: self.used_logical.load(Ordering::Relaxed) }
+        SpaceUsed {
+            physical: self.used_physical.load(Ordering::Relaxed),
+            logical: self.used_logical.load(Ordering::Relaxed),
+        }
     }
 
     /// Sets the space counters (at import, from walking the dataset's tree).

@@ -73,9 +73,7 @@ pub struct Pool {
 /// `TARN_ARC_MAX=SIZE` sets the ARC budget, as the zfs_arc_max module parameter does for
 /// ZFS (default: a quarter of the machine's memory).
 fn arc_max_from_env() -> Option<u64> {
-    std::env::var("TARN_ARC_MAX")
-        .ok()
-        .and_then(|v| props::parse_size(&v))
+    std::env::var("TARN_ARC_MAX").ok().and_then(|v| props::parse_size(&v))
 }
 
 pub(crate) fn random_guid() -> u64 {
@@ -83,16 +81,11 @@ pub(crate) fn random_guid() -> u64 {
 }
 
 pub(crate) fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default()
 }
 
 pub(crate) fn now_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
 impl Pool {
@@ -107,19 +100,14 @@ impl Pool {
         zil_seq: u64,
     ) -> Pool {
         if let Some(max) = arc_max_from_env() {
-            zio.arc.set_max(max);
-            zio.hot.set_max(max / tarn_zio::HOT_SHARE);
+            zio.set_cache_budget(max);
         }
         // Every uberblock from now on must be newer than the one the pool was opened at.
         zio.vdevs.set_committed_txg(last_txg);
         let txg = Arc::new(TxgEngine::new(last_txg, txg_cfg));
         let zil = Arc::new(Zil::new(zio.clone(), label.pool_guid, zil_seq));
         zio.start_prefetch();
-        let ctx = Arc::new(Ctx {
-            zio,
-            txg,
-            reclaim: RwLock::new(()),
-        });
+        let ctx = Arc::new(Ctx { zio, txg, reclaim: RwLock::new(()) });
         Pool {
             inner: Arc::new(Inner {
                 name: label.pool_name.clone(),

@@ -63,10 +63,7 @@ fn get(a: &AtomicU64) -> u64 {
 
 fn top_status(top: &TopVdev) -> TopStatus {
     let leaves: Vec<LeafStatus> = top.leaves.iter().map(|l| l.status()).collect();
-    let online = leaves
-        .iter()
-        .filter(|l| l.health == LeafHealth::Online)
-        .count();
+    let online = leaves.iter().filter(|l| l.health == LeafHealth::Online).count();
     let health = if online == leaves.len() {
         "ONLINE"
     } else if online > 0 {
@@ -74,17 +71,8 @@ fn top_status(top: &TopVdev) -> TopStatus {
     } else {
         "UNAVAIL"
     };
-    let name = if top.is_mirror() {
-        format!("mirror-{}", top.index)
-    } else {
-        leaves[0].path.clone()
-    };
-    TopStatus {
-        name,
-        log: top.is_log,
-        health: health.into(),
-        leaves,
-    }
+    let name = if top.is_mirror() { format!("mirror-{}", top.index) } else { leaves[0].path.clone() };
+    TopStatus { name, log: top.is_log, health: health.into(), leaves }
 }
 
 impl Pool {
@@ -158,20 +146,11 @@ impl Pool {
             },
             io: BTreeMap::from([
                 ("blocks_written".to_string(), get(&s.blocks_written)),
-                (
-                    "logical_bytes_written".to_string(),
-                    get(&s.logical_bytes_written),
-                ),
-                (
-                    "physical_bytes_written".to_string(),
-                    get(&s.physical_bytes_written),
-                ),
+                ("logical_bytes_written".to_string(), get(&s.logical_bytes_written)),
+                ("physical_bytes_written".to_string(), get(&s.physical_bytes_written)),
                 ("runs_written".to_string(), get(&s.runs_written)),
                 ("blocks_read".to_string(), get(&s.blocks_read)),
-                (
-                    "physical_bytes_read".to_string(),
-                    get(&s.physical_bytes_read),
-                ),
+                ("physical_bytes_read".to_string(), get(&s.physical_bytes_read)),
                 ("checksum_errors".to_string(), get(&s.checksum_errors)),
             ]),
         }
@@ -184,8 +163,7 @@ impl Pool {
 
     /// Changes the ARC budget at run time.
     pub fn set_arc_max(&self, bytes: u64) {
-        self.inner.ctx.zio.arc.set_max(bytes);
-        self.inner.ctx.zio.hot.set_max(bytes / tarn_zio::HOT_SHARE);
+        self.inner.ctx.zio.set_cache_budget(bytes);
     }
 
     /// Resets every device's error counters (`zpool clear`).

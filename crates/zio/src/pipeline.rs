@@ -22,7 +22,7 @@ use tarn_vdev::{Uberblock, VdevTree};
 use crate::read::{arc_key, open_trace};
 use crate::{BlockPtr, ZioError};
 
-/// The decompressed copies get this fraction of the ARC's budget.
+/// The decompressed copies get this fraction of the ARC's budget (held within it).
 pub const HOT_SHARE: u64 = 16;
 
 #[derive(Default)]
@@ -69,11 +69,8 @@ impl Zio {
     /// A pipeline with every sector free; the importer claims the live blocks and then
     /// calls `finish_load`.
     pub fn new(vdevs: VdevTree) -> Zio {
-        let maps = vdevs
-            .tops
-            .iter()
-            .map(|t| Mutex::new(SpaceMap::new(t.asize, t.ashift)))
-            .collect();
+        let budget = ArcCache::default_max();
+        let maps = vdevs.tops.iter().map(|t| Mutex::new(SpaceMap::new(t.asize, t.ashift))).collect();
         let free = vdevs.tops.iter().map(|_| AtomicU64::new(0)).collect();
         Zio {
             vdevs,
@@ -81,13 +78,27 @@ impl Zio {
             free,
             next_top: AtomicUsize::new(0),
             stats: ZioStats::default(),
-            arc: ArcCache::new(ArcCache::default_max()),
-            hot: HotCopies::new(ArcCache::default_max() / HOT_SHARE),
+            arc: ArcCache::new(budget),
+            hot: HotCopies::new(budget / HOT_SHARE),
             trace: open_trace(),
             prefetch: Mutex::new(None),
             writes_done: AtomicU64::new(0),
             flushed_through: AtomicU64::new(0),
         }
+        .with_cache_budget(budget)
+    }
+
+    fn with_cache_budget(self, bytes: u64) -> Zio {
+        self.set_cache_budget(bytes);
+        self
+    }
+
+    /// Sets the memory budget of the caches (`arc_max`): the ARC's blocks, the hot copies'
+    /// share (held within it) and the decoded metadata. Shrinking evicts at once.
+    pub fn set_cache_budget(&self, bytes: u64) {
+        self.hot.set_max(bytes / HOT_SHARE);
+        self.arc.set_reserved(bytes / HOT_SHARE);
+        self.arc.set_max(bytes);
     }
 
     /// Runs `f` on vdev `top`'s space map and refreshes its free-byte mirror.
@@ -117,9 +128,7 @@ impl Zio {
     pub fn space(&self) -> (u64, u64, u64) {
         let data = || self.vdevs.tops.iter().filter(|t| !t.is_log);
         let total: u64 = data().map(|t| (t.asize >> t.ashift) << t.ashift).sum();
-        let free: u64 = data()
-            .map(|t| self.free[t.index].load(Ordering::Relaxed))
-            .sum();
+        let free: u64 = data().map(|t| self.free[t.index].load(Ordering::Relaxed)).sum();
         (total, total - free, free)
     }
 
@@ -138,17 +147,9 @@ impl Zio {
     }
 
     pub(crate) fn check_bounds(&self, bp: &BlockPtr) -> Result<(), ZioError> {
-        let top = self
-            .vdevs
-            .tops
-            .get(bp.vdev as usize)
-            .ok_or(ZioError::NoSuchVdev { vdev: bp.vdev })?;
+        let top = self.vdevs.tops.get(bp.vdev as usize).ok_or(ZioError::NoSuchVdev { vdev: bp.vdev })?;
         if bp.offset + bp.psize as u64 > top.asize || bp.psize == 0 || bp.lsize == 0 {
-            return Err(ZioError::OutOfBounds {
-                vdev: bp.vdev,
-                offset: bp.offset,
-                psize: bp.psize,
-            });
+            return Err(ZioError::OutOfBounds { vdev: bp.vdev, offset: bp.offset, psize: bp.psize });
         }
         Ok(())
     }
@@ -229,15 +230,8 @@ mod tests {
     fn zio(dir: &tempfile::TempDir) -> Zio {
         let dev = FileDevice::open_or_create(&dir.path().join("d.img"), Some(8 << 20)).unwrap();
         let asize = TopVdev::asize_of(dev.size(), 12);
-        let leaf = Leaf::new(
-            1,
-            "d.img".into(),
-            Some(Arc::new(dev) as Arc<dyn BlockDevice>),
-        );
-        let zio = Zio::new(VdevTree::new(
-            vec![TopVdev::new(0, 1, 12, asize, vec![leaf])],
-            12,
-        ));
+        let leaf = Leaf::new(1, "d.img".into(), Some(Arc::new(dev) as Arc<dyn BlockDevice>));
+        let zio = Zio::new(VdevTree::new(vec![TopVdev::new(0, 1, 12, asize, vec![leaf])], 12));
         zio.finish_load();
         zio
     }
@@ -256,13 +250,7 @@ mod tests {
     }
 
     fn ub(txg: u64, bp: &crate::BlockPtr) -> Uberblock {
-        Uberblock {
-            txg,
-            pool_guid: 1,
-            guid_sum: 1,
-            timestamp: 0,
-            root: bp.to_bytes(),
-        }
+        Uberblock { txg, pool_guid: 1, guid_sum: 1, timestamp: 0, root: bp.to_bytes() }
     }
 
     #[test]
