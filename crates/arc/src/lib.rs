@@ -654,6 +654,16 @@ impl Clock {
     }
 }
 
+/// The process's resident memory in bytes, from /proc/self/statm (0 if it cannot be
+/// read).
+pub fn resident_bytes() -> u64 {
+    let page = 4096; // statm counts pages; every Linux platform tarn runs on has 4 KiB ones
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1).and_then(|n| n.parse::<u64>().ok()))
+        .map_or(0, |pages| pages * page)
+}
+
 /// Physical memory in bytes, from /proc/meminfo (1 GiB if it cannot be read).
 fn total_memory() -> u64 {
     std::fs::read_to_string("/proc/meminfo")

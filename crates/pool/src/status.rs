@@ -117,6 +117,10 @@ impl Pool {
                 let mut a = zio.arc.snapshot();
                 a.hot_copy_hits = get(&zio.hot.hits);
                 a.hot_copies_size = zio.hot.size();
+                a.accounted_size += a.hot_copies_size;
+                // Where the rest of the process's memory goes is not the budget's.
+                a.rss = tarn_arc::resident_bytes();
+                a.other_size = a.rss.saturating_sub(a.accounted_size);
                 a
             },
             zil: BTreeMap::from([
