@@ -654,6 +654,23 @@ impl Clock {
     }
 }
 
+/// How the process's allocator gives free memory back to the OS, if the binary said
+/// (`set_memory_release`).
+static MEMORY_RELEASE: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+
+/// Sets, once, how to give the allocator's free memory back to the OS: the binary chooses
+/// the allocator, the engine knows when a shrink made memory free.
+pub fn set_memory_release(release: fn()) {
+    let _ = MEMORY_RELEASE.set(release);
+}
+
+/// Gives the allocator's free memory back to the OS, if the binary said how.
+pub fn release_memory() {
+    if let Some(release) = MEMORY_RELEASE.get() {
+        release();
+    }
+}
+
 /// The process's resident memory in bytes, from /proc/self/statm (0 if it cannot be
 /// read).
 pub fn resident_bytes() -> u64 {

@@ -35,7 +35,11 @@ pub fn mount(
         more: also,
         options,
     };
-    Ok(tarn_fuse::mount(req, || access::open(&pool))?)
+    Ok(tarn_fuse::mount(req, || {
+        // After the fork: the daemon may start threads now.
+        crate::allocator::start_background_threads();
+        access::open(&pool)
+    })?)
 }
 
 /// `tarn umount MOUNTPOINT|POOL/DS`: returns once the daemon has committed.

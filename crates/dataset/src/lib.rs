@@ -153,6 +153,12 @@ impl Dataset {
         self.os.meta_dnode()
     }
 
+    /// Evicts clean objects while decoded objects are over their share of the ARC's budget
+    /// (after the budget shrank).
+    pub fn trim_cache(&self) {
+        self.os.trim();
+    }
+
     /// The next object id the set will hand out, recorded with the meta dnode.
     pub fn next_obj(&self) -> u64 {
         self.os.next_obj()

@@ -150,7 +150,7 @@ impl ObjSet {
     /// Evicts clean objects (CLOCK: one looked up since the hand last passed goes round
     /// once more) while decoded objects are over their share of the ARC's budget. Never
     /// waits for an object's lock.
-    fn trim(&self) {
+    pub fn trim(&self) {
         let arc = &self.ctx.zio.arc;
         if !arc.objects_over_share() {
             return;
@@ -202,6 +202,7 @@ impl ObjSet {
         self.cache.write().insert(id, obj.clone());
         self.ctx.zio.arc.charge(tarn_arc::Outside::Objects, OBJECT_BYTES);
         self.dirty.lock().insert(id);
+        self.trim();
         FreshObject(obj)
     }
 
@@ -260,6 +261,10 @@ impl ObjSet {
         self.sync_objects(&[&self.meta], txg, SyncPolicy { compression: Compression::Lz4, ..policy }, &mut result)?;
         result.count_freed();
         self.evict_freed(&objects, txg);
+        drop(objects);
+        // The objects this txg wrote are clean once it commits; a lookup that hits the
+        // cache never trims, so the sync does.
+        self.trim();
         Ok(result)
     }
 

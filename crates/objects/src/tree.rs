@@ -70,6 +70,9 @@ pub struct BlockTree {
     /// block as last written (stale while the top is dirty).
     root: Option<BlockPtr>,
     ind: HashMap<(u8, u64), Node>,
+    /// Entries in `ind` after its last sweep of clean blocks the cache dropped: the map is
+    /// swept again when it has doubled, so it stays the size of what is cached or dirty.
+    swept_len: usize,
 }
 
 /// Blocks covered by one pointer at `level` (level 0: one record).
@@ -138,7 +141,7 @@ impl DirtyInd {
 
 impl BlockTree {
     pub fn new(root: Option<BlockPtr>, nlevels: u8) -> BlockTree {
-        BlockTree { nlevels, root, ind: HashMap::new() }
+        BlockTree { nlevels, root, ind: HashMap::new(), swept_len: 0 }
     }
 
     pub fn nlevels(&self) -> u8 {
@@ -205,7 +208,20 @@ impl BlockTree {
         };
         let b = read_block(zio, bp)?;
         self.ind.insert((level, idx), Node::Clean(Arc::downgrade(&b)));
+        self.sweep_if_grown();
         Ok(Some(b))
+    }
+
+    /// Forgets clean blocks the decoded cache dropped, once the map has doubled since the
+    /// last sweep (amortised: a sweep costs what the entries it follows did).
+    fn sweep_if_grown(&mut self) {
+        if self.ind.len() > 2 * self.swept_len + 64 {
+            self.ind.retain(|_, n| match n {
+                Node::Clean(w) => w.strong_count() > 0,
+                Node::Dirty(_) => true,
+            });
+            self.swept_len = self.ind.len();
+        }
     }
 
     /// Makes indirect block (level, idx) dirty if it exists (on disk or dirty already);

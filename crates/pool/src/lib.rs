@@ -42,3 +42,5 @@ pub use props::PropRow;
 pub use scan::{discover, Discovered};
 pub use scrub::ScrubResult;
 pub use status::{PoolStats, PoolStatus, TopStatus};
+/// The binary's allocator tells the engine how to give free memory back to the OS.
+pub use tarn_arc::set_memory_release;

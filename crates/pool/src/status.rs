@@ -165,9 +165,15 @@ impl Pool {
         self.inner.ctx.zio.arc.snapshot()
     }
 
-    /// Changes the ARC budget at run time.
+    /// Changes the ARC budget at run time. A smaller one is given back at once: blocks and
+    /// decoded metadata are evicted, and then the allocator is asked to return its free
+    /// memory to the OS (`tarn_arc::set_memory_release`).
     pub fn set_arc_max(&self, bytes: u64) {
         self.inner.ctx.zio.set_cache_budget(bytes);
+        for (_, ds) in self.inner.datasets.read().values() {
+            ds.trim_cache();
+        }
+        tarn_arc::release_memory();
     }
 
     /// Resets every device's error counters (`zpool clear`).

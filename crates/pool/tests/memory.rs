@@ -107,8 +107,7 @@ fn rss_stays_within_arc_max_plus_a_fixed_overhead_under_millions_of_metadata_blo
     let files_took = started.elapsed();
 
     let big = ds.create(ROOT_ID, b"sparse.ibd", NewObject::File, 0o644, 0, 0).unwrap().ino;
-    ds.setattr(big, &tarn_dataset::SetAttr { size: Some(SPARSE_RECORDS * PAGE as u64), ..Default::default() })
-        .unwrap();
+    ds.setattr(big, &tarn_dataset::SetAttr { size: Some(SPARSE_RECORDS * PAGE as u64), ..Default::default() }).unwrap();
     let mut rng = Rng(0x2545_f491_4f6c_dd1d);
     let mut written: Vec<u64> = Vec::new();
     let mut indirect = std::collections::HashSet::new();
@@ -118,8 +117,8 @@ fn rss_stays_within_arc_max_plus_a_fixed_overhead_under_millions_of_metadata_blo
         ds.write(big, record * PAGE as u64, &page(record)).unwrap();
         written.push(record);
         indirect.insert(record >> 9); // the level-1 indirect block it lands in
-        // A read of a page written before, and of a small file: both need metadata
-        // (indirect blocks, dnodes) that the budget may have evicted.
+                                      // A read of a page written before, and of a small file: both need metadata
+                                      // (indirect blocks, dnodes) that the budget may have evicted.
         let old = written[(rng.next() % written.len() as u64) as usize];
         ds.read(big, old * PAGE as u64, &mut buf).unwrap();
         assert_eq!(buf, page(old), "page {old} of the sparse file");
