@@ -608,9 +608,12 @@ pub struct Decoded<T> {
 }
 
 impl<T> Decoded<T> {
-    /// The value, marked as used (a relaxed store: no lock on the read path).
+    /// The value, marked as used (no lock on the read path; the bit is written only when
+    /// it changes, so readers of a hot block do not bounce its cache line).
     pub fn get(&self) -> &T {
-        self.touched.store(true, Ordering::Relaxed);
+        if !self.touched.load(Ordering::Relaxed) {
+            self.touched.store(true, Ordering::Relaxed);
+        }
         &self.value
     }
 }

@@ -203,7 +203,10 @@ impl Object {
 
     /// Marks the object used (the object cache's CLOCK bit).
     pub(crate) fn touch(&self) {
-        self.touched.store(true, Ordering::Relaxed);
+        // Written only when it changes: readers of a hot object do not bounce its line.
+        if !self.touched.load(Ordering::Relaxed) {
+            self.touched.store(true, Ordering::Relaxed);
+        }
     }
 
     /// The bytes the object has charged, if it may leave the cache now: nobody else holds

@@ -3,7 +3,9 @@
 //! A long random workload makes a million and more metadata blocks — dnodes of many
 //! files in many directories, and indirect blocks of a huge sparse file written and read
 //! at random 16 KiB pages — while the test samples the process's resident memory. Alone
-//! in its test binary, so no other test's memory is counted.
+//! in its test binary, so no other test's memory is counted; with the allocator and the
+//! settings of the `tarn` binary (crates/cli/src/allocator.rs), so it measures what the
+//! mount daemon would hold.
 mod common;
 
 use std::time::{Duration, Instant};
@@ -11,6 +13,13 @@ use std::time::{Duration, Instant};
 use tarn_dataset::{Dataset, NewObject, ROOT_ID};
 use tarn_pool::{CreateOptions, Pool, VdevSpec};
 use tarn_txg::TxgConfig;
+
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+#[allow(non_upper_case_globals)]
+#[export_name = "_rjem_malloc_conf"]
+pub static malloc_conf: &[u8] = b"dirty_decay_ms:1000,muzzy_decay_ms:0,background_thread:true\0";
 
 /// The ARC's budget for the run.
 const ARC_MAX: u64 = 64 << 20;
@@ -39,10 +48,10 @@ fn page(record: u64) -> Vec<u8> {
     common::pattern(record, PAGE)
 }
 
-/// The workload's scale: `TARN_MEMORY_TEST_PAGES` random pages (default 250,000, a few
+/// The workload's scale: `TARN_MEMORY_TEST_PAGES` random pages (default 100,000, a few
 /// minutes on a busy 2-core machine) and a tenth as many files.
 fn scale() -> u64 {
-    std::env::var("TARN_MEMORY_TEST_PAGES").ok().and_then(|v| v.parse().ok()).unwrap_or(250_000)
+    std::env::var("TARN_MEMORY_TEST_PAGES").ok().and_then(|v| v.parse().ok()).unwrap_or(100_000)
 }
 
 struct Peak {
