@@ -83,6 +83,9 @@ pub struct ObjSet {
     /// front is where the hand is).
     cache: RwLock<LinkedHashMap<u64, Arc<Object>>>,
     next_obj: AtomicU64,
+    /// Counts objects leaving the cache (trimmed or freed), under its write lock: a load
+    /// that raced a departure reads its dnode again (`get`).
+    departures: AtomicU64,
     dirty: Mutex<BTreeSet<u64>>,
     syncing: Mutex<Vec<u64>>,
 }
@@ -96,6 +99,7 @@ impl ObjSet {
             meta: Object::new(0, meta),
             cache: RwLock::new(LinkedHashMap::new()),
             next_obj: AtomicU64::new(next_obj.max(1)),
+            departures: AtomicU64::new(0),
             dirty: Mutex::new(BTreeSet::new()),
             syncing: Mutex::new(Vec::new()),
         }
@@ -126,22 +130,28 @@ impl ObjSet {
         if id == 0 || id >= self.next_obj() {
             return Err(ObjError::NoObject(id));
         }
-        let mut raw = [0u8; DNODE_SIZE];
-        let n = self.meta.lock().read(&self.ctx, id * DNODE_SIZE as u64, &mut raw, tarn_zio::CachePolicy::All)?;
-        if n < DNODE_SIZE {
-            return Err(ObjError::NoObject(id));
-        }
-        let dnode = Dnode::decode(&raw)?.ok_or(ObjError::NoObject(id))?;
-        let obj = {
+        let obj = loop {
+            let departures = self.departures.load(Ordering::Acquire);
+            let mut raw = [0u8; DNODE_SIZE];
+            let n = self.meta.lock().read(&self.ctx, id * DNODE_SIZE as u64, &mut raw, tarn_zio::CachePolicy::All)?;
+            if n < DNODE_SIZE {
+                return Err(ObjError::NoObject(id));
+            }
+            let dnode = Dnode::decode(&raw)?.ok_or(ObjError::NoObject(id))?;
             let mut cache = self.cache.write();
             if let Some(o) = cache.get(&id) {
-                o.clone() // loaded by another thread meanwhile
-            } else {
-                let o = Arc::new(Object::new(id, dnode));
-                cache.insert(id, o.clone());
-                self.ctx.zio.arc.charge(tarn_arc::Outside::Objects, OBJECT_BYTES);
-                o
+                break o.clone(); // loaded by another thread meanwhile
             }
+            if self.departures.load(Ordering::Acquire) != departures {
+                // An object left the cache while this dnode was read: if it was this one,
+                // changed, synced and evicted meanwhile, the bytes read may be older than
+                // its last change. Read again.
+                continue;
+            }
+            let o = Arc::new(Object::new(id, dnode));
+            cache.insert(id, o.clone());
+            self.ctx.zio.arc.charge(tarn_arc::Outside::Objects, OBJECT_BYTES);
+            break o;
         };
         self.trim();
         Ok(obj)
@@ -174,6 +184,7 @@ impl ObjSet {
                 match charged {
                     Some(bytes) => {
                         evicted.extend(cache.remove(&id));
+                        self.departures.fetch_add(1, Ordering::Release);
                         arc.discharge(tarn_arc::Outside::Objects, bytes);
                     }
                     None => {
@@ -292,6 +303,7 @@ impl ObjSet {
             let mut cache = self.cache.write();
             for (id, charged) in evict {
                 if cache.remove(&id).is_some() {
+                    self.departures.fetch_add(1, Ordering::Release);
                     self.ctx.zio.arc.discharge(tarn_arc::Outside::Objects, charged);
                 }
             }
