@@ -71,7 +71,12 @@ const METRICS: &[(&str, &str, Kind, &str)] = &[
     ("arc", "metadata_size", Kind::Gauge, "Bytes of metadata (indirect blocks, dnodes, the MOS) in the ARC."),
     ("arc", "blocks", Kind::Gauge, "Blocks in the ARC."),
     ("arc", "headers_size", Kind::Gauge, "Bytes of the ARC's bookkeeping (cached blocks' and ghosts' headers)."),
-    ("arc", "decoded_indirect_size", Kind::Gauge, "Bytes of decoded indirect blocks kept within the budget (dbuf cache)."),
+    (
+        "arc",
+        "decoded_indirect_size",
+        Kind::Gauge,
+        "Bytes of decoded indirect blocks kept within the budget (dbuf cache).",
+    ),
     (
         "arc",
         "decoded_objects_size",
@@ -79,7 +84,12 @@ const METRICS: &[(&str, &str, Kind, &str)] = &[
         "Bytes of decoded objects (dnodes, directory entries) kept within the budget (dnode cache).",
     ),
     ("arc", "metadata_limit", Kind::Gauge, "Metadata (cached and decoded) evicted last while under this many bytes."),
-    ("arc", "accounted_size", Kind::Gauge, "Bytes the budget accounts for: blocks, headers, hot copies, decoded metadata."),
+    (
+        "arc",
+        "accounted_size",
+        Kind::Gauge,
+        "Bytes the budget accounts for: blocks, headers, hot copies, decoded metadata.",
+    ),
     ("arc", "rss", Kind::Gauge, "Resident memory of the process holding the pool, in bytes."),
     ("arc", "other_size", Kind::Gauge, "Resident bytes the budget does not account for (rss - accounted_size)."),
     ("zil", "commits", Kind::Counter, "Intent-log commits (fsyncs and sync writes, grouped)."),

@@ -81,7 +81,15 @@ impl Dataset {
             drop(st);
             if eff.sync != SyncMode::Disabled {
                 let len = data.len() as u64;
-                let w = LoggedWrite { txg: hold.txg, dataset: self.id, obj: ino, offset: off, len, blksz, logbias: eff.logbias };
+                let w = LoggedWrite {
+                    txg: hold.txg,
+                    dataset: self.id,
+                    obj: ino,
+                    offset: off,
+                    len,
+                    blksz,
+                    logbias: eff.logbias,
+                };
                 self.zil.log_write(&w);
             }
             self.os.mark_dirty(ino);
@@ -126,7 +134,17 @@ impl Dataset {
             self.log(hold.txg, Op::Truncate { obj: ino, size });
         }
         let ts = |t: Option<Timespec>| t.map(|t| (t.sec, t.nsec));
-        self.log(hold.txg, Op::SetAttr { obj: ino, mode: set.mode, uid: set.uid, gid: set.gid, atime: ts(set.atime), mtime: ts(set.mtime) });
+        self.log(
+            hold.txg,
+            Op::SetAttr {
+                obj: ino,
+                mode: set.mode,
+                uid: set.uid,
+                gid: set.gid,
+                atime: ts(set.atime),
+                mtime: ts(set.mtime),
+            },
+        );
         st.set_attrs(hold.txg, &set.attr_change());
         let attr = Attr::of(ino, st.dnode());
         drop(st);

@@ -52,7 +52,15 @@ impl Dataset {
     }
 
     /// Creates `name` in `dir`.
-    pub fn create(&self, dir: u64, name: &[u8], what: NewObject, mode: u32, uid: u32, gid: u32) -> Result<Attr, FsError> {
+    pub fn create(
+        &self,
+        dir: u64,
+        name: &[u8],
+        what: NewObject,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+    ) -> Result<Attr, FsError> {
         check_name(name)?;
         let hold = self.hold(META_CHARGE)?;
         let _ns = self.ns.lock();
@@ -77,7 +85,17 @@ impl Dataset {
         let target = if let NewObject::Symlink(t) = what { t.to_vec() } else { Vec::new() };
         self.log(
             hold.txg,
-            Op::Create { parent: dir, obj: obj.id(), kind: kind.obj_type() as u8, mode: full_mode, uid, gid, rdev, name: name.to_vec(), target },
+            Op::Create {
+                parent: dir,
+                obj: obj.id(),
+                kind: kind.obj_type() as u8,
+                mode: full_mode,
+                uid,
+                gid,
+                rdev,
+                name: name.to_vec(),
+                target,
+            },
         );
         {
             // The one second lock: the new object, reachable by no name yet.

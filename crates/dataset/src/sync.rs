@@ -59,7 +59,8 @@ impl Dataset {
         let r = self.os.sync(txg, self.sync_policy())?;
         self.used_physical.fetch_add(r.allocated_physical, Ordering::Relaxed);
         self.used_logical.fetch_add(r.allocated_logical, Ordering::Relaxed);
-        self.used_physical.fetch_sub(r.freed_physical.min(self.used_physical.load(Ordering::Relaxed)), Ordering::Relaxed);
+        self.used_physical
+            .fetch_sub(r.freed_physical.min(self.used_physical.load(Ordering::Relaxed)), Ordering::Relaxed);
         self.used_logical.fetch_sub(r.freed_logical.min(self.used_logical.load(Ordering::Relaxed)), Ordering::Relaxed);
         Ok(r)
     }
@@ -68,7 +69,14 @@ impl Dataset {
 /// The intent log asks, at fsync, for the data of queued writes: objects finds it and,
 /// where the log policy placed it in place, writes its record early.
 impl WriteSource for Dataset {
-    fn write_data(&self, txg: u64, ino: u64, off: u64, len: u64, placement: Placement) -> Result<WriteData, SourceError> {
+    fn write_data(
+        &self,
+        txg: u64,
+        ino: u64,
+        off: u64,
+        len: u64,
+        placement: Placement,
+    ) -> Result<WriteData, SourceError> {
         let in_place = placement == Placement::InPlace;
         Ok(match self.os.write_early(ino, txg, off, len, in_place, self.sync_policy())? {
             EarlyData::InPlace { block_offset, bp } => WriteData::InPlace { block_offset, bp },

@@ -107,7 +107,15 @@ impl ObjState {
     /// in place; otherwise a copy of the bytes as `txg` sees them: from the open changes
     /// if they are `txg`'s, else from below them (`txg` is syncing, or synced and not yet
     /// committed — the tree then holds exactly its state).
-    fn log_data(&mut self, zio: &Zio, txg: u64, synced: u64, off: u64, len: u64, may_write_early: bool) -> Result<LogData, ZioError> {
+    fn log_data(
+        &mut self,
+        zio: &Zio,
+        txg: u64,
+        synced: u64,
+        off: u64,
+        len: u64,
+        may_write_early: bool,
+    ) -> Result<LogData, ZioError> {
         if txg <= synced {
             return Ok(LogData::Committed);
         }
@@ -159,7 +167,12 @@ impl ObjState {
 /// it, if any: the block when the record is the very buffer that was written (`Arc`
 /// identity: while `Changes::early` holds the buffer, a write copies it rather than
 /// changing it), else `None` and the block is an orphan.
-pub(crate) fn adoptable(early: Option<(Record, BlockPtr)>, rec: &Record, txg: u64, orphans: &mut Vec<BlockPtr>) -> Option<BlockPtr> {
+pub(crate) fn adoptable(
+    early: Option<(Record, BlockPtr)>,
+    rec: &Record,
+    txg: u64,
+    orphans: &mut Vec<BlockPtr>,
+) -> Option<BlockPtr> {
     match early {
         Some((written, bp)) if Arc::ptr_eq(&written, rec) => {
             assert!(

@@ -26,9 +26,9 @@ mod early;
 mod metadata;
 mod object;
 mod objset;
-pub mod traverse;
 #[cfg(test)]
 mod tests;
+pub mod traverse;
 pub mod tree;
 
 pub use dir::{DirEntry, Entries};

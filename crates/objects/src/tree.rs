@@ -75,10 +75,10 @@ pub struct BlockTree {
     swept_len: usize,
 }
 
-/// Blocks covered by one pointer at `level` (level 0: one record).
-/// Saturates for a level no real tree has (a level count read from a damaged or foreign
-/// dnode must not overflow the shift).
-fn span(level: u8) -> u64 {
+/// Blocks covered by one pointer at `level` (level 0: one record): the records under
+/// an indirect block of that level. Saturates for a level no real tree has (a level count
+/// read from a damaged or foreign dnode must not overflow the shift).
+pub fn span(level: u8) -> u64 {
     1u64.checked_shl(PTR_SHIFT * level as u32).unwrap_or(u64::MAX)
 }
 

@@ -137,7 +137,14 @@ impl Zil {
     }
 
     /// Writes one block at `here`, naming `next` as the next block's place.
-    fn append(&self, chain: &mut Chain, here: Extent, next: Extent, payload: &[u8], max_txg: u64) -> Result<(), ZilError> {
+    fn append(
+        &self,
+        chain: &mut Chain,
+        here: Extent,
+        next: Extent,
+        payload: &[u8],
+        max_txg: u64,
+    ) -> Result<(), ZilError> {
         let seq = chain.next_seq;
         if let Some(last) = chain.blocks.back() {
             assert!(

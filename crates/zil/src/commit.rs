@@ -45,7 +45,14 @@ pub type SourceError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// `zl_get_data`). It must return the bytes as of the write's txg, or newer.
 pub trait WriteSource {
     /// `placement` says whether the record should be written in place, if it can be.
-    fn write_data(&self, txg: u64, obj: u64, offset: u64, len: u64, placement: Placement) -> Result<WriteData, SourceError>;
+    fn write_data(
+        &self,
+        txg: u64,
+        obj: u64,
+        offset: u64,
+        len: u64,
+        placement: Placement,
+    ) -> Result<WriteData, SourceError>;
 }
 
 /// A commit's records, and the vdevs it wrote in place (flushed with its log blocks).

@@ -141,7 +141,17 @@ mod tests {
     }
 
     fn create(txg: u64, obj: u64) -> Queued {
-        let op = Op::Create { parent: 1, obj, kind: 1, mode: 0o644, uid: 0, gid: 0, rdev: 0, name: b"f".to_vec(), target: vec![] };
+        let op = Op::Create {
+            parent: 1,
+            obj,
+            kind: 1,
+            mode: 0o644,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            name: b"f".to_vec(),
+            target: vec![],
+        };
         Queued::Ready(Record { txg, dataset: 1, op })
     }
 

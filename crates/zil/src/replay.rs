@@ -120,10 +120,8 @@ fn collect_records(zio: &Zio, payload: &[u8], seq: u64, committed_txg: u64, out:
                 }
                 // The record's range lies inside its block (checked by `Record::decode`).
                 let from = (offset - block_offset) as usize;
-                let data = block
-                    .get(from..from + len as usize)
-                    .ok_or(ChainEnd::IndirectDataShort { seq, txg, obj })?
-                    .to_vec();
+                let data =
+                    block.get(from..from + len as usize).ok_or(ChainEnd::IndirectDataShort { seq, txg, obj })?.to_vec();
                 Record { op: Op::Write { obj, offset, data }, ..r }
             }
             _ => r,

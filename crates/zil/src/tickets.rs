@@ -83,7 +83,6 @@ impl Tickets {
             self.closed.wait(&mut l);
         }
     }
-
 }
 
 #[cfg(test)]
