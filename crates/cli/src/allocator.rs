@@ -34,7 +34,7 @@ pub fn install() {
 /// Returns every arena's unused pages to the OS now.
 fn release() {
     // 4096 is MALLCTL_ARENAS_ALL.
-    mallctl_void(b"arena.4096.purge\0");
+    mallctl_void(c"arena.4096.purge");
 }
 
 /// Starts jemalloc's background threads, which purge decayed pages while the process is
@@ -44,7 +44,7 @@ pub fn start_background_threads() {
     // SAFETY: a NUL-terminated name and a bool-sized new value, as this control takes.
     unsafe {
         tikv_jemalloc_sys::mallctl(
-            b"background_thread\0".as_ptr().cast(),
+            c"background_thread".as_ptr(),
             std::ptr::null_mut(),
             std::ptr::null_mut(),
             (&mut on as *mut bool).cast(),
@@ -54,16 +54,9 @@ pub fn start_background_threads() {
 }
 
 /// Runs a control that reads and writes no value.
-fn mallctl_void(name: &[u8]) {
-    debug_assert_eq!(name.last(), Some(&0), "a NUL-terminated control name");
+fn mallctl_void(name: &std::ffi::CStr) {
     // SAFETY: a NUL-terminated name; the control reads and writes nothing.
     unsafe {
-        tikv_jemalloc_sys::mallctl(
-            name.as_ptr().cast(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            0,
-        );
+        tikv_jemalloc_sys::mallctl(name.as_ptr(), std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut(), 0);
     }
 }

@@ -18,7 +18,7 @@ fn main() {
         // SAFETY: a NUL-terminated name and a bool-sized new value.
         unsafe {
             tikv_jemalloc_sys::mallctl(
-                b"background_thread\0".as_ptr().cast(),
+                c"background_thread".as_ptr(),
                 std::ptr::null_mut(),
                 std::ptr::null_mut(),
                 (&mut on as *mut bool).cast(),
@@ -29,11 +29,11 @@ fn main() {
     } else if std::env::args().any(|a| a == "--purge") {
         probe::run("jemalloc + purge", || {
             // "arena.<all>.purge": every arena's unused dirty pages back to the OS.
-            let name = b"arena.4096.purge\0";
+            let name = c"arena.4096.purge";
             // SAFETY: a NUL-terminated name; purge reads and writes no value.
             unsafe {
                 tikv_jemalloc_sys::mallctl(
-                    name.as_ptr().cast(),
+                    name.as_ptr(),
                     std::ptr::null_mut(),
                     std::ptr::null_mut(),
                     std::ptr::null_mut(),
