@@ -37,6 +37,7 @@
 //! Must never: touch metadata (the ARC lists own it), hold bytes that were not verified
 //! (callers insert verified bytes only), or be needed for correctness.
 use std::collections::HashMap;
+use std::mem::size_of;
 use std::sync::Arc;
 
 use hashlink::LinkedHashMap;
@@ -58,6 +59,11 @@ const HISTORY_MIN: usize = 4096;
 const AGE_READS_PER_ENTRY: u64 = 16;
 /// Read-ahead blocks evicted unread that are remembered (for read-ahead's judgement).
 const UNREAD_REMEMBERED: usize = 4096;
+/// Bytes a remembered page (a ghost) takes: its list node, links and table slot.
+const REMEMBERED_BYTES: u64 = (size_of::<Ident>() + 8 + 2 * 8 + 8 + 16) as u64;
+/// The ghosts' bookkeeping may take at most this fraction of the data's budget (small
+/// blocks would otherwise make a budget's worth of ghosts cost real memory).
+const GHOST_HEADER_SHARE: u64 = 32;
 
 /// Whose read count a block carries: its page's, or (a block with no known page) its own.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
@@ -478,7 +484,8 @@ impl DataCache {
             *bytes -= old;
         }
         *bytes += size;
-        while *bytes > self.budget {
+        let ghost_max = self.budget / GHOST_HEADER_SHARE;
+        while *bytes > self.budget || ghosts.len() as u64 * REMEMBERED_BYTES > ghost_max {
             let Some((_, s)) = ghosts.pop_front() else { break };
             *bytes -= s;
         }

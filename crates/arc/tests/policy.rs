@@ -250,13 +250,16 @@ fn metadata_is_kept_beside_data_within_the_one_budget() {
     assert!(s.size <= s.max, "{s:?}");
     assert_eq!(s.metadata_size, 20 * BLOCK as u64, "data does not push metadata out: {s:?}");
     assert!((0..20).all(|n| arc.get(&key(5000 + n), meta).is_some()));
-    // Metadata may take up to half the budget from data, no more.
+    // Metadata may take up to its limit (three quarters, ZFS's arc_meta_limit) from data,
+    // no more: data keeps the rest, less the cache's own bookkeeping.
     for n in 20..200 {
         arc.insert(key(5000 + n), Arc::from(vec![0u8; BLOCK]), 32768, Class::Metadata, meta);
     }
     let s = arc.snapshot();
-    assert!(s.metadata_size <= s.max / 2 && s.size <= s.max, "{s:?}");
-    assert!(s.data_size >= s.max / 2 - 2 * BLOCK as u64, "data keeps its half: {s:?}");
+    assert_eq!(s.metadata_limit, s.max / 4 * 3);
+    assert!(s.metadata_size <= s.metadata_limit && s.size <= s.max, "{s:?}");
+    assert!(s.accounted_size <= s.max, "{s:?}");
+    assert!(s.data_size + s.headers_size >= s.max / 4 - 2 * BLOCK as u64, "data keeps its quarter: {s:?}");
 }
 
 #[test]
