@@ -21,7 +21,7 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 use tarn_objects::{DirEntry, Dnode, LogData, ObjError, ObjSet, ObjState, ObjType, Object, SyncPolicy};
 use tarn_txg::TxgError;
-use tarn_zio::{BlockType, PendingBlock, ZioError};
+use tarn_zio::{BlockType, IoClass, PendingBlock, ZioError};
 use tarn_zil::{Op, WriteData, WriteSource, Zil};
 
 pub use props::{Effective, SyncMode};
@@ -819,7 +819,8 @@ impl WriteSource for Dataset {
             block_type: BlockType::Data,
             cache: eff.primarycache,
         };
-        let bp = ctx.zio.write_blocks(&[block], txg)?.pop().expect("one block written");
+        // The fsync that asked waits for this write: it goes ahead of the txg's writes.
+        let bp = ctx.zio.write_blocks_as(&[block], txg, IoClass::SyncWrite)?.pop().expect("one block written");
         obj.lock().set_early_block(blkid, &rec, bp);
         drop(hold);
         Ok(WriteData::InPlace { block_offset, bp })

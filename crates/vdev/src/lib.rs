@@ -2,7 +2,8 @@
 //!
 //! Owns: leaf devices (image files or block devices), top-level vdevs (a single disk or a
 //! mirror), the pool's stripe across them, labels at both ends of every device, the
-//! uberblock ring inside each label, and per-device read/write/checksum error counters.
+//! uberblock ring inside each label, per-device read/write/checksum error counters, and
+//! each device's I/O queue: admission by priority class (`IoClass`), as ZFS's vdev_queue.
 //!
 //! Promises: every write is sector-aligned (`ashift`); a mirror read returns only bytes
 //! the caller's verifier accepts, and rewrites a bad side from a good one; labels and
@@ -15,6 +16,7 @@
 mod device;
 mod error;
 mod label;
+mod queue;
 mod tree;
 
 pub use device::{BlockDevice, FileDevice};
@@ -23,7 +25,10 @@ pub use label::{
     slot_count, Label, LabelDecode, LabelState, TopConfig, TreeConfig, Uberblock, LABEL_SIZE,
     LABEL_VERSION, UBERBLOCK_VERSION,
 };
+pub use queue::{
+    async_write_limit, ClassLimits, ClassStats, IoClass, IoPermit, IoQueue, QueueConfig, MAX_ACTIVE,
+};
 pub use tree::{
-    read_device_labels, DeviceLabels, Leaf, LeafHealth, LeafStatus, ReadMode, SidesRead, TopVdev,
-    VdevTree, DATA_START,
+    read_device_labels, DeviceLabels, Leaf, LeafHealth, LeafStatus, ReadMode, SidesRead, SyncHold,
+    TopVdev, VdevTree, DATA_START, DEFAULT_MAX_IO,
 };

@@ -3,21 +3,31 @@
 //! Offsets given to a `TopVdev` are offsets into its data area (after label 0, before
 //! label 1); the same offset is used on every side of a mirror.
 //!
-//! Owns: the leaves and their health and error counters, mirror reads and self-healing,
-//! writes and flushes on every side, and where labels and uberblocks go on each device.
+//! Every read and write of a leaf passes its admission gate (`IoQueue`) under the
+//! caller's I/O class. A write longer than the top-level vdev's `max_io` is cut into
+//! pieces of at most `max_io`, each admitted on its own, so a sync I/O waits behind a
+//! piece in the device's queue, never behind a whole 1 MiB run (a cloud volume, the
+//! loop device and the lab's pacer all serve in arrival order).
+//!
+//! Owns: the leaves and their health, error counters and I/O queues, mirror reads and
+//! self-healing, writes (cut into pieces) and flushes on every side, and where labels
+//! and uberblocks go on each device.
 //!
 //! Promises: a read hands back only bytes the caller's verifier accepted, and rewrites
 //! each bad side it found from the good copy; a write succeeds if one side took it (a
 //! side that failed is faulted and no longer written); labels are written label 0
 //! everywhere before label 1, so a crash leaves one whole copy per device; uberblock txgs
-//! only grow (`write_uberblock` asserts it).
+//! only grow (`write_uberblock` asserts it); no leaf I/O bypasses the leaf's queue.
 //!
-//! Must never: interpret the bytes it reads (the verifier does), or write past a
-//! vdev's data area.
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+//! Must never: interpret the bytes it reads (the verifier does), write past a vdev's
+//! data area, or start a thread for a write of one piece (every hot-path write).
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use parking_lot::Mutex;
+
 use crate::label::{slot_count, slot_size, Label, LabelDecode, Uberblock, CONFIG_AREA};
+use crate::queue::{ClassStats, IoClass, IoPermit, IoQueue};
 use crate::{BlockDevice, VdevError, LABEL_SIZE};
 
 /// How a read treats the sides of a mirror.
@@ -43,6 +53,13 @@ pub struct SidesRead {
 /// First byte of the data area on every device: label 0 plus a reserve for later use.
 pub const DATA_START: u64 = 2 * LABEL_SIZE;
 
+/// The largest piece a write is cut into by default: ZFS's aggregation limit for
+/// non-rotating devices (zfs_vdev_aggregation_limit_non_rotating). A 1 MiB run is then
+/// eight I/Os, and a sync I/O behind one waits for 128 KiB, not 1 MiB (on the lab's
+/// paced disk, 16 ms instead of 128 ms). `TopVdev::set_max_io` changes it (the pool
+/// reads `TARN_VDEV_MAX_IO`).
+pub const DEFAULT_MAX_IO: u64 = 128 << 10;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum LeafHealth {
@@ -61,6 +78,8 @@ pub struct Leaf {
     read_errors: AtomicU64,
     write_errors: AtomicU64,
     checksum_errors: AtomicU64,
+    /// The admission gate every I/O to this device passes.
+    queue: IoQueue,
 }
 
 /// What `status` shows of one device.
@@ -84,7 +103,90 @@ impl Leaf {
             read_errors: AtomicU64::new(0),
             write_errors: AtomicU64::new(0),
             checksum_errors: AtomicU64::new(0),
+            queue: IoQueue::default(),
         }
+    }
+
+    /// Waits for leave to issue one I/O of `class` moving `bytes` to this device; the
+    /// I/O ends when the permit is dropped. For I/O issued outside `TopVdev`'s methods
+    /// (a resilver writing one side uses `IoClass::Scrub`).
+    pub fn admit(&self, class: IoClass, bytes: u64) -> IoPermit<'_> {
+        self.queue.admit(class, bytes)
+    }
+
+    /// This device's admission gate (limits, counters).
+    pub fn queue(&self) -> &IoQueue {
+        &self.queue
+    }
+
+    fn read_as(
+        &self,
+        dev: &dyn BlockDevice,
+        class: IoClass,
+        buf: &mut [u8],
+        offset: u64,
+    ) -> std::io::Result<()> {
+        let _permit = self.queue.admit(class, buf.len() as u64);
+        dev.read_at(buf, offset)
+    }
+
+    fn write_as(
+        &self,
+        dev: &dyn BlockDevice,
+        class: IoClass,
+        buf: &[u8],
+        offset: u64,
+    ) -> std::io::Result<()> {
+        let _permit = self.queue.admit(class, buf.len() as u64);
+        dev.write_at(buf, offset)
+    }
+
+    /// Writes `data` at byte `at` in pieces of at most `max_io`, each admitted as
+    /// `class`. A one-piece write is issued on the caller's thread. A longer one is
+    /// issued by up to the class's limit of threads (the caller and scoped helpers), so
+    /// a device that serves several I/Os at once is kept busy; the gate still decides
+    /// when each piece may go.
+    fn write_pieces(
+        &self,
+        dev: &dyn BlockDevice,
+        class: IoClass,
+        data: &[u8],
+        at: u64,
+        max_io: usize,
+    ) -> std::io::Result<()> {
+        let pieces = data.len().div_ceil(max_io);
+        if pieces <= 1 {
+            return self.write_as(dev, class, data, at);
+        }
+        let next = AtomicUsize::new(0);
+        let stop = AtomicBool::new(false);
+        let failure: Mutex<Option<std::io::Error>> = Mutex::new(None);
+        let issue = || loop {
+            let k = next.fetch_add(1, Ordering::Relaxed);
+            if k >= pieces || stop.load(Ordering::Relaxed) {
+                return;
+            }
+            let start = k * max_io;
+            let piece = &data[start..(start + max_io).min(data.len())];
+            if let Err(e) = self.write_as(dev, class, piece, at + start as u64) {
+                stop.store(true, Ordering::Relaxed);
+                failure.lock().get_or_insert(e);
+                return;
+            }
+        };
+        let helpers = (self.queue.limit(class) as usize).min(pieces) - 1;
+        std::thread::scope(|s| {
+            for _ in 0..helpers {
+                let spawned = std::thread::Builder::new()
+                    .name("vdev-write".into())
+                    .spawn_scoped(s, issue);
+                if spawned.is_err() {
+                    break; // fewer pieces in flight at once; the write still completes
+                }
+            }
+            issue();
+        });
+        failure.into_inner().map_or(Ok(()), Err)
     }
 
     fn usable(&self) -> Option<&Arc<dyn BlockDevice>> {
@@ -146,6 +248,8 @@ pub struct TopVdev {
     /// A separate intent-log device: only log blocks are allocated on it.
     pub is_log: bool,
     rotor: AtomicUsize,
+    /// Writes are cut into pieces of at most this many bytes (a multiple of the sector).
+    max_io: AtomicU64,
 }
 
 impl TopVdev {
@@ -162,7 +266,25 @@ impl TopVdev {
             leaves,
             is_log: false,
             rotor: AtomicUsize::new(0),
+            max_io: AtomicU64::new(Self::round_max_io(DEFAULT_MAX_IO, ashift)),
         }
+    }
+
+    /// The largest piece a write to this vdev is cut into.
+    pub fn max_io(&self) -> u64 {
+        self.max_io.load(Ordering::Relaxed)
+    }
+
+    /// Sets the largest piece a write is cut into (rounded down to whole sectors, at
+    /// least one sector).
+    pub fn set_max_io(&self, bytes: u64) {
+        self.max_io
+            .store(Self::round_max_io(bytes, self.ashift), Ordering::Relaxed);
+    }
+
+    fn round_max_io(bytes: u64, ashift: u32) -> u64 {
+        let sector = 1u64 << ashift;
+        (bytes & !(sector - 1)).max(sector)
     }
 
     /// Marks this top-level vdev as a separate log device.
@@ -194,8 +316,9 @@ impl TopVdev {
         1 << self.ashift
     }
 
-    /// Reads `len` bytes at `offset` of the data area; the caller's `verify` decides
-    /// whether a copy is good, and `mode` what a bad side means (see `ReadMode`).
+    /// Reads `len` bytes at `offset` of the data area as I/O of `class`; the caller's
+    /// `verify` decides whether a copy is good, and `mode` what a bad side means (see
+    /// `ReadMode`).
     ///
     /// `span` is the caller's scratch buffer (reused across reads, so the hot path does
     /// not allocate); the verified bytes are `span[returned range]`.
@@ -206,8 +329,9 @@ impl TopVdev {
         verify: &dyn Fn(&[u8]) -> bool,
         span: &mut Vec<u8>,
         mode: ReadMode,
+        class: IoClass,
     ) -> Result<std::ops::Range<usize>, VdevError> {
-        self.read_sides(offset, len, verify, span, mode)
+        self.read_sides(offset, len, verify, span, mode, class)
             .map(|r| r.range)
     }
 
@@ -220,6 +344,7 @@ impl TopVdev {
         verify: &dyn Fn(&[u8]) -> bool,
         out: &mut Vec<u8>,
         mode: ReadMode,
+        class: IoClass,
     ) -> Result<SidesRead, VdevError> {
         let all = mode == ReadMode::AllSides;
         assert!(
@@ -243,7 +368,7 @@ impl TopVdev {
             let i = (first + k) % n;
             let leaf = &self.leaves[i];
             let Some(dev) = leaf.usable() else { continue };
-            if let Err(e) = dev.read_at(span, DATA_START + start) {
+            if let Err(e) = leaf.read_as(&**dev, class, span, DATA_START + start) {
                 leaf.read_errors.fetch_add(1, Ordering::Relaxed);
                 detail = format!("{}: {e}", leaf.path);
                 continue;
@@ -260,14 +385,14 @@ impl TopVdev {
                 good.get_or_insert_with(|| span.to_vec());
                 continue;
             }
-            self.repair(&bad_sides, span, start);
+            self.repair(&bad_sides, span, start, class.repair());
             return Ok(SidesRead {
                 range: skip..skip + len,
                 bad_sides: bad_sides.len() as u32,
             });
         }
         if let Some(good) = good {
-            self.repair(&bad_sides, &good, start);
+            self.repair(&bad_sides, &good, start, class.repair());
             out[..good.len()].copy_from_slice(&good);
             return Ok(SidesRead {
                 range: skip..skip + len,
@@ -289,19 +414,23 @@ impl TopVdev {
     }
 
     /// Self-healing: rewrite the sectors of the sides that returned bad data.
-    fn repair(&self, bad_sides: &[usize], good_span: &[u8], start: u64) {
+    fn repair(&self, bad_sides: &[usize], good_span: &[u8], start: u64, class: IoClass) {
         for &i in bad_sides {
             let leaf = &self.leaves[i];
             if let Some(dev) = leaf.usable() {
-                if dev.write_at(good_span, DATA_START + start).is_err() {
+                if leaf
+                    .write_as(&**dev, class, good_span, DATA_START + start)
+                    .is_err()
+                {
                     leaf.write_errors.fetch_add(1, Ordering::Relaxed);
                 }
             }
         }
     }
 
-    /// Writes sector-aligned `data` at `offset` on every side; succeeds if one side did.
-    pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), VdevError> {
+    /// Writes sector-aligned `data` at `offset` on every side as I/O of `class`, in
+    /// pieces of at most `max_io`; succeeds if one side took every piece.
+    pub fn write(&self, offset: u64, data: &[u8], class: IoClass) -> Result<(), VdevError> {
         let sector = self.sector();
         assert!(
             offset.is_multiple_of(sector) && (data.len() as u64).is_multiple_of(sector),
@@ -312,22 +441,28 @@ impl TopVdev {
             "write past the end of vdev {}",
             self.index
         );
-        self.on_every_side(|dev| dev.write_at(data, DATA_START + offset))
+        let max_io = self.max_io() as usize;
+        self.on_every_side(|leaf, dev| {
+            leaf.write_pieces(dev, class, data, DATA_START + offset, max_io)
+        })
     }
 
+    /// Makes every completed write durable on every side. A flush is not admitted
+    /// through the queues: it is a barrier, not a transfer (ZFS does not queue it
+    /// either).
     pub fn flush(&self) -> Result<(), VdevError> {
-        self.on_every_side(|dev| dev.flush())
+        self.on_every_side(|_, dev| dev.flush())
     }
 
     fn on_every_side(
         &self,
-        op: impl Fn(&Arc<dyn BlockDevice>) -> std::io::Result<()>,
+        op: impl Fn(&Leaf, &dyn BlockDevice) -> std::io::Result<()>,
     ) -> Result<(), VdevError> {
         let mut ok = false;
         let mut detail = String::new();
         for leaf in &self.leaves {
             let Some(dev) = leaf.usable() else { continue };
-            match op(dev) {
+            match op(leaf, &**dev) {
                 Ok(()) => ok = true,
                 Err(e) => {
                     leaf.write_errors.fetch_add(1, Ordering::Relaxed);
@@ -384,6 +519,44 @@ impl VdevTree {
         self.tops.iter().flat_map(|t| t.leaves.iter())
     }
 
+    /// The I/O counters of every class, summed over every device (indexed by
+    /// `IoClass::index`).
+    pub fn queue_stats(&self) -> [ClassStats; IoClass::COUNT] {
+        let mut sum = [ClassStats::default(); IoClass::COUNT];
+        for leaf in self.leaves() {
+            for (total, class) in sum.iter_mut().zip(leaf.queue.stats()) {
+                total.add(&class);
+            }
+        }
+        sum
+    }
+
+    /// Marks a sync operation (an fsync: its writes, then its flush) under way on every
+    /// device until the returned guard is dropped: meanwhile async I/O and scrub stay at
+    /// their minimum in flight (see `IoQueue::begin_sync`). No allocation: the guard
+    /// walks the leaves again when dropped.
+    pub fn hold_sync(&self) -> SyncHold<'_> {
+        for leaf in self.leaves() {
+            leaf.queue.begin_sync();
+        }
+        SyncHold { tree: self }
+    }
+
+    /// Dirty data is `percent` of `dirty_max`: sets every device's async-write limit
+    /// (more txg writes in flight as dirty data nears the throttle).
+    pub fn set_dirty_percent(&self, percent: u32) {
+        for leaf in self.leaves() {
+            leaf.queue.set_dirty_percent(percent);
+        }
+    }
+
+    /// Sets the largest piece writes are cut into, on every top-level vdev.
+    pub fn set_max_io(&self, bytes: u64) {
+        for top in &self.tops {
+            top.set_max_io(bytes);
+        }
+    }
+
     /// Writes the config area of both labels on every device (pool create, export,
     /// config change). Label 0 everywhere, flush, then label 1, so a crash leaves one
     /// consistent copy on each device.
@@ -405,7 +578,9 @@ impl VdevTree {
                         path: leaf.path.clone().into(),
                         source,
                     };
-                    dev.write_at(&label.encode(), at).map_err(io)?;
+                    let bytes = label.encode();
+                    leaf.write_as(&**dev, IoClass::SyncWrite, &bytes, at)
+                        .map_err(io)?;
                     dev.flush().map_err(io)?;
                 }
             }
@@ -436,7 +611,8 @@ impl VdevTree {
             let mut ok = true;
             for base in [0, Leaf::label1_offset(dev.size())] {
                 let at = base + CONFIG_AREA as u64 + (index * slot) as u64;
-                if let Err(e) = dev.write_at(&buf, at).and_then(|_| dev.flush()) {
+                let written = leaf.write_as(&**dev, IoClass::SyncWrite, &buf, at);
+                if let Err(e) = written.and_then(|_| dev.flush()) {
                     leaf.write_errors.fetch_add(1, Ordering::Relaxed);
                     detail = format!("{}: {e}", leaf.path);
                     ok = false;
@@ -448,6 +624,20 @@ impl VdevTree {
             Ok(())
         } else {
             Err(VdevError::WriteFailed { top: 0, detail })
+        }
+    }
+}
+
+/// A sync operation under way on every device of a tree (`VdevTree::hold_sync`).
+#[must_use = "the sync operation ends when the guard is dropped"]
+pub struct SyncHold<'a> {
+    tree: &'a VdevTree,
+}
+
+impl Drop for SyncHold<'_> {
+    fn drop(&mut self) {
+        for leaf in self.tree.leaves() {
+            leaf.queue.end_sync();
         }
     }
 }
@@ -596,21 +786,122 @@ mod tests {
     fn an_all_sides_read_counts_and_repairs_the_bad_side() {
         let (tree, devs) = mirror();
         let top = &tree.tops[0];
-        top.write(0, &[7u8; 4096]).unwrap();
+        top.write(0, &[7u8; 4096], IoClass::AsyncWrite).unwrap();
         devs[1].write_at(&[9u8; 16], DATA_START + 100).unwrap();
         let verify = |d: &[u8]| d.iter().all(|&b| b == 7);
         let mut span = Vec::new();
         let read = top
-            .read_sides(0, 4096, &verify, &mut span, ReadMode::AllSides)
+            .read_sides(
+                0,
+                4096,
+                &verify,
+                &mut span,
+                ReadMode::AllSides,
+                IoClass::Scrub,
+            )
             .unwrap();
         assert_eq!((read.range, read.bad_sides), (0..4096, 1));
         assert_eq!(top.leaves[1].status().checksum_errors, 1);
         let again = top
-            .read_sides(0, 4096, &verify, &mut span, ReadMode::AllSides)
+            .read_sides(
+                0,
+                4096,
+                &verify,
+                &mut span,
+                ReadMode::AllSides,
+                IoClass::Scrub,
+            )
             .unwrap();
         assert_eq!(
             again.bad_sides, 0,
             "the bad side was rewritten from the good one"
+        );
+    }
+
+    /// Records the (offset, length) of every write it takes.
+    struct Recording {
+        inner: Arc<MemDevice>,
+        writes: Mutex<Vec<(u64, usize)>>,
+    }
+
+    impl BlockDevice for Recording {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+            self.inner.read_at(buf, offset)
+        }
+        fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+            self.writes.lock().push((offset, buf.len()));
+            self.inner.write_at(buf, offset)
+        }
+        fn flush(&self) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn size(&self) -> u64 {
+            self.inner.size()
+        }
+        fn path(&self) -> &Path {
+            self.inner.path()
+        }
+    }
+
+    #[test]
+    fn a_long_write_is_cut_into_pieces_of_at_most_max_io() {
+        let rec = Arc::new(Recording {
+            inner: MemDevice::new("r"),
+            writes: Mutex::new(Vec::new()),
+        });
+        let leaf = Leaf::new(1, "r".into(), Some(rec.clone() as Arc<dyn BlockDevice>));
+        let top = TopVdev::new(0, 9, 12, TopVdev::asize_of(4 << 20, 12), vec![leaf]);
+        top.set_max_io(16 << 10);
+        let data: Vec<u8> = (0..100 << 10).map(|i| (i % 251) as u8).collect();
+        top.write(8192, &data, IoClass::AsyncWrite).unwrap();
+        let mut writes = rec.writes.lock().clone();
+        writes.sort_unstable();
+        let expected: Vec<(u64, usize)> = (0..7u64)
+            .map(|k| {
+                (
+                    DATA_START + 8192 + k * (16 << 10),
+                    if k < 6 { 16 << 10 } else { 4 << 10 },
+                )
+            })
+            .collect();
+        assert_eq!(writes, expected);
+        let mut span = Vec::new();
+        let range = top
+            .read(
+                8192,
+                data.len(),
+                &|_| true,
+                &mut span,
+                ReadMode::FirstGood,
+                IoClass::SyncRead,
+            )
+            .unwrap();
+        assert_eq!(
+            &span[range],
+            &data[..],
+            "every piece landed where it belongs"
+        );
+        let stats = top.leaves[0].queue().stats()[IoClass::AsyncWrite.index()];
+        assert_eq!((stats.issued, stats.bytes), (7, 100 << 10));
+    }
+
+    #[test]
+    fn max_io_is_whole_sectors() {
+        let (tree, _) = mirror();
+        tree.set_max_io(5000);
+        assert_eq!(tree.tops[0].max_io(), 4096);
+        tree.set_max_io(0);
+        assert_eq!(tree.tops[0].max_io(), 4096);
+        assert_eq!(
+            TopVdev::new(
+                0,
+                1,
+                9,
+                1 << 20,
+                mirror().0.tops.into_iter().next().unwrap().leaves
+            )
+            .max_io(),
+            DEFAULT_MAX_IO
         );
     }
 

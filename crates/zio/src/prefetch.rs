@@ -1,5 +1,5 @@
 //! Read-ahead: blocks asked for ahead of demand are read into the ARC by two worker
-//! threads.
+//! threads, as `IoClass::AsyncRead` (behind demand reads and fsyncs on every device).
 //!
 //! Owns: the bounded request queue and the workers.
 //!
@@ -11,7 +11,7 @@
 //! fails to verify and is skipped), or count a failed read-ahead as a device error.
 use std::sync::Arc;
 
-use tarn_vdev::ReadMode;
+use tarn_vdev::{IoClass, ReadMode};
 
 use crate::read::{arc_key, class_of};
 use crate::{BlockPtr, Zio};
@@ -69,6 +69,7 @@ impl Zio {
             &verify,
             &mut span,
             ReadMode::Quiet,
+            IoClass::AsyncRead,
         ) {
             self.arc.insert_prefetched(
                 arc_key(bp),

@@ -7,6 +7,7 @@
 //! verifies, and rewrites the bad ones), kept in the ARC if the cache policy admits the
 //! block, and decompressed into the caller's buffer. Scrub and the import walk read past
 //! the ARC (`read_from_devices`, `read_all_copies`): they check what the devices hold.
+//! Demand reads and the import walk are `IoClass::SyncRead`, scrub reads `IoClass::Scrub`.
 //!
 //! Owns: the verified-read logic, the per-thread scratch buffer, the read trace.
 //!
@@ -20,7 +21,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use tarn_arc::{BlockKey, Class};
-use tarn_vdev::{ReadMode, VdevError};
+use tarn_vdev::{IoClass, ReadMode, VdevError};
 
 use crate::{BlockPtr, BlockType, CachePolicy, Compression, Zio, ZioError};
 
@@ -81,7 +82,13 @@ impl Zio {
     pub fn read_from_devices(&self, bp: &BlockPtr) -> Result<Vec<u8>, ZioError> {
         self.check_bounds(bp)?;
         let mut out = vec![0u8; bp.lsize as usize];
-        self.read_from_disk(bp, &mut out, CachePolicy::None, ReadMode::FirstGood)?;
+        self.read_from_disk(
+            bp,
+            &mut out,
+            CachePolicy::None,
+            ReadMode::FirstGood,
+            IoClass::SyncRead,
+        )?;
         Ok(out)
     }
 
@@ -102,8 +109,13 @@ impl Zio {
     pub fn read_all_copies(&self, bp: &BlockPtr) -> Result<CopiesRead, ZioError> {
         self.check_bounds(bp)?;
         let mut data = vec![0u8; bp.lsize as usize];
-        let bad_copies =
-            self.read_from_disk(bp, &mut data, CachePolicy::None, ReadMode::AllSides)?;
+        let bad_copies = self.read_from_disk(
+            bp,
+            &mut data,
+            CachePolicy::None,
+            ReadMode::AllSides,
+            IoClass::Scrub,
+        )?;
         Ok(CopiesRead { data, bad_copies })
     }
 
@@ -138,7 +150,7 @@ impl Zio {
             }
             return Ok(());
         }
-        self.read_from_disk(bp, out, policy, ReadMode::FirstGood)
+        self.read_from_disk(bp, out, policy, ReadMode::FirstGood, IoClass::SyncRead)
             .map(|_| ())
     }
 
@@ -150,6 +162,7 @@ impl Zio {
         out: &mut [u8],
         policy: CachePolicy,
         mode: ReadMode,
+        class: IoClass,
     ) -> Result<u32, ZioError> {
         assert_eq!(
             out.len(),
@@ -159,7 +172,7 @@ impl Zio {
         let top = &self.vdevs.tops[bp.vdev as usize];
         let verify = |d: &[u8]| bp.checksum_kind.digest(d) == bp.checksum;
         SCRATCH.with_borrow_mut(|scratch| {
-            let (range, bad_copies) = self.read_verified(top, bp, &verify, scratch, mode)?;
+            let (range, bad_copies) = self.read_verified(top, bp, &verify, scratch, mode, class)?;
             let phys = &scratch[range];
             if policy.admits(bp.block_type) {
                 self.arc.insert(
@@ -181,8 +194,9 @@ impl Zio {
         verify: &dyn Fn(&[u8]) -> bool,
         scratch: &mut Vec<u8>,
         mode: ReadMode,
+        class: IoClass,
     ) -> Result<(std::ops::Range<usize>, u32), ZioError> {
-        let read = top.read_sides(bp.offset, bp.psize as usize, verify, scratch, mode);
+        let read = top.read_sides(bp.offset, bp.psize as usize, verify, scratch, mode, class);
         let read = read.map_err(|e| match e {
             VdevError::Checksum { .. } => {
                 self.stats.checksum_errors.fetch_add(1, Ordering::Relaxed);

@@ -7,7 +7,10 @@
 //! block starts on a sector boundary, so a raw 16 KiB page is read back with one 16 KiB
 //! read. A run is written with one I/O per mirror side when it is full or the batch ends;
 //! its unused tail goes back to the map. A block's bytes are claimed in the map before its
-//! run is written, so no other batch can be handed its sectors.
+//! run is written, so no other batch can be handed its sectors. A txg's batch is written
+//! as `IoClass::AsyncWrite` (`write_blocks`); a batch an fsync waits for names its class
+//! (`write_blocks_as`, `IoClass::SyncWrite`). The devices cut a run into pieces of at
+//! most their `max_io`.
 //!
 //! Owns: packing and the run buffers; what a written block leaves in the ARC.
 //!
@@ -24,7 +27,7 @@ use rayon::prelude::*;
 use tarn_alloc::Run;
 
 use crate::read::{arc_key, class_of};
-use crate::{BlockPtr, BlockType, ChecksumKind, Compression, Zio, ZioError};
+use crate::{BlockPtr, BlockType, ChecksumKind, Compression, IoClass, Zio, ZioError};
 
 /// Largest run written with one I/O.
 const RUN_BYTES: u64 = 1 << 20;
@@ -76,11 +79,23 @@ struct OpenRun {
 }
 
 impl Zio {
-    /// Compresses, checksums, packs and writes `blocks`; returns their pointers in order.
+    /// Compresses, checksums, packs and writes a txg's `blocks` (as async writes);
+    /// returns their pointers in order.
     pub fn write_blocks(
         &self,
         blocks: &[PendingBlock],
         birth: u64,
+    ) -> Result<Vec<BlockPtr>, ZioError> {
+        self.write_blocks_as(blocks, birth, IoClass::AsyncWrite)
+    }
+
+    /// Like `write_blocks`, with the device I/O in `class` (`IoClass::SyncWrite` for
+    /// blocks an fsync waits for).
+    pub fn write_blocks_as(
+        &self,
+        blocks: &[PendingBlock],
+        birth: u64,
+        class: IoClass,
     ) -> Result<Vec<BlockPtr>, ZioError> {
         let encoded: Vec<Encoded> = blocks.par_iter().map(encode).collect();
         let mut ptrs = Vec::with_capacity(blocks.len());
@@ -89,7 +104,7 @@ impl Zio {
         for (block, enc) in blocks.iter().zip(&encoded) {
             let psize = enc.payload.len();
             let raw = enc.compression == Compression::Off;
-            let (top, offset) = self.place(&mut open, psize, raw, remaining)?;
+            let (top, offset) = self.place(&mut open, psize, raw, remaining, class)?;
             remaining -= psize as u64;
             ptrs.push(BlockPtr {
                 vdev: top as u16,
@@ -120,7 +135,7 @@ impl Zio {
                 .fetch_add(block.data.len() as u64, Ordering::Relaxed);
         }
         if let Some(run) = open.take() {
-            self.close_run(run)?;
+            self.close_run(run, class)?;
         }
         self.stats
             .blocks_written
@@ -136,6 +151,7 @@ impl Zio {
         psize: usize,
         align: bool,
         remaining: u64,
+        class: IoClass,
     ) -> Result<(usize, u64), ZioError> {
         if let Some(run) = open.as_mut() {
             let sector = self.sector(run.top) as usize;
@@ -149,7 +165,7 @@ impl Zio {
             }
         }
         if let Some(run) = open.take() {
-            self.close_run(run)?;
+            self.close_run(run, class)?;
         }
         let mut run = self.open_run(psize as u64, remaining)?;
         let placed = self.commit_place(&mut run, 0, psize);
@@ -192,7 +208,7 @@ impl Zio {
     }
 
     /// Claims the placed blocks, gives back unused sectors, and writes the run.
-    fn close_run(&self, run: OpenRun) -> Result<(), ZioError> {
+    fn close_run(&self, run: OpenRun, class: IoClass) -> Result<(), ZioError> {
         let sector = self.sector(run.top);
         let used = (run.cursor as u64).div_ceil(sector);
         self.with_map(run.top, |map| {
@@ -202,7 +218,7 @@ impl Zio {
             map.return_unused(run.run.first + used, run.run.sectors - used);
         });
         let bytes = &run.buf[..(used * sector) as usize];
-        self.vdevs.tops[run.top].write(run.run.first * sector, bytes)?;
+        self.vdevs.tops[run.top].write(run.run.first * sector, bytes, class)?;
         self.note_write();
         self.stats.runs_written.fetch_add(1, Ordering::Relaxed);
         self.stats
