@@ -17,8 +17,9 @@ use crate::ds_cmd::split_assignment;
 use crate::error::CliError;
 use crate::output::print_json;
 
-/// The smallest ARC budget `tarn tune` accepts.
-const ARC_MAX_MIN: u64 = 16 << 20;
+/// The smallest value `tarn tune` accepts for either tunable (an ARC budget, or a
+/// dirty_max that still lets a txg gather a useful batch).
+const TUNABLE_MIN: u64 = 16 << 20;
 
 /// `tarn stats WHICH POOL [--json|--prometheus]`.
 pub fn stats(which: &str, pool: &str, json: bool, prometheus: bool) -> Result<(), CliError> {
@@ -58,30 +59,37 @@ pub fn stats(which: &str, pool: &str, json: bool, prometheus: bool) -> Result<()
     Ok(())
 }
 
-/// `tarn tune POOL arc_max=SIZE`: the new budget of a mounted pool is handed to its
-/// daemon (applied within a second); an unmounted pool has no cache to tune: the budget
-/// is set per process by TARN_ARC_MAX.
+/// `tarn tune POOL arc_max=SIZE` or `dirty_max=SIZE`: the new value is handed to the
+/// mounted pool's daemon (applied within a second). An unmounted pool has nothing
+/// running to tune: the ARC budget is set per process by TARN_ARC_MAX, and dirty_max
+/// starts at its default with every import.
 pub fn tune(pool: &str, setting: &str) -> Result<(), CliError> {
     let (name, value) = split_assignment(setting)?;
-    if name != "arc_max" {
+    let Some(&tunable) = tarn_fuse::stats::TUNABLES.iter().find(|&&t| t == name) else {
         return Err(CliError::Usage(format!(
-            "unknown tunable '{name}'; tunable: arc_max"
+            "unknown tunable '{name}'; tunables: {}",
+            tarn_fuse::stats::TUNABLES.join(", ")
         )));
-    }
+    };
     let bytes = parse_size(value)
-        .filter(|&b| b >= ARC_MAX_MIN)
+        .filter(|&b| b >= TUNABLE_MIN)
         .ok_or_else(|| {
             CliError::Usage(format!(
-                "invalid arc_max '{value}': use a size of at least 16M, like 512M or 4G"
+                "invalid {tunable} '{value}': use a size of at least 16M, like 512M or 4G"
             ))
         })?;
     if tarn_fuse::stats::read_published(pool).is_none() {
         // Name the pool's absence first if it is not even imported.
         access::pool_names(Some(pool))?;
+        let hint = if tunable == "arc_max" {
+            format!("set TARN_ARC_MAX={value} for the process that mounts it")
+        } else {
+            "mount it first".to_string()
+        };
         return Err(CliError::Refused(format!(
-            "pool '{pool}' is not mounted, so it has no running cache; set TARN_ARC_MAX={value} for the process that mounts it"
+            "pool '{pool}' is not mounted, so nothing is running to tune; {hint}"
         )));
     }
-    let path = tarn_fuse::stats::arc_max_request_path(pool);
+    let path = tarn_fuse::stats::tune_request_path(pool, tunable);
     std::fs::write(&path, bytes.to_string()).map_err(|e| CliError::host(path.display(), e))
 }

@@ -1,8 +1,8 @@
 //! Engine counters of a mounted pool, published for `tarn stats` and for scrapers, and
-//! the one tunable handed the other way (`tarn tune POOL arc_max=SIZE`).
+//! the tunables handed the other way (`tarn tune POOL arc_max=SIZE`, `dirty_max=SIZE`).
 //!
 //! Owns: `<run dir>/<pool>.stats.json`, which the mount daemon rewrites once a second
-//! and removes when it closes the pool, and `<run dir>/<pool>.arc_max`, a request left
+//! and removes when it closes the pool, and `<run dir>/<pool>.<tunable>`, a request left
 //! by `tarn tune` that the daemon applies and removes within a second.
 //! Promises: the stats file is replaced atomically (written beside, then renamed), so a
 //! reader never sees half of it; only a live daemon's counters are read back.
@@ -52,20 +52,32 @@ pub fn read_published(pool: &str) -> Option<tarn_pool::PoolStats> {
     serde_json::from_slice(&std::fs::read(path(pool)).ok()?).ok()
 }
 
-/// Where `tarn tune` leaves a new ARC budget for a running mount daemon.
-pub fn arc_max_request_path(pool: &str) -> PathBuf {
-    run_dir().join(format!("{pool}.arc_max"))
+/// The tunables a running mount daemon applies: the ARC budget and the write
+/// throttle's dirty_max, both in bytes.
+pub const TUNABLES: [&str; 2] = ["arc_max", "dirty_max"];
+
+/// Where `tarn tune` leaves a new value of `tunable` for a running mount daemon.
+pub fn tune_request_path(pool: &str, tunable: &str) -> PathBuf {
+    run_dir().join(format!("{pool}.{tunable}"))
 }
 
-/// Applies (and removes) a pending ARC budget request, if one is there.
+/// Where `tarn tune` leaves a new ARC budget for a running mount daemon.
+pub fn arc_max_request_path(pool: &str) -> PathBuf {
+    tune_request_path(pool, "arc_max")
+}
+
+/// Applies (and removes) every pending tunable request.
 pub fn apply_tuning(pool: &Pool) {
-    let path = arc_max_request_path(pool.name());
-    let Ok(text) = std::fs::read_to_string(&path) else {
-        return;
-    };
-    let _ = std::fs::remove_file(&path);
-    match text.trim().parse::<u64>() {
-        Ok(bytes) => pool.set_arc_max(bytes),
-        Err(_) => eprintln!("tarn mount: ignoring a malformed ARC budget request: {text:?}"),
+    for tunable in TUNABLES {
+        let path = tune_request_path(pool.name(), tunable);
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let _ = std::fs::remove_file(&path);
+        match (tunable, text.trim().parse::<u64>()) {
+            ("arc_max", Ok(bytes)) => pool.set_arc_max(bytes),
+            ("dirty_max", Ok(bytes)) => pool.set_dirty_max(bytes),
+            _ => eprintln!("tarn mount: ignoring a malformed {tunable} request: {text:?}"),
+        }
     }
 }
