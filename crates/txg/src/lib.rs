@@ -159,6 +159,15 @@ pub fn write_delay(dirty: u64, dirty_max: u64, curve: &DelayCurve) -> Duration {
 /// Hears dirty data as a percent of `dirty_max` (`TxgEngine::set_dirty_observer`).
 pub type DirtyObserver = Box<dyn Fn(u32) + Send + Sync>;
 
+fn dirty_percent(dirty: u64, dirty_max: u64) -> u32 {
+    (dirty as u128 * 100 / dirty_max.max(1) as u128).min(1000) as u32
+}
+
+struct Tuning {
+    config: TxgConfig,
+    curve: DelayCurve,
+}
+
 struct State {
     open: u64,
     synced: u64,
@@ -242,8 +251,8 @@ pub struct TxgEngine {
     state: Mutex<State>,
     changed: Condvar,
     barrier: RwLock<()>,
-    config: Mutex<TxgConfig>,
-    curve: Mutex<DelayCurve>,
+    /// The config and the delay curve, read together once per hold.
+    tuning: Mutex<Tuning>,
     observer: OnceLock<DirtyObserver>,
     /// The dirty percent the observer heard last.
     told_percent: AtomicU32,
@@ -279,15 +288,17 @@ impl TxgEngine {
             state: Mutex::new(State::new(last_committed)),
             changed: Condvar::new(),
             barrier: RwLock::new(()),
-            config: Mutex::new(config),
-            curve: Mutex::new(DelayCurve::default()),
+            tuning: Mutex::new(Tuning {
+                config,
+                curve: DelayCurve::default(),
+            }),
             observer: OnceLock::new(),
             told_percent: AtomicU32::new(0),
         }
     }
 
     pub fn set_config(&self, config: TxgConfig) {
-        *self.config.lock() = config;
+        self.tuning.lock().config = config;
         self.changed.notify_all();
         self.tell_dirty();
     }
@@ -296,7 +307,7 @@ impl TxgEngine {
     /// `DIRTY_SYNC_PERCENT` of it. Writers waiting for room re-check at once.
     pub fn set_dirty_max(&self, bytes: u64) {
         {
-            let mut c = self.config.lock();
+            let c = &mut self.tuning.lock().config;
             c.dirty_max = bytes.max(1);
             c.dirty_sync = (c.dirty_max * DIRTY_SYNC_PERCENT / 100).max(1);
         }
@@ -305,12 +316,12 @@ impl TxgEngine {
     }
 
     pub fn config(&self) -> TxgConfig {
-        self.config.lock().clone()
+        self.tuning.lock().config.clone()
     }
 
     /// Changes the write throttle's delay curve.
     pub fn set_delay_curve(&self, curve: DelayCurve) {
-        *self.curve.lock() = curve;
+        self.tuning.lock().curve = curve;
     }
 
     /// Installs the one observer of dirty data (in percent of `dirty_max`), told on
@@ -329,7 +340,7 @@ impl TxgEngine {
 
     pub fn stats(&self) -> TxgStats {
         let (dirty_max, dirty_sync) = {
-            let c = self.config.lock();
+            let c = &self.tuning.lock().config;
             (c.dirty_max, c.dirty_sync)
         };
         let s = self.state.lock();
@@ -350,8 +361,12 @@ impl TxgEngine {
     /// Joins the open txg for a change that will dirty about `dirty_bytes`. A change
     /// that dirties anything first passes the write throttle (see the module header).
     pub fn hold(&self, dirty_bytes: u64) -> Result<TxgHold<'_>, TxgError> {
+        let (dirty_max, dirty_sync, curve) = {
+            let t = self.tuning.lock();
+            (t.config.dirty_max, t.config.dirty_sync, t.curve)
+        };
         if dirty_bytes > 0 {
-            self.throttle(dirty_bytes)?;
+            self.throttle(dirty_bytes, dirty_max, &curve)?;
         }
         // Recursive read: a thread that already holds may join again without deadlocking
         // against a pending quiesce.
@@ -361,23 +376,26 @@ impl TxgEngine {
         s.dirty_open += dirty_bytes;
         s.holds_in_open += 1;
         let txg = s.open;
-        let dirty_sync = self.config.lock().dirty_sync;
         if s.dirty_open >= dirty_sync {
             self.changed.notify_all();
         }
+        let percent = dirty_percent(s.dirty(), dirty_max);
         drop(s);
         if dirty_bytes > 0 {
-            self.tell_dirty();
+            self.tell_percent(percent);
         }
         Ok(TxgHold { txg, _guard: guard })
     }
 
     /// The write throttle for a change of `dirty_bytes`: waits while dirty data is over
     /// `dirty_max` (a commit makes room), then sleeps along the delay curve.
-    fn throttle(&self, dirty_bytes: u64) -> Result<(), TxgError> {
+    fn throttle(
+        &self,
+        dirty_bytes: u64,
+        dirty_max: u64,
+        curve: &DelayCurve,
+    ) -> Result<(), TxgError> {
         let asked = Instant::now();
-        let dirty_max = self.config.lock().dirty_max;
-        let curve = *self.curve.lock();
         let mut s = self.state.lock();
         let mut waited_for_room = false;
         loop {
@@ -394,7 +412,7 @@ impl TxgEngine {
             s.throttle.dirty_max_waits += 1;
             s.throttle.dirty_max_wait += asked.elapsed();
         }
-        let delay = write_delay(s.dirty(), dirty_max, &curve);
+        let delay = write_delay(s.dirty(), dirty_max, curve);
         let now = Instant::now();
         if delay.is_zero() || now >= asked + delay {
             return Ok(()); // this writer has already waited that long
@@ -412,12 +430,18 @@ impl TxgEngine {
 
     /// Tells the observer dirty data's percent of `dirty_max`, if it changed.
     fn tell_dirty(&self) {
+        if self.observer.get().is_none() {
+            return;
+        }
+        let dirty_max = self.tuning.lock().config.dirty_max;
+        let dirty = self.state.lock().dirty();
+        self.tell_percent(dirty_percent(dirty, dirty_max));
+    }
+
+    fn tell_percent(&self, percent: u32) {
         let Some(observer) = self.observer.get() else {
             return;
         };
-        let dirty_max = self.config.lock().dirty_max.max(1);
-        let dirty = self.state.lock().dirty();
-        let percent = (dirty as u128 * 100 / dirty_max as u128).min(1000) as u32;
         if self.told_percent.swap(percent, Ordering::Relaxed) != percent {
             observer(percent);
         }
@@ -561,7 +585,7 @@ impl TxgEngine {
     fn wait_for_work(&self) -> Option<u64> {
         let mut s = self.state.lock();
         loop {
-            let cfg = self.config.lock().clone();
+            let cfg = self.tuning.lock().config.clone();
             let anything = s.holds_in_open > 0;
             let due = s.last_sync.elapsed() >= cfg.timeout;
             let asked = s.wanted >= s.open;
