@@ -142,10 +142,12 @@ impl Leaf {
     }
 
     /// Writes `data` at byte `at` in pieces of at most `max_io`, each admitted as
-    /// `class`. A one-piece write is issued on the caller's thread. A longer one is
-    /// issued by up to the class's limit of threads (the caller and scoped helpers), so
-    /// a device that serves several I/Os at once is kept busy; the gate still decides
-    /// when each piece may go.
+    /// `class`, one after another on the caller's thread — unless the class's limit has
+    /// been raised above its minimum (async writes, as dirty data nears the throttle):
+    /// then up to that limit of threads (the caller and scoped helpers) issue pieces at
+    /// once, so a device that serves several I/Os at once drains the txg faster. Helpers
+    /// are not started otherwise: on a busy CPU a helper that is scheduled late would
+    /// hold up the write it was meant to speed up. The gate decides when each piece goes.
     fn write_pieces(
         &self,
         dev: &dyn BlockDevice,
@@ -174,7 +176,12 @@ impl Leaf {
                 return;
             }
         };
-        let helpers = (self.queue.limit(class) as usize).min(pieces) - 1;
+        let limit = self.queue.limit(class);
+        let helpers = if limit > self.queue.config().limits(class).min_active {
+            (limit as usize).min(pieces) - 1
+        } else {
+            0
+        };
         std::thread::scope(|s| {
             for _ in 0..helpers {
                 let spawned = std::thread::Builder::new()
