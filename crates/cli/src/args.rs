@@ -10,11 +10,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(
-    name = "tarn",
-    version,
-    about = "tarn: a copy-on-write storage pool for databases"
-)]
+#[command(name = "tarn", version, about = "tarn: a copy-on-write storage pool for databases")]
 pub struct Cli {
     #[command(subcommand)]
     pub cmd: Cmd,

@@ -27,22 +27,12 @@ pub fn stats(which: &str, pool: &str, json: bool, prometheus: bool) -> Result<()
         Some(s) => s,
         None => with_pool(pool, |p| Ok(p.stats()))?,
     };
-    let arc: BTreeMap<String, u64> = stats
-        .arc
-        .fields()
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect();
-    let groups: Vec<(&str, &BTreeMap<String, u64>)> = [
-        ("arc", &arc),
-        ("zil", &stats.zil),
-        ("txg", &stats.txg),
-        ("io", &stats.io),
-        ("space", &stats.space),
-    ]
-    .into_iter()
-    .filter(|(name, _)| which == "all" || which == *name)
-    .collect();
+    let arc: BTreeMap<String, u64> = stats.arc.fields().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    let groups: Vec<(&str, &BTreeMap<String, u64>)> =
+        [("arc", &arc), ("zil", &stats.zil), ("txg", &stats.txg), ("io", &stats.io), ("space", &stats.space)]
+            .into_iter()
+            .filter(|(name, _)| which == "all" || which == *name)
+            .collect();
     if json {
         let by_group: BTreeMap<&str, &BTreeMap<String, u64>> = groups.into_iter().collect();
         return print_json(&by_group);
@@ -71,13 +61,9 @@ pub fn tune(pool: &str, setting: &str) -> Result<(), CliError> {
             tarn_fuse::stats::TUNABLES.join(", ")
         )));
     };
-    let bytes = parse_size(value)
-        .filter(|&b| b >= TUNABLE_MIN)
-        .ok_or_else(|| {
-            CliError::Usage(format!(
-                "invalid {tunable} '{value}': use a size of at least 16M, like 512M or 4G"
-            ))
-        })?;
+    let bytes = parse_size(value).filter(|&b| b >= TUNABLE_MIN).ok_or_else(|| {
+        CliError::Usage(format!("invalid {tunable} '{value}': use a size of at least 16M, like 512M or 4G"))
+    })?;
     if tarn_fuse::stats::read_published(pool).is_none() {
         // Name the pool's absence first if it is not even imported.
         access::pool_names(Some(pool))?;
@@ -86,9 +72,7 @@ pub fn tune(pool: &str, setting: &str) -> Result<(), CliError> {
         } else {
             "mount it first".to_string()
         };
-        return Err(CliError::Refused(format!(
-            "pool '{pool}' is not mounted, so nothing is running to tune; {hint}"
-        )));
+        return Err(CliError::Refused(format!("pool '{pool}' is not mounted, so nothing is running to tune; {hint}")));
     }
     let path = tarn_fuse::stats::tune_request_path(pool, tunable);
     std::fs::write(&path, bytes.to_string()).map_err(|e| CliError::host(path.display(), e))

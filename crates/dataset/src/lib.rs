@@ -21,8 +21,8 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 use tarn_objects::{DirEntry, Dnode, LogData, ObjError, ObjSet, ObjState, ObjType, Object, SyncPolicy};
 use tarn_txg::TxgError;
-use tarn_zio::{BlockType, IoClass, PendingBlock, ZioError};
 use tarn_zil::{Op, WriteData, WriteSource, Zil};
+use tarn_zio::{BlockType, IoClass, PendingBlock, ZioError};
 
 pub use props::{Effective, SyncMode};
 pub use tarn_objects::Timespec;
@@ -327,7 +327,15 @@ impl Dataset {
     }
 
     /// Creates `name` in `dir`.
-    pub fn create(&self, dir: u64, name: &[u8], what: NewObject, mode: u32, uid: u32, gid: u32) -> Result<Attr, FsError> {
+    pub fn create(
+        &self,
+        dir: u64,
+        name: &[u8],
+        what: NewObject,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+    ) -> Result<Attr, FsError> {
         check_name(name)?;
         let hold = self.hold(META_CHARGE)?;
         let _ns = self.ns.lock();
@@ -358,7 +366,17 @@ impl Dataset {
         let target = if let NewObject::Symlink(t) = what { t.to_vec() } else { Vec::new() };
         self.log(
             hold.txg,
-            Op::Create { parent: dir, obj: obj.id, kind: kind.obj_type() as u8, mode: full_mode, uid, gid, rdev, name: name.to_vec(), target },
+            Op::Create {
+                parent: dir,
+                obj: obj.id,
+                kind: kind.obj_type() as u8,
+                mode: full_mode,
+                uid,
+                gid,
+                rdev,
+                name: name.to_vec(),
+                target,
+            },
         );
         {
             let mut st = obj.lock();
@@ -578,7 +596,17 @@ impl Dataset {
             self.log(hold.txg, Op::Truncate { obj: ino, size });
         }
         let ts = |t: Option<Timespec>| t.map(|t| (t.sec, t.nsec));
-        self.log(hold.txg, Op::SetAttr { obj: ino, mode: set.mode, uid: set.uid, gid: set.gid, atime: ts(set.atime), mtime: ts(set.mtime) });
+        self.log(
+            hold.txg,
+            Op::SetAttr {
+                obj: ino,
+                mode: set.mode,
+                uid: set.uid,
+                gid: set.gid,
+                atime: ts(set.atime),
+                mtime: ts(set.mtime),
+            },
+        );
         if let Some(mode) = set.mode {
             st.dnode.mode = (st.dnode.mode & libc::S_IFMT) | (mode & 0o7777);
         }
@@ -650,7 +678,11 @@ impl Dataset {
             let obj = self.os.get(ino)?;
             let mut st = obj.lock();
             if st.dnode.obj_type != ObjType::File {
-                return Err(if st.dnode.obj_type == ObjType::Dir { FsError::IsDir } else { FsError::Invalid("not a regular file".into()) });
+                return Err(if st.dnode.obj_type == ObjType::Dir {
+                    FsError::IsDir
+                } else {
+                    FsError::Invalid("not a regular file".into())
+                });
             }
             st.write(self.zio(), hold.txg, off, data, eff.recordsize)?;
             let blksz = st.dnode.blksz as u64;
@@ -777,10 +809,13 @@ impl Dataset {
     /// Writes this dataset's part of txg `txg` and updates its space counters.
     pub fn sync(&self, txg: u64) -> Result<(), ObjError> {
         let eff = self.effective();
-        let r = self.os.sync(txg, SyncPolicy { compression: eff.compression, checksum: eff.checksum, cache: eff.primarycache })?;
+        let r = self
+            .os
+            .sync(txg, SyncPolicy { compression: eff.compression, checksum: eff.checksum, cache: eff.primarycache })?;
         self.used_physical.fetch_add(r.allocated_physical, Ordering::Relaxed);
         self.used_logical.fetch_add(r.allocated_logical, Ordering::Relaxed);
-        self.used_physical.fetch_sub(r.freed_physical.min(self.used_physical.load(Ordering::Relaxed)), Ordering::Relaxed);
+        self.used_physical
+            .fetch_sub(r.freed_physical.min(self.used_physical.load(Ordering::Relaxed)), Ordering::Relaxed);
         self.used_logical.fetch_sub(r.freed_logical.min(self.used_logical.load(Ordering::Relaxed)), Ordering::Relaxed);
         Ok(())
     }

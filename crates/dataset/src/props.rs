@@ -12,14 +12,39 @@ pub struct PropDef {
 }
 
 pub const PROPS: &[PropDef] = &[
-    PropDef { name: "compression", default: "lz4", help: "off | on | lz4 | zstd | zstd-1 … zstd-19", validate: norm_compression },
+    PropDef {
+        name: "compression",
+        default: "lz4",
+        help: "off | on | lz4 | zstd | zstd-1 … zstd-19",
+        validate: norm_compression,
+    },
     PropDef { name: "recordsize", default: "128K", help: "a power of two from 4K to 1M", validate: norm_recordsize },
     PropDef { name: "checksum", default: "on", help: "on | xxh3 | sha256 | blake3", validate: norm_checksum },
     PropDef { name: "atime", default: "on", help: "on | off", validate: |v| one_of(v, &["on", "off"]) },
-    PropDef { name: "sync", default: "standard", help: "standard | always | disabled", validate: |v| one_of(v, &["standard", "always", "disabled"]) },
-    PropDef { name: "logbias", default: "latency", help: "latency | throughput", validate: |v| one_of(v, &["latency", "throughput"]) },
-    PropDef { name: "primarycache", default: "all", help: "all | metadata | none", validate: |v| one_of(v, &["all", "metadata", "none"]) },
-    PropDef { name: "secondarycache", default: "all", help: "all | metadata | none", validate: |v| one_of(v, &["all", "metadata", "none"]) },
+    PropDef {
+        name: "sync",
+        default: "standard",
+        help: "standard | always | disabled",
+        validate: |v| one_of(v, &["standard", "always", "disabled"]),
+    },
+    PropDef {
+        name: "logbias",
+        default: "latency",
+        help: "latency | throughput",
+        validate: |v| one_of(v, &["latency", "throughput"]),
+    },
+    PropDef {
+        name: "primarycache",
+        default: "all",
+        help: "all | metadata | none",
+        validate: |v| one_of(v, &["all", "metadata", "none"]),
+    },
+    PropDef {
+        name: "secondarycache",
+        default: "all",
+        help: "all | metadata | none",
+        validate: |v| one_of(v, &["all", "metadata", "none"]),
+    },
     PropDef { name: "mountpoint", default: "none", help: "an absolute path | none", validate: norm_mountpoint },
 ];
 

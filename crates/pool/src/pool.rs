@@ -92,16 +92,11 @@ pub(crate) fn random_guid() -> u64 {
 }
 
 pub(crate) fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default()
 }
 
 pub(crate) fn now_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
 impl Pool {
@@ -136,11 +131,7 @@ impl Pool {
         }));
         let zil = Arc::new(Zil::new(zio.clone(), label.pool_guid, zil_seq));
         zio.start_prefetch();
-        let ctx = Arc::new(Ctx {
-            zio,
-            txg,
-            reclaim: RwLock::new(()),
-        });
+        let ctx = Arc::new(Ctx { zio, txg, reclaim: RwLock::new(()) });
         Pool {
             inner: Arc::new(Inner {
                 name: label.pool_name.clone(),

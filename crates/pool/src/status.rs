@@ -82,10 +82,7 @@ fn io_class_counters(vdevs: &VdevTree) -> impl Iterator<Item = (String, u64)> {
 
 fn top_status(top: &TopVdev) -> TopStatus {
     let leaves: Vec<LeafStatus> = top.leaves.iter().map(|l| l.status()).collect();
-    let online = leaves
-        .iter()
-        .filter(|l| l.health == LeafHealth::Online)
-        .count();
+    let online = leaves.iter().filter(|l| l.health == LeafHealth::Online).count();
     let health = if online == leaves.len() {
         "ONLINE"
     } else if online > 0 {
@@ -93,17 +90,8 @@ fn top_status(top: &TopVdev) -> TopStatus {
     } else {
         "UNAVAIL"
     };
-    let name = if top.is_mirror() {
-        format!("mirror-{}", top.index)
-    } else {
-        leaves[0].path.clone()
-    };
-    TopStatus {
-        name,
-        log: top.is_log,
-        health: health.into(),
-        leaves,
-    }
+    let name = if top.is_mirror() { format!("mirror-{}", top.index) } else { leaves[0].path.clone() };
+    TopStatus { name, log: top.is_log, health: health.into(), leaves }
 }
 
 impl Pool {
@@ -184,20 +172,11 @@ impl Pool {
             io: io_class_counters(&zio.vdevs)
                 .chain([
                     ("blocks_written".to_string(), get(&s.blocks_written)),
-                    (
-                        "logical_bytes_written".to_string(),
-                        get(&s.logical_bytes_written),
-                    ),
-                    (
-                        "physical_bytes_written".to_string(),
-                        get(&s.physical_bytes_written),
-                    ),
+                    ("logical_bytes_written".to_string(), get(&s.logical_bytes_written)),
+                    ("physical_bytes_written".to_string(), get(&s.physical_bytes_written)),
                     ("runs_written".to_string(), get(&s.runs_written)),
                     ("blocks_read".to_string(), get(&s.blocks_read)),
-                    (
-                        "physical_bytes_read".to_string(),
-                        get(&s.physical_bytes_read),
-                    ),
+                    ("physical_bytes_read".to_string(), get(&s.physical_bytes_read)),
                     ("checksum_errors".to_string(), get(&s.checksum_errors)),
                 ])
                 .collect(),

@@ -70,19 +70,10 @@ struct FifoDisk {
 }
 
 impl FifoDisk {
-    fn serve(
-        &self,
-        kind: Kind,
-        len: usize,
-        io: impl FnOnce() -> std::io::Result<()>,
-    ) -> std::io::Result<()> {
+    fn serve(&self, kind: Kind, len: usize, io: impl FnOnce() -> std::io::Result<()>) -> std::io::Result<()> {
         let mut f = self.fifo.lock().unwrap();
-        let op = Op {
-            ticket: f.next_ticket,
-            kind,
-            len,
-            thread: std::thread::current().name().unwrap_or("").to_string(),
-        };
+        let op =
+            Op { ticket: f.next_ticket, kind, len, thread: std::thread::current().name().unwrap_or("").to_string() };
         f.next_ticket += 1;
         f.arrived.push(op.clone());
         self.changed.notify_all();
@@ -115,15 +106,8 @@ impl FifoDisk {
         let mut f = self.fifo.lock().unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         while !cond(&f) {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "timed out waiting until {what}"
-            );
-            f = self
-                .changed
-                .wait_timeout(f, Duration::from_millis(5))
-                .unwrap()
-                .0;
+            assert!(std::time::Instant::now() < deadline, "timed out waiting until {what}");
+            f = self.changed.wait_timeout(f, Duration::from_millis(5)).unwrap().0;
         }
     }
 
@@ -141,11 +125,7 @@ impl FifoDisk {
     /// What was served since the disk was last held.
     fn served(&self) -> Vec<Op> {
         let f = self.fifo.lock().unwrap();
-        f.served
-            .iter()
-            .filter(|o| o.ticket >= f.held_from)
-            .cloned()
-            .collect()
+        f.served.iter().filter(|o| o.ticket >= f.held_from).cloned().collect()
     }
 }
 
@@ -197,14 +177,8 @@ impl Outcome {
 fn fsync_during_bulk_sync(dirty_max: u64, in_flight: usize) -> Outcome {
     let dir = tempfile::tempdir().unwrap();
     let img = dir.path().join("d0.img");
-    let opts = CreateOptions {
-        size: Some(256 << 20),
-        ..Default::default()
-    };
-    Pool::create("tank", &[VdevSpec::Disk(img.clone())], &opts)
-        .unwrap()
-        .export()
-        .unwrap();
+    let opts = CreateOptions { size: Some(256 << 20), ..Default::default() };
+    Pool::create("tank", &[VdevSpec::Disk(img.clone())], &opts).unwrap().export().unwrap();
     let disk = Arc::new(FifoDisk {
         inner: FileDevice::open(&img).unwrap(),
         fifo: Mutex::new(Fifo::default()),
@@ -215,24 +189,13 @@ fn fsync_during_bulk_sync(dirty_max: u64, in_flight: usize) -> Outcome {
         dirty_max,
         dirty_sync: dirty_max, // the test decides when the txg syncs
     };
-    let pool = Arc::new(
-        Pool::import(
-            vec![disk.clone() as Arc<dyn BlockDevice>],
-            &ImportOptions { txg },
-        )
-        .unwrap(),
-    );
+    let pool = Arc::new(Pool::import(vec![disk.clone() as Arc<dyn BlockDevice>], &ImportOptions { txg }).unwrap());
     let ds = pool.dataset("tank").unwrap();
-    let file = |name: &[u8]| {
-        ds.create(ROOT_ID, name, NewObject::File, 0o644, 0, 0)
-            .unwrap()
-            .ino
-    };
+    let file = |name: &[u8]| ds.create(ROOT_ID, name, NewObject::File, 0o644, 0, 0).unwrap().ino;
     let (bulk, redo) = (file(b"bulk"), file(b"redo"));
     pool.sync().unwrap();
     for i in 0..BULK / MIB {
-        ds.write(bulk, i * MIB, &common::noise(i, MIB as usize))
-            .unwrap();
+        ds.write(bulk, i * MIB, &common::noise(i, MIB as usize)).unwrap();
     }
 
     disk.set_held(true);
@@ -246,24 +209,14 @@ fn fsync_during_bulk_sync(dirty_max: u64, in_flight: usize) -> Outcome {
     ds.write(redo, 0, b"commit 1").unwrap();
     let fsync = {
         let ds = ds.clone();
-        std::thread::Builder::new()
-            .name("fsync".into())
-            .spawn(move || ds.fsync(redo).unwrap())
-            .unwrap()
+        std::thread::Builder::new().name("fsync".into()).spawn(move || ds.fsync(redo).unwrap()).unwrap()
     };
     let mut first_fsync_ticket = None;
     while !fsync.is_finished() {
         disk.wait_until("the fsync's next I/O is at the disk, or it returned", |f| {
             f.waiting().iter().any(Op::is_fsyncs) || fsync.is_finished()
         });
-        let next = disk
-            .fifo
-            .lock()
-            .unwrap()
-            .waiting()
-            .iter()
-            .find(|o| o.is_fsyncs())
-            .map(|o| o.ticket);
+        let next = disk.fifo.lock().unwrap().waiting().iter().find(|o| o.is_fsyncs()).map(|o| o.ticket);
         let Some(ticket) = next else { continue };
         first_fsync_ticket.get_or_insert(ticket);
         while !disk.served().iter().any(|o| o.ticket == ticket) {
@@ -283,16 +236,11 @@ fn fsync_during_bulk_sync(dirty_max: u64, in_flight: usize) -> Outcome {
     assert_eq!(page, common::noise(15, MIB as usize));
     let io = pool.stats().io;
     assert!(io["sync_write_issued"] >= 1 && io["async_write_issued"] >= BULK / DEFAULT_MAX_IO);
-    Outcome {
-        served,
-        first_fsync_ticket: first_fsync_ticket.expect("the fsync wrote its log"),
-    }
+    Outcome { served, first_fsync_ticket: first_fsync_ticket.expect("the fsync wrote its log") }
 }
 
 fn async_write_min() -> usize {
-    QueueConfig::default()
-        .limits(IoClass::AsyncWrite)
-        .min_active as usize
+    QueueConfig::default().limits(IoClass::AsyncWrite).min_active as usize
 }
 
 /// How many pieces of a 1 MiB run the sync thread keeps at the disk when 16 MiB are
@@ -327,10 +275,7 @@ fn an_fsync_waits_for_a_few_pieces_of_a_txg_not_for_the_txg() {
         "the fsync waited for {} txg writes ({bytes} bytes): {ahead:?}",
         ahead.len()
     );
-    assert!(
-        bytes < BULK / 8,
-        "most of the txg was still unwritten when the fsync returned"
-    );
+    assert!(bytes < BULK / 8, "most of the txg was still unwritten when the fsync returned");
 }
 
 /// Dirty data near the throttle: the txg may keep many pieces in flight — but from the
@@ -340,24 +285,16 @@ fn an_fsync_waits_for_a_few_pieces_of_a_txg_not_for_the_txg() {
 fn while_an_fsync_is_under_way_the_txg_gets_only_its_minimum() {
     let dirty_max = 24 * MIB; // 16 MiB dirty: 66 %, past the async-write ramp
     let in_flight = pieces_in_flight(dirty_max);
-    assert!(
-        in_flight > async_write_min(),
-        "the test needs more pieces in flight than the minimum"
-    );
+    assert!(in_flight > async_write_min(), "the test needs more pieces in flight than the minimum");
     let out = fsync_during_bulk_sync(dirty_max, in_flight);
-    let after_fsync_began: Vec<&Op> = out
-        .txg_writes()
-        .filter(|o| o.ticket > out.first_fsync_ticket)
-        .collect();
+    let after_fsync_began: Vec<&Op> = out.txg_writes().filter(|o| o.ticket > out.first_fsync_ticket).collect();
     assert!(
         after_fsync_began.len() <= async_write_min(),
         "{} txg writes slipped in ahead of the fsync's flush: {after_fsync_began:?}",
         after_fsync_began.len()
     );
     assert_eq!(
-        out.txg_writes()
-            .filter(|o| o.ticket < out.first_fsync_ticket)
-            .count(),
+        out.txg_writes().filter(|o| o.ticket < out.first_fsync_ticket).count(),
         in_flight,
         "before the fsync, only what was already at the disk"
     );

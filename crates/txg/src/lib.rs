@@ -108,11 +108,7 @@ pub const DIRTY_SYNC_PERCENT: u64 = 20;
 impl Default for TxgConfig {
     fn default() -> Self {
         let dirty_max = 256 << 20;
-        TxgConfig {
-            timeout: Duration::from_secs(5),
-            dirty_max,
-            dirty_sync: dirty_max * DIRTY_SYNC_PERCENT / 100,
-        }
+        TxgConfig { timeout: Duration::from_secs(5), dirty_max, dirty_sync: dirty_max * DIRTY_SYNC_PERCENT / 100 }
     }
 }
 
@@ -133,11 +129,7 @@ impl Default for DelayCurve {
     /// 500 µs (2,000 writes a second), at 90 % 1.5 ms, at 99 % 19.5 ms, and never more
     /// than 100 ms.
     fn default() -> Self {
-        DelayCurve {
-            min_percent: 60,
-            scale: Duration::from_micros(500),
-            max: Duration::from_millis(100),
-        }
+        DelayCurve { min_percent: 60, scale: Duration::from_micros(500), max: Duration::from_millis(100) }
     }
 }
 
@@ -215,11 +207,7 @@ impl State {
 
     /// Txg `txg` was quiesced: it becomes the syncing txg and `txg + 1` opens.
     fn quiesced(&mut self, txg: u64) {
-        assert_eq!(
-            txg, self.open,
-            "txg numbers only grow: quiesced txg {txg} is not the open txg {}",
-            self.open
-        );
+        assert_eq!(txg, self.open, "txg numbers only grow: quiesced txg {txg} is not the open txg {}", self.open);
         assert!(
             txg > self.synced,
             "txg numbers only grow: quiesced txg {txg} is not after committed txg {}",
@@ -233,16 +221,8 @@ impl State {
 
     /// Txg `txg` is committed (its uberblock is durable).
     fn committed(&mut self, txg: u64) {
-        assert!(
-            txg > self.synced,
-            "txg numbers only grow: txg {txg} committed after txg {}",
-            self.synced
-        );
-        assert!(
-            txg < self.open,
-            "txg {txg} committed while it is still open (open: {})",
-            self.open
-        );
+        assert!(txg > self.synced, "txg numbers only grow: txg {txg} committed after txg {}", self.synced);
+        assert!(txg < self.open, "txg {txg} committed while it is still open (open: {})", self.open);
         self.synced = txg;
     }
 }
@@ -288,10 +268,7 @@ impl TxgEngine {
             state: Mutex::new(State::new(last_committed)),
             changed: Condvar::new(),
             barrier: RwLock::new(()),
-            tuning: Mutex::new(Tuning {
-                config,
-                curve: DelayCurve::default(),
-            }),
+            tuning: Mutex::new(Tuning { config, curve: DelayCurve::default() }),
             observer: OnceLock::new(),
             told_percent: AtomicU32::new(0),
         }
@@ -330,10 +307,7 @@ impl TxgEngine {
     ///
     /// Panics if an observer is already installed.
     pub fn set_dirty_observer(&self, observer: DirtyObserver) {
-        assert!(
-            self.observer.set(observer).is_ok(),
-            "the txg engine has one dirty observer"
-        );
+        assert!(self.observer.set(observer).is_ok(), "the txg engine has one dirty observer");
         self.told_percent.store(u32::MAX, Ordering::Relaxed);
         self.tell_dirty();
     }
@@ -389,12 +363,7 @@ impl TxgEngine {
 
     /// The write throttle for a change of `dirty_bytes`: waits while dirty data is over
     /// `dirty_max` (a commit makes room), then sleeps along the delay curve.
-    fn throttle(
-        &self,
-        dirty_bytes: u64,
-        dirty_max: u64,
-        curve: &DelayCurve,
-    ) -> Result<(), TxgError> {
+    fn throttle(&self, dirty_bytes: u64, dirty_max: u64, curve: &DelayCurve) -> Result<(), TxgError> {
         let asked = Instant::now();
         let mut s = self.state.lock();
         let mut waited_for_room = false;
@@ -482,11 +451,7 @@ impl TxgEngine {
         let mut s = self.state.lock();
         loop {
             // Nothing joined the open txg: what the caller needs is everything before it.
-            let target = if txg >= s.open && s.holds_in_open == 0 {
-                s.open - 1
-            } else {
-                txg
-            };
+            let target = if txg >= s.open && s.holds_in_open == 0 { s.open - 1 } else { txg };
             if s.synced >= target {
                 return Ok(());
             }
@@ -507,10 +472,7 @@ impl TxgEngine {
 
     /// Starts the sync thread. It runs until `close`, or until a failure suspends the
     /// engine.
-    pub fn start<T: SyncTarget + 'static>(
-        self: &Arc<Self>,
-        target: Arc<T>,
-    ) -> std::thread::JoinHandle<()> {
+    pub fn start<T: SyncTarget + 'static>(self: &Arc<Self>, target: Arc<T>) -> std::thread::JoinHandle<()> {
         let me = Arc::clone(self);
         std::thread::Builder::new()
             .name("txg_sync".into())
@@ -518,9 +480,7 @@ impl TxgEngine {
                 // The engine's own invariants are asserted in the loop. If one breaks, the
                 // thread dies loudly, but first the engine is suspended so that no waiter
                 // waits for a commit that will never come.
-                let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    me.sync_loop(&*target)
-                }));
+                let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| me.sync_loop(&*target)));
                 if let Err(panic) = run {
                     me.suspend_after_panic(&panic);
                     std::panic::resume_unwind(panic);
@@ -532,10 +492,7 @@ impl TxgEngine {
     fn suspend_after_panic(&self, panic: &Box<dyn std::any::Any + Send>) {
         let mut s = self.state.lock();
         let txg = s.open;
-        s.error.get_or_insert(SyncFailure::Panicked {
-            txg,
-            message: panic_message(panic.as_ref()),
-        });
+        s.error.get_or_insert(SyncFailure::Panicked { txg, message: panic_message(panic.as_ref()) });
         self.changed.notify_all();
     }
 
@@ -603,10 +560,7 @@ impl TxgEngine {
                 s.wanted = s.synced;
                 self.changed.notify_all();
             }
-            let wait = cfg
-                .timeout
-                .saturating_sub(s.last_sync.elapsed())
-                .max(Duration::from_millis(10));
+            let wait = cfg.timeout.saturating_sub(s.last_sync.elapsed()).max(Duration::from_millis(10));
             self.changed.wait_for(&mut s, wait);
         }
     }
@@ -620,14 +574,8 @@ fn catch_panic<E: std::error::Error + Send + Sync + 'static>(
 ) -> Result<(), SyncFailure> {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(SyncFailure::Target {
-            txg,
-            source: Arc::new(e),
-        }),
-        Err(panic) => Err(SyncFailure::Panicked {
-            txg,
-            message: panic_message(panic.as_ref()),
-        }),
+        Ok(Err(e)) => Err(SyncFailure::Target { txg, source: Arc::new(e) }),
+        Err(panic) => Err(SyncFailure::Panicked { txg, message: panic_message(panic.as_ref()) }),
     }
 }
 
@@ -685,16 +633,9 @@ mod tests {
         }
     }
 
-    fn engine(
-        fail_at: u64,
-        panic: bool,
-    ) -> (Arc<TxgEngine>, Arc<Target>, std::thread::JoinHandle<()>) {
+    fn engine(fail_at: u64, panic: bool) -> (Arc<TxgEngine>, Arc<Target>, std::thread::JoinHandle<()>) {
         let engine = Arc::new(TxgEngine::new(10, TxgConfig::default()));
-        let target = Arc::new(Target {
-            fail_at,
-            panic,
-            synced: AtomicU64::new(0),
-        });
+        let target = Arc::new(Target { fail_at, panic, synced: AtomicU64::new(0) });
         let thread = engine.start(target.clone());
         (engine, target, thread)
     }
@@ -703,15 +644,9 @@ mod tests {
     fn a_held_txg_commits_and_the_next_one_opens() {
         let (engine, target, thread) = engine(0, false);
         let txg = engine.hold(100).unwrap().txg;
-        assert_eq!(
-            txg, 11,
-            "the first txg opened is the one after the committed txg"
-        );
+        assert_eq!(txg, 11, "the first txg opened is the one after the committed txg");
         engine.wait_synced(txg).unwrap();
-        assert_eq!(
-            (engine.synced(), target.synced.load(Ordering::SeqCst)),
-            (11, 11)
-        );
+        assert_eq!((engine.synced(), target.synced.load(Ordering::SeqCst)), (11, 11));
         assert_eq!(engine.hold(0).unwrap().txg, 12);
         engine.close();
         thread.join().unwrap();
@@ -722,18 +657,10 @@ mod tests {
         let (engine, _, thread) = engine(11, false);
         let txg = engine.hold(1).unwrap().txg;
         let err = engine.wait_synced(txg).unwrap_err();
-        let TxgError::Suspended(SyncFailure::Target { txg: 11, source }) = &err else {
-            panic!("{err:?}")
-        };
-        assert!(
-            source.downcast_ref::<Fire>().is_some(),
-            "the target's error is kept as the source"
-        );
+        let TxgError::Suspended(SyncFailure::Target { txg: 11, source }) = &err else { panic!("{err:?}") };
+        assert!(source.downcast_ref::<Fire>().is_some(), "the target's error is kept as the source");
         assert!(err.to_string().contains("txg 11: disk on fire"), "{err}");
-        assert!(
-            matches!(engine.hold(1), Err(TxgError::Suspended(_))),
-            "every later hold fails"
-        );
+        assert!(matches!(engine.hold(1), Err(TxgError::Suspended(_))), "every later hold fails");
         assert!(engine.suspended().is_some());
         thread.join().unwrap();
     }
@@ -777,9 +704,7 @@ mod tests {
     fn the_delay_curve_grows_and_is_capped() {
         let curve = DelayCurve::default();
         let max = 256 * MIB;
-        let delays: Vec<Duration> = (0..=1000)
-            .map(|k| write_delay(max * k / 1000, max, &curve))
-            .collect();
+        let delays: Vec<Duration> = (0..=1000).map(|k| write_delay(max * k / 1000, max, &curve)).collect();
         assert!(delays.windows(2).all(|w| w[0] <= w[1]), "monotonic");
         assert!(delays.iter().all(|&d| d <= curve.max), "capped");
         assert_eq!(write_delay(max - 1, max, &curve), curve.max);
@@ -789,13 +714,7 @@ mod tests {
 
     /// An engine with no sync thread: holds only add dirty data.
     fn idle_engine(dirty_max: u64) -> TxgEngine {
-        let engine = TxgEngine::new(
-            1,
-            TxgConfig {
-                dirty_max,
-                ..TxgConfig::default()
-            },
-        );
+        let engine = TxgEngine::new(1, TxgConfig { dirty_max, ..TxgConfig::default() });
         engine.set_delay_curve(DelayCurve {
             min_percent: 60,
             scale: Duration::from_millis(10),
@@ -834,11 +753,7 @@ mod tests {
             w.join().unwrap();
         }
         // 12 writes, each let go 10 ms after the one before, whatever the writer.
-        assert!(
-            started.elapsed() >= Duration::from_millis(110),
-            "{:?}",
-            started.elapsed()
-        );
+        assert!(started.elapsed() >= Duration::from_millis(110), "{:?}", started.elapsed());
         let t = engine.stats();
         assert_eq!(t.delayed_writes, 12);
         assert!(t.delay_us >= 110_000, "{}", t.delay_us);
@@ -854,11 +769,7 @@ mod tests {
         let t = engine.stats();
         assert_eq!((t.dirty_max, t.dirty_sync), (125 * MIB, 25 * MIB));
         drop(engine.hold(1).unwrap());
-        assert_eq!(
-            engine.stats().delayed_writes,
-            1,
-            "80 % of the new dirty_max"
-        );
+        assert_eq!(engine.stats().delayed_writes, 1, "80 % of the new dirty_max");
     }
 
     #[test]
@@ -895,10 +806,7 @@ mod tests {
     #[test]
     fn a_writer_over_dirty_max_waits_for_a_commit() {
         let engine = Arc::new(TxgEngine::new(10, TxgConfig::default()));
-        let target = Arc::new(GatedTarget {
-            open: std::sync::Mutex::new(false),
-            opened: std::sync::Condvar::new(),
-        });
+        let target = Arc::new(GatedTarget { open: std::sync::Mutex::new(false), opened: std::sync::Condvar::new() });
         let thread = engine.start(target.clone());
         engine.set_dirty_max(4 * MIB);
         drop(engine.hold(4 * MIB).unwrap()); // past dirty_sync: txg 11 starts syncing

@@ -40,14 +40,8 @@ pub enum LabelState {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum TopConfig {
-    Disk {
-        guid: u64,
-        path: String,
-    },
-    Mirror {
-        guid: u64,
-        children: Vec<(u64, String)>,
-    },
+    Disk { guid: u64, path: String },
+    Mirror { guid: u64, children: Vec<(u64, String)> },
 }
 
 impl TopConfig {
@@ -75,11 +69,7 @@ pub struct TreeConfig {
 
 impl TreeConfig {
     pub fn guid_sum(&self) -> u64 {
-        self.tops
-            .iter()
-            .chain(&self.logs)
-            .flat_map(|t| t.leaves())
-            .fold(0u64, |s, (g, _)| s.wrapping_add(g))
+        self.tops.iter().chain(&self.logs).flat_map(|t| t.leaves()).fold(0u64, |s, (g, _)| s.wrapping_add(g))
     }
 }
 
@@ -110,10 +100,7 @@ impl Label {
     /// The config area: magic, version, JSON length, checksum, JSON.
     pub fn encode(&self) -> Vec<u8> {
         let json = serde_json::to_vec(self).expect("label config serialises");
-        assert!(
-            json.len() <= CONFIG_AREA - LABEL_HEADER,
-            "label config too large"
-        );
+        assert!(json.len() <= CONFIG_AREA - LABEL_HEADER, "label config too large");
         let mut area = vec![0u8; CONFIG_AREA];
         area[0..8].copy_from_slice(&LABEL_MAGIC.to_le_bytes());
         area[8..12].copy_from_slice(&LABEL_VERSION.to_le_bytes());
@@ -233,13 +220,7 @@ mod tests {
             hostname: "h".into(),
             create_txg: 1,
             asize: 1 << 30,
-            tree: TreeConfig {
-                tops: vec![TopConfig::Disk {
-                    guid: 9,
-                    path: "/x".into(),
-                }],
-                logs: Vec::new(),
-            },
+            tree: TreeConfig { tops: vec![TopConfig::Disk { guid: 9, path: "/x".into() }], logs: Vec::new() },
         }
     }
 
@@ -273,13 +254,7 @@ mod tests {
 
     #[test]
     fn uberblock_round_trips_and_torn_slot_is_empty() {
-        let ub = Uberblock {
-            txg: 5,
-            pool_guid: 1,
-            guid_sum: 2,
-            timestamp: 3,
-            root: [7; 64],
-        };
+        let ub = Uberblock { txg: 5, pool_guid: 1, guid_sum: 2, timestamp: 3, root: [7; 64] };
         let mut b = ub.encode();
         assert_eq!(Uberblock::decode(&b), Ok(Some(ub)));
         b[100] ^= 0xff;

@@ -22,13 +22,11 @@ mod tree;
 pub use device::{BlockDevice, FileDevice};
 pub use error::VdevError;
 pub use label::{
-    slot_count, Label, LabelDecode, LabelState, TopConfig, TreeConfig, Uberblock, LABEL_SIZE,
-    LABEL_VERSION, UBERBLOCK_VERSION,
+    slot_count, Label, LabelDecode, LabelState, TopConfig, TreeConfig, Uberblock, LABEL_SIZE, LABEL_VERSION,
+    UBERBLOCK_VERSION,
 };
-pub use queue::{
-    async_write_limit, ClassLimits, ClassStats, IoClass, IoPermit, IoQueue, QueueConfig, MAX_ACTIVE,
-};
+pub use queue::{async_write_limit, ClassLimits, ClassStats, IoClass, IoPermit, IoQueue, QueueConfig, MAX_ACTIVE};
 pub use tree::{
-    read_device_labels, DeviceLabels, Leaf, LeafHealth, LeafStatus, ReadMode, SidesRead, SyncHold,
-    TopVdev, VdevTree, DATA_START, DEFAULT_MAX_IO,
+    read_device_labels, DeviceLabels, Leaf, LeafHealth, LeafStatus, ReadMode, SidesRead, SyncHold, TopVdev, VdevTree,
+    DATA_START, DEFAULT_MAX_IO,
 };

@@ -63,13 +63,8 @@ pub enum IoClass {
 impl IoClass {
     pub const COUNT: usize = 5;
     /// Every class, highest priority first.
-    pub const ALL: [IoClass; IoClass::COUNT] = [
-        IoClass::SyncRead,
-        IoClass::SyncWrite,
-        IoClass::AsyncRead,
-        IoClass::AsyncWrite,
-        IoClass::Scrub,
-    ];
+    pub const ALL: [IoClass; IoClass::COUNT] =
+        [IoClass::SyncRead, IoClass::SyncWrite, IoClass::AsyncRead, IoClass::AsyncWrite, IoClass::Scrub];
 
     /// The name counters are published under (`sync_read_issued` …).
     pub fn name(self) -> &'static str {
@@ -129,10 +124,7 @@ impl Default for QueueConfig {
     /// throttle, when the txg must drain faster. Scrub and resilver get 1 to 3, and above
     /// 1 only on an otherwise idle device (the admission rule).
     fn default() -> Self {
-        let l = |min_active, max_active| ClassLimits {
-            min_active,
-            max_active,
-        };
+        let l = |min_active, max_active| ClassLimits { min_active, max_active };
         QueueConfig {
             limits: [l(10, 10), l(10, 10), l(1, 3), l(2, 10), l(1, 3)],
             async_write_min_dirty_percent: 30,
@@ -169,14 +161,8 @@ impl QueueConfig {
 /// `async_write_max_dirty_percent` on, linear in between (ZFS's
 /// vdev_queue_max_async_writes).
 pub fn async_write_limit(config: &QueueConfig, dirty_percent: u32) -> u32 {
-    let ClassLimits {
-        min_active,
-        max_active,
-    } = config.limits(IoClass::AsyncWrite);
-    let (lo, hi) = (
-        config.async_write_min_dirty_percent,
-        config.async_write_max_dirty_percent,
-    );
+    let ClassLimits { min_active, max_active } = config.limits(IoClass::AsyncWrite);
+    let (lo, hi) = (config.async_write_min_dirty_percent, config.async_write_max_dirty_percent);
     if dirty_percent <= lo {
         return min_active;
     }
@@ -316,11 +302,7 @@ impl IoQueue {
         let c = &self.counters[class.index()];
         c.issued.fetch_add(1, Ordering::Relaxed);
         c.bytes.fetch_add(bytes, Ordering::Relaxed);
-        IoPermit {
-            queue: self,
-            class,
-            admitted: Instant::now(),
-        }
+        IoPermit { queue: self, class, admitted: Instant::now() }
     }
 
     /// How many I/Os of `class` may be in flight now.
@@ -381,10 +363,7 @@ impl IoQueue {
     /// sync write were in flight between its I/Os too.
     pub fn begin_sync(&self) {
         let before = self.state.fetch_add(SYNC_ONE, Ordering::AcqRel);
-        assert!(
-            syncs_of(before) < (1 << (64 - SYNC_SHIFT)) - 1,
-            "too many sync operations under way on one device"
-        );
+        assert!(syncs_of(before) < (1 << (64 - SYNC_SHIFT)) - 1, "too many sync operations under way on one device");
     }
 
     /// Ends a sync operation `begin_sync` began.
@@ -408,12 +387,7 @@ impl IoQueue {
             if !self.may_issue(state, class) {
                 return false;
             }
-            match self.state.compare_exchange_weak(
-                state,
-                state + one(class),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
+            match self.state.compare_exchange_weak(state, state + one(class), Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => return true,
                 Err(now) => state = now,
             }
@@ -441,14 +415,11 @@ impl IoQueue {
         drop(waiters);
         let c = &self.counters[i];
         c.waited.fetch_add(1, Ordering::Relaxed);
-        c.wait_ns
-            .fetch_add(nanos(started.elapsed()), Ordering::Relaxed);
+        c.wait_ns.fetch_add(nanos(started.elapsed()), Ordering::Relaxed);
     }
 
     fn finish(&self, class: IoClass, admitted: Instant) {
-        self.counters[class.index()]
-            .device_ns
-            .fetch_add(nanos(admitted.elapsed()), Ordering::Relaxed);
+        self.counters[class.index()].device_ns.fetch_add(nanos(admitted.elapsed()), Ordering::Relaxed);
         let before = self.state.fetch_sub(one(class), Ordering::AcqRel);
         debug_assert!(active_of(before, class) > 0, "an I/O ended twice");
         if before & WAIT_MASK != 0 {
@@ -475,10 +446,7 @@ mod tests {
 
     fn config(limits: [(u32, u32); IoClass::COUNT]) -> QueueConfig {
         QueueConfig {
-            limits: limits.map(|(min_active, max_active)| ClassLimits {
-                min_active,
-                max_active,
-            }),
+            limits: limits.map(|(min_active, max_active)| ClassLimits { min_active, max_active }),
             ..QueueConfig::default()
         }
     }
@@ -526,34 +494,18 @@ mod tests {
     #[test]
     fn a_sync_write_is_admitted_before_queued_async_writes() {
         // Async writes: one at a time, so the second and third queue behind the first.
-        let queue = Arc::new(IoQueue::new(config([
-            (10, 10),
-            (10, 10),
-            (1, 3),
-            (1, 1),
-            (1, 3),
-        ])));
+        let queue = Arc::new(IoQueue::new(config([(10, 10), (10, 10), (1, 3), (1, 1), (1, 3)])));
         let order = Arc::new(Mutex::new(Vec::new()));
         let first = issue(&queue, IoClass::AsyncWrite, "async 1", &order);
-        until("the first async write is in flight", || {
-            queue.active(IoClass::AsyncWrite) == 1
-        });
-        let queued: Vec<Issuer> = ["async 2", "async 3"]
-            .into_iter()
-            .map(|label| issue(&queue, IoClass::AsyncWrite, label, &order))
-            .collect();
-        until("both async writes wait", || {
-            *queue.waiters.lock() == [0, 0, 0, 2, 0]
-        });
+        until("the first async write is in flight", || queue.active(IoClass::AsyncWrite) == 1);
+        let queued: Vec<Issuer> =
+            ["async 2", "async 3"].into_iter().map(|label| issue(&queue, IoClass::AsyncWrite, label, &order)).collect();
+        until("both async writes wait", || *queue.waiters.lock() == [0, 0, 0, 2, 0]);
         let sync = issue(&queue, IoClass::SyncWrite, "sync", &order);
-        until("the sync write is in flight", || {
-            queue.active(IoClass::SyncWrite) == 1
-        });
+        until("the sync write is in flight", || queue.active(IoClass::SyncWrite) == 1);
         assert_eq!(*order.lock(), ["async 1", "sync"]);
         first.finish();
-        until("one queued async write is admitted", || {
-            order.lock().len() == 3
-        });
+        until("one queued async write is admitted", || order.lock().len() == 3);
         sync.finish();
         // Whichever of the two was admitted first must end before the other can start.
         for issuer in &queued {
@@ -579,21 +531,15 @@ mod tests {
         queue.set_dirty_percent(100);
         let order = Arc::new(Mutex::new(Vec::new()));
         let read = issue(&queue, IoClass::SyncRead, "read", &order);
-        until("the read is in flight", || {
-            queue.active(IoClass::SyncRead) == 1
-        });
+        until("the read is in flight", || queue.active(IoClass::SyncRead) == 1);
         let a1 = issue(&queue, IoClass::AsyncWrite, "async 1", &order);
-        until("async 1 is in flight (its minimum)", || {
-            queue.active(IoClass::AsyncWrite) == 1
-        });
+        until("async 1 is in flight (its minimum)", || queue.active(IoClass::AsyncWrite) == 1);
         let a2 = issue(&queue, IoClass::AsyncWrite, "async 2", &order);
         until("async 2 waits: above the minimum, a read in flight", || {
             queue.waiters.lock()[IoClass::AsyncWrite.index()] == 1
         });
         read.finish();
-        until("async 2 goes once the read ended", || {
-            queue.active(IoClass::AsyncWrite) == 2
-        });
+        until("async 2 goes once the read ended", || queue.active(IoClass::AsyncWrite) == 2);
         a1.finish();
         a2.finish();
         assert_eq!(*order.lock(), ["read", "async 1", "async 2"]);
@@ -610,20 +556,14 @@ mod tests {
         // An fsync wrote its log block and has not flushed yet: no sync I/O in flight.
         queue.begin_sync();
         let a1 = issue(&queue, IoClass::AsyncWrite, "async 1", &order);
-        until("async 1 in flight (its minimum)", || {
-            queue.active(IoClass::AsyncWrite) == 1
-        });
+        until("async 1 in flight (its minimum)", || queue.active(IoClass::AsyncWrite) == 1);
         let a2 = issue(&queue, IoClass::AsyncWrite, "async 2", &order);
-        until("async 2 waits for the fsync to end", || {
-            queue.waiters.lock()[IoClass::AsyncWrite.index()] == 1
-        });
+        until("async 2 waits for the fsync to end", || queue.waiters.lock()[IoClass::AsyncWrite.index()] == 1);
         // Sync I/O itself is not held back.
         drop(queue.admit(IoClass::SyncWrite, 4096));
         drop(queue.admit(IoClass::SyncRead, 4096));
         queue.end_sync();
-        until("async 2 goes once the fsync ended", || {
-            queue.active(IoClass::AsyncWrite) == 2
-        });
+        until("async 2 goes once the fsync ended", || queue.active(IoClass::AsyncWrite) == 2);
         a1.finish();
         a2.finish();
         assert_eq!(queue.syncs_under_way(), 0);
@@ -632,35 +572,21 @@ mod tests {
     #[test]
     fn a_waiting_higher_class_holds_back_lower_classes_above_their_minimum() {
         // One sync read at a time; a second waits, and its waiting keeps prefetch at 1.
-        let queue = Arc::new(IoQueue::new(config([
-            (1, 1),
-            (10, 10),
-            (1, 3),
-            (2, 10),
-            (1, 3),
-        ])));
+        let queue = Arc::new(IoQueue::new(config([(1, 1), (10, 10), (1, 3), (2, 10), (1, 3)])));
         let order = Arc::new(Mutex::new(Vec::new()));
         let r1 = issue(&queue, IoClass::SyncRead, "read 1", &order);
         until("read 1 in flight", || queue.active(IoClass::SyncRead) == 1);
         let r2 = issue(&queue, IoClass::SyncRead, "read 2", &order);
-        until("read 2 waits", || {
-            queue.waiters.lock()[IoClass::SyncRead.index()] == 1
-        });
+        until("read 2 waits", || queue.waiters.lock()[IoClass::SyncRead.index()] == 1);
         let p1 = issue(&queue, IoClass::AsyncRead, "prefetch 1", &order);
-        until("prefetch 1 in flight (its minimum)", || {
-            queue.active(IoClass::AsyncRead) == 1
-        });
+        until("prefetch 1 in flight (its minimum)", || queue.active(IoClass::AsyncRead) == 1);
         let p2 = issue(&queue, IoClass::AsyncRead, "prefetch 2", &order);
-        until("prefetch 2 waits", || {
-            queue.waiters.lock()[IoClass::AsyncRead.index()] == 1
-        });
+        until("prefetch 2 waits", || queue.waiters.lock()[IoClass::AsyncRead.index()] == 1);
         r1.finish();
         until("read 2 admitted", || order.lock().contains(&"read 2"));
         r2.finish();
         p1.finish();
-        until("prefetch 2 admitted", || {
-            order.lock().contains(&"prefetch 2")
-        });
+        until("prefetch 2 admitted", || order.lock().contains(&"prefetch 2"));
         p2.finish();
         let got = order.lock().clone();
         assert_eq!(got, ["read 1", "prefetch 1", "read 2", "prefetch 2"]);
@@ -694,11 +620,7 @@ mod tests {
         for class in IoClass::ALL {
             let peak = peaks[class.index()].load(Ordering::SeqCst) as u32;
             let max = cfg.limits(class).max_active;
-            assert!(
-                (1..=max).contains(&peak),
-                "{}: {peak} in flight, max {max}",
-                class.name()
-            );
+            assert!((1..=max).contains(&peak), "{}: {peak} in flight, max {max}", class.name());
             assert_eq!(queue.stats()[class.index()].issued, 8 * 50);
             assert_eq!(queue.active(class), 0);
         }
@@ -711,9 +633,7 @@ mod tests {
             drop(queue.admit(class, 16384));
         }
         let stats = queue.stats();
-        assert!(stats
-            .iter()
-            .all(|s| s.issued == 1 && s.waited == 0 && s.bytes == 16384));
+        assert!(stats.iter().all(|s| s.issued == 1 && s.waited == 0 && s.bytes == 16384));
     }
 
     #[test]

@@ -119,24 +119,12 @@ impl Leaf {
         &self.queue
     }
 
-    fn read_as(
-        &self,
-        dev: &dyn BlockDevice,
-        class: IoClass,
-        buf: &mut [u8],
-        offset: u64,
-    ) -> std::io::Result<()> {
+    fn read_as(&self, dev: &dyn BlockDevice, class: IoClass, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
         let _permit = self.queue.admit(class, buf.len() as u64);
         dev.read_at(buf, offset)
     }
 
-    fn write_as(
-        &self,
-        dev: &dyn BlockDevice,
-        class: IoClass,
-        buf: &[u8],
-        offset: u64,
-    ) -> std::io::Result<()> {
+    fn write_as(&self, dev: &dyn BlockDevice, class: IoClass, buf: &[u8], offset: u64) -> std::io::Result<()> {
         let _permit = self.queue.admit(class, buf.len() as u64);
         dev.write_at(buf, offset)
     }
@@ -177,16 +165,11 @@ impl Leaf {
             }
         };
         let limit = self.queue.limit(class);
-        let helpers = if limit > self.queue.config().limits(class).min_active {
-            (limit as usize).min(pieces) - 1
-        } else {
-            0
-        };
+        let helpers =
+            if limit > self.queue.config().limits(class).min_active { (limit as usize).min(pieces) - 1 } else { 0 };
         std::thread::scope(|s| {
             for _ in 0..helpers {
-                let spawned = std::thread::Builder::new()
-                    .name("vdev-write".into())
-                    .spawn_scoped(s, issue);
+                let spawned = std::thread::Builder::new().name("vdev-write".into()).spawn_scoped(s, issue);
                 if spawned.is_err() {
                     break; // fewer pieces in flight at once; the write still completes
                 }
@@ -261,10 +244,7 @@ pub struct TopVdev {
 
 impl TopVdev {
     pub fn new(index: usize, guid: u64, ashift: u32, asize: u64, leaves: Vec<Leaf>) -> TopVdev {
-        assert!(
-            !leaves.is_empty(),
-            "a top-level vdev has at least one device"
-        );
+        assert!(!leaves.is_empty(), "a top-level vdev has at least one device");
         TopVdev {
             index,
             guid,
@@ -285,8 +265,7 @@ impl TopVdev {
     /// Sets the largest piece a write is cut into (rounded down to whole sectors, at
     /// least one sector).
     pub fn set_max_io(&self, bytes: u64) {
-        self.max_io
-            .store(Self::round_max_io(bytes, self.ashift), Ordering::Relaxed);
+        self.max_io.store(Self::round_max_io(bytes, self.ashift), Ordering::Relaxed);
     }
 
     fn round_max_io(bytes: u64, ashift: u32) -> u64 {
@@ -338,8 +317,7 @@ impl TopVdev {
         mode: ReadMode,
         class: IoClass,
     ) -> Result<std::ops::Range<usize>, VdevError> {
-        self.read_sides(offset, len, verify, span, mode, class)
-            .map(|r| r.range)
+        self.read_sides(offset, len, verify, span, mode, class).map(|r| r.range)
     }
 
     /// Like `read`, and says how many sides returned bad bytes (each counted in its
@@ -354,11 +332,7 @@ impl TopVdev {
         class: IoClass,
     ) -> Result<SidesRead, VdevError> {
         let all = mode == ReadMode::AllSides;
-        assert!(
-            offset + len as u64 <= self.asize,
-            "read past the end of vdev {}",
-            self.index
-        );
+        assert!(offset + len as u64 <= self.asize, "read past the end of vdev {}", self.index);
         let sector = self.sector();
         let start = offset & !(sector - 1);
         let end = (offset + len as u64 + sector - 1) & !(sector - 1);
@@ -393,30 +367,17 @@ impl TopVdev {
                 continue;
             }
             self.repair(&bad_sides, span, start, class.repair());
-            return Ok(SidesRead {
-                range: skip..skip + len,
-                bad_sides: bad_sides.len() as u32,
-            });
+            return Ok(SidesRead { range: skip..skip + len, bad_sides: bad_sides.len() as u32 });
         }
         if let Some(good) = good {
             self.repair(&bad_sides, &good, start, class.repair());
             out[..good.len()].copy_from_slice(&good);
-            return Ok(SidesRead {
-                range: skip..skip + len,
-                bad_sides: bad_sides.len() as u32,
-            });
+            return Ok(SidesRead { range: skip..skip + len, bad_sides: bad_sides.len() as u32 });
         }
         if saw_checksum_error {
-            Err(VdevError::Checksum {
-                top: self.index,
-                offset,
-            })
+            Err(VdevError::Checksum { top: self.index, offset })
         } else {
-            Err(VdevError::NoCopy {
-                top: self.index,
-                offset,
-                detail,
-            })
+            Err(VdevError::NoCopy { top: self.index, offset, detail })
         }
     }
 
@@ -425,10 +386,7 @@ impl TopVdev {
         for &i in bad_sides {
             let leaf = &self.leaves[i];
             if let Some(dev) = leaf.usable() {
-                if leaf
-                    .write_as(&**dev, class, good_span, DATA_START + start)
-                    .is_err()
-                {
+                if leaf.write_as(&**dev, class, good_span, DATA_START + start).is_err() {
                     leaf.write_errors.fetch_add(1, Ordering::Relaxed);
                 }
             }
@@ -439,19 +397,10 @@ impl TopVdev {
     /// pieces of at most `max_io`; succeeds if one side took every piece.
     pub fn write(&self, offset: u64, data: &[u8], class: IoClass) -> Result<(), VdevError> {
         let sector = self.sector();
-        assert!(
-            offset.is_multiple_of(sector) && (data.len() as u64).is_multiple_of(sector),
-            "unaligned vdev write"
-        );
-        assert!(
-            offset + data.len() as u64 <= self.asize,
-            "write past the end of vdev {}",
-            self.index
-        );
+        assert!(offset.is_multiple_of(sector) && (data.len() as u64).is_multiple_of(sector), "unaligned vdev write");
+        assert!(offset + data.len() as u64 <= self.asize, "write past the end of vdev {}", self.index);
         let max_io = self.max_io() as usize;
-        self.on_every_side(|leaf, dev| {
-            leaf.write_pieces(dev, class, data, DATA_START + offset, max_io)
-        })
+        self.on_every_side(|leaf, dev| leaf.write_pieces(dev, class, data, DATA_START + offset, max_io))
     }
 
     /// Makes every completed write durable on every side. A flush is not admitted
@@ -461,10 +410,7 @@ impl TopVdev {
         self.on_every_side(|_, dev| dev.flush())
     }
 
-    fn on_every_side(
-        &self,
-        op: impl Fn(&Leaf, &dyn BlockDevice) -> std::io::Result<()>,
-    ) -> Result<(), VdevError> {
+    fn on_every_side(&self, op: impl Fn(&Leaf, &dyn BlockDevice) -> std::io::Result<()>) -> Result<(), VdevError> {
         let mut ok = false;
         let mut detail = String::new();
         for leaf in &self.leaves {
@@ -481,10 +427,7 @@ impl TopVdev {
         if ok {
             Ok(())
         } else {
-            Err(VdevError::WriteFailed {
-                top: self.index,
-                detail,
-            })
+            Err(VdevError::WriteFailed { top: self.index, detail })
         }
     }
 }
@@ -499,11 +442,7 @@ pub struct VdevTree {
 
 impl VdevTree {
     pub fn new(tops: Vec<TopVdev>, ashift: u32) -> VdevTree {
-        VdevTree {
-            tops,
-            ashift,
-            last_uberblock_txg: AtomicU64::new(0),
-        }
+        VdevTree { tops, ashift, last_uberblock_txg: AtomicU64::new(0) }
     }
 
     /// Records the txg of the uberblock the pool was opened at: every uberblock written
@@ -576,18 +515,10 @@ impl VdevTree {
                     label.vdev_guid = leaf.guid;
                     label.top_index = top.index as u32;
                     label.asize = top.asize;
-                    let at = if which == 0 {
-                        0
-                    } else {
-                        Leaf::label1_offset(dev.size())
-                    };
-                    let io = |source| VdevError::Io {
-                        path: leaf.path.clone().into(),
-                        source,
-                    };
+                    let at = if which == 0 { 0 } else { Leaf::label1_offset(dev.size()) };
+                    let io = |source| VdevError::Io { path: leaf.path.clone().into(), source };
                     let bytes = label.encode();
-                    leaf.write_as(&**dev, IoClass::SyncWrite, &bytes, at)
-                        .map_err(io)?;
+                    leaf.write_as(&**dev, IoClass::SyncWrite, &bytes, at).map_err(io)?;
                     dev.flush().map_err(io)?;
                 }
             }
@@ -602,11 +533,7 @@ impl VdevTree {
     /// older txg in a newer slot would make import pick a root that lost commits.
     pub fn write_uberblock(&self, ub: &Uberblock) -> Result<(), VdevError> {
         let previous = self.last_uberblock_txg.fetch_max(ub.txg, Ordering::AcqRel);
-        assert!(
-            ub.txg > previous,
-            "txg numbers only grow: uberblock of txg {} written after txg {previous}",
-            ub.txg
-        );
+        assert!(ub.txg > previous, "txg numbers only grow: uberblock of txg {} written after txg {previous}", ub.txg);
         let slot = slot_size(self.ashift);
         let index = (ub.txg % slot_count(self.ashift) as u64) as usize;
         let mut buf = vec![0u8; slot];
@@ -661,11 +588,7 @@ pub fn read_device_labels(dev: &dyn BlockDevice) -> Result<DeviceLabels, VdevErr
     let path = dev.path().to_path_buf();
     let min = 2 * LABEL_SIZE + DATA_START;
     if dev.size() < min {
-        return Err(VdevError::TooSmall {
-            path,
-            size: dev.size(),
-            min,
-        });
+        return Err(VdevError::TooSmall { path, size: dev.size(), min });
     }
     let mut label = None;
     let mut unknown_version = None;
@@ -674,11 +597,7 @@ pub fn read_device_labels(dev: &dyn BlockDevice) -> Result<DeviceLabels, VdevErr
     let mut uberblocks = Vec::new();
     for base in [0, Leaf::label1_offset(dev.size())] {
         let mut area = vec![0u8; LABEL_SIZE as usize];
-        dev.read_at(&mut area, base)
-            .map_err(|source| VdevError::Io {
-                path: path.clone(),
-                source,
-            })?;
+        dev.read_at(&mut area, base).map_err(|source| VdevError::Io { path: path.clone(), source })?;
         match Label::decode(&area[..CONFIG_AREA]) {
             LabelDecode::Ok(l) => {
                 let slot = slot_size(l.ashift);
@@ -699,11 +618,7 @@ pub fn read_device_labels(dev: &dyn BlockDevice) -> Result<DeviceLabels, VdevErr
     match (label, unknown_version) {
         (_, Some(found)) => {
             // A newer tarn wrote this device; guessing at its format could corrupt it.
-            Err(VdevError::UnsupportedVersion {
-                path,
-                found,
-                supported: crate::LABEL_VERSION,
-            })
+            Err(VdevError::UnsupportedVersion { path, found, supported: crate::LABEL_VERSION })
         }
         (_, None) if unknown_ub_version.is_some() => Err(VdevError::UnsupportedUberblockVersion {
             path,
@@ -731,10 +646,7 @@ mod tests {
 
     impl MemDevice {
         fn new(name: &str) -> Arc<MemDevice> {
-            Arc::new(MemDevice {
-                bytes: Mutex::new(vec![0u8; 4 << 20]),
-                path: PathBuf::from(name),
-            })
+            Arc::new(MemDevice { bytes: Mutex::new(vec![0u8; 4 << 20]), path: PathBuf::from(name) })
         }
     }
 
@@ -765,28 +677,15 @@ mod tests {
             .iter()
             .enumerate()
             .map(|(i, d)| {
-                Leaf::new(
-                    i as u64 + 1,
-                    d.path.display().to_string(),
-                    Some(d.clone() as Arc<dyn BlockDevice>),
-                )
+                Leaf::new(i as u64 + 1, d.path.display().to_string(), Some(d.clone() as Arc<dyn BlockDevice>))
             })
             .collect();
         let asize = TopVdev::asize_of(4 << 20, 12);
-        (
-            VdevTree::new(vec![TopVdev::new(0, 9, 12, asize, leaves)], 12),
-            devs,
-        )
+        (VdevTree::new(vec![TopVdev::new(0, 9, 12, asize, leaves)], 12), devs)
     }
 
     fn ub(txg: u64) -> Uberblock {
-        Uberblock {
-            txg,
-            pool_guid: 1,
-            guid_sum: 3,
-            timestamp: 0,
-            root: [0; 64],
-        }
+        Uberblock { txg, pool_guid: 1, guid_sum: 3, timestamp: 0, root: [0; 64] }
     }
 
     #[test]
@@ -797,32 +696,11 @@ mod tests {
         devs[1].write_at(&[9u8; 16], DATA_START + 100).unwrap();
         let verify = |d: &[u8]| d.iter().all(|&b| b == 7);
         let mut span = Vec::new();
-        let read = top
-            .read_sides(
-                0,
-                4096,
-                &verify,
-                &mut span,
-                ReadMode::AllSides,
-                IoClass::Scrub,
-            )
-            .unwrap();
+        let read = top.read_sides(0, 4096, &verify, &mut span, ReadMode::AllSides, IoClass::Scrub).unwrap();
         assert_eq!((read.range, read.bad_sides), (0..4096, 1));
         assert_eq!(top.leaves[1].status().checksum_errors, 1);
-        let again = top
-            .read_sides(
-                0,
-                4096,
-                &verify,
-                &mut span,
-                ReadMode::AllSides,
-                IoClass::Scrub,
-            )
-            .unwrap();
-        assert_eq!(
-            again.bad_sides, 0,
-            "the bad side was rewritten from the good one"
-        );
+        let again = top.read_sides(0, 4096, &verify, &mut span, ReadMode::AllSides, IoClass::Scrub).unwrap();
+        assert_eq!(again.bad_sides, 0, "the bad side was rewritten from the good one");
     }
 
     /// Records the (offset, length) of every write it takes.
@@ -852,10 +730,7 @@ mod tests {
 
     #[test]
     fn a_long_write_is_cut_into_pieces_of_at_most_max_io() {
-        let rec = Arc::new(Recording {
-            inner: MemDevice::new("r"),
-            writes: Mutex::new(Vec::new()),
-        });
+        let rec = Arc::new(Recording { inner: MemDevice::new("r"), writes: Mutex::new(Vec::new()) });
         let leaf = Leaf::new(1, "r".into(), Some(rec.clone() as Arc<dyn BlockDevice>));
         let top = TopVdev::new(0, 9, 12, TopVdev::asize_of(4 << 20, 12), vec![leaf]);
         top.set_max_io(16 << 10);
@@ -863,31 +738,12 @@ mod tests {
         top.write(8192, &data, IoClass::AsyncWrite).unwrap();
         let mut writes = rec.writes.lock().clone();
         writes.sort_unstable();
-        let expected: Vec<(u64, usize)> = (0..7u64)
-            .map(|k| {
-                (
-                    DATA_START + 8192 + k * (16 << 10),
-                    if k < 6 { 16 << 10 } else { 4 << 10 },
-                )
-            })
-            .collect();
+        let expected: Vec<(u64, usize)> =
+            (0..7u64).map(|k| (DATA_START + 8192 + k * (16 << 10), if k < 6 { 16 << 10 } else { 4 << 10 })).collect();
         assert_eq!(writes, expected);
         let mut span = Vec::new();
-        let range = top
-            .read(
-                8192,
-                data.len(),
-                &|_| true,
-                &mut span,
-                ReadMode::FirstGood,
-                IoClass::SyncRead,
-            )
-            .unwrap();
-        assert_eq!(
-            &span[range],
-            &data[..],
-            "every piece landed where it belongs"
-        );
+        let range = top.read(8192, data.len(), &|_| true, &mut span, ReadMode::FirstGood, IoClass::SyncRead).unwrap();
+        assert_eq!(&span[range], &data[..], "every piece landed where it belongs");
         let stats = top.leaves[0].queue().stats()[IoClass::AsyncWrite.index()];
         assert_eq!((stats.issued, stats.bytes), (7, 100 << 10));
     }
@@ -900,14 +756,7 @@ mod tests {
         tree.set_max_io(0);
         assert_eq!(tree.tops[0].max_io(), 4096);
         assert_eq!(
-            TopVdev::new(
-                0,
-                1,
-                9,
-                1 << 20,
-                mirror().0.tops.into_iter().next().unwrap().leaves
-            )
-            .max_io(),
+            TopVdev::new(0, 1, 9, 1 << 20, mirror().0.tops.into_iter().next().unwrap().leaves).max_io(),
             DEFAULT_MAX_IO
         );
     }

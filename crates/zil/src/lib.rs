@@ -290,7 +290,14 @@ impl Zil {
             zio,
             pool_guid,
             queue: Mutex::new(Queue { next_seq: 1, namespace: VecDeque::new(), objects: HashMap::new() }),
-            chain: Mutex::new(Chain { next: None, next_seq: first_seq, blocks: VecDeque::new(), last_commit_bytes: 0, unflushed: Vec::new(), failed_txg: 0 }),
+            chain: Mutex::new(Chain {
+                next: None,
+                next_seq: first_seq,
+                blocks: VecDeque::new(),
+                last_commit_bytes: 0,
+                unflushed: Vec::new(),
+                failed_txg: 0,
+            }),
             tickets: Tickets::default(),
             replaying: AtomicBool::new(false),
             stats: ZilStats::default(),
@@ -376,7 +383,12 @@ impl Zil {
         Ok(())
     }
 
-    fn commit_ticket(&self, ticket: &Ticket, taken: Vec<(u64, Queued)>, source: &dyn WriteSource) -> Result<(), ZilError> {
+    fn commit_ticket(
+        &self,
+        ticket: &Ticket,
+        taken: Vec<(u64, Queued)>,
+        source: &dyn WriteSource,
+    ) -> Result<(), ZilError> {
         // From the first write in place to the flush, this is sync I/O on every device:
         // the txg's writes stay out of the devices' queues ahead of it.
         let _sync = self.zio.hold_sync();
@@ -418,7 +430,11 @@ impl Zil {
     /// Turns queued changes into records: writes become a copy of their bytes or a
     /// pointer to their record written in place; writes of committed txgs are dropped.
     /// Also returns the vdevs written in place (to flush with the log blocks).
-    fn resolve(&self, taken: Vec<(u64, Queued)>, source: &dyn WriteSource) -> Result<(Vec<(u64, Record)>, Vec<u16>), ZilError> {
+    fn resolve(
+        &self,
+        taken: Vec<(u64, Queued)>,
+        source: &dyn WriteSource,
+    ) -> Result<(Vec<(u64, Record)>, Vec<u16>), ZilError> {
         let bulk = self.is_bulk(&taken);
         let mut vdevs: Vec<u16> = Vec::new();
         let mut out = Vec::with_capacity(taken.len());
@@ -578,7 +594,14 @@ pub struct Chained {
 
 impl Chained {
     pub fn empty() -> Chained {
-        Chained { records: Vec::new(), blocks: Vec::new(), indirect: Vec::new(), end_seq: 1, end: String::new(), stopped_early: false }
+        Chained {
+            records: Vec::new(),
+            blocks: Vec::new(),
+            indirect: Vec::new(),
+            end_seq: 1,
+            end: String::new(),
+            stopped_early: false,
+        }
     }
 }
 
@@ -634,7 +657,10 @@ fn collect_records(zio: &Zio, payload: &[u8], seq: u64, committed_txg: u64, out:
         let r = match r.op {
             Op::WriteIndirect { obj, offset, len, block_offset, bp } => {
                 let block = zio.read_from_devices(&bp).map_err(|e| {
-                    format!("block {seq}: the data of an indirect write (txg {}, object {obj}) does not verify: {e}", r.txg)
+                    format!(
+                        "block {seq}: the data of an indirect write (txg {}, object {obj}) does not verify: {e}",
+                        r.txg
+                    )
                 })?;
                 if !out.indirect.contains(&bp) {
                     out.indirect.push(bp);
@@ -690,7 +716,17 @@ mod tests {
     }
 
     fn create(txg: u64, obj: u64) -> Queued {
-        let op = Op::Create { parent: 1, obj, kind: 1, mode: 0o644, uid: 0, gid: 0, rdev: 0, name: b"f".to_vec(), target: vec![] };
+        let op = Op::Create {
+            parent: 1,
+            obj,
+            kind: 1,
+            mode: 0o644,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            name: b"f".to_vec(),
+            target: vec![],
+        };
         Queued::Ready(Record { txg, dataset: 1, op })
     }
 

@@ -5,19 +5,67 @@ use tarn_zio::{BlockPtr, BLKPTR_SIZE};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
-    Write { obj: u64, offset: u64, data: Vec<u8> },
-    Truncate { obj: u64, size: u64 },
-    Create { parent: u64, obj: u64, kind: u8, mode: u32, uid: u32, gid: u32, rdev: u64, name: Vec<u8>, target: Vec<u8> },
-    Remove { parent: u64, name: Vec<u8>, is_dir: bool },
-    Rename { sdir: u64, sname: Vec<u8>, ddir: u64, dname: Vec<u8>, noreplace: bool },
-    Link { obj: u64, dir: u64, name: Vec<u8> },
-    SetAttr { obj: u64, mode: Option<u32>, uid: Option<u32>, gid: Option<u32>, atime: Option<(i64, u32)>, mtime: Option<(i64, u32)> },
-    PunchHole { obj: u64, offset: u64, len: u64 },
+    Write {
+        obj: u64,
+        offset: u64,
+        data: Vec<u8>,
+    },
+    Truncate {
+        obj: u64,
+        size: u64,
+    },
+    Create {
+        parent: u64,
+        obj: u64,
+        kind: u8,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        rdev: u64,
+        name: Vec<u8>,
+        target: Vec<u8>,
+    },
+    Remove {
+        parent: u64,
+        name: Vec<u8>,
+        is_dir: bool,
+    },
+    Rename {
+        sdir: u64,
+        sname: Vec<u8>,
+        ddir: u64,
+        dname: Vec<u8>,
+        noreplace: bool,
+    },
+    Link {
+        obj: u64,
+        dir: u64,
+        name: Vec<u8>,
+    },
+    SetAttr {
+        obj: u64,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        atime: Option<(i64, u32)>,
+        mtime: Option<(i64, u32)>,
+    },
+    PunchHole {
+        obj: u64,
+        offset: u64,
+        len: u64,
+    },
     /// A write whose data is not in the log: bytes [offset, offset + len) are in the
     /// record-sized block `bp`, which starts at file offset `block_offset` (written in
     /// place before the log block, and adopted by the txg — ZFS's WR_INDIRECT). Log
     /// version 2 on.
-    WriteIndirect { obj: u64, offset: u64, len: u64, block_offset: u64, bp: BlockPtr },
+    WriteIndirect {
+        obj: u64,
+        offset: u64,
+        len: u64,
+        block_offset: u64,
+        bp: BlockPtr,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -224,7 +272,13 @@ impl Record {
                 target: r.bytes()?,
             },
             4 => Op::Remove { parent: r.u64()?, name: r.bytes()?, is_dir: r.u8()? != 0 },
-            5 => Op::Rename { sdir: r.u64()?, sname: r.bytes()?, ddir: r.u64()?, dname: r.bytes()?, noreplace: r.u8()? != 0 },
+            5 => Op::Rename {
+                sdir: r.u64()?,
+                sname: r.bytes()?,
+                ddir: r.u64()?,
+                dname: r.bytes()?,
+                noreplace: r.u8()? != 0,
+            },
             6 => Op::Link { obj: r.u64()?, dir: r.u64()?, name: r.bytes()? },
             7 => Op::SetAttr {
                 obj: r.u64()?,
@@ -237,9 +291,13 @@ impl Record {
             8 => Op::PunchHole { obj: r.u64()?, offset: r.u64()?, len: r.u64()? },
             9 => {
                 let (obj, offset, len, block_offset) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
-                let bp = BlockPtr::decode(r.take(BLKPTR_SIZE)?).map_err(|e| e.to_string())?.ok_or("indirect write record without a block")?;
+                let bp = BlockPtr::decode(r.take(BLKPTR_SIZE)?)
+                    .map_err(|e| e.to_string())?
+                    .ok_or("indirect write record without a block")?;
                 if offset < block_offset || offset + len > block_offset + bp.lsize as u64 {
-                    return Err(format!("indirect write record: bytes {offset}+{len} are outside its block at {block_offset}"));
+                    return Err(format!(
+                        "indirect write record: bytes {offset}+{len} are outside its block at {block_offset}"
+                    ));
                 }
                 Op::WriteIndirect { obj, offset, len, block_offset, bp }
             }
@@ -271,7 +329,11 @@ mod tests {
 
     #[test]
     fn an_indirect_record_pointing_outside_its_block_is_refused() {
-        let r = Record { txg: 3, dataset: 1, op: Op::WriteIndirect { obj: 2, offset: 30000, len: 8000, block_offset: 16384, bp: sample_bp() } };
+        let r = Record {
+            txg: 3,
+            dataset: 1,
+            op: Op::WriteIndirect { obj: 2, offset: 30000, len: 8000, block_offset: 16384, bp: sample_bp() },
+        };
         let mut bytes = Vec::new();
         r.encode(&mut bytes);
         let err = Record::decode(&bytes).unwrap_err();
@@ -283,7 +345,17 @@ mod tests {
         let ops = vec![
             Op::Write { obj: 5, offset: 4096, data: vec![1, 2, 3] },
             Op::Truncate { obj: 5, size: 10 },
-            Op::Create { parent: 1, obj: 9, kind: 1, mode: 0o644, uid: 3, gid: 4, rdev: 0, name: b"f".to_vec(), target: vec![] },
+            Op::Create {
+                parent: 1,
+                obj: 9,
+                kind: 1,
+                mode: 0o644,
+                uid: 3,
+                gid: 4,
+                rdev: 0,
+                name: b"f".to_vec(),
+                target: vec![],
+            },
             Op::Remove { parent: 1, name: b"g".to_vec(), is_dir: true },
             Op::Rename { sdir: 1, sname: b"a".to_vec(), ddir: 2, dname: b"b".to_vec(), noreplace: false },
             Op::Link { obj: 9, dir: 1, name: b"h".to_vec() },
@@ -292,7 +364,8 @@ mod tests {
             Op::WriteIndirect { obj: 9, offset: 20000, len: 700, block_offset: 16384, bp: sample_bp() },
         ];
         let mut bytes = Vec::new();
-        let recs: Vec<Record> = ops.into_iter().enumerate().map(|(i, op)| Record { txg: i as u64, dataset: 2, op }).collect();
+        let recs: Vec<Record> =
+            ops.into_iter().enumerate().map(|(i, op)| Record { txg: i as u64, dataset: 2, op }).collect();
         for r in &recs {
             r.encode(&mut bytes);
         }

@@ -69,11 +69,7 @@ impl Zio {
     /// A pipeline with every sector free; the importer claims the live blocks and then
     /// calls `finish_load`.
     pub fn new(vdevs: VdevTree) -> Zio {
-        let maps = vdevs
-            .tops
-            .iter()
-            .map(|t| Mutex::new(SpaceMap::new(t.asize, t.ashift)))
-            .collect();
+        let maps = vdevs.tops.iter().map(|t| Mutex::new(SpaceMap::new(t.asize, t.ashift))).collect();
         let free = vdevs.tops.iter().map(|_| AtomicU64::new(0)).collect();
         Zio {
             vdevs,
@@ -117,9 +113,7 @@ impl Zio {
     pub fn space(&self) -> (u64, u64, u64) {
         let data = || self.vdevs.tops.iter().filter(|t| !t.is_log);
         let total: u64 = data().map(|t| (t.asize >> t.ashift) << t.ashift).sum();
-        let free: u64 = data()
-            .map(|t| self.free[t.index].load(Ordering::Relaxed))
-            .sum();
+        let free: u64 = data().map(|t| self.free[t.index].load(Ordering::Relaxed)).sum();
         (total, total - free, free)
     }
 
@@ -138,17 +132,9 @@ impl Zio {
     }
 
     pub(crate) fn check_bounds(&self, bp: &BlockPtr) -> Result<(), ZioError> {
-        let top = self
-            .vdevs
-            .tops
-            .get(bp.vdev as usize)
-            .ok_or(ZioError::NoSuchVdev { vdev: bp.vdev })?;
+        let top = self.vdevs.tops.get(bp.vdev as usize).ok_or(ZioError::NoSuchVdev { vdev: bp.vdev })?;
         if bp.offset + bp.psize as u64 > top.asize || bp.psize == 0 || bp.lsize == 0 {
-            return Err(ZioError::OutOfBounds {
-                vdev: bp.vdev,
-                offset: bp.offset,
-                psize: bp.psize,
-            });
+            return Err(ZioError::OutOfBounds { vdev: bp.vdev, offset: bp.offset, psize: bp.psize });
         }
         Ok(())
     }
@@ -237,15 +223,8 @@ mod tests {
     fn zio(dir: &tempfile::TempDir) -> Zio {
         let dev = FileDevice::open_or_create(&dir.path().join("d.img"), Some(8 << 20)).unwrap();
         let asize = TopVdev::asize_of(dev.size(), 12);
-        let leaf = Leaf::new(
-            1,
-            "d.img".into(),
-            Some(Arc::new(dev) as Arc<dyn BlockDevice>),
-        );
-        let zio = Zio::new(VdevTree::new(
-            vec![TopVdev::new(0, 1, 12, asize, vec![leaf])],
-            12,
-        ));
+        let leaf = Leaf::new(1, "d.img".into(), Some(Arc::new(dev) as Arc<dyn BlockDevice>));
+        let zio = Zio::new(VdevTree::new(vec![TopVdev::new(0, 1, 12, asize, vec![leaf])], 12));
         zio.finish_load();
         zio
     }
@@ -264,13 +243,7 @@ mod tests {
     }
 
     fn ub(txg: u64, bp: &crate::BlockPtr) -> Uberblock {
-        Uberblock {
-            txg,
-            pool_guid: 1,
-            guid_sum: 1,
-            timestamp: 0,
-            root: bp.to_bytes(),
-        }
+        Uberblock { txg, pool_guid: 1, guid_sum: 1, timestamp: 0, root: bp.to_bytes() }
     }
 
     #[test]

@@ -41,20 +41,12 @@ pub struct CopiesRead {
 
 pub(crate) fn open_trace() -> Option<Mutex<std::io::BufWriter<std::fs::File>>> {
     let path = std::env::var_os("TARN_READ_TRACE")?;
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .ok()?;
+    let file = std::fs::OpenOptions::new().create(true).append(true).open(path).ok()?;
     Some(Mutex::new(std::io::BufWriter::new(file)))
 }
 
 pub(crate) fn arc_key(bp: &BlockPtr) -> BlockKey {
-    BlockKey {
-        vdev: bp.vdev,
-        offset: bp.offset,
-        birth: bp.birth,
-    }
+    BlockKey { vdev: bp.vdev, offset: bp.offset, birth: bp.birth }
 }
 
 pub(crate) fn class_of(t: BlockType) -> Class {
@@ -82,13 +74,7 @@ impl Zio {
     pub fn read_from_devices(&self, bp: &BlockPtr) -> Result<Vec<u8>, ZioError> {
         self.check_bounds(bp)?;
         let mut out = vec![0u8; bp.lsize as usize];
-        self.read_from_disk(
-            bp,
-            &mut out,
-            CachePolicy::None,
-            ReadMode::FirstGood,
-            IoClass::SyncRead,
-        )?;
+        self.read_from_disk(bp, &mut out, CachePolicy::None, ReadMode::FirstGood, IoClass::SyncRead)?;
         Ok(out)
     }
 
@@ -109,35 +95,16 @@ impl Zio {
     pub fn read_all_copies(&self, bp: &BlockPtr) -> Result<CopiesRead, ZioError> {
         self.check_bounds(bp)?;
         let mut data = vec![0u8; bp.lsize as usize];
-        let bad_copies = self.read_from_disk(
-            bp,
-            &mut data,
-            CachePolicy::None,
-            ReadMode::AllSides,
-            IoClass::Scrub,
-        )?;
+        let bad_copies = self.read_from_disk(bp, &mut data, CachePolicy::None, ReadMode::AllSides, IoClass::Scrub)?;
         Ok(CopiesRead { data, bad_copies })
     }
 
     /// Like `read_into`, leaving the block in the ARC only if `policy` admits it.
-    pub fn read_cached(
-        &self,
-        bp: &BlockPtr,
-        out: &mut [u8],
-        policy: CachePolicy,
-    ) -> Result<(), ZioError> {
+    pub fn read_cached(&self, bp: &BlockPtr, out: &mut [u8], policy: CachePolicy) -> Result<(), ZioError> {
         self.check_bounds(bp)?;
         if let Some(t) = &self.trace {
             use std::io::Write;
-            let _ = writeln!(
-                t.lock(),
-                "{} {} {} {} {}",
-                bp.vdev,
-                bp.offset,
-                bp.birth,
-                bp.psize,
-                bp.lsize
-            );
+            let _ = writeln!(t.lock(), "{} {} {} {} {}", bp.vdev, bp.offset, bp.birth, bp.psize, bp.lsize);
         }
         let key = arc_key(bp);
         if bp.compression != Compression::Off && self.hot.copy_out(&key, out) {
@@ -150,8 +117,7 @@ impl Zio {
             }
             return Ok(());
         }
-        self.read_from_disk(bp, out, policy, ReadMode::FirstGood, IoClass::SyncRead)
-            .map(|_| ())
+        self.read_from_disk(bp, out, policy, ReadMode::FirstGood, IoClass::SyncRead).map(|_| ())
     }
 
     /// Reads, verifies and decompresses from the devices; returns how many copies were
@@ -164,23 +130,14 @@ impl Zio {
         mode: ReadMode,
         class: IoClass,
     ) -> Result<u32, ZioError> {
-        assert_eq!(
-            out.len(),
-            bp.lsize as usize,
-            "read buffer must be the logical size"
-        );
+        assert_eq!(out.len(), bp.lsize as usize, "read buffer must be the logical size");
         let top = &self.vdevs.tops[bp.vdev as usize];
         let verify = |d: &[u8]| bp.checksum_kind.digest(d) == bp.checksum;
         SCRATCH.with_borrow_mut(|scratch| {
             let (range, bad_copies) = self.read_verified(top, bp, &verify, scratch, mode, class)?;
             let phys = &scratch[range];
             if policy.admits(bp.block_type) {
-                self.arc.insert(
-                    arc_key(bp),
-                    Arc::from(phys),
-                    bp.lsize,
-                    class_of(bp.block_type),
-                );
+                self.arc.insert(arc_key(bp), Arc::from(phys), bp.lsize, class_of(bp.block_type));
             }
             decompress(bp, phys, out)?;
             Ok(bad_copies)
@@ -200,29 +157,21 @@ impl Zio {
         let read = read.map_err(|e| match e {
             VdevError::Checksum { .. } => {
                 self.stats.checksum_errors.fetch_add(1, Ordering::Relaxed);
-                ZioError::Checksum {
-                    what: block_kind(bp.block_type),
-                    vdev: bp.vdev,
-                    offset: bp.offset,
-                }
+                ZioError::Checksum { what: block_kind(bp.block_type), vdev: bp.vdev, offset: bp.offset }
             }
             other => ZioError::Vdev(other),
         })?;
         self.stats.blocks_read.fetch_add(1, Ordering::Relaxed);
-        self.stats
-            .physical_bytes_read
-            .fetch_add(read.range.len() as u64, Ordering::Relaxed);
+        self.stats.physical_bytes_read.fetch_add(read.range.len() as u64, Ordering::Relaxed);
         Ok((read.range, read.bad_sides))
     }
 }
 
 fn decompress(bp: &BlockPtr, phys: &[u8], out: &mut [u8]) -> Result<(), ZioError> {
-    bp.compression
-        .decompress(phys, out)
-        .map_err(|source| ZioError::Decompress {
-            what: block_kind(bp.block_type),
-            vdev: bp.vdev,
-            offset: bp.offset,
-            source,
-        })
+    bp.compression.decompress(phys, out).map_err(|source| ZioError::Decompress {
+        what: block_kind(bp.block_type),
+        vdev: bp.vdev,
+        offset: bp.offset,
+        source,
+    })
 }
