@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Sets up everything, then runs every test: the Rust workspace and the lab's pytest suite.
-# Ends with one line "tests: N passed, N failed" over both.
+# Sets up everything, then lints (cargo fmt --check, cargo clippy -D warnings) and runs
+# every test: the Rust workspace and the lab's pytest suite. A compiler warning in the test
+# build fails the run (scripts/check-warnings.sh). Ends with a line
+# "lint: fmt ok|FAILED, clippy ok|FAILED" and one "tests: N passed, N failed" over both
+# suites; exits non-zero if any of them failed.
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
@@ -9,9 +12,22 @@ bash scripts/setup.sh || { echo "test: setup failed" >&2; exit 1; }
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 
+# Lint first (fast), but run the tests either way: one run reports everything.
+echo "== lint: cargo fmt --check"
+cargo fmt --check > "$logs/fmt.log" 2>&1
+fmt_rc=$?
+[ "$fmt_rc" -ne 0 ] && { head -60 "$logs/fmt.log"; echo "lint: cargo fmt --check FAILED (run cargo fmt)"; }
+echo "== lint: cargo clippy --workspace --all-targets -- -D warnings"
+cargo clippy --workspace --all-targets -- -D warnings > "$logs/clippy.log" 2>&1
+clippy_rc=$?
+[ "$clippy_rc" -ne 0 ] && { grep -E '^(error|warning)' -A 8 "$logs/clippy.log" | head -300; echo "lint: cargo clippy FAILED"; }
+
 echo "== cargo test --release --workspace"
 cargo test --release --workspace 2>&1 | tee "$logs/cargo.log"
 cargo_rc=${PIPESTATUS[0]}
+echo "== compiler warnings in the test build"
+bash scripts/check-warnings.sh "$logs/cargo.log"
+warn_rc=$?
 
 echo "== lab tests"
 bash lab/test.sh 2>&1 | tee "$logs/lab.log"
@@ -26,5 +42,9 @@ le=$(sed -n 's/.* \([0-9]*\) errors\?.*/\1/p' <<<"$lab_summary")
 passed=$((passed + ${lp:-0})); failed=$((failed + ${lf:-0} + ${le:-0}))
 [ "$cargo_rc" -ne 0 ] && [ "$failed" -eq 0 ] && failed=1
 [ "$lab_rc" -ne 0 ] && [ "$failed" -eq 0 ] && failed=1
-echo "tests: $passed passed, $failed failed"
-[ "$cargo_rc" -eq 0 ] && [ "$lab_rc" -eq 0 ]
+warnings=""
+[ "$warn_rc" -ne 0 ] && warnings=", and the build has compiler warnings (see \"compiler warnings\" above)"
+lint="lint: fmt $([ "$fmt_rc" -eq 0 ] && echo ok || echo FAILED), clippy $([ "$clippy_rc" -eq 0 ] && echo ok || echo FAILED)"
+echo "$lint"
+echo "tests: $passed passed, $failed failed$warnings"
+[ "$cargo_rc" -eq 0 ] && [ "$lab_rc" -eq 0 ] && [ "$warn_rc" -eq 0 ] && [ "$fmt_rc" -eq 0 ] && [ "$clippy_rc" -eq 0 ]

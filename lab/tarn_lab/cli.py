@@ -1,19 +1,24 @@
-"""The `tarn-lab` command: list, run, report.
+"""The `tarn-lab` command: list, run, report (and report --compare BEFORE AFTER).
 
 Owns: argument parsing and turning errors into one clear line and a non-zero exit.
-Promises: Ctrl-C / SIGTERM during `run` tears everything down and keeps finished results.
+Promises: Ctrl-C / SIGTERM during `run` tears everything down and keeps finished results;
+the answer (headline, ratio table) comes first, detail only with --verbose.
 Must never: hide a failure behind exit code 0.
 """
 from __future__ import annotations
 
 import argparse
+import resource
 import sys
+import time
 from pathlib import Path
 
 from rich.console import Console
 
-from . import report, runner, scenario as scenario_mod
+from . import compare, html_report, report, runner, scenario as scenario_mod
 from .cleanup import sigterm_as_keyboard_interrupt
+from .humanize import workload_label
+from .progress import human_duration
 from .devices import PacerMissing
 from .scenario import ScenarioError
 from .shell import MissingTool
@@ -24,7 +29,7 @@ def cmd_list(args, console: Console) -> int:
         s = scenario_mod.load(str(path))
         stacks = ", ".join(st["name"] for st in s["stacks"])
         console.print(f"[bold]{name}[/bold]: {s.get('title', '')}\n    stacks: {stacks}\n"
-                      f"    workloads: {', '.join(report.workload_label(w) for w in s['workloads'])}")
+                      f"    workloads: {', '.join(workload_label(w) for w in s['workloads'])}")
     return 0
 
 
@@ -36,28 +41,47 @@ def cmd_run(args, console: Console) -> int:
         rundir = runner.latest_rundir(scenario["name"]) or runner.default_rundir(scenario)
     else:
         rundir = runner.default_rundir(scenario)
-    console.print(f"tarn-lab: scenario [bold]{scenario['name']}[/bold] ({scenario['size_class']} sizes) -> {rundir}")
+    console.print(f"tarn-lab: scenario [bold]{scenario['name']}[/bold] ({scenario['size_class']} sizes) -> {rundir}",
+                  soft_wrap=True)
     sigterm_as_keyboard_interrupt()
+    started = time.monotonic()
     runner.run_scenario(scenario, rundir, console)
-    return finish_report(rundir, console)
+    # What the lab itself cost (its own process: progress display, sampling, parsing), so
+    # a user can see it does not compete with what it measures.
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    console.print(f"tarn-lab: ran for {human_duration(time.monotonic() - started)}; the lab's own process used "
+                  f"{used.ru_utime + used.ru_stime:.1f} s of CPU", soft_wrap=True, highlight=False)
+    return finish_report(rundir, console, args.verbose)
 
 
-def finish_report(rundir: Path, console: Console) -> int:
-    report.print_terminal(rundir, console)
-    out = report.write_html(rundir)
+def finish_report(rundir: Path, console: Console, verbose: bool = False) -> int:
+    report.print_terminal(rundir, console, verbose=verbose)
+    out = html_report.write_html(rundir)
     _, runs, _ = report.load_results(rundir)
-    console.print(f"HTML report: {out}")
+    console.print(f"HTML report: {out}", soft_wrap=True)
     return 0 if runs else 1
 
 
+def results_dir(name: str) -> Path:
+    """A results directory, or a scenario name for its latest one."""
+    rundir = Path(name)
+    if (rundir / "scenario.json").exists():
+        return rundir
+    latest = runner.latest_rundir(name)
+    if latest is None:
+        raise ScenarioError(f"{name}: not a results directory (no scenario.json)")
+    return latest
+
+
 def cmd_report(args, console: Console) -> int:
-    rundir = Path(args.run)
-    if not (rundir / "scenario.json").exists():
-        latest = runner.latest_rundir(args.run)
-        if latest is None:
-            raise ScenarioError(f"{args.run}: not a results directory (no scenario.json)")
-        rundir = latest
-    return finish_report(rundir, console)
+    if args.compare:
+        before, after = (results_dir(n) for n in args.compare)
+        compare.print_compare(before, after, console)
+        console.print(f"HTML comparison: {compare.write_compare_html(before, after)}", soft_wrap=True)
+        return 0
+    if not args.run:
+        raise ScenarioError("report: give a results directory, or --compare BEFORE AFTER")
+    return finish_report(results_dir(args.run), console, args.verbose)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,13 +95,17 @@ def main(argv: list[str] | None = None) -> int:
     size.add_argument("--full", action="store_true", help="the article's full sizes")
     p.add_argument("--out", help="results directory (re-using one skips its finished runs)")
     p.add_argument("--resume", action="store_true", help="continue the latest results directory of this scenario")
-    p = sub.add_parser("report", help="print the table and write the HTML report of a results directory")
-    p.add_argument("run", help="results directory (or a scenario name: its latest run)")
+    p.add_argument("-v", "--verbose", action="store_true", help="after the answer: sysbench's tables, devices, settings")
+    p = sub.add_parser("report", help="print the answer and write the HTML report of a results directory")
+    p.add_argument("run", nargs="?", help="results directory (or a scenario name: its latest run)")
+    p.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"),
+                   help="two results directories side by side (before/after a change)")
+    p.add_argument("-v", "--verbose", action="store_true", help="after the answer: sysbench's tables, devices, settings")
     args = parser.parse_args(argv)
     console = Console()
     if not console.is_terminal:
-        # Piped or in CI: rich would fold the tables to 80 columns; logs are wide enough.
-        console = Console(width=150)
+        # Piped or in CI: rich would fold the tables to 80 columns; the answer fits 100.
+        console = Console(width=100)
     try:
         return {"list": cmd_list, "run": cmd_run, "report": cmd_report}[args.command](args, console)
     except (ScenarioError, MissingTool, PacerMissing, RuntimeError) as exc:

@@ -146,6 +146,30 @@ def read_pacer_stats(dev: Device) -> dict | None:
         return None
 
 
+def read_fresh_pacer_stats(dev: Device, timeout: float = 3.0, poll: float = 0.05) -> dict | None:
+    """The pacer's counters as of now: it rewrites its stats file once a second, so wait
+    for the next rewrite rather than take a snapshot up to a second old. None if the
+    device is not paced; the last snapshot read if no rewrite came within `timeout`."""
+    first = read_pacer_stats(dev)
+    if first is None:
+        return None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        time.sleep(poll)
+        now = read_pacer_stats(dev)
+        if now is not None and now.get("elapsed_ns") != first.get("elapsed_ns"):
+            return now
+    return first
+
+
+def counters_delta(before: dict | None, after: dict | None) -> dict | None:
+    """after - before for every numeric counter both snapshots hold."""
+    if before is None or after is None:
+        return None
+    return {k: after[k] - before[k] for k in after
+            if isinstance(after[k], (int, float)) and isinstance(before.get(k), (int, float))}
+
+
 def _wait_for(cond, seconds: float, message: str) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:

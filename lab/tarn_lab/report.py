@@ -1,346 +1,262 @@
-"""Reports from a results directory: the sysbench-style terminal table (rich) and an HTML
-page with matplotlib plots (TPS over time, size per stack, TPS and read IOPS per stack).
+"""Reports from a results directory, the answer first: the headline, the ratio table
+against the scenario's baseline (fits 100 columns), TPS bars and the verdict in the
+terminal; per-stack sysbench detail, devices and settings behind `--verbose`. The HTML
+page (html_report) shows the same numbers in the same order.
 
-Owns: reading <rundir>/runs/*/*.json back and presenting them; report.html and plots/.
-Promises: shows only measured numbers from the JSON files, and every skipped or failed
-stack with its reason; each run's settings and versions are shown beside its data.
+Owns: reading <rundir>/runs/*/*.json back, and the terminal's presentation.
+Promises: shows only measured numbers from the JSON files (via analysis), and every
+skipped or failed stack with its reason.
 Must never: run benchmarks or change results.
 """
 from __future__ import annotations
 
-import html
 import json
+import re
 from pathlib import Path
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-from .sysbench import TPCC_LIKE
+from . import analysis
+from .analysis import Cell, cells_of
+from .humanize import describe_disk, describe_stack, flatten, workload_label
 
-
-def workload_label(w: str) -> str:
-    return "TPC-C-like" if w == TPCC_LIKE else w
+RESULT_NAME = re.compile(r"^(?P<workload>.+?)(\.rep(?P<repeat>\d+))?\.json$")
 
 
 def load_results(rundir: Path) -> tuple[dict, list[dict], list[dict]]:
+    """(scenario, finished runs of every repeat, stack.json of every stack)."""
     scenario = json.loads((rundir / "scenario.json").read_text())
     runs, stacks = [], []
     order = [s["name"] for s in scenario.get("stacks", [])]
+    workloads = set(scenario["workloads"])
     for stack_dir in sorted((rundir / "runs").glob("*"), key=lambda p: order.index(p.name) if p.name in order else 99):
         sj = stack_dir / "stack.json"
         if sj.exists():
             stacks.append(json.loads(sj.read_text()))
-        for w in scenario["workloads"]:
-            p = stack_dir / f"{w}.json"
-            if p.exists():
-                r = json.loads(p.read_text())
-                if r.get("status") == "ok":
-                    runs.append(r)
+        for p in sorted(stack_dir.glob("*.json")):
+            m = RESULT_NAME.match(p.name)
+            if not m or m.group("workload") not in workloads:
+                continue
+            r = json.loads(p.read_text())
+            if r.get("status") == "ok":
+                r.setdefault("repeat", int(m.group("repeat") or 1))
+                runs.append(r)
     return scenario, runs, stacks
 
 
-ROWS = [
-    ("SQL statistics:", None), ("    queries performed:", None),
-    ("        read:", lambda s: s["queries"].get("read")), ("        write:", lambda s: s["queries"].get("write")),
-    ("        other:", lambda s: s["queries"].get("other")), ("        total:", lambda s: s["queries"].get("total")),
-    ("    transactions:", None), ("        total", lambda s: s.get("transactions")),
-    ("        tps", lambda s: s.get("tps")), ("    qps:", lambda s: s.get("qps")), ("", None),
-    ("Latency (ms):", None), ("        min:", lambda s: s["latency_ms"].get("min")),
-    ("        avg:", lambda s: s["latency_ms"].get("avg")), ("        max:", lambda s: s["latency_ms"].get("max")),
-    ("        95th percentile:", lambda s: s["latency_ms"].get("p95")),
-]
+# -- formatting -----------------------------------------------------------------------------
 
-
-def fmt(v) -> str:
+def fmt(v, digits: int = 2) -> str:
     if v is None:
         return ""
     if isinstance(v, float):
-        return f"{v:.2f}"
+        return f"{v:,.{digits}f}"
     return str(v)
 
 
-def sysbench_tables(scenario: dict, runs: list[dict]) -> list[Table]:
-    """One table per stack, workloads as columns: the ZFS-vs-ext4 article's layout."""
-    tables = []
-    for stack in dict.fromkeys(r["stack"] for r in runs):
-        mine = {r["workload"]: r for r in runs if r["stack"] == stack}
-        workloads = [w for w in scenario["workloads"] if w in mine]
-        t = Table(title=stack.upper(), title_style="bold")
-        t.add_column("")
-        for w in workloads:
-            t.add_column(workload_label(w), justify="right")
-        for label, get in ROWS:
-            t.add_row(label, *[fmt(get(mine[w]["summary"])) if get else "" for w in workloads])
-        tables.append(t)
-    return tables
+def fmt_tps(v: float | None) -> str:
+    return "" if v is None else (f"{v:,.1f}" if v < 1000 else f"{v:,.0f}")
+
+
+def fmt_ratio(v: float | None) -> str:
+    return "" if v is None else f"{v:.2f}×"
+
+
+def fmt_per_txn(v: float | None) -> str:
+    return "" if v is None else (f"{v:.2f}" if v < 10 else f"{v:,.1f}")
+
+
+def fmt_units(cell: Cell) -> str:
+    """I/O units per transaction; '≥' marks a lower bound from older results."""
+    value = fmt_per_txn(cell.units_per_txn)
+    return value if cell.io_units[1] or not value else f"≥{value}"
+
+
+def fmt_ms(v: float | None) -> str:
+    return "" if v is None else (f"{v:.1f}" if v < 100 else f"{v:,.0f}")
+
+
+def fmt_mib(n: int | None) -> str:
+    return "" if n is None else f"{n / 2**20:,.0f}"
+
+
+# -- the ratio table (terminal and HTML share its columns) -------------------------------------
+
+def ratio_columns(baseline: str | None, repeated: bool) -> list[tuple[str, object]]:
+    """(header, row -> text). Two-line headers keep the table within 100 columns."""
+    # A long baseline name would widen two columns; the table's title names it anyway.
+    vs = f"vs\n{baseline}" if baseline and len(baseline) <= 8 else "vs\nbase"
+    cols: list[tuple[str, object]] = [
+        ("stack", lambda r: r.cell.stack),
+        ("TPS", lambda r: fmt_tps(r.cell.tps)),
+    ]
+    if repeated:
+        cols.append(("min–max\nTPS", lambda r: f"{fmt_tps(r.cell.tps_min)}–{fmt_tps(r.cell.tps_max)}"
+                     if r.cell.n > 1 else ""))
+    cols += [
+        (vs, lambda r: fmt_ratio(r.vs(lambda c: c.tps))),
+        ("p95\nms", lambda r: fmt_ms(r.cell.latency("p95"))),
+        ("reads\n/txn", lambda r: fmt_per_txn(r.cell.reads_per_txn)),
+        ("writes\n/txn", lambda r: fmt_per_txn(r.cell.writes_per_txn)),
+        ("IO units\n/txn", lambda r: fmt_units(r.cell)),
+        ("KiB wr\n/txn", lambda r: fmt(r.cell.written_kib_per_txn, 1)),
+        ("size\nMiB", lambda r: fmt_mib(r.cell.on_disk_bytes)),
+        (vs, lambda r: fmt_ratio(r.vs(lambda c: c.on_disk_bytes))),
+    ]
+    return cols
+
+
+def ratio_table(scenario: dict, cells: dict, workload: str) -> Table:
+    baseline = analysis.baseline_of(scenario, cells)
+    rows = analysis.ratio_table_rows(scenario, cells, workload)
+    repeated = any(r.cell.n > 1 for r in rows)
+    t = Table(title=f"{workload_label(workload)} against {baseline} (disk: the paced disk, per transaction)",
+              title_justify="left", title_style="bold", box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1, 0, 0))
+    for i, (header, _) in enumerate(ratio_columns(baseline, repeated)):
+        t.add_column(header, justify="left" if i == 0 else "right", no_wrap=True)
+    for r in rows:
+        style = "bold" if r.cell.fs == "tarn" else ("dim" if r.cell.stack == baseline else "")
+        t.add_row(*[get(r) for _, get in ratio_columns(baseline, repeated)], style=style)
+    return t
+
+
+def own_baseline_table(scenario: dict, cells: dict) -> Table | None:
+    rows = analysis.own_baseline_rows(scenario, cells)
+    if not rows:
+        return None
+    t = Table(title="Against their own baselines, same run", title_justify="left", title_style="bold",
+              box=box.SIMPLE_HEAD, pad_edge=False)
+    for header in ("stack", "workload", "baseline", "TPS", "p95 latency", "reads/txn", "IO units/txn"):
+        t.add_column(header, justify="left" if header in ("stack", "workload", "baseline") else "right")
+    for r in rows:
+        t.add_row(r.cell.stack, workload_label(r.cell.workload), r.base.stack,
+                  fmt_ratio(r.vs(lambda c: c.tps)), fmt_ratio(r.vs(lambda c: c.latency("p95"))),
+                  fmt_ratio(r.vs(lambda c: c.reads_per_txn)), fmt_ratio(r.vs(lambda c: c.units_per_txn)))
+    return t
 
 
 def ratio_rows(scenario: dict, runs: list[dict]) -> list[dict]:
     """Each stack's run divided by its baseline's run of the same workload, same results
     directory: the scenario's `baseline` for every other stack, and a stack's own `baseline`
     beside it. Pairs whose baseline has no result (skipped, failed) are left out."""
+    cells = cells_of(scenario, runs)
     specs = {s["name"]: s for s in scenario.get("stacks", [])}
-    by = {(r["stack"], r["workload"]): r for r in runs}
     rows = []
-    for r in runs:
-        bases = [b for b in (scenario.get("baseline"), specs.get(r["stack"], {}).get("baseline"))
-                 if b and b != r["stack"]]
+    for (stack, workload), cell in cells.items():
+        bases = [b for b in (scenario.get("baseline"), specs.get(stack, {}).get("baseline")) if b and b != stack]
         for b in dict.fromkeys(bases):
-            base = by.get((b, r["workload"]))
+            base = cells.get((b, workload))
             if base is None:
                 continue
-            mine, theirs = r["summary"], base["summary"]
-            div = lambda x, y: x / y if x is not None and y else None
-            rows.append({"stack": r["stack"], "workload": r["workload"], "baseline": b,
-                         "tps": div(mine.get("tps"), theirs.get("tps")),
-                         "latency_avg": div(mine["latency_ms"].get("avg"), theirs["latency_ms"].get("avg")),
-                         "latency_p95": div(mine["latency_ms"].get("p95"), theirs["latency_ms"].get("p95"))})
+            row = analysis.Row(cell, base)
+            rows.append({"stack": stack, "workload": workload, "baseline": b,
+                         "tps": row.vs(lambda c: c.tps),
+                         "latency_avg": row.vs(lambda c: c.latency("avg")),
+                         "latency_p95": row.vs(lambda c: c.latency("p95"))})
     return rows
 
 
-RATIO_COLUMNS = (("TPS", "tps"), ("avg latency", "latency_avg"), ("p95 latency", "latency_p95"))
-
-
-def fmt_ratio(v) -> str:
-    return "" if v is None else f"{v:.2f}x"
-
-
-def ratio_table(rows: list[dict]) -> Table:
-    t = Table(title="Against the baseline, same run (stack / baseline)", title_style="bold")
-    for col in ("stack", "workload", "baseline"):
-        t.add_column(col)
-    for label, _ in RATIO_COLUMNS:
-        t.add_column(label, justify="right")
-    for row in rows:
-        t.add_row(row["stack"], workload_label(row["workload"]), row["baseline"],
-                  *[fmt_ratio(row[key]) for _, key in RATIO_COLUMNS])
+def tps_bars(cells: list[Cell], width: int = 40) -> Table:
+    """TPS per stack as bars of block characters: the main chart, in the terminal."""
+    top = max((c.tps for c in cells), default=0.0) or 1.0
+    t = Table.grid(padding=(0, 1))
+    t.add_column(no_wrap=True)
+    t.add_column(no_wrap=True)
+    t.add_column(justify="right", no_wrap=True)
+    for c in cells:
+        t.add_row(c.stack, Text("█" * max(1, round(width * c.tps / top)), style="red" if c.fs == "tarn" else "blue"),
+                  fmt_tps(c.tps))
     return t
 
 
-def io_and_size_table(runs: list[dict]) -> Table:
-    t = Table(title="Devices and size (measured)", title_style="bold")
-    for col in ("stack", "workload", "tps", "data r IOPS", "data w IOPS", "data MB read",
-                "data MB written", "cache/log I/Os", "CPU busy %", "dataset on disk MiB", "apparent MiB"):
-        t.add_column(col, justify="right" if col not in ("stack", "workload") else "left")
+# -- verbose detail ---------------------------------------------------------------------------
+
+SYSBENCH_ROWS = [
+    ("queries: read", lambda s: s["queries"].get("read")), ("queries: write", lambda s: s["queries"].get("write")),
+    ("queries: other", lambda s: s["queries"].get("other")), ("queries: total", lambda s: s["queries"].get("total")),
+    ("transactions", lambda s: s.get("transactions")), ("transactions/s", lambda s: s.get("tps")),
+    ("queries/s", lambda s: s.get("qps")), ("latency min (ms)", lambda s: s["latency_ms"].get("min")),
+    ("latency avg (ms)", lambda s: s["latency_ms"].get("avg")), ("latency max (ms)", lambda s: s["latency_ms"].get("max")),
+    ("latency p95 (ms)", lambda s: s["latency_ms"].get("p95")),
+]
+
+
+def sysbench_table(stack: str, runs: list[dict]) -> Table:
+    """sysbench's own summary of one stack, a column per run (workload, repeat)."""
+    t = Table(title=f"{stack}: sysbench", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    t.add_column("")
     for r in runs:
-        secs = max(r["summary"].get("total_time_s", 1.0), 1e-3)
-        d = r["device_totals"].get("data", {})
-        other = sum(v.get("reads", 0) + v.get("writes", 0) for k, v in r["device_totals"].items() if k != "data")
-        cpu = [row["cpu"]["busy"] for row in r.get("system", [])]
-        t.add_row(r["stack"], workload_label(r["workload"]), fmt(r["summary"]["tps"]),
-                  fmt(d.get("reads", 0) / secs), fmt(d.get("writes", 0) / secs),
-                  fmt(d.get("read_bytes", 0) / 1e6), fmt(d.get("write_bytes", 0) / 1e6), str(other),
-                  fmt(sum(cpu) / len(cpu) if cpu else None),
-                  fmt(r["sizes"]["on_disk_bytes"] / 2**20), fmt(r["sizes"]["apparent_bytes"] / 2**20))
+        rep = f" #{r.get('repeat', 1)}" if r.get("repeat", 1) > 1 else ""
+        t.add_column(workload_label(r["workload"]) + rep, justify="right")
+    for label, get in SYSBENCH_ROWS:
+        t.add_row(label, *[fmt(get(r["summary"])) for r in runs])
     return t
 
 
-def print_terminal(rundir: Path, console: Console) -> None:
-    scenario, runs, stacks = load_results(rundir)
-    console.print(f"[bold]{scenario.get('title', scenario['name'])}[/bold] ({scenario.get('size_class')} sizes)")
-    for t in sysbench_tables(scenario, runs):
-        console.print(t)
-    if runs:
-        console.print(io_and_size_table(runs))
-    ratios = ratio_rows(scenario, runs)
-    if ratios:
-        console.print(ratio_table(ratios))
+def devices_table(cells: dict) -> Table:
+    t = Table(title="Devices over each run (data = the paced disk)", title_justify="left",
+              box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in ("stack", "workload", "data reads", "data writes", "MiB read", "MiB written",
+                "IO units", "disk busy", "cache/log I/Os", "buffer pool hits", "ARC hits"):
+        t.add_column(col, justify="left" if col in ("stack", "workload") else "right")
+    for c in cells.values():
+        other = sum(v.get("reads", 0) + v.get("writes", 0) for r in c.runs
+                    for k, v in (r.get("device_totals") or {}).items() if k != "data")
+        units, exact = c.io_units
+        t.add_row(c.stack, workload_label(c.workload), f"{c.data_total('reads'):,}", f"{c.data_total('writes'):,}",
+                  fmt(c.data_total("read_bytes") / 2**20, 1), fmt(c.data_total("write_bytes") / 2**20, 1),
+                  f"{'' if exact else '≥'}{units:,}", analysis.pct(c.disk_busy) if c.disk_busy is not None else "",
+                  f"{other:,}", analysis.pct(c.buffer_pool_hit) if c.buffer_pool_hit is not None else "",
+                  analysis.pct(c.arc_hit) if c.arc_hit is not None else "")
+    return t
+
+
+def print_settings(console: Console, scenario: dict, stacks: list[dict]) -> None:
+    console.print(Text(f"Disk: {describe_disk(scenario['disk'])}"))
     for s in stacks:
         if s.get("status") != "ok":
-            console.print(f"[yellow]{s['stack']}: {s['status']}: {s.get('reason')}[/yellow]")
-        elif (s.get("spec") or {}).get("notes"):
-            console.print(f"[cyan]{s['stack']}: note: {s['spec']['notes']}[/cyan]")
+            continue
+        console.print(Text(f"{s['stack']}: {describe_stack(s.get('spec') or {})}", style="bold"))
+        for key, value in flatten({"settings": s.get("settings"), "database": s.get("mariadb"),
+                                   "versions": s.get("versions")}):
+            console.print(Text(f"    {key}: {value}"))
 
 
-def write_html(rundir: Path) -> Path:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+# -- the whole terminal report ------------------------------------------------------------------
 
+def print_terminal(rundir: Path, console: Console, verbose: bool = False) -> None:
     scenario, runs, stacks = load_results(rundir)
-    plots = rundir / "plots"
-    plots.mkdir(exist_ok=True)
-    images = []
-    for w in scenario["workloads"]:
-        mine = [r for r in runs if r["workload"] == w]
-        if not mine:
-            continue
-        name = _tps_over_time_plot(plt, w, mine, plots)
-        images.append((f"{workload_label(w)}: TPS over time", name))
-    by_stack = {}
-    for r in runs:
-        by_stack[r["stack"]] = r
-    if by_stack:
-        images.append(("Dataset size per stack", _size_plot(plt, by_stack, plots)))
-    for w in scenario["workloads"]:
-        mine = [r for r in runs if r["workload"] == w]
-        if not mine:
-            continue
-        name = _tps_io_plot(plt, w, mine, plots)
-        images.append((f"{workload_label(w)}: TPS, read IOPS and MB read per stack", name))
-    out = rundir / "report.html"
-    out.write_text(_html(scenario, runs, stacks, images, rundir))
-    return out
-
-
-def _label_bars(ax, bars, fmt_str: str) -> None:
-    for b in bars:
-        ax.annotate(fmt_str.format(b.get_height()), (b.get_x() + b.get_width() / 2, b.get_height()),
-                    ha="center", va="bottom", fontsize=8)
-
-
-def arc_hits_misses(r: dict) -> str:
-    """The stack's own ARC counters over the run (tarn's `tarn stats`); blank where none."""
-    arc = ((r.get("stack_engine_stats") or {}).get("delta") or {}).get("arc") or {}
-    if "hits" not in arc:
-        return ""
-    return f"{arc['hits']} / {arc.get('misses', 0)}"
-
-
-def run_seconds(r: dict) -> float:
-    return max(r["summary"].get("total_time_s", 1.0), 1e-3)
-
-
-def moving_average(values: list[float], window: int) -> list[float]:
-    """Trailing mean over up to `window` points (the first points average what exists)."""
-    out, total = [], 0.0
-    for i, v in enumerate(values):
-        total += v
-        if i >= window:
-            total -= values[i - window]
-        out.append(total / min(i + 1, window))
-    return out
-
-
-def _tps_over_time_plot(plt, w: str, mine: list[dict], plots: Path, window: int = 5) -> str:
-    """Per-second TPS (thin) and its 5 s moving average (bold). Up to three stacks share one
-    axes; more get one panel each on shared axes, so the lines stay readable."""
-    many = len(mine) > 3
-    rows = (len(mine) + 1) // 2 if many else 1
-    fig, axes = plt.subplots(rows, 2 if many else 1, figsize=(11 if many else 9, 2.3 * rows + 1.2 if many else 3.8),
-                             sharex=True, sharey=True, squeeze=False)
-    flat = list(axes.flat)
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for i, r in enumerate(mine):
-        ax = flat[i] if many else flat[0]
-        color = colors[i % len(colors)]
-        t = [p["t"] for p in r["series"]]
-        tps = [p["tps"] for p in r["series"]]
-        ax.plot(t, tps, color=color, linewidth=0.7, alpha=0.45)
-        ax.plot(t, moving_average(tps, window), color=color, linewidth=2,
-                label=f"{r['stack']} (mean {r['summary']['tps']:.1f})")
-        if many:
-            ax.set_title(r["stack"], fontsize=9)
-    for ax in flat[len(mine):] if many else []:
-        ax.set_visible(False)
-    for ax in flat:
-        ax.set_ylabel("TPS (transactions/s)", fontsize=8)
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7, loc="upper left")
-    for ax in (axes[-1] if many else flat):
-        ax.set_xlabel("seconds since the run started")
-    fig.suptitle(f"{workload_label(w)}: TPS per second (thin) and {window} s moving average (bold)", fontsize=10)
-    fig.tight_layout()
-    name = f"tps_{w}.png"; fig.savefig(plots / name, dpi=90); plt.close(fig)
-    return name
-
-
-def _size_plot(plt, by_stack: dict, plots: Path) -> str:
-    """Grouped bars per stack: bytes on disk (measured) beside the apparent (file) size."""
-    names = list(by_stack)
-    x = range(len(names))
-    on_disk = [by_stack[n]["sizes"]["on_disk_bytes"] / 2**20 for n in names]
-    apparent = [by_stack[n]["sizes"]["apparent_bytes"] / 2**20 for n in names]
-    fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(names) + 2), 3.8))
-    b1 = ax.bar([i - 0.2 for i in x], on_disk, 0.4, label="on disk (compsize / zfs referenced / df used)")
-    b2 = ax.bar([i + 0.2 for i in x], apparent, 0.4, label="apparent (du -sb of the datadir)", color="tab:gray")
-    _label_bars(ax, b1, "{:.0f}"); _label_bars(ax, b2, "{:.0f}")
-    ax.set_xticks(list(x)); ax.set_xticklabels(names, rotation=15 if len(names) > 4 else 0)
-    ax.set_ylabel("MiB"); ax.set_title("Dataset size per stack, end of the last run (MiB)")
-    ax.set_ylim(0, max(on_disk + apparent + [1]) * 1.2)
-    ax.legend(fontsize=8, loc="upper left"); fig.tight_layout()
-    fig.savefig(plots / "size.png", dpi=90); plt.close(fig)
-    return "size.png"
-
-
-def _tps_io_plot(plt, w: str, mine: list[dict], plots: Path) -> str:
-    """Three panels sharing the stacks: TPS, data-device read IOPS, data-device MB read."""
-    labels = [r["stack"] for r in mine]
-    data = [r["device_totals"].get("data", {}) for r in mine]
-    panels = [("TPS", [r["summary"]["tps"] for r in mine], "transactions / s", "{:.1f}", "tab:blue"),
-              ("read IOPS (data device)", [d.get("reads", 0) / run_seconds(r) for d, r in zip(data, mine)],
-               "reads / s", "{:.0f}", "tab:orange"),
-              ("MB read (data device)", [d.get("read_bytes", 0) / 1e6 for d in data], "MB (10^6 bytes)",
-               "{:.0f}", "tab:green")]
-    if len(mine) <= 3:
-        fig, axes = plt.subplots(1, 3, figsize=(11, 3.6))
-    else:  # many stacks: one panel per row, so the bars and their names stay legible
-        fig, axes = plt.subplots(3, 1, figsize=(max(8, 1.0 * len(mine) + 3), 9), sharex=True)
-    for ax, (title, values, unit, f, color) in zip(axes, panels):
-        bars = ax.bar(labels, values, color=color)
-        _label_bars(ax, bars, f)
-        ax.set_title(title, fontsize=10); ax.set_ylabel(unit)
-        ax.set_ylim(0, max(values + [1e-9]) * 1.2 or 1)
-        ax.tick_params(axis="x", labelrotation=15 if len(mine) > 3 else 0, labelsize=8)
-    fig.suptitle(f"{workload_label(w)}: per stack, whole run", fontsize=11)
-    fig.tight_layout()
-    name = f"tps_riops_{w}.png"; fig.savefig(plots / name, dpi=90); plt.close(fig)
-    return name
-
-
-def _html(scenario, runs, stacks, images, rundir: Path) -> str:
-    e = html.escape
-    parts = [f"<html><head><meta charset='utf-8'><title>{e(scenario['name'])}</title>",
-             "<style>body{font-family:sans-serif;max-width:1100px;margin:auto} table{border-collapse:collapse}"
-             " td,th{border:1px solid #ccc;padding:2px 6px;text-align:right} pre{background:#f4f4f4;padding:6px;"
-             "overflow:auto;font-size:11px} img{max-width:100%}</style></head><body>",
-             f"<h1>{e(scenario.get('title', scenario['name']))}</h1><p>{e(scenario.get('description', ''))}</p>",
-             f"<p>Sizes: {e(str(scenario.get('size_class')))}. Emulated disk: {e(json.dumps(scenario['disk']))}. "
-             "Workload names: TPC-C-like is a sysbench Lua script written from the public TPC-C "
-             "specification, not an audited TPC-C.</p>"]
+    cells = cells_of(scenario, runs)
+    console.print(Text(f"{scenario.get('title', scenario['name'])} ({scenario.get('size_class')} sizes)", style="bold"))
+    line = analysis.headline(scenario, cells)
+    if line:
+        console.print(Text(line, style="bold green"), soft_wrap=True)
+    for w in analysis.workloads_of(scenario, cells):
+        console.print(ratio_table(scenario, cells, w))
+        console.print(Text(f"TPS per stack — {workload_label(w)}", style="bold"))
+        console.print(tps_bars([c for (s, cw), c in cells.items() if cw == w]))
+    own = own_baseline_table(scenario, cells)
+    if own:
+        console.print(own)
+    text = analysis.verdict(scenario, cells)
+    if text:
+        console.print()
+        console.print(Text(text))
     for s in stacks:
         if s.get("status") != "ok":
-            parts.append(f"<p><b>{e(s['stack'])}</b>: {e(s['status'])} — {e(str(s.get('reason')))}</p>")
+            console.print(Text(f"{s['stack']}: {s['status']}: {s.get('reason')}", style="yellow"))
         elif (s.get("spec") or {}).get("notes"):
-            parts.append(f"<p><b>{e(s['stack'])}</b>: note — {e(s['spec']['notes'])}</p>")
-    for stack in dict.fromkeys(r["stack"] for r in runs):
-        mine = {r["workload"]: r for r in runs if r["stack"] == stack}
-        ws = [w for w in scenario["workloads"] if w in mine]
-        parts.append(f"<h2>{e(stack)}</h2><table><tr><th></th>" + "".join(f"<th>{e(workload_label(w))}</th>" for w in ws) + "</tr>")
-        for label, get in ROWS:
-            parts.append(f"<tr><td style='text-align:left;white-space:pre;font-family:monospace'>{e(label)}</td>" +
-                         "".join(f"<td>{e(fmt(get(mine[w]['summary'])) if get else '')}</td>" for w in ws) + "</tr>")
-        parts.append("</table>")
-    parts.append("<h2>Devices and sizes</h2><table><tr>" + "".join(
-        f"<th>{c}</th>" for c in ("stack", "workload", "tps", "data reads (I/Os)", "data read IOPS", "data writes (I/Os)",
-                                  "data MB read", "data MB written", "cache/log I/Os", "on disk MiB", "apparent MiB",
-                                  "InnoDB pool reads from disk (pages)", "stack ARC hits / misses")) + "</tr>")
-    for r in runs:
-        d = r["device_totals"].get("data", {})
-        other = sum(v.get("reads", 0) + v.get("writes", 0) for k, v in r["device_totals"].items() if k != "data")
-        cells = [r["stack"], workload_label(r["workload"]), fmt(r["summary"]["tps"]), d.get("reads", 0),
-                 fmt(d.get("reads", 0) / run_seconds(r)), d.get("writes", 0),
-                 fmt(d.get("read_bytes", 0) / 1e6), fmt(d.get("write_bytes", 0) / 1e6), other,
-                 fmt(r["sizes"]["on_disk_bytes"] / 2**20), fmt(r["sizes"]["apparent_bytes"] / 2**20),
-                 r.get("engine_cache", {}).get("Innodb_buffer_pool_reads", ""), arc_hits_misses(r)]
-        parts.append("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in cells) + "</tr>")
-    parts.append("</table>")
-    ratios = ratio_rows(scenario, runs)
-    if ratios:
-        parts.append("<h2>Against the baseline, same run (stack / baseline)</h2><table><tr>" +
-                     "".join(f"<th>{e(c)}</th>" for c in ("stack", "workload", "baseline", *(l for l, _ in RATIO_COLUMNS))) + "</tr>")
-        for row in ratios:
-            cells = [row["stack"], workload_label(row["workload"]), row["baseline"],
-                     *[fmt_ratio(row[key]) for _, key in RATIO_COLUMNS]]
-            parts.append("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in cells) + "</tr>")
-        parts.append("</table>")
-    for title, name in images:
-        parts.append(f"<h3>{e(title)}</h3><img src='plots/{e(name)}'>")
-    parts.append("<h2>Settings and versions per run</h2>")
-    for r in runs:
-        parts.append(f"<h4>{e(r['stack'])} / {e(workload_label(r['workload']))}</h4><pre>" +
-                     e(json.dumps({"settings": r["settings"], "versions": r.get("versions"),
-                                   "dataset": r.get("dataset"), "sizes": r["sizes"]}, indent=1)) + "</pre>")
-    parts.append(f"<p>Raw results: {e(str(rundir / 'runs'))}</p></body></html>")
-    return "\n".join(parts)
+            console.print(Text(f"{s['stack']}: note: {s['spec']['notes']}", style="cyan"))
+    if not runs:
+        console.print(Text("no finished runs in this results directory", style="yellow"))
+    if verbose:
+        for stack in analysis.stacks_of(cells):
+            console.print(sysbench_table(stack, [r for c in cells.values() if c.stack == stack for r in c.runs]))
+        console.print(devices_table(cells))
+        print_settings(console, scenario, stacks)
+    elif runs:
+        console.print(Text("(--verbose: sysbench's own tables, devices, settings and versions)", style="dim"))
+

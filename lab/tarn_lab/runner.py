@@ -1,11 +1,14 @@
 """Running a scenario: for each stack, build it, start a private MariaDB, load the dataset,
-run each workload while sampling metrics, and write one JSON result per run.
+run each workload (warm-up first when the scenario asks, `repeat` times) while sampling
+metrics, and write one JSON result per run; tell the progress display what happens.
 
 Owns: the results directory layout —
-  <rundir>/scenario.json, <rundir>/runs/<stack>/<workload>.json (+ .sysbench.txt),
-  <rundir>/runs/<stack>/stack.json (skipped/failed reason, dataset sizes), <rundir>/work/ (scratch).
+  <rundir>/scenario.json, <rundir>/runs/<stack>/<workload>.json (+ .sysbench.txt; a
+  repeat k > 1 is <workload>.rep<k>.json), <rundir>/runs/<stack>/stack.json
+  (skipped/failed reason, dataset sizes), <rundir>/work/ (scratch).
 Promises: finished runs are kept and skipped on a re-run in the same directory; every
-stack is torn down (mounts, loops, servers) before the next starts, also on Ctrl-C.
+stack is torn down (mounts, loops, servers) before the next starts, also on Ctrl-C; the
+paced disk's counters (I/O units included) are recorded over exactly the measured run.
 Must never: delete results, or leave anything running after it returns or raises.
 """
 from __future__ import annotations
@@ -21,12 +24,15 @@ from pathlib import Path
 
 from rich.console import Console
 
+from . import progress as progress_mod
 from . import sizes as sizes_mod
 from .cleanup import Teardown
-from .devices import REPO_ROOT, PacerMissing, pacer_binary, read_pacer_stats
+from .devices import (REPO_ROOT, PacerMissing, counters_delta, pacer_binary, read_fresh_pacer_stats,
+                      read_pacer_stats)
 from .mariadb import INNODB_CACHE_COUNTERS, PrivateMariaDB
 from .postgres import PrivatePostgres
 from .metrics import Sampler
+from .progress import Progress, StackPlan
 from .shell import MissingTool, require, run, tool_version
 from .stacks import StackSkipped, build_stack, check_buildable, counter_deltas
 from .sysbench import TPCC_LIKE, parse_interval_line, parse_summary, prepare_argv, run_argv
@@ -43,12 +49,30 @@ def latest_rundir(name: str) -> Path | None:
     return dirs[-1] if dirs else None
 
 
-def result_path(rundir: Path, stack: str, workload: str) -> Path:
-    return rundir / "runs" / stack / f"{workload}.json"
+def result_path(rundir: Path, stack: str, workload: str, repeat: int = 1) -> Path:
+    # Repeat 1 keeps the name results had before repeats existed.
+    suffix = "" if repeat == 1 else f".rep{repeat}"
+    return rundir / "runs" / stack / f"{workload}{suffix}.json"
 
 
-def is_finished(rundir: Path, stack: str, workload: str) -> bool:
-    p = result_path(rundir, stack, workload)
+def repeats(scenario: dict) -> int:
+    return max(1, int(scenario.get("repeat", 1)))
+
+
+def pending_runs(scenario: dict, rundir: Path, stack: str) -> list[tuple[str, int]]:
+    """(workload, repeat) pairs of this stack without a finished result, in run order."""
+    return [(w, k) for w in scenario["workloads"] for k in range(1, repeats(scenario) + 1)
+            if not is_finished(rundir, stack, w, k)]
+
+
+def sysbench_seconds(scenario: dict) -> int:
+    """Seconds one run keeps sysbench busy: its warm-up and its measured time."""
+    params = scenario.get("workload", {})
+    return int(params.get("warmup", 0)) + int(params.get("duration", 30))
+
+
+def is_finished(rundir: Path, stack: str, workload: str, repeat: int = 1) -> bool:
+    p = result_path(rundir, stack, workload, repeat)
     try:
         return json.loads(p.read_text()).get("status") == "ok"
     except (OSError, ValueError):
@@ -79,14 +103,21 @@ def machine_versions() -> dict:
             "mem_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")}
 
 
-def run_scenario(scenario: dict, rundir: Path, console: Console) -> Path:
+def run_scenario(scenario: dict, rundir: Path, console: Console, progress: Progress | None = None) -> Path:
     preflight()
     rundir.mkdir(parents=True, exist_ok=True)
     (rundir / "scenario.json").write_text(json.dumps(scenario, indent=2))
     versions = machine_versions()
     (rundir / "versions.json").write_text(json.dumps(versions, indent=2))
-    for spec in scenario["stacks"]:
-        run_stack(scenario, spec, rundir, versions, console)
+    plan = [StackPlan(spec["name"], len(pending_runs(scenario, rundir, spec["name"])) * sysbench_seconds(scenario))
+            for spec in scenario["stacks"]]
+    progress = progress or progress_mod.for_console(console)
+    with progress:
+        progress.begin(scenario["name"], plan)
+        for index, spec in enumerate(scenario["stacks"], 1):
+            progress.stack(index, spec["name"])
+            ran = run_stack(scenario, spec, rundir, versions, progress)
+            progress.stack_done(ran)
     shutil.rmtree(rundir / "work", ignore_errors=True)
     return rundir
 
@@ -98,50 +129,55 @@ def write_json(path: Path, data: dict) -> None:
     tmp.rename(path)  # atomic: a Ctrl-C never leaves a half-written "finished" result
 
 
-def run_stack(scenario: dict, spec: dict, rundir: Path, versions: dict, console: Console) -> None:
+def run_stack(scenario: dict, spec: dict, rundir: Path, versions: dict, progress: Progress) -> bool:
+    """Build, load and measure one stack; True if it was built (ran), False if skipped."""
     name = spec["name"]
-    pending = [w for w in scenario["workloads"] if not is_finished(rundir, name, w)]
+    pending = pending_runs(scenario, rundir, name)
     stack_json = rundir / "runs" / name / "stack.json"
     if not pending:
-        console.print(f"[dim]{name}: all runs finished earlier, skipped[/dim]")
-        return
+        progress.note(f"{name}: all runs finished earlier, skipped")
+        return False
     try:
-        check_buildable(spec, log=lambda m: console.print(f"[yellow]{name}: {m}[/yellow]"))
+        check_buildable(spec, log=lambda m: progress.note(f"{name}: {m}"))
     except (StackSkipped, MissingTool) as exc:
-        console.print(f"[yellow]{name}: skipped: {exc}[/yellow]")
+        progress.note(f"{name}: skipped: {exc}")
         write_json(stack_json, {"stack": name, "fs": spec["fs"], "status": "skipped", "reason": str(exc)})
-        return
+        return False
     workdir = rundir / "work" / name
     shutil.rmtree(workdir, ignore_errors=True)
-    started = time.monotonic()
-    with Teardown(log=lambda m: console.print(f"[red]{m}[/red]")) as teardown:
+    with Teardown(log=progress.note) as teardown:
         try:
-            with console.status(f"{name}: building {spec['fs']} on the paced disk"):
-                stack = build_stack(spec, scenario["disk"], scenario.get("fast_disk", {}), workdir, teardown)
-            db = start_database(scenario, spec, stack, workdir, teardown, console)
-            prepared = load_dataset(scenario, spec, stack, db, workdir, teardown, console, pending)
+            progress.phase("build stack", f"{spec['fs']} on the paced disk, then {database_name(scenario)}")
+            stack = build_stack(spec, scenario["disk"], scenario.get("fast_disk", {}), workdir, teardown)
+            db = start_database(scenario, spec, stack, workdir, teardown)
+            prepared = load_dataset(scenario, spec, stack, db, workdir, teardown, progress,
+                                    list(dict.fromkeys(w for w, _ in pending)))
             stack_info = {"stack": name, "fs": spec["fs"], "status": "ok", "settings": stack.settings,
                           "spec": spec, "devices": stack.device_names(), "dataset": prepared,
                           "mariadb": db.settings, "versions": stack.versions}
             write_json(stack_json, stack_info)
-            for workload in pending:
-                result = run_workload(scenario, spec, stack, db, workload, rundir, console)
+            for workload, repeat in pending:
+                result = run_workload(scenario, spec, stack, db, workload, repeat, rundir, progress)
                 result.update({"versions": {**versions, **stack.versions}, "dataset": prepared})
-                write_json(result_path(rundir, name, workload), result)
-                print_run_line(console, name, workload, result)
+                write_json(result_path(rundir, name, workload, repeat), result)
+                progress.note(run_line(name, workload, result))
         except StackSkipped as exc:
-            console.print(f"[yellow]{name}: skipped: {exc}[/yellow]")
+            progress.note(f"{name}: skipped: {exc}")
             write_json(stack_json, {"stack": name, "fs": spec["fs"], "status": "skipped", "reason": str(exc)})
         except KeyboardInterrupt:
-            console.print(f"[red]{name}: interrupted; tearing down (finished results are kept)[/red]")
+            progress.note(f"{name}: interrupted; tearing down (finished results are kept)")
             raise
         except Exception as exc:
-            console.print(f"[red]{name}: failed: {exc}[/red]")
+            progress.note(f"{name}: failed: {exc}")
             write_json(stack_json, {"stack": name, "fs": spec["fs"], "status": "failed", "reason": str(exc)})
         finally:
-            console.print(f"[dim]{name}: tearing down[/dim]")
+            progress.phase("teardown")
     shutil.rmtree(workdir, ignore_errors=True)
-    console.print(f"[dim]{name}: done in {time.monotonic() - started:.0f}s[/dim]")
+    return True
+
+
+def database_name(scenario: dict) -> str:
+    return "PostgreSQL" if scenario.get("database", {}).get("engine") == "postgresql" else "MariaDB"
 
 
 def database_settings(scenario: dict, spec: dict, stack) -> dict:
@@ -155,17 +191,15 @@ def database_settings(scenario: dict, spec: dict, stack) -> dict:
     return settings
 
 
-def start_database(scenario, spec, stack, workdir, teardown, console):
+def start_database(scenario, spec, stack, workdir, teardown):
     if scenario.get("database", {}).get("engine") == "postgresql":
         db = PrivatePostgres(stack.mountpoint / "pgdata", workdir / "postgres", postgres_settings(scenario, spec, stack))
-        with console.status(f"{spec['name']}: initializing and starting PostgreSQL"):
-            db.start(teardown)
+        db.start(teardown)
         return db
     datadir = stack.mountpoint / "mysql"
     db = PrivateMariaDB(datadir, workdir / "mariadb", database_settings(scenario, spec, stack))
-    with console.status(f"{spec['name']}: initializing and starting MariaDB"):
-        db.start(teardown)
-        db.sql("CREATE DATABASE IF NOT EXISTS sbtest")
+    db.start(teardown)
+    db.sql("CREATE DATABASE IF NOT EXISTS sbtest")
     return db
 
 
@@ -184,7 +218,7 @@ def postgres_settings(scenario: dict, spec: dict, stack) -> dict:
     return settings
 
 
-def load_dataset(scenario, spec, stack, db, workdir, teardown, console, workloads) -> dict:
+def load_dataset(scenario, spec, stack, db, workdir, teardown, progress: Progress, workloads) -> dict:
     """sysbench prepare (once per data family), or prepare then restore from a tar archive."""
     params = scenario.get("workload", {})
     families = []
@@ -198,13 +232,13 @@ def load_dataset(scenario, spec, stack, db, workdir, teardown, console, workload
     for fam in families:
         argv = prepare_argv(fam, db.sysbench_args(), params)
         info["prepare_argv"].append(argv)
-        with console.status(f"{spec['name']}: sysbench prepare ({fam}) on the paced disk"):
-            run(argv, timeout=24 * 3600)
+        progress.phase("load data", f"sysbench prepare {fam}")
+        run(argv, timeout=24 * 3600)
     info["prepare_seconds"] = round(time.monotonic() - t0, 1)
     info["sizes_after_prepare"] = sizes_mod.measure(stack, db.datadir)
     if info["method"] == "tar":
-        with console.status(f"{spec['name']}: restoring the dataset from a tar archive"):
-            info["tar_seconds"] = restore_from_tar(db, stack, workdir, teardown)
+        progress.phase("load data", "restoring the dataset from a tar archive")
+        info["tar_seconds"] = restore_from_tar(db, stack, workdir, teardown)
         info["sizes_after_restore"] = sizes_mod.measure(stack, db.datadir)
     return info
 
@@ -234,43 +268,83 @@ def drop_caches() -> None:
         pass
 
 
-def run_workload(scenario, spec, stack, db, workload, rundir, console) -> dict:
+def stream_sysbench(argv: list[str], seconds: int, on_row) -> tuple[str, int, list[dict]]:
+    """Run sysbench, handing each per-second report line to `on_row` as it arrives.
+    Returns (its whole output, exit code, the per-second rows)."""
+    lines, series = [], []
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            row = parse_interval_line(line)
+            if row:
+                series.append(row)
+                on_row(row)
+        proc.wait(timeout=seconds + 600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return "".join(lines), proc.returncode, series
+
+
+def warm_up(scenario, spec, db, workload, progress: Progress) -> dict | None:
+    """`workload.warmup` seconds of the same workload, not measured: caches fill before
+    the measured run starts. None when the scenario asks for no warm-up."""
+    params = scenario.get("workload", {})
+    seconds = int(params.get("warmup", 0))
+    if seconds <= 0:
+        return None
+    argv = run_argv(workload, db.sysbench_args(), {**params, "duration": seconds})
+    progress.phase("warm-up", workload, total=seconds)
+    output, rc, _ = stream_sysbench(argv, seconds, lambda row: progress.tick(row["t"], row["tps"], None))
+    progress.sysbench_done(seconds)
+    if rc != 0:
+        raise RuntimeError(f"sysbench {workload} warm-up exited {rc}: {output[-1500:]}")
+    return {"seconds": seconds, "tps": parse_summary(output).get("tps")}
+
+
+def latest_iops(sampler: Sampler, role: str = "data") -> float | None:
+    """The paced disk's reads + writes per second over the sampler's last second."""
+    if not sampler.rows:
+        return None
+    rates = sampler.rows[-1].get(role)
+    return rates["r_iops"] + rates["w_iops"] if rates else None
+
+
+def pacer_snapshot(stack) -> dict:
+    return {d.role: read_fresh_pacer_stats(d) for d in stack.devices if d.stats_path}
+
+
+def run_workload(scenario, spec, stack, db, workload, repeat, rundir, progress: Progress) -> dict:
     params = scenario.get("workload", {})
     argv = run_argv(workload, db.sysbench_args(), params)
     duration = int(params.get("duration", 30))
     drop_caches()
+    warmup = warm_up(scenario, spec, db, workload, progress)
     before = db.status_counters(db.CACHE_COUNTERS)
     engine_before = _engine_stats(stack)
+    pacer_before = pacer_snapshot(stack)
     started = dt.datetime.now().isoformat(timespec="seconds")
-    lines, series = [], []
+    n = repeats(scenario)
+    progress.phase("run", workload + (f", repeat {repeat} of {n}" if n > 1 else ""), total=duration)
     with Sampler(stack.device_names()) as sampler:
-        with console.status(f"{spec['name']} / {workload}: starting") as status:
-            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            try:
-                for line in proc.stdout:
-                    lines.append(line)
-                    row = parse_interval_line(line)
-                    if row:
-                        series.append(row)
-                        status.update(f"{spec['name']} / {workload}: {row['t']}/{duration}s  "
-                                      f"tps {row['tps']:.1f}  qps {row['qps']:.1f}  p95 {row['lat_p95_ms']:.1f} ms")
-                proc.wait(timeout=duration + 600)
-            finally:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
-    output = "".join(lines)
-    log = result_path(rundir, spec["name"], workload).with_suffix(".sysbench.txt")
+        output, returncode, series = stream_sysbench(
+            argv, duration, lambda row: progress.tick(row["t"], row["tps"], latest_iops(sampler)))
+        # Inside the sampler: the pacer's window closes with the diskstats window.
+        pacer_after = pacer_snapshot(stack)
+    progress.sysbench_done(duration)
+    log = result_path(rundir, spec["name"], workload, repeat).with_suffix(".sysbench.txt")
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text(" ".join(argv) + "\n" + output)
-    if proc.returncode != 0:
-        raise RuntimeError(f"sysbench {workload} exited {proc.returncode}: {output[-1500:]}")
+    if returncode != 0:
+        raise RuntimeError(f"sysbench {workload} exited {returncode}: {output[-1500:]}")
     after = db.status_counters(db.CACHE_COUNTERS)
     engine_after = _engine_stats(stack)
     return {
         "scenario": scenario["name"], "size_class": scenario.get("size_class"), "stack": spec["name"],
-        "fs": spec["fs"], "workload": workload, "status": "ok", "started": started,
-        "finished": dt.datetime.now().isoformat(timespec="seconds"),
+        "fs": spec["fs"], "workload": workload, "repeat": repeat, "status": "ok", "started": started,
+        "finished": dt.datetime.now().isoformat(timespec="seconds"), "warmup": warmup,
         "settings": {"disk": scenario["disk"], "fast_disk": scenario.get("fast_disk", {}),
                      "stack": stack.settings, "spec": spec, "mariadb": db.settings,
                      "workload": params, "sysbench_argv": argv},
@@ -278,6 +352,10 @@ def run_workload(scenario, spec, stack, db, workload, rundir, console) -> dict:
         "summary": parse_summary(output), "series": series, "system": sampler.rows,
         "device_totals": sampler.totals,
         "pacer_stats": {d.role: read_pacer_stats(d) for d in stack.devices if d.stats_path},
+        # The paced disk's own counters over the measured run; io_units is what the disk
+        # charged (an I/O of b bytes costs ceil(b / max_io)).
+        "pacer_delta": {role: counters_delta(pacer_before.get(role), pacer_after.get(role))
+                        for role in pacer_after},
         "engine_cache": {k: after.get(k, 0) - before.get(k, 0) for k in db.CACHE_COUNTERS},
         "stack_engine_stats": {"delta": counter_deltas(engine_before, engine_after), "after": engine_after}
         if engine_after else None,
@@ -294,10 +372,11 @@ def _engine_stats(stack) -> dict | None:
         return None
 
 
-def print_run_line(console: Console, stack: str, workload: str, result: dict) -> None:
+def run_line(stack: str, workload: str, result: dict) -> str:
+    """One line per finished run for the log: the numbers a DBA looks at first."""
     s = result["summary"]
     data = result["device_totals"].get("data", {})
-    console.print(f"[green]{stack} / {workload}[/green]: tps {s['tps']:.2f}  qps {s.get('qps', 0):.2f}  "
-                  f"avg {s['latency_ms'].get('avg', 0):.2f} ms  p95 {s['latency_ms'].get('p95', 0):.2f} ms  "
-                  f"data reads {data.get('reads', 0)} writes {data.get('writes', 0)}  "
-                  f"size {result['sizes']['on_disk_bytes'] / 2**20:.1f} MiB")
+    txns = max(s.get("transactions", 0), 1)
+    return (f"{stack} / {workload}: {s['tps']:,.1f} TPS, p95 {s['latency_ms'].get('p95', 0):.1f} ms, "
+            f"{data.get('reads', 0) / txns:.2f} disk reads and {data.get('writes', 0) / txns:.2f} writes "
+            f"per transaction, {result['sizes']['on_disk_bytes'] / 2**20:,.0f} MiB on disk")

@@ -1,10 +1,11 @@
 """Scenario files: loading, validating and sizing (quick by default, full by flag).
 
 A scenario is TOML: [disk] (the emulated cloud disk), [fast_disk] (the unthrottled local
-device), [database], [workload] (threads, duration, sizes), `workloads = [...]`,
-[[stacks]], optional `baseline` (a stack the report divides every stack's results by; a
-stack's own `baseline` adds one more for it), and [full] which overrides any of those
-sections for full-size runs.
+device), [database], [workload] (threads, duration, warmup seconds, sizes),
+`workloads = [...]`, [[stacks]], optional `baseline` (a stack the report divides every
+stack's results by, the first stack if absent; a stack's own `baseline` adds one more for
+it), optional `repeat` (runs per stack and workload, for min/max), and [full] which
+overrides any of those sections for full-size runs.
 Owns: the schema and its error messages.
 Promises: a bad file raises ScenarioError naming the file and the offending key.
 Must never: start anything; this module only reads files.
@@ -29,7 +30,7 @@ INT, STR, BOOL, TABLE = int, str, bool, dict
 
 SCHEMA = {
     "name": STR, "title": STR, "description": STR, "article": STR, "baseline": STR,
-    "workloads": list, "stacks": list, "full": TABLE,
+    "workloads": list, "stacks": list, "full": TABLE, "repeat": INT,
     "disk": {"size": SIZE, "iops": INT, "bandwidth": SIZE, "max_io": SIZE, "latency_us": INT},
     "fast_disk": {"size": SIZE},
     "database": {"engine": STR, "buffer_pool": SIZE, "settings": TABLE},
@@ -46,7 +47,7 @@ STACK_SCHEMA = {
 # Dataset properties given as top-level stack keys, on ZFS and tarn alike, and their values.
 PROPERTY_KEYS = {"logbias": ("latency", "throughput"), "primarycache": ("all", "metadata", "none")}
 REQUIRED = ("name", "workloads", "stacks", "disk")
-OVERRIDABLE = ("disk", "fast_disk", "database", "workload", "workloads", "stacks")
+OVERRIDABLE = ("disk", "fast_disk", "database", "workload", "workloads", "stacks", "repeat")
 COMPRESSION = {"btrfs": {"zstd", "lzo", "zlib", "off"},
                "zfs": {"lz4", "lzjb", "gzip", "zle", "zstd", "off", "on"}}
 
@@ -93,6 +94,8 @@ def validate(raw: dict, origin: str = "<scenario>", full: bool = False) -> dict:
     scenario.pop("full", None)
     scenario["size_class"] = "full" if full else "quick"
     _check_workloads(scenario["workloads"], origin)
+    if scenario.get("repeat", 1) < 1:
+        raise ScenarioError(f"{origin}: 'repeat' must be at least 1, got {scenario['repeat']!r}")
     _check_engine(scenario, origin)
     _check_stacks(scenario["stacks"], origin)
     _check_baselines(scenario, origin)

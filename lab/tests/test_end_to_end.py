@@ -4,14 +4,14 @@ import json
 
 from rich.console import Console
 
-from tarn_lab import report, runner, scenario
+from tarn_lab import html_report, progress, runner, scenario
 from conftest import leftovers
 
 TINY = {
     "name": "e2e", "workloads": ["oltp_read_write"],
     "disk": {"size": "1G", "iops": 2000, "bandwidth": "32M", "max_io": "16K"},
     "database": {"buffer_pool": "16M"},
-    "workload": {"threads": 2, "duration": 6, "tables": 1, "table_size": 20000},
+    "workload": {"threads": 2, "duration": 6, "warmup": 2, "tables": 1, "table_size": 20000},
     "stacks": [{"name": "ext4", "fs": "ext4"}, {"name": "btrfs", "fs": "btrfs", "compression": "zstd"}],
 }
 
@@ -19,10 +19,17 @@ TINY = {
 def test_tiny_scenario_on_ext4_and_btrfs(real_machine, tmp_path):
     s = scenario.validate(TINY, origin="e2e")
     rundir = tmp_path / "run"
+    lines: list[str] = []
     try:
-        runner.run_scenario(s, rundir, Console(quiet=True))
+        runner.run_scenario(s, rundir, Console(quiet=True), progress.PlainProgress(lines.append))
     finally:
         assert leftovers(tmp_path) == []
+    # The user saw each stack go through the phases, in order, with the run's TPS ticking.
+    for i, stack in enumerate(("ext4", "btrfs"), 1):
+        seen = [p for line in lines for p in progress.PHASES if f"] {i}/2 {stack}: {p}" in line]
+        assert seen == ["build stack", "load data", "warm-up", "run", "teardown"], (stack, lines)
+        assert any(line.split("] ", 1)[1].startswith(f"{stack} / oltp_read_write: ") and "TPS" in line
+                   for line in lines), lines
     for stack in ("ext4", "btrfs"):
         info = json.loads((rundir / "runs" / stack / "stack.json").read_text())
         assert info["status"] == "ok", info
@@ -32,6 +39,9 @@ def test_tiny_scenario_on_ext4_and_btrfs(real_machine, tmp_path):
         assert r["sizes"]["on_disk_bytes"] > 0 and r["sizes"]["apparent_bytes"] > 0
         data = r["device_totals"]["data"]
         assert data["writes"] > 0 and data["write_bytes"] > 0, "diskstats saw no I/O on the data device"
+        paced = r["pacer_delta"]["data"]
+        assert paced["io_units"] >= paced["reads"] + paced["writes"] > 0, paced
+        assert r["warmup"]["seconds"] == 2 and r["warmup"]["tps"] > 0
         assert r["settings"]["mariadb"]["innodb_buffer_pool_size"] == "16M"
         assert r["versions"]["mariadb"] and r["versions"]["sysbench"]
     btrfs = json.loads((rundir / "runs" / "btrfs" / "oltp_read_write.json").read_text())
@@ -43,5 +53,6 @@ def test_tiny_scenario_on_ext4_and_btrfs(real_machine, tmp_path):
     runner.run_scenario(s, rundir, Console(quiet=True))
     assert (rundir / "runs" / "ext4" / "oltp_read_write.json").read_text() == before
 
-    html = report.write_html(rundir)
+    html = html_report.write_html(rundir)
     assert html.exists() and (rundir / "plots" / "tps_oltp_read_write.png").exists()
+    assert "data:image/png;base64," in html.read_text()

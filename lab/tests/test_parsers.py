@@ -88,7 +88,7 @@ def test_tpcc_like_argv_uses_warehouses_as_scale():
 
 
 def test_moving_average_is_trailing():
-    from tarn_lab.report import moving_average
+    from tarn_lab.plots import moving_average
     assert moving_average([2, 4, 6, 8], 2) == [2, 3, 5, 7]
     assert moving_average([], 5) == []
 

@@ -55,6 +55,8 @@ def test_full_overrides_sizes():
     (bad(stacks=[{"name": "x", "fs": "xfs", "external_journal": True}]), "'stacks[0].external_journal' only applies to fs = \"ext4\""),
     (bad(baseline="xfs"), "'baseline' = 'xfs' is not a stack of this scenario"),
     (bad(stacks=[{"name": "e", "fs": "ext4", "baseline": "e"}]), "'stacks[0].baseline' = 'e' is not another stack"),
+    (bad(repeat=0), "'repeat' must be at least 1"),
+    (bad(repeat="twice"), "'repeat' must be a non-negative integer"),
 ])
 def test_bad_scenarios_name_the_key(scenario, message):
     with pytest.raises(ScenarioError) as err:

@@ -18,7 +18,7 @@ pub struct Cli {
 
 #[derive(Subcommand)]
 pub enum Cmd {
-    /// Pools: create, import, export, status, list, scrub, clear, destroy.
+    /// Pools: create, import, export, status, list, iostat, scrub, clear, destroy.
     #[command(subcommand)]
     Pool(PoolCmd),
     /// Datasets: create, destroy, list.
@@ -61,11 +61,24 @@ pub enum Cmd {
         #[arg(long, conflicts_with = "json")]
         prometheus: bool,
     },
-    /// Mount a dataset with FUSE: tarn mount POOL/DS [MOUNTPOINT] [-f] [--threads N]
+    /// Mount a dataset with FUSE: tarn mount POOL/DS [MOUNTPOINT] [-o OPTIONS] [-f] [--threads N]; tarn mount -a
+    #[command(after_long_help = "mount(8) and /etc/fstab reach it through the helper /sbin/mount.fuse.tarn \
+(installed by scripts/setup.sh): `mount -t fuse.tarn tank/db /var/lib/mysql -o noatime`, or the fstab line \
+`tank/db /var/lib/mysql fuse.tarn defaults,_netdev,noatime 0 0`.")]
     Mount {
-        dataset: String,
+        /// Required unless -a.
+        #[arg(required_unless_present = "all")]
+        dataset: Option<String>,
         /// Default: the dataset's mountpoint property.
         mountpoint: Option<PathBuf>,
+        /// Mount every dataset of every imported pool whose mountpoint property is a path
+        /// (one daemon per pool), skipping pools already mounted; what boot runs.
+        #[arg(short = 'a', long = "all", conflicts_with_all = ["dataset", "mountpoint", "also", "options", "foreground"])]
+        all: bool,
+        /// Mount options, comma-separated: ro, rw, noatime, atime, relatime, nodev, nosuid,
+        /// noexec; mount(8)'s own (defaults, _netdev, nofail, auto, noauto, x-*) are ignored.
+        #[arg(short = 'o', value_name = "OPTIONS")]
+        options: Vec<String>,
         /// Stay in the foreground instead of running as a daemon.
         #[arg(short = 'f')]
         foreground: bool,
@@ -77,8 +90,37 @@ pub enum Cmd {
         #[arg(long, value_name = "POOL/DS")]
         also: Vec<String>,
     },
-    /// Unmount a dataset, committing everything: tarn umount MOUNTPOINT|POOL/DS
-    Umount { target: String },
+    /// Unmount a dataset, committing everything: tarn umount MOUNTPOINT|POOL/DS; tarn umount -a
+    Umount {
+        /// Required unless -a.
+        #[arg(required_unless_present = "all")]
+        target: Option<String>,
+        /// Unmount every tarn mount; returns once every daemon has committed and exited.
+        #[arg(short = 'a', long = "all", conflicts_with = "target")]
+        all: bool,
+    },
+    /// Serve the counters of `tarn stats` for every imported pool to Prometheus, over HTTP
+    /// at /metrics: tarn exporter [--listen 127.0.0.1:9436]
+    Exporter {
+        /// Address and port to listen on (a loopback address unless --allow-remote).
+        #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:9436")]
+        listen: String,
+        /// Allow a non-loopback --listen address: the counters name your pools and
+        /// datasets' sizes to whoever can reach it.
+        #[arg(long)]
+        allow_remote: bool,
+    },
+    /// Print shell completions: tarn completions bash|zsh|fish
+    Completions {
+        #[arg(value_parser = ["bash", "zsh", "fish"])]
+        shell: String,
+    },
+    /// Write the man pages (tarn.1, tarn-pool.1, tarn-pool-create.1…) into DIR, or print
+    /// tarn(1) without --dir: tarn man [--dir DIR]
+    Man {
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
 }
 
 /// The output flags every listing takes (see `output.rs` for what they do).
@@ -137,24 +179,54 @@ pub enum PoolCmd {
     },
     /// Commit everything and release the pool's devices.
     Export { pool: String },
-    /// Show health, capacity and per-device error counts.
+    /// Show health, the scan, per-device error counts and data errors.
     Status {
+        /// List the files with permanent errors.
+        #[arg(short = 'v')]
+        verbose: bool,
         pool: Option<String>,
         #[command(flatten)]
         out: Output,
+    },
+    /// Capacity, operations and bandwidth per pool (per device with -v), read and
+    /// write: tarn pool iostat [-v] [-l] [POOL] [INTERVAL [COUNT]]
+    Iostat {
+        /// One line per vdev and device too.
+        #[arg(short = 'v')]
+        verbose: bool,
+        /// Latency columns: average device time per read, per write, per scan I/O.
+        #[arg(short = 'l')]
+        latency: bool,
+        /// Scripted mode: no header, tab-separated.
+        #[arg(short = 'H')]
+        scripted: bool,
+        /// Exact numbers instead of human sizes.
+        #[arg(short = 'p')]
+        parsable: bool,
+        /// [POOL] [INTERVAL [COUNT]]: with INTERVAL (seconds), report again every
+        /// INTERVAL, COUNT times (forever without COUNT).
+        #[arg(num_args = 0..=3, value_name = "POOL|INTERVAL|COUNT")]
+        words: Vec<String>,
     },
     /// One line per imported pool.
     List {
         #[command(flatten)]
         out: Output,
     },
-    /// Read and verify every block; repair mirrors from a good copy.
+    /// Read and verify every block; repair mirrors from a good copy. In the foreground
+    /// (with progress) unless -d; `-s` stops a scrub in progress.
     Scrub {
+        /// Stop the scrub in progress.
+        #[arg(short = 's', conflicts_with = "detach")]
+        stop: bool,
+        /// Run it in the background, in a process of its own, and return at once.
+        #[arg(short = 'd', long)]
+        detach: bool,
         pool: String,
         #[arg(long)]
         json: bool,
     },
-    /// Reset the device error counters.
+    /// Reset the device error counters and the list of data errors.
     Clear { pool: String },
     /// Destroy a pool: its devices no longer import.
     Destroy {

@@ -6,14 +6,20 @@
 //!
 //! | Room | Commands |
 //! |---|---|
-//! | `pool_cmd` | `pool create/add/import/export/destroy/status/list/scrub/clear` |
+//! | `pool_cmd` | `pool create/add/import/export/destroy/status/list/clear` |
+//! | `scrub_cmd` | `pool scrub` |
+//! | `iostat_cmd` | `pool iostat` |
 //! | `ds_cmd` | `ds create/destroy/list`, `set`, `get`, `inherit` |
 //! | `copy` | `put`, `cat`, `ls` |
 //! | `stats_cmd` | `stats`, `tune` |
 //! | `mount_cmd` | `mount`, `umount` |
+//! | `mount_all` | `mount -a`, `umount -a` |
+//! | `exporter` | `exporter` |
+//! | `manual` | `completions`, `man` |
 //!
 //! Beside them: `access` (reaching a pool by name), `cache` (the pool cache file),
-//! `output` and `table` (how results are shown), `error` (exit codes).
+//! `output` and `table` (how results are shown), `metrics` (Prometheus text),
+//! `space_check` (image files larger than their disk), `error` (exit codes).
 //!
 //! Promises: exit 0 only for a command that did what it was asked; otherwise one line
 //! on stderr (`tarn: …`) and exit 1, or 2 for a malformed command line.
@@ -27,9 +33,16 @@ mod cache;
 mod copy;
 mod ds_cmd;
 mod error;
+mod exporter;
+mod iostat_cmd;
+mod manual;
+mod metrics;
+mod mount_all;
 mod mount_cmd;
 mod output;
 mod pool_cmd;
+mod scrub_cmd;
+mod space_check;
 mod stats_cmd;
 mod table;
 
@@ -58,32 +71,29 @@ fn run(cmd: Cmd) -> Result<(), CliError> {
     match cmd {
         Cmd::Pool(p) => pool_cmd::run(p),
         Cmd::Ds(d) => ds_cmd::run(d),
-        Cmd::Set {
-            assignments_then_dataset,
-        } => ds_cmd::set(assignments_then_dataset),
-        Cmd::Get {
-            props,
-            dataset,
-            out,
-        } => ds_cmd::get(&props, &dataset, out),
+        Cmd::Set { assignments_then_dataset } => ds_cmd::set(assignments_then_dataset),
+        Cmd::Get { props, dataset, out } => ds_cmd::get(&props, &dataset, out),
         Cmd::Inherit { prop, dataset } => ds_cmd::inherit(&prop, &dataset),
         Cmd::Put { paths } => copy::put_cmd(paths),
         Cmd::Cat { target } => copy::cat_cmd(&target),
         Cmd::Ls { target } => copy::ls_cmd(&target),
-        Cmd::Stats {
-            which,
-            pool,
-            json,
-            prometheus,
-        } => stats_cmd::stats(&which, &pool, json, prometheus),
+        Cmd::Stats { which, pool, json, prometheus } => stats_cmd::stats(&which, &pool, json, prometheus),
         Cmd::Tune { pool, setting } => stats_cmd::tune(&pool, &setting),
-        Cmd::Mount {
-            dataset,
-            mountpoint,
-            foreground,
-            threads,
-            also,
-        } => mount_cmd::mount(dataset, mountpoint, foreground, threads, also),
-        Cmd::Umount { target } => mount_cmd::umount(&target),
+        Cmd::Mount { all: true, .. } => mount_all::mount_all(),
+        Cmd::Mount { dataset, mountpoint, foreground, threads, also, options, .. } => {
+            let options =
+                tarn_fuse::MountOptions::parse(&options.join(",")).map_err(|e| CliError::Usage(e.to_string()))?;
+            mount_cmd::mount(required(dataset)?, mountpoint, foreground, threads, also, options)
+        }
+        Cmd::Umount { all: true, .. } => mount_all::umount_all(),
+        Cmd::Umount { target, .. } => mount_cmd::umount(&required(target)?),
+        Cmd::Exporter { listen, allow_remote } => exporter::run(&listen, allow_remote),
+        Cmd::Completions { shell } => manual::completions(&shell),
+        Cmd::Man { dir } => manual::man(dir.as_deref()),
     }
+}
+
+/// An argument clap requires unless `-a` is given (so it is there without `-a`).
+fn required(arg: Option<String>) -> Result<String, CliError> {
+    arg.ok_or_else(|| CliError::Usage("give a dataset or mountpoint, or -a for all".into()))
 }

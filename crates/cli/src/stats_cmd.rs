@@ -1,8 +1,8 @@
 //! `tarn stats` (the engine's counters: arcstats, intent log, txg, io, space) and
 //! `tarn tune` (the run-time tunables of a mounted pool).
 //!
-//! Owns: the three shapes of the counters (aligned text, `--json`, Prometheus text) and
-//! the checks on a tunable before it is handed to the daemon. Promises: a mounted pool's
+//! Owns: the shapes of the counters (aligned text, `--json`; the Prometheus text is
+//! `metrics.rs`'s) and the checks on a tunable before it is handed to the daemon. Promises: a mounted pool's
 //! counters are the ones its daemon last published (within a second); an unmounted
 //! pool is opened and closed here, so its caches show as empty; a tunable is validated
 //! before anything is written. Must never: open the devices of a pool a daemon holds,
@@ -11,39 +11,44 @@
 use std::collections::BTreeMap;
 
 use tarn_dataset::props::parse_size;
+use tarn_pool::PoolStats;
 
 use crate::access::{self, with_pool};
 use crate::ds_cmd::split_assignment;
 use crate::error::CliError;
+use crate::metrics;
 use crate::output::print_json;
 
 /// The smallest value `tarn tune` accepts for either tunable (an ARC budget, or a
 /// dirty_max that still lets a txg gather a useful batch).
 const TUNABLE_MIN: u64 = 16 << 20;
 
+/// The counters of `pool`: those its mount daemon last published, else the pool is
+/// opened (and closed) here. `tarn exporter` reads them the same way.
+pub fn pool_stats(pool: &str) -> Result<PoolStats, CliError> {
+    match tarn_fuse::stats::read_published(pool) {
+        Some(s) => Ok(s),
+        None => with_pool(pool, |p| Ok(p.stats())),
+    }
+}
+
 /// `tarn stats WHICH POOL [--json|--prometheus]`.
 pub fn stats(which: &str, pool: &str, json: bool, prometheus: bool) -> Result<(), CliError> {
-    let stats = match tarn_fuse::stats::read_published(pool) {
-        Some(s) => s,
-        None => with_pool(pool, |p| Ok(p.stats()))?,
-    };
-    let arc: BTreeMap<String, u64> = stats.arc.fields().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
-    let groups: Vec<(&str, &BTreeMap<String, u64>)> =
-        [("arc", &arc), ("zil", &stats.zil), ("txg", &stats.txg), ("io", &stats.io), ("space", &stats.space)]
-            .into_iter()
-            .filter(|(name, _)| which == "all" || which == *name)
-            .collect();
+    let stats = pool_stats(pool)?;
+    let only = (which != "all").then_some(which);
+    if prometheus {
+        print!("{}", metrics::render(&[(pool.to_string(), stats)], only));
+        return Ok(());
+    }
+    let groups: Vec<(&str, BTreeMap<String, u64>)> =
+        metrics::groups(&stats).into_iter().filter(|(name, _)| only.is_none_or(|o| o == *name)).collect();
     if json {
-        let by_group: BTreeMap<&str, &BTreeMap<String, u64>> = groups.into_iter().collect();
+        let by_group: BTreeMap<&str, BTreeMap<String, u64>> = groups.into_iter().collect();
         return print_json(&by_group);
     }
     for (group, map) in groups {
         for (name, value) in map {
-            if prometheus {
-                println!("tarn_{group}_{name}{{pool=\"{pool}\"}} {value}");
-            } else {
-                println!("{group:<4} {name:<28} {value}");
-            }
+            println!("{group:<4} {name:<28} {value}");
         }
     }
     Ok(())

@@ -1,6 +1,15 @@
 //! Dataset properties: names, defaults, validation, and what each value means to the
 //! engine. Values are stored as the user typed them (normalised), inherited from the
 //! parent dataset unless set locally, like `zfs get`'s SOURCE column.
+//!
+//! Owns: the list of properties, their defaults and allowed values, and `Effective`, the
+//! values as the engine uses them.
+//!
+//! Promises: a value that validates is stored normalised (`16k` becomes `16K`); one that
+//! does not is refused with the allowed values named (`PropDef::help`).
+//!
+//! Must never: store or inherit anything (the pool does), or act on a value itself.
+use tarn_zil::LogBias;
 use tarn_zio::{CachePolicy, ChecksumKind, Compression};
 
 pub struct PropDef {
@@ -133,10 +142,10 @@ pub struct Effective {
     pub atime: bool,
     pub sync: SyncMode,
     pub primarycache: CachePolicy,
-    /// `logbias=throughput`: written data is not copied into the intent log; fsync writes
-    /// the touched records in place and logs pointers to them, which the txg adopts —
-    /// one write of the data, not two.
-    pub throughput: bool,
+    /// `logbias`: with `throughput`, written data is not copied into the intent log;
+    /// fsync writes the touched records in place and logs pointers to them, which the txg
+    /// adopts — one write of the data, not two (the log policy decides, `tarn_zil::policy`).
+    pub logbias: LogBias,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -171,7 +180,7 @@ impl Effective {
             checksum,
             atime: value("atime") == "on",
             sync,
-            throughput: value("logbias") == "throughput",
+            logbias: if value("logbias") == "throughput" { LogBias::Throughput } else { LogBias::Latency },
             primarycache: match value("primarycache").as_str() {
                 "metadata" => CachePolicy::Metadata,
                 "none" => CachePolicy::None,

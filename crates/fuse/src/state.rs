@@ -6,10 +6,14 @@
 //! Owns: the record files and the liveness test of the process named in one.
 //! Promises: a record whose process is gone (killed, crashed, a zombie, or a reused pid
 //! that is not tarn) is reported as stale and removed by whoever finds it; other tarn
-//! commands use the records to explain *who* holds a pool and how to release it.
+//! commands use the records to explain *who* holds a pool and how to release it; a
+//! daemon whose mounts were all unmounted from outside (`fusermount3 -u`, `umount`) is
+//! finishing its final commit, and a command waits for it (at most [`FINISH_WAIT`])
+//! instead of calling the pool busy.
 //! Must never: signal or unmount anything by itself.
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -27,9 +31,7 @@ pub struct MountRecord {
 }
 
 pub fn run_dir() -> PathBuf {
-    std::env::var_os("TARN_RUN_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/run/tarn"))
+    std::env::var_os("TARN_RUN_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/run/tarn"))
 }
 
 fn record_path(pool: &str) -> PathBuf {
@@ -52,19 +54,14 @@ impl MountRecord {
         std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
         let path = record_path(&self.pool);
         let tmp = path.with_extension("tmp");
-        let bytes =
-            serde_json::to_vec_pretty(self).map_err(|e| MountError::State(e.to_string()))?;
+        let bytes = serde_json::to_vec_pretty(self).map_err(|e| MountError::State(e.to_string()))?;
         std::fs::write(&tmp, bytes).map_err(io_err(&tmp))?;
         std::fs::rename(&tmp, &path).map_err(io_err(&path))
     }
 
     /// Removes this pool's record if it is still ours.
     pub fn remove(&self) {
-        if load(&self.pool)
-            .ok()
-            .flatten()
-            .is_some_and(|r| r.pid == self.pid)
-        {
+        if load(&self.pool).ok().flatten().is_some_and(|r| r.pid == self.pid) {
             let _ = std::fs::remove_file(record_path(&self.pool));
         }
     }
@@ -80,6 +77,14 @@ impl MountRecord {
 
     pub fn is_alive(&self) -> bool {
         process_is_tarn(self.pid)
+    }
+
+    /// True if none of the daemon's mounts is in the mount table any more: it was
+    /// unmounted from outside and is committing before it exits. (A daemon still
+    /// starting has recorded a mount it has not made yet, so this is only ever a reason
+    /// to look again, not to act.)
+    pub fn is_finishing(&self) -> bool {
+        !self.served().iter().any(|(_, mp)| tarn_daemon::mounts::is_listed(mp))
     }
 
     /// The one line telling a user why the pool is busy and what to do.
@@ -114,13 +119,17 @@ pub fn all() -> Vec<MountRecord> {
         .collect()
 }
 
+/// How long a command waits for a daemon that is finishing after its last unmount.
+pub const FINISH_WAIT: Duration = Duration::from_secs(30);
+/// After this long, the waiting command says what it is waiting for.
+const FINISH_NOTICE: Duration = Duration::from_secs(2);
+
 /// Err with a clear message if a live `tarn mount` holds `pool`; a stale record (its
-/// process is gone) is removed.
+/// process is gone) is removed. A daemon whose mounts are all gone is waited for (see
+/// [`wait_until_finished`]).
 pub fn refuse_if_mounted(pool: &str) -> Result<(), MountError> {
     match load(pool)? {
-        Some(r) if r.is_alive() && r.pid != std::process::id() => {
-            Err(MountError::PoolBusy(r.busy_message()))
-        }
+        Some(r) if r.is_alive() && r.pid != std::process::id() => wait_until_finished(&r, FINISH_WAIT),
         Some(r) if !r.is_alive() => {
             let _ = std::fs::remove_file(record_path(pool));
             Ok(())
@@ -129,8 +138,43 @@ pub fn refuse_if_mounted(pool: &str) -> Result<(), MountError> {
     }
 }
 
+/// Waits while `r`'s daemon is alive with all its mounts gone (unmounted from outside,
+/// so it is committing and about to exit): Ok once it has exited. Err (the pool is
+/// busy) as soon as one of its mounts is there, or if it is still running after
+/// `bound`. Says once on stderr what it waits for if that takes more than a moment.
+pub fn wait_until_finished(r: &MountRecord, bound: Duration) -> Result<(), MountError> {
+    let start = Instant::now();
+    let mut told = false;
+    while r.is_alive() {
+        if !r.is_finishing() {
+            return Err(MountError::PoolBusy(r.busy_message()));
+        }
+        let waited = start.elapsed();
+        if waited >= bound {
+            return Err(MountError::PoolBusy(format!(
+                "pool '{}' is still held by its `tarn mount` daemon (pid {}) {}s after its datasets were unmounted: it is still committing; try again later (its log: {})",
+                r.pool,
+                r.pid,
+                waited.as_secs(),
+                log_path(&r.pool).display()
+            )));
+        }
+        if !told && waited >= FINISH_NOTICE.min(bound) {
+            eprintln!(
+                "tarn: waiting for the mount daemon of pool '{}' (pid {}) to finish its final commit (up to {}s)",
+                r.pool,
+                r.pid,
+                bound.as_secs()
+            );
+            told = true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
 /// True if `pid` is a running (not zombie) process whose command is tarn's.
-fn process_is_tarn(pid: u32) -> bool {
+pub fn process_is_tarn(pid: u32) -> bool {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return false;
     };
@@ -169,9 +213,6 @@ mod tests {
             mounts: Vec::new(),
         };
         let m = r.busy_message();
-        assert!(
-            m.contains("pid 42") && m.contains("/mnt/x") && m.contains("tarn umount /mnt/x"),
-            "{m}"
-        );
+        assert!(m.contains("pid 42") && m.contains("/mnt/x") && m.contains("tarn umount /mnt/x"), "{m}");
     }
 }

@@ -33,6 +33,8 @@ pub enum VdevError {
     WriteFailed { top: usize, detail: String },
     #[error("{path}: device is in use by another tarn process (a mount or another command); stop it or wait")]
     Busy { path: PathBuf },
+    #[error("{path}: {source}; the label is damaged or was not written by tarn")]
+    BadLabel { path: PathBuf, source: Box<crate::label::BadField> },
     #[error("{path}: no such device; give --size to create an image file")]
     NoSuchDevice { path: PathBuf },
 }

@@ -9,15 +9,20 @@
 //! piece in the device's queue, never behind a whole 1 MiB run (a cloud volume, the
 //! loop device and the lab's pacer all serve in arrival order).
 //!
-//! Owns: the leaves and their health, error counters and I/O queues, mirror reads and
-//! self-healing, writes (cut into pieces) and flushes on every side, and where labels
-//! and uberblocks go on each device.
+//! Owns: the leaves and their health, error counters, I/O counters, I/O queues and
+//! missed txgs (DTL), mirror reads and self-healing, writes (cut into pieces) and flushes
+//! on every side, the scrub and resilver I/O entry points, and where labels and
+//! uberblocks go on each device.
 //!
 //! Promises: a read hands back only bytes the caller's verifier accepted, and rewrites
-//! each bad side it found from the good copy; a write succeeds if one side took it (a
-//! side that failed is faulted and no longer written); labels are written label 0
-//! everywhere before label 1, so a crash leaves one whole copy per device; uberblock txgs
-//! only grow (`write_uberblock` asserts it); no leaf I/O bypasses the leaf's queue.
+//! each bad side it found from the good copy; a side that missed a block's txg (its DTL
+//! covers the block's birth) is read only when no other side verifies, and its bad copy
+//! is then not counted as an error; a write succeeds if one side took it (a side that
+//! failed is faulted and no longer written); labels are written label 0 everywhere before
+//! label 1, so a crash leaves one whole copy per device; uberblock txgs only grow
+//! (`write_uberblock` asserts it). Scrub and resilver I/O enter through `scrub_read` and
+//! `resilver`, and only there: both go as `IoClass::Scrub`. No leaf I/O bypasses the
+//! leaf's queue.
 //!
 //! Must never: interpret the bytes it reads (the verifier does), write past a vdev's
 //! data area, or start a thread for a write of one piece (every hot-path write).
@@ -26,6 +31,8 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use crate::dtl::{Dtl, UNKNOWN_BIRTH};
+use crate::iostat::{IoCounters, IoSnapshot, Traffic};
 use crate::label::{slot_count, slot_size, Label, LabelDecode, Uberblock, CONFIG_AREA};
 use crate::queue::{ClassStats, IoClass, IoPermit, IoQueue};
 use crate::{BlockDevice, VdevError, LABEL_SIZE};
@@ -60,7 +67,7 @@ pub const DATA_START: u64 = 2 * LABEL_SIZE;
 /// reads `TARN_VDEV_MAX_IO`).
 pub const DEFAULT_MAX_IO: u64 = 128 << 10;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum LeafHealth {
     Online,
@@ -78,12 +85,15 @@ pub struct Leaf {
     read_errors: AtomicU64,
     write_errors: AtomicU64,
     checksum_errors: AtomicU64,
+    io: IoCounters,
+    /// The txgs this side missed (it was away): a resilver brings it up to date.
+    dtl: Dtl,
     /// The admission gate every I/O to this device passes.
     queue: IoQueue,
 }
 
 /// What `status` shows of one device.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct LeafStatus {
     pub path: String,
     pub guid: u64,
@@ -91,6 +101,10 @@ pub struct LeafStatus {
     pub read_errors: u64,
     pub write_errors: u64,
     pub checksum_errors: u64,
+    /// The txgs (first, last) whose writes this side missed, until a resilver has
+    /// copied them (`zpool status` shows such a side as resilvering).
+    #[serde(default)]
+    pub missed_txgs: Option<(u64, u64)>,
 }
 
 impl Leaf {
@@ -103,13 +117,14 @@ impl Leaf {
             read_errors: AtomicU64::new(0),
             write_errors: AtomicU64::new(0),
             checksum_errors: AtomicU64::new(0),
+            io: IoCounters::default(),
+            dtl: Dtl::default(),
             queue: IoQueue::default(),
         }
     }
 
     /// Waits for leave to issue one I/O of `class` moving `bytes` to this device; the
-    /// I/O ends when the permit is dropped. For I/O issued outside `TopVdev`'s methods
-    /// (a resilver writing one side uses `IoClass::Scrub`).
+    /// I/O ends when the permit is dropped. For I/O issued outside `TopVdev`'s methods.
     pub fn admit(&self, class: IoClass, bytes: u64) -> IoPermit<'_> {
         self.queue.admit(class, bytes)
     }
@@ -119,64 +134,9 @@ impl Leaf {
         &self.queue
     }
 
-    fn read_as(&self, dev: &dyn BlockDevice, class: IoClass, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        let _permit = self.queue.admit(class, buf.len() as u64);
-        dev.read_at(buf, offset)
-    }
-
-    fn write_as(&self, dev: &dyn BlockDevice, class: IoClass, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        let _permit = self.queue.admit(class, buf.len() as u64);
-        dev.write_at(buf, offset)
-    }
-
-    /// Writes `data` at byte `at` in pieces of at most `max_io`, each admitted as
-    /// `class`, one after another on the caller's thread — unless the class's limit has
-    /// been raised above its minimum (async writes, as dirty data nears the throttle):
-    /// then up to that limit of threads (the caller and scoped helpers) issue pieces at
-    /// once, so a device that serves several I/Os at once drains the txg faster. Helpers
-    /// are not started otherwise: on a busy CPU a helper that is scheduled late would
-    /// hold up the write it was meant to speed up. The gate decides when each piece goes.
-    fn write_pieces(
-        &self,
-        dev: &dyn BlockDevice,
-        class: IoClass,
-        data: &[u8],
-        at: u64,
-        max_io: usize,
-    ) -> std::io::Result<()> {
-        let pieces = data.len().div_ceil(max_io);
-        if pieces <= 1 {
-            return self.write_as(dev, class, data, at);
-        }
-        let next = AtomicUsize::new(0);
-        let stop = AtomicBool::new(false);
-        let failure: Mutex<Option<std::io::Error>> = Mutex::new(None);
-        let issue = || loop {
-            let k = next.fetch_add(1, Ordering::Relaxed);
-            if k >= pieces || stop.load(Ordering::Relaxed) {
-                return;
-            }
-            let start = k * max_io;
-            let piece = &data[start..(start + max_io).min(data.len())];
-            if let Err(e) = self.write_as(dev, class, piece, at + start as u64) {
-                stop.store(true, Ordering::Relaxed);
-                failure.lock().get_or_insert(e);
-                return;
-            }
-        };
-        let limit = self.queue.limit(class);
-        let helpers =
-            if limit > self.queue.config().limits(class).min_active { (limit as usize).min(pieces) - 1 } else { 0 };
-        std::thread::scope(|s| {
-            for _ in 0..helpers {
-                let spawned = std::thread::Builder::new().name("vdev-write".into()).spawn_scoped(s, issue);
-                if spawned.is_err() {
-                    break; // fewer pieces in flight at once; the write still completes
-                }
-            }
-            issue();
-        });
-        failure.into_inner().map_or(Ok(()), Err)
+    /// The device, while it is present and not faulted.
+    pub fn device(&self) -> Option<&Arc<dyn BlockDevice>> {
+        self.usable()
     }
 
     fn usable(&self) -> Option<&Arc<dyn BlockDevice>> {
@@ -204,7 +164,122 @@ impl Leaf {
             read_errors: self.read_errors.load(Ordering::Relaxed),
             write_errors: self.write_errors.load(Ordering::Relaxed),
             checksum_errors: self.checksum_errors.load(Ordering::Relaxed),
+            missed_txgs: self.dtl.range(),
         }
+    }
+
+    /// Operations, bytes and service time so far (`tarn pool iostat`).
+    pub fn iostat(&self) -> IoSnapshot {
+        self.io.snapshot()
+    }
+
+    /// Demand operations under way on this device, and when the last one ended
+    /// (`iostat::now_ns`; 0: none yet). A scrub or resilver yields to them.
+    pub fn demand_activity(&self) -> (u32, u64) {
+        self.io.demand()
+    }
+
+    /// The txgs (first, last) whose writes this side missed, if any.
+    pub fn missed_txgs(&self) -> Option<(u64, u64)> {
+        self.dtl.range()
+    }
+
+    /// Records that this side missed the writes of txgs `first..=last` (it was away):
+    /// reads stop trusting its copies of blocks born then until `clear_missed_txgs`.
+    pub fn add_missed_txgs(&self, first: u64, last: u64) {
+        self.dtl.add(first, last);
+    }
+
+    /// A resilver copied every block born in the missed txgs to this side.
+    pub fn clear_missed_txgs(&self) {
+        self.dtl.clear();
+    }
+
+    /// A write to the side failed: it is counted, and the side is no longer written
+    /// (nor read) until the pool is imported again.
+    fn fault(&self) {
+        self.write_errors.fetch_add(1, Ordering::Relaxed);
+        self.faulted.store(true, Ordering::Relaxed);
+    }
+
+    /// Reads from the device as I/O of `class` (admitted by the queue first), counted in
+    /// its I/O statistics.
+    fn read_dev(&self, dev: &dyn BlockDevice, buf: &mut [u8], at: u64, class: IoClass) -> std::io::Result<()> {
+        let _permit = self.queue.admit(class, buf.len() as u64);
+        let timing = self.io.start(traffic_of(class));
+        let r = dev.read_at(buf, at);
+        timing.done(false, buf.len());
+        r
+    }
+
+    /// Writes to the device as I/O of `class` (admitted by the queue first), counted in
+    /// its I/O statistics.
+    fn write_dev(&self, dev: &dyn BlockDevice, buf: &[u8], at: u64, class: IoClass) -> std::io::Result<()> {
+        let _permit = self.queue.admit(class, buf.len() as u64);
+        let timing = self.io.start(traffic_of(class));
+        let r = dev.write_at(buf, at);
+        timing.done(true, buf.len());
+        r
+    }
+
+    /// Writes `data` at byte `at` in pieces of at most `max_io`, each admitted as
+    /// `class`, one after another on the caller's thread — unless the class's limit has
+    /// been raised above its minimum (async writes, as dirty data nears the throttle):
+    /// then up to that limit of threads (the caller and scoped helpers) issue pieces at
+    /// once, so a device that serves several I/Os at once drains the txg faster. Helpers
+    /// are not started otherwise: on a busy CPU a helper that is scheduled late would
+    /// hold up the write it was meant to speed up. The gate decides when each piece goes.
+    fn write_pieces(
+        &self,
+        dev: &dyn BlockDevice,
+        class: IoClass,
+        data: &[u8],
+        at: u64,
+        max_io: usize,
+    ) -> std::io::Result<()> {
+        let pieces = data.len().div_ceil(max_io);
+        if pieces <= 1 {
+            return self.write_dev(dev, data, at, class);
+        }
+        let next = AtomicUsize::new(0);
+        let stop = AtomicBool::new(false);
+        let failure: Mutex<Option<std::io::Error>> = Mutex::new(None);
+        let issue = || loop {
+            let k = next.fetch_add(1, Ordering::Relaxed);
+            if k >= pieces || stop.load(Ordering::Relaxed) {
+                return;
+            }
+            let start = k * max_io;
+            let piece = &data[start..(start + max_io).min(data.len())];
+            if let Err(e) = self.write_dev(dev, piece, at + start as u64, class) {
+                stop.store(true, Ordering::Relaxed);
+                failure.lock().get_or_insert(e);
+                return;
+            }
+        };
+        let limit = self.queue.limit(class);
+        let helpers =
+            if limit > self.queue.config().limits(class).min_active { (limit as usize).min(pieces) - 1 } else { 0 };
+        std::thread::scope(|s| {
+            for _ in 0..helpers {
+                let spawned = std::thread::Builder::new().name("vdev-write".into()).spawn_scoped(s, issue);
+                if spawned.is_err() {
+                    break; // fewer pieces in flight at once; the write still completes
+                }
+            }
+            issue();
+        });
+        failure.into_inner().map_or(Ok(()), Err)
+    }
+
+    /// Flushes the device (demand activity, not an operation iostat counts). A flush is
+    /// not admitted through the queue: it is a barrier, not a transfer (ZFS does not
+    /// queue it either).
+    fn flush_dev(&self, dev: &dyn BlockDevice) -> std::io::Result<()> {
+        let timing = self.io.start(Traffic::Demand);
+        let r = dev.flush();
+        timing.flushed();
+        r
     }
 
     /// Restores counters saved by an earlier import (they persist across imports). Adds
@@ -245,16 +320,8 @@ pub struct TopVdev {
 impl TopVdev {
     pub fn new(index: usize, guid: u64, ashift: u32, asize: u64, leaves: Vec<Leaf>) -> TopVdev {
         assert!(!leaves.is_empty(), "a top-level vdev has at least one device");
-        TopVdev {
-            index,
-            guid,
-            ashift,
-            asize,
-            leaves,
-            is_log: false,
-            rotor: AtomicUsize::new(0),
-            max_io: AtomicU64::new(Self::round_max_io(DEFAULT_MAX_IO, ashift)),
-        }
+        let max_io = AtomicU64::new(Self::round_max_io(DEFAULT_MAX_IO, ashift));
+        TopVdev { index, guid, ashift, asize, leaves, is_log: false, rotor: AtomicUsize::new(0), max_io }
     }
 
     /// The largest piece a write to this vdev is cut into.
@@ -321,7 +388,8 @@ impl TopVdev {
     }
 
     /// Like `read`, and says how many sides returned bad bytes (each counted in its
-    /// leaf's checksum errors and rewritten from the good copy).
+    /// leaf's checksum errors and rewritten from the good copy). The block's birth is
+    /// not known (an intent-log extent): a side that missed txgs is read last.
     pub fn read_sides(
         &self,
         offset: u64,
@@ -331,48 +399,137 @@ impl TopVdev {
         mode: ReadMode,
         class: IoClass,
     ) -> Result<SidesRead, VdevError> {
-        let all = mode == ReadMode::AllSides;
-        assert!(offset + len as u64 <= self.asize, "read past the end of vdev {}", self.index);
+        self.read_copies(offset, len, UNKNOWN_BIRTH, verify, out, mode, class)
+    }
+
+    /// The read of a block born in txg `birth` (see `read_sides`): a side that missed
+    /// that txg is read only if no other side verifies.
+    pub fn read_block(
+        &self,
+        offset: u64,
+        len: usize,
+        birth: u64,
+        verify: &dyn Fn(&[u8]) -> bool,
+        out: &mut Vec<u8>,
+        mode: ReadMode,
+        class: IoClass,
+    ) -> Result<SidesRead, VdevError> {
+        self.read_copies(offset, len, birth, verify, out, mode, class)
+    }
+
+    /// Scrub I/O: verifies every side holding the block born in txg `birth`, rewriting
+    /// bad ones from a good one (as `ReadMode::AllSides`). The scrub's entry point: an
+    /// I/O scheduler gives these reads the scrub class here.
+    pub fn scrub_read(
+        &self,
+        offset: u64,
+        len: usize,
+        birth: u64,
+        verify: &dyn Fn(&[u8]) -> bool,
+        out: &mut Vec<u8>,
+    ) -> Result<SidesRead, VdevError> {
+        let mode = ReadMode::AllSides;
+        self.read_copies(offset, len, birth, verify, out, mode, IoClass::Scrub)
+    }
+
+    /// Resilver I/O: if a side missed txg `birth`, reads the block from a side that
+    /// verifies and writes it to every side that missed it. Returns how many sides were
+    /// written (0: none needed it, and nothing was read). The resilver's entry point: an
+    /// I/O scheduler gives these reads and writes the resilver class here.
+    pub fn resilver(
+        &self,
+        offset: u64,
+        len: usize,
+        birth: u64,
+        verify: &dyn Fn(&[u8]) -> bool,
+        scratch: &mut Vec<u8>,
+    ) -> Result<u32, VdevError> {
+        let needs = |l: &Leaf| l.usable().is_some() && l.dtl.covers(birth);
+        if !self.leaves.iter().any(needs) {
+            return Ok(0);
+        }
+        let mode = ReadMode::FirstGood;
+        self.read_copies(offset, len, birth, verify, scratch, mode, IoClass::Scrub)?;
+        let (start, end, _) = self.span_of(offset, len);
+        let span = &scratch[..(end - start) as usize];
+        let mut written = 0;
+        for leaf in self.leaves.iter().filter(|l| needs(l)) {
+            let Some(dev) = leaf.usable() else { continue };
+            match leaf.write_dev(&**dev, span, DATA_START + start, IoClass::Scrub) {
+                Ok(()) => written += 1,
+                Err(_) => leaf.fault(),
+            }
+        }
+        Ok(written)
+    }
+
+    /// The sector-aligned span `[start, end)` holding `len` bytes at `offset`, and where
+    /// those bytes begin in it.
+    fn span_of(&self, offset: u64, len: usize) -> (u64, u64, usize) {
         let sector = self.sector();
         let start = offset & !(sector - 1);
         let end = (offset + len as u64 + sector - 1) & !(sector - 1);
-        let skip = (offset - start) as usize;
+        (start, end, (offset - start) as usize)
+    }
+
+    /// Reads the copies of a block: first the sides that hold its txg (in rotation),
+    /// then, only if none verified, the sides that missed it (their bad bytes are
+    /// expected there, so not counted). See `ReadMode` for what each mode verifies.
+    #[allow(clippy::too_many_arguments)]
+    fn read_copies(
+        &self,
+        offset: u64,
+        len: usize,
+        birth: u64,
+        verify: &dyn Fn(&[u8]) -> bool,
+        out: &mut Vec<u8>,
+        mode: ReadMode,
+        class: IoClass,
+    ) -> Result<SidesRead, VdevError> {
+        let all = mode == ReadMode::AllSides;
+        assert!(offset + len as u64 <= self.asize, "read past the end of vdev {}", self.index);
+        let (start, end, skip) = self.span_of(offset, len);
         out.resize((end - start) as usize, 0);
-        let span = &mut out[..(end - start) as usize];
         let first = self.rotor.fetch_add(1, Ordering::Relaxed);
         let n = self.leaves.len();
         let mut bad_sides = Vec::new();
         let mut detail = String::new();
         let mut saw_checksum_error = false;
         let mut good: Option<Vec<u8>> = None;
-        for k in 0..n {
-            let i = (first + k) % n;
-            let leaf = &self.leaves[i];
-            let Some(dev) = leaf.usable() else { continue };
-            if let Err(e) = leaf.read_as(&**dev, class, span, DATA_START + start) {
-                leaf.read_errors.fetch_add(1, Ordering::Relaxed);
-                detail = format!("{}: {e}", leaf.path);
-                continue;
-            }
-            if !verify(&span[skip..skip + len]) {
-                saw_checksum_error = true;
-                if mode != ReadMode::Quiet {
-                    leaf.checksum_errors.fetch_add(1, Ordering::Relaxed);
-                    bad_sides.push(i);
+        for missed_pass in [false, true] {
+            for k in 0..n {
+                let i = (first + k) % n;
+                let leaf = &self.leaves[i];
+                if leaf.dtl.covers(birth) != missed_pass {
+                    continue;
                 }
-                continue;
+                let Some(dev) = leaf.usable() else { continue };
+                let span = &mut out[..(end - start) as usize];
+                if let Err(e) = leaf.read_dev(&**dev, span, DATA_START + start, class) {
+                    leaf.read_errors.fetch_add(1, Ordering::Relaxed);
+                    detail = format!("{}: {e}", leaf.path);
+                    continue;
+                }
+                if !verify(&span[skip..skip + len]) {
+                    saw_checksum_error = true;
+                    if mode != ReadMode::Quiet && !missed_pass {
+                        leaf.checksum_errors.fetch_add(1, Ordering::Relaxed);
+                        bad_sides.push(i);
+                    }
+                    continue;
+                }
+                if all {
+                    good.get_or_insert_with(|| span.to_vec());
+                    continue;
+                }
+                self.repair(&bad_sides, span, start, class.repair());
+                return Ok(SidesRead { range: skip..skip + len, bad_sides: bad_sides.len() as u32 });
             }
-            if all {
-                good.get_or_insert_with(|| span.to_vec());
-                continue;
+            if let Some(good) = good.take() {
+                self.repair(&bad_sides, &good, start, class.repair());
+                out[..good.len()].copy_from_slice(&good);
+                return Ok(SidesRead { range: skip..skip + len, bad_sides: bad_sides.len() as u32 });
             }
-            self.repair(&bad_sides, span, start, class.repair());
-            return Ok(SidesRead { range: skip..skip + len, bad_sides: bad_sides.len() as u32 });
-        }
-        if let Some(good) = good {
-            self.repair(&bad_sides, &good, start, class.repair());
-            out[..good.len()].copy_from_slice(&good);
-            return Ok(SidesRead { range: skip..skip + len, bad_sides: bad_sides.len() as u32 });
         }
         if saw_checksum_error {
             Err(VdevError::Checksum { top: self.index, offset })
@@ -386,7 +543,7 @@ impl TopVdev {
         for &i in bad_sides {
             let leaf = &self.leaves[i];
             if let Some(dev) = leaf.usable() {
-                if leaf.write_as(&**dev, class, good_span, DATA_START + start).is_err() {
+                if leaf.write_dev(&**dev, good_span, DATA_START + start, class).is_err() {
                     leaf.write_errors.fetch_add(1, Ordering::Relaxed);
                 }
             }
@@ -403,11 +560,8 @@ impl TopVdev {
         self.on_every_side(|leaf, dev| leaf.write_pieces(dev, class, data, DATA_START + offset, max_io))
     }
 
-    /// Makes every completed write durable on every side. A flush is not admitted
-    /// through the queues: it is a barrier, not a transfer (ZFS does not queue it
-    /// either).
     pub fn flush(&self) -> Result<(), VdevError> {
-        self.on_every_side(|_, dev| dev.flush())
+        self.on_every_side(|leaf, dev| leaf.flush_dev(dev))
     }
 
     fn on_every_side(&self, op: impl Fn(&Leaf, &dyn BlockDevice) -> std::io::Result<()>) -> Result<(), VdevError> {
@@ -418,8 +572,7 @@ impl TopVdev {
             match op(leaf, &**dev) {
                 Ok(()) => ok = true,
                 Err(e) => {
-                    leaf.write_errors.fetch_add(1, Ordering::Relaxed);
-                    leaf.faulted.store(true, Ordering::Relaxed);
+                    leaf.fault();
                     detail = format!("{}: {e}", leaf.path);
                 }
             }
@@ -517,9 +670,8 @@ impl VdevTree {
                     label.asize = top.asize;
                     let at = if which == 0 { 0 } else { Leaf::label1_offset(dev.size()) };
                     let io = |source| VdevError::Io { path: leaf.path.clone().into(), source };
-                    let bytes = label.encode();
-                    leaf.write_as(&**dev, IoClass::SyncWrite, &bytes, at).map_err(io)?;
-                    dev.flush().map_err(io)?;
+                    leaf.write_dev(&**dev, &label.encode(), at, IoClass::SyncWrite).map_err(io)?;
+                    leaf.flush_dev(&**dev).map_err(io)?;
                 }
             }
         }
@@ -545,8 +697,8 @@ impl VdevTree {
             let mut ok = true;
             for base in [0, Leaf::label1_offset(dev.size())] {
                 let at = base + CONFIG_AREA as u64 + (index * slot) as u64;
-                let written = leaf.write_as(&**dev, IoClass::SyncWrite, &buf, at);
-                if let Err(e) = written.and_then(|_| dev.flush()) {
+                let written = leaf.write_dev(&**dev, &buf, at, IoClass::SyncWrite);
+                if let Err(e) = written.and_then(|_| leaf.flush_dev(&**dev)) {
                     leaf.write_errors.fetch_add(1, Ordering::Relaxed);
                     detail = format!("{}: {e}", leaf.path);
                     ok = false;
@@ -576,14 +728,24 @@ impl Drop for SyncHold<'_> {
     }
 }
 
+/// Scrub and resilver I/O count as scan traffic in iostat (and a scan yields to the
+/// rest); every other class is demand.
+fn traffic_of(class: IoClass) -> Traffic {
+    match class {
+        IoClass::Scrub => Traffic::Scan,
+        _ => Traffic::Demand,
+    }
+}
+
 /// What one device's labels say: its config and every valid uberblock in either ring.
 pub struct DeviceLabels {
     pub label: Label,
     pub uberblocks: Vec<Uberblock>,
 }
 
-/// Reads both labels of a device. Refuses a device with no valid label, or whose label
-/// (or newest uberblock) has a format version this build does not know.
+/// Reads both labels of a device. Refuses a device with no valid label, one whose label
+/// (or newest uberblock) has a format version this build does not know, and one whose
+/// label has a field that makes no sense (`Label::validate`), naming the field.
 pub fn read_device_labels(dev: &dyn BlockDevice) -> Result<DeviceLabels, VdevError> {
     let path = dev.path().to_path_buf();
     let min = 2 * LABEL_SIZE + DATA_START;
@@ -600,6 +762,11 @@ pub fn read_device_labels(dev: &dyn BlockDevice) -> Result<DeviceLabels, VdevErr
         dev.read_at(&mut area, base).map_err(|source| VdevError::Io { path: path.clone(), source })?;
         match Label::decode(&area[..CONFIG_AREA]) {
             LabelDecode::Ok(l) => {
+                // Before any field is used: an ashift of 99 would size the ring wrong.
+                if let Err(source) = l.validate() {
+                    let source = Box::new(source);
+                    return Err(VdevError::BadLabel { path, source });
+                }
                 let slot = slot_size(l.ashift);
                 for s in 0..slot_count(l.ashift) {
                     let at = CONFIG_AREA + s * slot;
@@ -696,11 +863,75 @@ mod tests {
         devs[1].write_at(&[9u8; 16], DATA_START + 100).unwrap();
         let verify = |d: &[u8]| d.iter().all(|&b| b == 7);
         let mut span = Vec::new();
-        let read = top.read_sides(0, 4096, &verify, &mut span, ReadMode::AllSides, IoClass::Scrub).unwrap();
+        let read = top.read_sides(0, 4096, &verify, &mut span, ReadMode::AllSides, IoClass::SyncRead).unwrap();
         assert_eq!((read.range, read.bad_sides), (0..4096, 1));
         assert_eq!(top.leaves[1].status().checksum_errors, 1);
-        let again = top.read_sides(0, 4096, &verify, &mut span, ReadMode::AllSides, IoClass::Scrub).unwrap();
+        let again = top.read_sides(0, 4096, &verify, &mut span, ReadMode::AllSides, IoClass::SyncRead).unwrap();
         assert_eq!(again.bad_sides, 0, "the bad side was rewritten from the good one");
+    }
+
+    #[test]
+    fn a_side_that_missed_txgs_is_not_trusted_for_them_until_resilvered() {
+        let (tree, devs) = mirror();
+        let top = &tree.tops[0];
+        // Side 1 was away for txgs 5..=9: it holds older bytes where the block is.
+        top.write(0, &[7u8; 4096], IoClass::AsyncWrite).unwrap();
+        devs[1].write_at(&[1u8; 4096], DATA_START).unwrap();
+        top.leaves[1].add_missed_txgs(5, 9);
+        let verify = |d: &[u8]| d.iter().all(|&b| b == 7);
+        let mut span = Vec::new();
+        for _ in 0..4 {
+            // Every rotation: the stale side is never tried while the other verifies.
+            let read = top.read_block(0, 4096, 7, &verify, &mut span, ReadMode::FirstGood, IoClass::SyncRead).unwrap();
+            assert_eq!(read.bad_sides, 0);
+        }
+        let scrub = top.scrub_read(0, 4096, 7, &verify, &mut span).unwrap();
+        assert_eq!(scrub.bad_sides, 0, "a scrub leaves the missed copy to the resilver");
+        assert_eq!(top.leaves[1].status().checksum_errors, 0, "a stale copy is not a device error");
+        assert_eq!(top.leaves[1].status().missed_txgs, Some((5, 9)));
+        // A block born before the side left is read from it as from any side.
+        assert_eq!(top.resilver(0, 4096, 3, &verify, &mut span).unwrap(), 0);
+        assert_eq!(top.resilver(0, 4096, 7, &verify, &mut span).unwrap(), 1);
+        let mut side1 = vec![0u8; 4096];
+        devs[1].read_at(&mut side1, DATA_START).unwrap();
+        assert_eq!(side1, vec![7u8; 4096], "the resilver copied the block");
+        top.leaves[1].clear_missed_txgs();
+        assert_eq!(top.leaves[1].status().missed_txgs, None);
+    }
+
+    #[test]
+    fn with_only_a_stale_side_left_its_good_copy_is_still_read() {
+        let (tree, devs) = mirror();
+        let top = &tree.tops[0];
+        top.write(0, &[7u8; 4096], IoClass::AsyncWrite).unwrap();
+        devs[0].write_at(&[2u8; 4096], DATA_START).unwrap();
+        top.leaves[1].add_missed_txgs(5, 9);
+        let verify = |d: &[u8]| d.iter().all(|&b| b == 7);
+        let mut span = Vec::new();
+        let read = top.read_block(0, 4096, 7, &verify, &mut span, ReadMode::FirstGood, IoClass::SyncRead).unwrap();
+        assert_eq!(&span[read.range], &[7u8; 4096][..]);
+        assert_eq!(read.bad_sides, 1, "the side that should have had it is bad");
+    }
+
+    #[test]
+    fn io_counters_count_demand_and_scan_traffic() {
+        let (tree, _) = mirror();
+        let top = &tree.tops[0];
+        let before: Vec<IoSnapshot> = top.leaves.iter().map(|l| l.iostat()).collect();
+        top.write(0, &[7u8; 8192], IoClass::AsyncWrite).unwrap();
+        let verify = |d: &[u8]| d.iter().all(|&b| b == 7);
+        let mut span = Vec::new();
+        top.read_block(0, 8192, 1, &verify, &mut span, ReadMode::FirstGood, IoClass::SyncRead).unwrap();
+        top.scrub_read(0, 8192, 1, &verify, &mut span).unwrap();
+        let after: Vec<IoSnapshot> = top.leaves.iter().map(|l| l.iostat()).collect();
+        let d: Vec<IoSnapshot> = after.iter().zip(&before).map(|(a, b)| a.since(b)).collect();
+        let total = d[0].add(&d[1]);
+        assert_eq!((total.write_ops, total.write_bytes), (2, 16384));
+        assert_eq!((total.read_ops, total.read_bytes), (3, 3 * 8192));
+        assert_eq!((total.scan_ops, total.scan_bytes), (2, 16384));
+        let (in_flight, last) = top.leaves[0].demand_activity();
+        assert_eq!(in_flight, 0);
+        assert!(last > 0, "a demand write was seen");
     }
 
     /// Records the (offset, length) of every write it takes.
@@ -755,10 +986,27 @@ mod tests {
         assert_eq!(tree.tops[0].max_io(), 4096);
         tree.set_max_io(0);
         assert_eq!(tree.tops[0].max_io(), 4096);
-        assert_eq!(
-            TopVdev::new(0, 1, 9, 1 << 20, mirror().0.tops.into_iter().next().unwrap().leaves).max_io(),
-            DEFAULT_MAX_IO
-        );
+        let fresh = TopVdev::new(0, 1, 9, 1 << 20, mirror().0.tops.into_iter().next().unwrap().leaves);
+        assert_eq!(fresh.max_io(), DEFAULT_MAX_IO);
+    }
+
+    #[test]
+    fn scrub_and_resilver_io_goes_as_the_scrub_class() {
+        let (tree, devs) = mirror();
+        let top = &tree.tops[0];
+        top.write(0, &[7u8; 4096], IoClass::AsyncWrite).unwrap();
+        devs[1].write_at(&[1u8; 4096], DATA_START).unwrap();
+        top.leaves[1].add_missed_txgs(5, 9);
+        let verify = |d: &[u8]| d.iter().all(|&b| b == 7);
+        let mut span = Vec::new();
+        top.scrub_read(0, 4096, 7, &verify, &mut span).unwrap();
+        assert_eq!(top.resilver(0, 4096, 7, &verify, &mut span).unwrap(), 1);
+        let scrub = |leaf: &Leaf| leaf.queue().stats()[IoClass::Scrub.index()];
+        // The scrub read side 0 (side 1 missed the block's txg); the resilver read side 0
+        // and wrote side 1.
+        assert_eq!((scrub(&top.leaves[0]).issued, scrub(&top.leaves[1]).issued), (2, 1));
+        let demand_reads = |leaf: &Leaf| leaf.queue().stats()[IoClass::SyncRead.index()].issued;
+        assert_eq!(demand_reads(&top.leaves[0]) + demand_reads(&top.leaves[1]), 0);
     }
 
     #[test]

@@ -63,6 +63,8 @@ pub struct Zio {
     writes_done: AtomicU64,
     /// The highest `writes_done` a full flush has covered.
     flushed_through: AtomicU64,
+    /// Blocks no copy of which verified, not yet taken by the pool's error log.
+    pub(crate) failed_reads: Mutex<Vec<BlockPtr>>,
 }
 
 impl Zio {
@@ -83,6 +85,7 @@ impl Zio {
             prefetch: Mutex::new(None),
             writes_done: AtomicU64::new(0),
             flushed_through: AtomicU64::new(0),
+            failed_reads: Mutex::new(Vec::new()),
         }
     }
 
@@ -115,6 +118,13 @@ impl Zio {
         let total: u64 = data().map(|t| (t.asize >> t.ashift) << t.ashift).sum();
         let free: u64 = data().map(|t| self.free[t.index].load(Ordering::Relaxed)).sum();
         (total, total - free, free)
+    }
+
+    /// (total, free) bytes of top-level vdev `top` (`zpool iostat -v` capacity).
+    pub fn top_space(&self, top: usize) -> (u64, u64) {
+        let t = &self.vdevs.tops[top];
+        let total = (t.asize >> t.ashift) << t.ashift;
+        (total, self.free[top].load(Ordering::Relaxed))
     }
 
     /// (bytes of sectors holding live data, live bytes) over all vdevs.

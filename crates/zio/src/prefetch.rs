@@ -61,9 +61,9 @@ impl Zio {
         let top = &self.vdevs.tops[bp.vdev as usize];
         let verify = |d: &[u8]| bp.checksum_kind.digest(d) == bp.checksum;
         let mut span = Vec::new();
-        if let Ok(range) =
-            top.read(bp.offset, bp.psize as usize, &verify, &mut span, ReadMode::Quiet, IoClass::AsyncRead)
-        {
+        let len = bp.psize as usize;
+        let read = top.read_block(bp.offset, len, bp.birth, &verify, &mut span, ReadMode::Quiet, IoClass::AsyncRead);
+        if let Ok(range) = read.map(|r| r.range) {
             self.arc.insert_prefetched(arc_key(bp), Arc::from(&span[range]), bp.lsize, class_of(bp.block_type));
         }
     }

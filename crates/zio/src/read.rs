@@ -7,13 +7,17 @@
 //! verifies, and rewrites the bad ones), kept in the ARC if the cache policy admits the
 //! block, and decompressed into the caller's buffer. Scrub and the import walk read past
 //! the ARC (`read_from_devices`, `read_all_copies`): they check what the devices hold.
-//! Demand reads and the import walk are `IoClass::SyncRead`, scrub reads `IoClass::Scrub`.
 //!
 //! Owns: the verified-read logic, the per-thread scratch buffer, the read trace.
 //!
 //! Promises: bytes reach the caller only after the physical bytes matched the checksum;
 //! a 16 KiB page read that misses the caches allocates nothing on this path; a checksum
-//! failure is counted (pipeline and device counters) and named.
+//! failure is counted (pipeline and device counters), named, and its block remembered
+//! for the pool's error log (`take_failed_reads`) unless a scan made the read (the scan
+//! logs it with its place). Scrub and resilver reads go to the devices through their
+//! own entry points (`read_all_copies`, `resilver_block`).
+//! Demand reads and the import walk go as `IoClass::SyncRead`; the devices give scrub and
+//! resilver I/O the scrub class at those entry points.
 //!
 //! Must never: return unverified bytes, or insert unverified bytes into the ARC.
 use std::sync::atomic::Ordering;
@@ -38,6 +42,9 @@ pub struct CopiesRead {
     pub data: Vec<u8>,
     pub bad_copies: u32,
 }
+
+/// How many failed blocks are remembered between two `take_failed_reads`.
+pub const FAILED_READS_MAX: usize = 4096;
 
 pub(crate) fn open_trace() -> Option<Mutex<std::io::BufWriter<std::fs::File>>> {
     let path = std::env::var_os("TARN_READ_TRACE")?;
@@ -74,7 +81,7 @@ impl Zio {
     pub fn read_from_devices(&self, bp: &BlockPtr) -> Result<Vec<u8>, ZioError> {
         self.check_bounds(bp)?;
         let mut out = vec![0u8; bp.lsize as usize];
-        self.read_from_disk(bp, &mut out, CachePolicy::None, ReadMode::FirstGood, IoClass::SyncRead)?;
+        self.read_from_disk(bp, &mut out, CachePolicy::None, ReadMode::FirstGood)?;
         Ok(out)
     }
 
@@ -91,12 +98,46 @@ impl Zio {
     }
 
     /// Scrub read: verifies every copy of the block (each side of a mirror), rewriting
-    /// bad ones from a good one. Bypasses the ARC.
+    /// bad ones from a good one. Bypasses the ARC. Goes to the devices as scrub I/O
+    /// (`TopVdev::scrub_read`).
     pub fn read_all_copies(&self, bp: &BlockPtr) -> Result<CopiesRead, ZioError> {
         self.check_bounds(bp)?;
         let mut data = vec![0u8; bp.lsize as usize];
-        let bad_copies = self.read_from_disk(bp, &mut data, CachePolicy::None, ReadMode::AllSides, IoClass::Scrub)?;
+        let bad_copies = self.read_from_disk(bp, &mut data, CachePolicy::None, ReadMode::AllSides)?;
         Ok(CopiesRead { data, bad_copies })
+    }
+
+    /// Resilver: copies the block from a side that verifies to every side that missed
+    /// its birth txg (`TopVdev::resilver`); returns how many sides were written (0: none
+    /// needed it). Bypasses the ARC.
+    pub fn resilver_block(&self, bp: &BlockPtr) -> Result<u32, ZioError> {
+        self.check_bounds(bp)?;
+        let top = &self.vdevs.tops[bp.vdev as usize];
+        let verify = |d: &[u8]| bp.checksum_kind.digest(d) == bp.checksum;
+        let mut scratch = Vec::new();
+        let len = bp.psize as usize;
+        top.resilver(bp.offset, len, bp.birth, &verify, &mut scratch).map_err(|e| match e {
+            VdevError::Checksum { .. } => {
+                // The resilver logs it itself, knowing where the block is.
+                ZioError::Checksum { what: block_kind(bp.block_type), vdev: bp.vdev, offset: bp.offset }
+            }
+            other => ZioError::Vdev(other),
+        })
+    }
+
+    /// Remembers a block no copy of which verified, for the pool's error log (bounded:
+    /// past `FAILED_READS_MAX` the oldest are kept and the rest dropped).
+    fn note_failed_read(&self, bp: &BlockPtr) {
+        let mut failed = self.failed_reads.lock();
+        if failed.len() < FAILED_READS_MAX && !failed.contains(bp) {
+            failed.push(*bp);
+        }
+    }
+
+    /// The blocks no copy of which verified since the last call (the pool turns them
+    /// into its error log).
+    pub fn take_failed_reads(&self) -> Vec<BlockPtr> {
+        std::mem::take(&mut *self.failed_reads.lock())
     }
 
     /// Like `read_into`, leaving the block in the ARC only if `policy` admits it.
@@ -117,7 +158,7 @@ impl Zio {
             }
             return Ok(());
         }
-        self.read_from_disk(bp, out, policy, ReadMode::FirstGood, IoClass::SyncRead).map(|_| ())
+        self.read_from_disk(bp, out, policy, ReadMode::FirstGood).map(|_| ())
     }
 
     /// Reads, verifies and decompresses from the devices; returns how many copies were
@@ -128,13 +169,12 @@ impl Zio {
         out: &mut [u8],
         policy: CachePolicy,
         mode: ReadMode,
-        class: IoClass,
     ) -> Result<u32, ZioError> {
         assert_eq!(out.len(), bp.lsize as usize, "read buffer must be the logical size");
         let top = &self.vdevs.tops[bp.vdev as usize];
         let verify = |d: &[u8]| bp.checksum_kind.digest(d) == bp.checksum;
         SCRATCH.with_borrow_mut(|scratch| {
-            let (range, bad_copies) = self.read_verified(top, bp, &verify, scratch, mode, class)?;
+            let (range, bad_copies) = self.read_verified(top, bp, &verify, scratch, mode)?;
             let phys = &scratch[range];
             if policy.admits(bp.block_type) {
                 self.arc.insert(arc_key(bp), Arc::from(phys), bp.lsize, class_of(bp.block_type));
@@ -151,12 +191,19 @@ impl Zio {
         verify: &dyn Fn(&[u8]) -> bool,
         scratch: &mut Vec<u8>,
         mode: ReadMode,
-        class: IoClass,
     ) -> Result<(std::ops::Range<usize>, u32), ZioError> {
-        let read = top.read_sides(bp.offset, bp.psize as usize, verify, scratch, mode, class);
+        let (offset, len, birth) = (bp.offset, bp.psize as usize, bp.birth);
+        let read = match mode {
+            ReadMode::AllSides => top.scrub_read(offset, len, birth, verify, scratch),
+            _ => top.read_block(offset, len, birth, verify, scratch, mode, IoClass::SyncRead),
+        };
         let read = read.map_err(|e| match e {
             VdevError::Checksum { .. } => {
                 self.stats.checksum_errors.fetch_add(1, Ordering::Relaxed);
+                // A scrub logs what it finds itself, knowing where the block is.
+                if mode != ReadMode::AllSides {
+                    self.note_failed_read(bp);
+                }
                 ZioError::Checksum { what: block_kind(bp.block_type), vdev: bp.vdev, offset: bp.offset }
             }
             other => ZioError::Vdev(other),

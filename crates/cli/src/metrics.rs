@@ -1,0 +1,214 @@
+//! The counters of `tarn stats` in Prometheus's text exposition format (version 0.0.4),
+//! for `tarn stats --prometheus` and `tarn exporter`.
+//!
+//! Owns: the metric names (`tarn_<group>_<counter>`, the names `tarn stats` shows), their
+//! type (counter or gauge) and their help text. Promises: every counter `tarn stats`
+//! shows is exported, with one `# HELP` and one `# TYPE` line per metric followed by one
+//! sample per pool (label `pool`); a counter this table does not know yet is still
+//! exported, as `untyped`, so nothing `tarn stats` shows is ever missing here.
+//! Must never: emit two families of the same name, or a label value that breaks the
+//! format (pool names are escaped).
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use tarn_pool::PoolStats;
+
+/// The counter groups of `tarn stats`, in its order, with their counters by name.
+pub fn groups(stats: &PoolStats) -> Vec<(&'static str, BTreeMap<String, u64>)> {
+    let arc = stats.arc.fields().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    vec![
+        ("arc", arc),
+        ("zil", stats.zil.clone()),
+        ("txg", stats.txg.clone()),
+        ("io", stats.io.clone()),
+        ("space", stats.space.clone()),
+    ]
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// Only grows while the pool stays open (it starts again at 0 when it is reopened).
+    Counter,
+    /// A level: a size, a budget, a txg number.
+    Gauge,
+}
+
+/// (group, counter, kind, help) for every counter `tarn stats` shows today.
+const METRICS: &[(&str, &str, Kind, &str)] = &[
+    ("arc", "hits", Kind::Counter, "Reads served by the ARC."),
+    ("arc", "misses", Kind::Counter, "Reads the ARC could not serve (read from disk)."),
+    ("arc", "recency_hits", Kind::Counter, "ARC hits on blocks seen once (the recency list, T1)."),
+    ("arc", "frequency_hits", Kind::Counter, "ARC hits on blocks seen more than once (the frequency list, T2)."),
+    (
+        "arc",
+        "ghost_recency_hits",
+        Kind::Counter,
+        "Misses on blocks recently evicted from the recency list (B1): the recency side grows.",
+    ),
+    (
+        "arc",
+        "ghost_frequency_hits",
+        Kind::Counter,
+        "Misses on blocks recently evicted from the frequency list (B2): the frequency side grows.",
+    ),
+    ("arc", "evictions", Kind::Counter, "Blocks evicted from the ARC."),
+    ("arc", "prefetch_reads", Kind::Counter, "Blocks read ahead by sequential prefetch."),
+    ("arc", "prefetch_hits", Kind::Counter, "Demand reads that found a prefetched block."),
+    ("arc", "written_blocks", Kind::Counter, "Blocks kept in the ARC as a txg wrote them."),
+    ("arc", "hot_copy_hits", Kind::Counter, "Reads served from the decompressed copies of hot blocks."),
+    ("arc", "hot_copies_size", Kind::Gauge, "Bytes held by the decompressed copies of hot blocks."),
+    ("arc", "size", Kind::Gauge, "Bytes held by the ARC (compressed, as stored)."),
+    ("arc", "target_recency", Kind::Gauge, "Target size in bytes of the recency list (ARC's p)."),
+    ("arc", "max", Kind::Gauge, "The ARC budget in bytes (arc_max)."),
+    ("arc", "recency_size", Kind::Gauge, "Bytes in the recency list (T1)."),
+    ("arc", "frequency_size", Kind::Gauge, "Bytes in the frequency list (T2)."),
+    ("arc", "ghost_recency_size", Kind::Gauge, "Bytes the recency ghost list (B1) remembers."),
+    ("arc", "ghost_frequency_size", Kind::Gauge, "Bytes the frequency ghost list (B2) remembers."),
+    ("arc", "compressed_size", Kind::Gauge, "Bytes of the cached blocks as stored (compressed)."),
+    ("arc", "logical_size", Kind::Gauge, "Bytes of the cached blocks once decompressed."),
+    ("arc", "data_size", Kind::Gauge, "Bytes of file data in the ARC."),
+    ("arc", "metadata_size", Kind::Gauge, "Bytes of metadata (indirect blocks, dnodes, the MOS) in the ARC."),
+    ("arc", "blocks", Kind::Gauge, "Blocks in the ARC."),
+    ("zil", "commits", Kind::Counter, "Intent-log commits (fsyncs and sync writes, grouped)."),
+    ("zil", "blocks_written", Kind::Counter, "Intent-log blocks written."),
+    ("zil", "bytes_written", Kind::Counter, "Bytes written to the intent log."),
+    ("zil", "records_written", Kind::Counter, "Intent-log records written."),
+    (
+        "zil",
+        "indirect_records",
+        Kind::Counter,
+        "Writes logged as a pointer to a block written in place (data not copied).",
+    ),
+    ("txg", "open", Kind::Gauge, "The open transaction group's number."),
+    ("txg", "synced", Kind::Gauge, "The last transaction group committed to disk."),
+    ("txg", "dirty_open_bytes", Kind::Gauge, "Dirty bytes in the open transaction group."),
+    ("txg", "dirty_syncing_bytes", Kind::Gauge, "Dirty bytes in the transaction group being synced."),
+    ("io", "blocks_written", Kind::Counter, "Blocks written by transaction groups."),
+    ("io", "logical_bytes_written", Kind::Counter, "Bytes of blocks written, before compression."),
+    ("io", "physical_bytes_written", Kind::Counter, "Bytes of blocks written, as stored (compressed)."),
+    ("io", "runs_written", Kind::Counter, "Runs of sectors written (one write each per mirror side)."),
+    ("io", "blocks_read", Kind::Counter, "Blocks read from the devices."),
+    ("io", "physical_bytes_read", Kind::Counter, "Bytes read from the devices."),
+    ("io", "checksum_errors", Kind::Counter, "Block reads whose checksum did not match."),
+    ("space", "allocated_sector_bytes", Kind::Gauge, "Bytes of the sectors holding live data."),
+    ("space", "live_bytes", Kind::Gauge, "Live bytes in those sectors (the rest is lost to partly freed sectors)."),
+    ("space", "datasets_used_bytes", Kind::Gauge, "Bytes the datasets' blocks take, as of the last commit (zfs used)."),
+    (
+        "space",
+        "datasets_logical_bytes",
+        Kind::Gauge,
+        "Bytes of the datasets' data before compression, as of the last commit.",
+    ),
+];
+
+fn describe(group: &str, name: &str) -> Option<(Kind, &'static str)> {
+    METRICS.iter().find(|(g, n, _, _)| *g == group && *n == name).map(|&(_, _, kind, help)| (kind, help))
+}
+
+/// The exposition text for `pools` (name and counters): one family per counter, with a
+/// sample per pool that has it, families in `tarn stats` order; `only` a group (`arc`,
+/// `zil`…) or all of them.
+pub fn render(pools: &[(String, PoolStats)], only: Option<&str>) -> String {
+    // A Vec, not a map: families keep `tarn stats` order.
+    let mut families: Vec<Family> = Vec::new();
+    for (pool, stats) in pools {
+        for (group, counters) in groups(stats).into_iter().filter(|(g, _)| only.is_none_or(|o| o == *g)) {
+            for (counter, value) in counters {
+                let name = format!("tarn_{group}_{counter}");
+                match families.iter_mut().find(|f| f.name == name) {
+                    Some(f) => f.samples.push((pool, value)),
+                    None => families.push(Family { name, group, counter, samples: vec![(pool.as_str(), value)] }),
+                }
+            }
+        }
+    }
+    let mut out = String::new();
+    for f in families {
+        let (kind, help) = match describe(f.group, &f.counter) {
+            Some((Kind::Counter, help)) => ("counter", help.to_string()),
+            Some((Kind::Gauge, help)) => ("gauge", help.to_string()),
+            None => ("untyped", format!("tarn stats {} {}.", f.group, f.counter)),
+        };
+        // Writing to a String cannot fail.
+        let _ = writeln!(out, "# HELP {} {help}", f.name);
+        let _ = writeln!(out, "# TYPE {} {kind}", f.name);
+        for (pool, value) in f.samples {
+            let _ = writeln!(out, "{}{{pool=\"{}\"}} {value}", f.name, escape_label(pool));
+        }
+    }
+    out
+}
+
+/// One metric family: a counter of `tarn stats` and its value in each pool.
+struct Family<'a> {
+    name: String,
+    group: &'static str,
+    counter: String,
+    samples: Vec<(&'a str, u64)>,
+}
+
+/// A label value as the format wants it: backslash, double quote and newline escaped.
+pub fn escape_label(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The counters of a real pool, fresh from `Pool::stats`.
+    fn real_stats() -> PoolStats {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let img = dir.path().join("d0.img");
+        let opts = tarn_pool::CreateOptions { size: Some(64 << 20), ..Default::default() };
+        let pool = tarn_pool::Pool::create("m", &[tarn_pool::VdevSpec::Disk(img)], &opts).expect("create");
+        let stats = pool.stats();
+        pool.close().expect("close");
+        stats
+    }
+
+    #[test]
+    fn every_counter_of_tarn_stats_has_a_type_and_help() {
+        let stats = real_stats();
+        for (group, counters) in groups(&stats) {
+            for name in counters.keys() {
+                assert!(describe(group, name).is_some(), "{group} {name}: add it to METRICS with its type and help");
+            }
+        }
+    }
+
+    #[test]
+    fn each_family_has_help_and_type_once_and_a_sample_per_pool() {
+        let stats = real_stats();
+        let text = render(&[("a".into(), stats.clone()), ("b\"c".into(), stats)], None);
+        assert_eq!(text.matches("# HELP tarn_arc_hits ").count(), 1, "{text}");
+        assert_eq!(text.matches("# TYPE tarn_arc_hits counter\n").count(), 1, "{text}");
+        assert!(text.contains("# TYPE tarn_arc_size gauge\n"), "{text}");
+        assert!(text.contains("tarn_zil_commits{pool=\"a\"} "), "{text}");
+        assert!(text.contains("tarn_zil_commits{pool=\"b\\\"c\"} "), "{text}");
+        // Every sample line follows its family's HELP and TYPE lines.
+        let mut current = String::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                current = rest.split(' ').next().unwrap_or_default().to_string();
+            } else if !line.starts_with('#') {
+                assert!(line.starts_with(&format!("{current}{{")), "sample outside its family: {line}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_counter_the_table_does_not_know_is_still_exported() {
+        let mut stats = real_stats();
+        stats.zil.insert("brand_new".into(), 7);
+        let text = render(&[("p".into(), stats)], None);
+        assert!(text.contains("# TYPE tarn_zil_brand_new untyped\ntarn_zil_brand_new{pool=\"p\"} 7\n"), "{text}");
+    }
+
+    #[test]
+    fn one_group_alone() {
+        let text = render(&[("p".into(), real_stats())], Some("zil"));
+        assert!(text.contains("tarn_zil_commits{pool=\"p\"}") && !text.contains("tarn_arc_"), "{text}");
+    }
+}

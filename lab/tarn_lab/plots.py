@@ -1,0 +1,216 @@
+"""The report's charts, each answering one question a DBA asks: TPS per stack, reads per
+transaction, TPS over time, size on disk; and before/after for a comparison.
+
+Owns: matplotlib figures (object API, no pyplot state) and their PNG bytes.
+Promises: every chart has a title, labelled axes and units; bar labels sit inside the axes
+(head room above the tallest bar), so they never cover a title; min–max whiskers wherever
+a stack ran more than once.
+Must never: compute a number itself — values come from analysis.Cell.
+"""
+from __future__ import annotations
+
+import io
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from .analysis import Cell
+from .humanize import workload_label
+
+TARN_RED, BASELINE_GREY = "#d62728", "#888888"
+OTHERS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf"]
+
+
+def stack_colors(cells: list[Cell], baseline: str | None) -> list[str]:
+    """The same stack has the same colour in every chart: the baseline grey, tarn red
+    (darker for a second tarn stack), the others from a palette without those two."""
+    out, others, tarns = [], iter(OTHERS * 3), iter(["#d62728", "#a01c1c", "#f08080", "#6e0f0f"] * 3)
+    for c in cells:
+        out.append(BASELINE_GREY if c.stack == baseline else next(tarns) if c.fs == "tarn" else next(others))
+    return out
+HEADROOM = 1.28   # y limit over the tallest bar or whisker: room for its label
+
+
+def new_figure(width: float, height: float) -> Figure:
+    fig = Figure(figsize=(width, height), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def png(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
+    return buf.getvalue()
+
+
+def _title(fig: Figure, question: str, subtitle: str, ax=None) -> None:
+    """The question as the figure's title; the subtitle (what exactly is shown) under it
+    on a single axes, under the panels otherwise — both inside the constrained layout."""
+    fig.suptitle(question, fontsize=12, fontweight="bold")
+    if ax is not None:
+        ax.set_title(subtitle, fontsize=8, color="#555555", wrap=True)
+    else:
+        fig.supxlabel(subtitle, fontsize=8, color="#555555")
+
+
+def _label_above(ax, xs, tops, labels) -> None:
+    for x, top, text in zip(xs, tops, labels):
+        ax.annotate(text, (x, top), xytext=(0, 3), textcoords="offset points",
+                    ha="center", va="bottom", fontsize=8)
+
+
+def _bar_width(n_stacks: int) -> float:
+    return max(4.0, 1.2 * n_stacks + 2.0)
+
+
+def tps_bars(workload: str, cells: list[Cell], baseline: str | None) -> Figure:
+    """TPS per stack, mean of its runs, min–max whiskers where it ran more than once,
+    each bar labelled with its TPS and its ratio to the baseline."""
+    fig = new_figure(_bar_width(len(cells)), 3.6)
+    ax = fig.add_subplot()
+    names = [c.stack for c in cells]
+    means = [c.tps for c in cells]
+    base = next((c.tps for c in cells if c.stack == baseline), None)
+    colors = stack_colors(cells, baseline)
+    repeated = any(c.n > 1 for c in cells)
+    yerr = [[m - c.tps_min for m, c in zip(means, cells)], [c.tps_max - m for m, c in zip(means, cells)]]
+    ax.bar(names, means, color=colors, yerr=yerr if repeated else None, capsize=4)
+    tops = [c.tps_max if repeated else c.tps for c in cells]
+    labels = [(f"{m:,.1f}" if m < 100 else f"{m:,.0f}") + (f"\n{m / base:.2f}×" if base else "") for m in means]
+    _label_above(ax, range(len(cells)), tops, labels)
+    ax.set_ylim(0, max(tops + [1e-9]) * HEADROOM)
+    ax.set_ylabel("transactions per second")
+    ax.grid(axis="y", alpha=0.3)
+    ax.tick_params(axis="x", labelrotation=15 if len(cells) > 4 else 0, labelsize=9)
+    runs = max(c.n for c in cells)
+    note = f"mean of {runs} runs, whiskers min–max" if repeated else "one run per stack"
+    _title(fig, f"TPS per stack — {workload_label(workload)}",
+           f"{note}; ratio to {baseline}" if base else note, ax)
+    return fig
+
+
+def per_txn_bars(workload: str, cells: list[Cell]) -> Figure:
+    """Reads per transaction on the paced disk, with writes and I/O units beside them."""
+    fig = new_figure(_bar_width(len(cells)) + 1.5, 3.6)
+    ax = fig.add_subplot()
+    series = [("disk reads", [c.reads_per_txn or 0.0 for c in cells], "#1f77b4"),
+              ("disk writes", [c.writes_per_txn or 0.0 for c in cells], "#ff7f0e"),
+              ("I/O units (budget)", [c.units_per_txn or 0.0 for c in cells], "#7f7f7f")]
+    width = 0.8 / len(series)
+    top = 0.0
+    for k, (label, values, color) in enumerate(series):
+        xs = [i + (k - 1) * width for i in range(len(cells))]
+        ax.bar(xs, values, width, label=label, color=color)
+        _label_above(ax, xs, values, [f"{v:.2f}" if v < 10 else f"{v:.1f}" for v in values])
+        top = max([top] + values)
+    ax.set_xticks(range(len(cells)), [c.stack for c in cells])
+    ax.tick_params(axis="x", labelrotation=15 if len(cells) > 4 else 0, labelsize=9)
+    ax.set_ylim(0, (top or 1.0) * HEADROOM)
+    ax.set_ylabel("per transaction")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    exact = all(c.io_units[1] for c in cells)
+    _title(fig, f"Reads per transaction — {workload_label(workload)}",
+           "the paced disk's reads and writes (diskstats) per committed transaction; an I/O unit is "
+           "one I/O of up to the disk's size cap" + ("" if exact else " (lower bound for older results)"), ax)
+    return fig
+
+
+def moving_average(values: list[float], window: int) -> list[float]:
+    """Trailing mean over up to `window` points (the first points average what exists)."""
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out
+
+
+def mean_series(cell: Cell) -> tuple[list[int], list[float]]:
+    """Per-second TPS averaged over the cell's runs, over the seconds every run reported."""
+    by_t: dict[int, list[float]] = {}
+    for r in cell.runs:
+        for p in r.get("series", []):
+            by_t.setdefault(p["t"], []).append(p["tps"])
+    ts = sorted(t for t, v in by_t.items() if len(v) == cell.n)
+    return ts, [sum(by_t[t]) / len(by_t[t]) for t in ts]
+
+
+def tps_over_time(workload: str, cells: list[Cell], baseline: str | None = None, window: int = 5) -> Figure:
+    """Per-second TPS (thin) and its moving average (bold); more than three stacks get a
+    panel each on shared axes, so the lines stay readable."""
+    many = len(cells) > 3
+    rows = (len(cells) + 1) // 2 if many else 1
+    fig = new_figure(10 if many else 9, 2.2 * rows + 1.0 if many else 3.6)
+    axes = fig.subplots(rows, 2 if many else 1, sharex=True, sharey=True, squeeze=False)
+    flat = list(axes.flat)
+    for i, (c, color) in enumerate(zip(cells, stack_colors(cells, baseline))):
+        ax = flat[i] if many else flat[0]
+        t, tps = mean_series(c)
+        ax.plot(t, tps, color=color, linewidth=0.7, alpha=0.45)
+        ax.plot(t, moving_average(tps, window), color=color, linewidth=2, label=f"{c.stack} (mean {c.tps:,.0f})")
+    for ax in flat[len(cells):] if many else []:
+        ax.set_visible(False)
+    for ax in flat:
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="lower left")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("TPS")
+    runs = max(c.n for c in cells)
+    _title(fig, f"TPS over time — {workload_label(workload)}",
+           f"seconds into the run — TPS per second (thin) and its {window} s moving average (bold)"
+           + (f"; mean of {runs} runs per second" if runs > 1 else ""))
+    return fig
+
+
+def size_bars(cells: list[Cell]) -> Figure:
+    """Bytes on disk (measured) beside the files' apparent size, per stack."""
+    fig = new_figure(_bar_width(len(cells)) + 1.5, 3.6)
+    ax = fig.add_subplot()
+    on_disk = [(c.on_disk_bytes or 0) / 2**20 for c in cells]
+    apparent = [(c.apparent_bytes or 0) / 2**20 for c in cells]
+    xs = range(len(cells))
+    ax.bar([x - 0.2 for x in xs], on_disk, 0.4, label="on disk", color="#1f77b4")
+    ax.bar([x + 0.2 for x in xs], apparent, 0.4, label="apparent (file sizes)", color="#bbbbbb")
+    _label_above(ax, [x - 0.2 for x in xs], on_disk, [f"{v:,.0f}" for v in on_disk])
+    _label_above(ax, [x + 0.2 for x in xs], apparent, [f"{v:,.0f}" for v in apparent])
+    ax.set_xticks(list(xs), [c.stack for c in cells])
+    ax.tick_params(axis="x", labelrotation=15 if len(cells) > 4 else 0, labelsize=9)
+    ax.set_ylim(0, max(on_disk + apparent + [1.0]) * HEADROOM)
+    ax.set_ylabel("MiB")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    _title(fig, "Size on disk",
+           "the database's files at the end of the last run: on disk (compsize / zfs referenced / "
+           "tarn used / df) and apparent (du)", ax)
+    return fig
+
+
+def before_after_bars(title: str, unit: str, names: list[str], before: list[Cell | None],
+                      after: list[Cell | None], value, spread: bool) -> Figure:
+    """Grouped bars, before and after, per stack; min–max whiskers when `spread`."""
+    fig = new_figure(_bar_width(len(names)) + 1.5, 3.6)
+    ax = fig.add_subplot()
+    top = 0.0
+    for k, (label, cells, color) in enumerate((("before", before, "#bbbbbb"), ("after", after, "#1f77b4"))):
+        xs = [i + (k - 0.5) * 0.4 for i in range(len(names))]
+        vals = [value(c) if c else 0.0 for c in cells]
+        vals = [v or 0.0 for v in vals]
+        err = None
+        if spread:
+            err = [[v - (c.tps_min if c else v) for v, c in zip(vals, cells)],
+                   [(c.tps_max if c else v) - v for v, c in zip(vals, cells)]]
+        ax.bar(xs, vals, 0.4, label=label, color=color, yerr=err, capsize=3)
+        tops = [(c.tps_max if (spread and c) else v) for v, c in zip(vals, cells)]
+        _label_above(ax, xs, tops, [f"{v:,.1f}" if v < 100 else f"{v:,.0f}" for v in vals])
+        top = max([top] + tops)
+    ax.set_xticks(range(len(names)), names)
+    ax.tick_params(axis="x", labelrotation=15 if len(names) > 4 else 0, labelsize=9)
+    ax.set_ylim(0, (top or 1.0) * HEADROOM)
+    ax.set_ylabel(unit)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    _title(fig, title, "before (grey) and after (blue), same stacks and workload", ax)
+    return fig

@@ -1,0 +1,25 @@
+"""The results layout with repeats: which runs are still to do, and where each is kept."""
+import json
+
+from tarn_lab import runner
+
+
+def test_repeats_are_kept_beside_the_first_run_and_resumed_one_by_one(tmp_path):
+    scenario = {"workloads": ["oltp_read_write", "oltp_read_only"], "repeat": 3,
+                "workload": {"duration": 20, "warmup": 5}}
+    assert runner.result_path(tmp_path, "ext4", "oltp_read_write").name == "oltp_read_write.json"
+    assert runner.result_path(tmp_path, "ext4", "oltp_read_write", 2).name == "oltp_read_write.rep2.json"
+    done = runner.result_path(tmp_path, "ext4", "oltp_read_write", 2)
+    done.parent.mkdir(parents=True)
+    done.write_text(json.dumps({"status": "ok"}))
+    runner.result_path(tmp_path, "ext4", "oltp_read_only").write_text("{half a json")  # a killed write
+    assert runner.pending_runs(scenario, tmp_path, "ext4") == [
+        ("oltp_read_write", 1), ("oltp_read_write", 3),
+        ("oltp_read_only", 1), ("oltp_read_only", 2), ("oltp_read_only", 3)]
+    assert runner.sysbench_seconds(scenario) == 25
+
+
+def test_a_scenario_without_repeat_runs_each_workload_once(tmp_path):
+    scenario = {"workloads": ["oltp_read_write"]}
+    assert runner.pending_runs(scenario, tmp_path, "ext4") == [("oltp_read_write", 1)]
+    assert runner.sysbench_seconds(scenario) == 30
