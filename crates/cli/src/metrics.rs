@@ -84,6 +84,12 @@ const METRICS: &[(&str, &str, Kind, &str)] = &[
     ("txg", "synced", Kind::Gauge, "The last transaction group committed to disk."),
     ("txg", "dirty_open_bytes", Kind::Gauge, "Dirty bytes in the open transaction group."),
     ("txg", "dirty_syncing_bytes", Kind::Gauge, "Dirty bytes in the transaction group being synced."),
+    ("txg", "dirty_max_bytes", Kind::Gauge, "The write throttle's limit on dirty bytes (dirty_max)."),
+    ("txg", "dirty_sync_bytes", Kind::Gauge, "Dirty bytes in the open transaction group that start a sync early."),
+    ("txg", "delayed_writes", Kind::Counter, "Writes the throttle delayed (dirty data above 60 % of dirty_max)."),
+    ("txg", "delay_us", Kind::Counter, "Microseconds writers spent in the throttle's delay, all together."),
+    ("txg", "dirty_max_waits", Kind::Counter, "Writes that waited for a commit (dirty data over dirty_max)."),
+    ("txg", "dirty_max_wait_us", Kind::Counter, "Microseconds writers waited for a commit over dirty_max."),
     ("io", "blocks_written", Kind::Counter, "Blocks written by transaction groups."),
     ("io", "logical_bytes_written", Kind::Counter, "Bytes of blocks written, before compression."),
     ("io", "physical_bytes_written", Kind::Counter, "Bytes of blocks written, as stored (compressed)."),
@@ -102,8 +108,29 @@ const METRICS: &[(&str, &str, Kind, &str)] = &[
     ),
 ];
 
-fn describe(group: &str, name: &str) -> Option<(Kind, &'static str)> {
-    METRICS.iter().find(|(g, n, _, _)| *g == group && *n == name).map(|&(_, _, kind, help)| (kind, help))
+/// The I/O classes of the devices' queues, as `tarn stats io` names them.
+const IO_CLASSES: &[&str] = &["sync_read", "sync_write", "async_read", "async_write", "scrub"];
+
+/// (suffix, kind, help) of each per-class counter of `tarn stats io` (`sync_read_issued` …).
+const IO_CLASS_METRICS: &[(&str, Kind, &str)] = &[
+    ("issued", Kind::Counter, "I/Os admitted to the devices"),
+    ("bytes", Kind::Counter, "bytes those I/Os moved"),
+    ("waited", Kind::Counter, "I/Os that waited for admission"),
+    ("wait_us", Kind::Counter, "microseconds spent waiting for admission, all I/Os together"),
+    ("avg_wait_us", Kind::Gauge, "mean microseconds an I/O waited for admission"),
+    ("avg_device_us", Kind::Gauge, "mean microseconds from admission to completion"),
+];
+
+fn describe(group: &str, name: &str) -> Option<(Kind, String)> {
+    if let Some(&(_, _, kind, help)) = METRICS.iter().find(|(g, n, _, _)| *g == group && *n == name) {
+        return Some((kind, help.to_string()));
+    }
+    if group != "io" {
+        return None;
+    }
+    let (class, suffix) = IO_CLASSES.iter().find_map(|c| Some((*c, name.strip_prefix(c)?.strip_prefix('_')?)))?;
+    let &(_, kind, help) = IO_CLASS_METRICS.iter().find(|(s, _, _)| *s == suffix)?;
+    Some((kind, format!("{} I/O (summed over devices): {help}.", class.replace('_', " "))))
 }
 
 /// The exposition text for `pools` (name and counters): one family per counter, with a
@@ -126,8 +153,8 @@ pub fn render(pools: &[(String, PoolStats)], only: Option<&str>) -> String {
     let mut out = String::new();
     for f in families {
         let (kind, help) = match describe(f.group, &f.counter) {
-            Some((Kind::Counter, help)) => ("counter", help.to_string()),
-            Some((Kind::Gauge, help)) => ("gauge", help.to_string()),
+            Some((Kind::Counter, help)) => ("counter", help),
+            Some((Kind::Gauge, help)) => ("gauge", help),
             None => ("untyped", format!("tarn stats {} {}.", f.group, f.counter)),
         };
         // Writing to a String cannot fail.
