@@ -404,6 +404,9 @@ impl TopVdev {
 
     /// The read of a block born in txg `birth` (see `read_sides`): a side that missed
     /// that txg is read only if no other side verifies.
+    // The block's place, its birth, the verifier, the caller's buffer, and how and as
+    // what to read: each is the caller's to choose (as `read_copies`).
+    #[allow(clippy::too_many_arguments)]
     pub fn read_block(
         &self,
         offset: u64,
