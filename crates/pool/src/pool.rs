@@ -123,8 +123,7 @@ impl Pool {
         zil_seq: u64,
     ) -> Pool {
         if let Some(max) = arc_max_from_env() {
-            zio.arc.set_max(max);
-            zio.hot.set_max(max / tarn_zio::HOT_SHARE);
+            zio.set_cache_budget(max);
         }
         if let Some(bytes) = vdev_max_io_from_env() {
             zio.vdevs.set_max_io(bytes);
