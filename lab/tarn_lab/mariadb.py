@@ -102,6 +102,13 @@ class PrivateMariaDB:
                     pass
         return counters
 
+    def buffer_pool_bytes(self) -> int | None:
+        """The buffer pool the running server actually has (it may round what it was given)."""
+        try:
+            return int(self.sql("SELECT @@innodb_buffer_pool_size").strip())
+        except (CommandFailed, ValueError):
+            return None
+
     @staticmethod
     def version() -> str:
         return tool_version(["mariadbd", "--version"])
