@@ -10,8 +10,8 @@ others' buffer pool + ARC, ZFS and tarn keep the split they say. A scenario runn
 differs ("ext4-equal"); stacks equal in both are run once and shown in both.
 
 Owns: resolving buffer pool and ARC sizes (a size, a share of `memory.total` such as
-"75%", or the rest of the total), expanding stacks per variant, estimating a dataset's
-size before it is loaded, and the 4× check.
+"75%", or the rest of the total: see as_stated), expanding stacks per variant, estimating
+a dataset's size before it is loaded, and the 4× check.
 Promises: pure functions of the scenario and the machine's RAM (given); a stack whose
 memory cannot be derived raises BudgetError naming it and why; what each stack was given
 is recorded on it (spec["memory"]) so the report can show it beside what it used.
@@ -48,7 +48,10 @@ def tarn_default_arc(ram_bytes: int) -> int:
 def parse_share(value) -> float | None:
     """'75%' -> 0.75; anything else -> None (a size, handled by parse_size)."""
     if isinstance(value, str) and value.strip().endswith("%"):
-        number = float(value.strip()[:-1])
+        try:
+            number = float(value.strip()[:-1])
+        except ValueError:
+            raise BudgetError(f"share {value!r} is not a number followed by %") from None
         if not 0 < number <= 100:
             raise BudgetError(f"share {value!r} must be between 0% and 100%")
         return number / 100
@@ -59,9 +62,10 @@ def is_size_or_share(value) -> bool:
     """What a stack's buffer_pool and arc accept: a size ("96M", bytes) or a share ("75%")."""
     if isinstance(value, bool):
         return False
+    if parse_share(value) is not None:   # a share out of range raises BudgetError, saying so
+        return True
     try:
-        if parse_share(value) is None:
-            parse_size(value)
+        parse_size(value)
         return True
     except (ValueError, TypeError):
         return False
@@ -99,8 +103,9 @@ def mib(n: int) -> str:
 
 def as_stated(spec: dict, scenario: dict, ram_bytes: int) -> Given:
     """The articles' rule: what the stack says (else the scenario's database.buffer_pool,
-    else the defaults). With [memory] total, shares resolve against it, and a ZFS or tarn
-    stack that gives only one of buffer_pool and arc gets the rest of the total as the other."""
+    else the defaults). With [memory] total, shares resolve against it, a ZFS or tarn stack
+    that gives only its buffer pool gets the rest of the total as ARC, and one that gives
+    only its ARC gets the rest as buffer pool — unless the scenario names one buffer pool."""
     name = spec["name"]
     total = _memory_total(scenario)
     db_pool = scenario.get("database", {}).get("buffer_pool")
@@ -112,8 +117,9 @@ def as_stated(spec: dict, scenario: dict, ram_bytes: int) -> Given:
     except BudgetError as exc:
         raise BudgetError(f"stack {name!r}: {exc}") from None
     rule = "as the stack says"
-    if has_arc and total is not None and (bp is None) != (arc is None):
-        # "arc = 16M" on a stack means: the rest of the budget is the buffer pool, and back.
+    if has_arc and total is not None and (bp is None) != (arc is None) and (bp is not None or db_pool is None):
+        # "arc = 16M" on a stack means: the rest of the budget is the buffer pool (unless the
+        # scenario names one buffer pool for all), and "buffer_pool = 75%": the rest is ARC.
         if bp is None:
             bp, rule = total - arc, f"buffer pool = {mib(total)} total − ARC"
         else:
@@ -276,27 +282,31 @@ def estimate_dataset_bytes(family: str, params: dict) -> int:
 
 @dataclass(frozen=True)
 class CacheCheck:
-    """One stack against one dataset: is the dataset at least 4× its caches?"""
+    """One stack against one dataset: is the dataset at least 4× its caches? (Kept as a
+    dict in scenario.json and stack.json: CacheCheck(**d) reads it back.)"""
     stack: str
     family: str
     dataset_bytes: int
     cache_bytes: int
     measured: bool
 
+    def record(self) -> dict:
+        return {"stack": self.stack, "family": self.family, "dataset_bytes": self.dataset_bytes,
+                "cache_bytes": self.cache_bytes, "measured": self.measured}
+
     @property
     def ok(self) -> bool:
         return self.dataset_bytes >= DATASET_OVER_CACHE * self.cache_bytes
 
-    def message(self) -> str:
-        how = "measured after the load" if self.measured else "estimated before the load"
-        label = "TPC-C-like" if self.family == TPCC_LIKE else "sysbench tables'"
-        return (f"{self.stack}: {human(self.cache_bytes)} of cache for a {label} dataset of "
-                f"{human(self.dataset_bytes)} ({how}), only {self.dataset_bytes / self.cache_bytes:.1f}× — "
-                f"the rule is ≥ {DATASET_OVER_CACHE}×, so this run measures the caches more than the disk")
-
 
 def human(n: int) -> str:
     return f"{n / MiB:,.0f} MiB" if n < 10 * 1024 * MiB else f"{n / (1024 * MiB):,.1f} GiB"
+
+
+def current(estimated: list[CacheCheck], measured: dict[str, list[CacheCheck]]) -> list[CacheCheck]:
+    """The checks that stand: a stack measured after its load (`measured` has its name, even
+    with an empty list: it passed) replaces the estimate made before."""
+    return [c for c in estimated if c.stack not in measured] + [c for cs in measured.values() for c in cs]
 
 
 def summary(bad: list[CacheCheck]) -> str:

@@ -18,6 +18,7 @@ from pathlib import Path
 from rich.console import Console
 
 from . import compare, html_report, report, runner, scenario as scenario_mod
+from .budget import CacheCheck
 from .cleanup import sigterm_as_keyboard_interrupt
 from .humanize import workload_label
 from .progress import human_duration
@@ -65,7 +66,8 @@ def cmd_run(args, console: Console) -> int:
         rundir = runner.default_rundir(scenario)
     console.print(f"tarn-lab: scenario [bold]{scenario['name']}[/bold] ({scenario['size_class']} sizes) -> {rundir}",
                   soft_wrap=True)
-    for warning in scenario.get("warnings", []):
+    checks = scenario_mod.cache_warning([CacheCheck(**c) for c in scenario.get("cache_checks", [])])
+    for warning in ([checks] if checks else []) + scenario.get("warnings", []):
         console.print(f"[bold yellow]WARNING[/bold yellow] {warning}", soft_wrap=True, highlight=False)
     sigterm_as_keyboard_interrupt()
     started = time.monotonic()

@@ -171,12 +171,12 @@ def run_stack(scenario: dict, spec: dict, rundir: Path, versions: dict, progress
                 db = start_database(scenario, spec, stack, workdir, teardown)
                 prepared = load_dataset(scenario, spec, stack, db, workdir, teardown, progress,
                                         list(dict.fromkeys(w for w, _ in pending)))
-            warnings = check_loaded_dataset(spec, db, prepared, progress)
+            cache_checks = check_loaded_dataset(spec, db, prepared, progress)
             memory = {**spec.get("memory", {}), "buffer_pool_actual_bytes": db.buffer_pool_bytes()}
             stack_info = {"stack": name, "fs": spec["fs"], "status": "ok", "settings": stack.settings,
                           "spec": spec, "devices": stack.device_names(), "dataset": prepared,
                           "mariadb": db.settings, "versions": stack.versions, "memory": memory,
-                          "warnings": warnings}
+                          "cache_checks": cache_checks}
             write_json(stack_json, stack_info)
             if load_only:
                 progress.note(f"{name}: loaded in {load_seconds(prepared):,.0f} s ({prepared['method']}); "
@@ -224,17 +224,18 @@ def restore_cached(cache: tuple[Path, dict], stack) -> dict:
     return info
 
 
-def check_loaded_dataset(spec: dict, db, prepared: dict, progress: Progress) -> list[str]:
+def check_loaded_dataset(spec: dict, db, prepared: dict, progress: Progress) -> list[dict]:
     """The tables' bytes as loaded, recorded, and the 4× rule checked on them: a stack
     whose caches exceed the measured dataset / 4 is warned about loudly (its data is on
-    the disk already; the report carries the warning)."""
+    the disk already; the report carries the warning). The failed checks, as records."""
     prepared["table_bytes"] = sizes_mod.table_bytes(db.datadir)
     if "memory" not in spec or not prepared["table_bytes"]:
         return []
     bad = budget.check_caches([spec], prepared["table_bytes"], measured=True)
-    for c in bad:
-        progress.note(f"WARNING {c.message()}")
-    return [c.message() for c in bad]
+    if bad:
+        progress.note(f"WARNING {spec['name']}: {budget.summary(bad)} of cache (the rule is ≥ "
+                      f"{budget.DATASET_OVER_CACHE}×)")
+    return [c.record() for c in bad]
 
 
 def database_name(scenario: dict) -> str:

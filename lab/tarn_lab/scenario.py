@@ -170,14 +170,23 @@ def dataset_estimates(scenario: dict) -> dict[str, int]:
 
 def _check_caches(scenario: dict, origin: str) -> list[str]:
     """The 4× rule before anything is built: refused at medium and full, unless the
-    scenario says cache_check = "warn"; otherwise the warnings for the report."""
+    scenario says cache_check = "warn"; otherwise kept for the report (cache_checks), with
+    the caches the lab cannot cap (the returned warnings)."""
     bad = budget.check_caches(scenario["stacks"], dataset_estimates(scenario))
-    messages = [c.message() for c in bad]
     if bad and scenario["size_class"] != "quick" and scenario.get("cache_check", "refuse") == "refuse":
         raise ScenarioError(f"{origin}: at {scenario['size_class']} sizes every dataset must be at least "
                             f"{budget.DATASET_OVER_CACHE}× each stack's buffer pool + ARC, but {budget.summary(bad)} "
                             "(shrink the caches or grow the dataset; cache_check = \"warn\" runs it anyway)")
-    return messages + budget.uncapped_caches(scenario["stacks"])
+    scenario["cache_checks"] = [c.record() for c in bad]
+    return budget.uncapped_caches(scenario["stacks"])
+
+
+def cache_warning(checks: list[budget.CacheCheck]) -> str | None:
+    """The 4× rule's failures in one loud sentence, or None."""
+    if not checks:
+        return None
+    return (f"caches too big for the data: {budget.summary(checks)} — the rule is ≥ {budget.DATASET_OVER_CACHE}×, "
+            "so these runs measure the caches more than the disk")
 
 
 def _check_table(table: dict, schema: dict, origin: str, prefix: str) -> None:
