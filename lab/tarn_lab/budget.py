@@ -118,15 +118,7 @@ def as_stated(spec: dict, scenario: dict, ram_bytes: int) -> Given:
         raise BudgetError(f"stack {name!r}: {exc}") from None
     rule = "as the stack says"
     if has_arc and total is not None and (bp is None) != (arc is None) and (bp is not None or db_pool is None):
-        # "arc = 16M" on a stack means: the rest of the budget is the buffer pool (unless the
-        # scenario names one buffer pool for all), and "buffer_pool = 75%": the rest is ARC.
-        if bp is None:
-            bp, rule = total - arc, f"buffer pool = {mib(total)} total − ARC"
-        else:
-            arc, rule = total - bp, f"ARC = {mib(total)} total − buffer pool"
-        if min(bp, arc) <= 0:
-            raise BudgetError(f"stack {name!r}: the total memory {mib(total)} leaves nothing for the "
-                              f"{'buffer pool' if bp <= 0 else 'ARC'}")
+        bp, arc, rule = _rest_of_total(name, total, bp, arc)
     if bp is None:
         bp = parse_size(db_pool) if db_pool is not None else DEFAULT_BUFFER_POOL
     if not has_arc:
@@ -134,9 +126,27 @@ def as_stated(spec: dict, scenario: dict, ram_bytes: int) -> Given:
             raise BudgetError(f"stack {name!r}: 'arc' only applies to fs = \"zfs\" or \"tarn\"")
         return Given(bp, None, rule)
     if arc is None:
-        arc, rule = ((ZFS_DEFAULT_ARC, "ARC: the lab's zfs-fuse default") if spec["fs"] == "zfs"
-                     else (tarn_default_arc(ram_bytes), "ARC: tarn's default, a quarter of RAM"))
+        arc, rule = _default_arc(spec["fs"], ram_bytes)
     return Given(bp, arc, rule)
+
+
+def _rest_of_total(name: str, total: int, bp: int | None, arc: int | None) -> tuple[int, int, str]:
+    """"arc = 16M" on a stack means the rest of the total is its buffer pool, and
+    "buffer_pool = 75%" that the rest is its ARC."""
+    if bp is None:
+        bp, arc, rule = total - arc, arc, f"buffer pool = {mib(total)} total − ARC"
+    else:
+        arc, rule = total - bp, f"ARC = {mib(total)} total − buffer pool"
+    if min(bp, arc) <= 0:
+        raise BudgetError(f"stack {name!r}: the total memory {mib(total)} leaves nothing for the "
+                          f"{'buffer pool' if bp <= 0 else 'ARC'}")
+    return bp, arc, rule
+
+
+def _default_arc(fs: str, ram_bytes: int) -> tuple[int, str]:
+    if fs == "zfs":
+        return ZFS_DEFAULT_ARC, "ARC: the lab's zfs-fuse default"
+    return tarn_default_arc(ram_bytes), "ARC: tarn's default, a quarter of RAM"
 
 
 def _arc_raw(spec: dict):

@@ -20,7 +20,7 @@ from rich.console import Console
 from . import compare, html_report, report, runner, scenario as scenario_mod
 from .budget import CacheCheck
 from .cleanup import sigterm_as_keyboard_interrupt
-from .humanize import workload_label
+from .humanize import describe_load, workload_label
 from .progress import human_duration
 from .devices import PacerMissing
 from .scenario import ScenarioError
@@ -77,7 +77,20 @@ def cmd_run(args, console: Console) -> int:
     used = resource.getrusage(resource.RUSAGE_SELF)
     console.print(f"tarn-lab: ran for {human_duration(time.monotonic() - started)}; the lab's own process used "
                   f"{used.ru_utime + used.ru_stime:.1f} s of CPU", soft_wrap=True, highlight=False)
+    if args.load_only:
+        return print_loads(rundir, console)
     return finish_report(rundir, console, args.verbose)
+
+
+def print_loads(rundir: Path, console: Console) -> int:
+    """After --load-only: how each stack got its data and how long it took; 0 if all loaded."""
+    _, _, stacks = report.load_results(rundir)
+    for s in stacks:
+        if s.get("status") == "ok":
+            console.print(f"{s['stack']}: {describe_load(s.get('dataset') or {})}", soft_wrap=True, highlight=False)
+        else:
+            console.print(f"[yellow]{s['stack']}: {s.get('status')}: {s.get('reason')}[/yellow]", soft_wrap=True)
+    return 0 if stacks and all(s.get("status") == "ok" for s in stacks) else 1
 
 
 def finish_report(rundir: Path, console: Console, verbose: bool = False) -> int:

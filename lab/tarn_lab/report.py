@@ -117,8 +117,8 @@ def ratio_table(scenario: dict, cells: dict, workload: str, variant: str = "") -
     baseline = analysis.baseline_of(scenario, cells)
     rows = analysis.ratio_table_rows(scenario, cells, workload)
     repeated = any(r.cell.n > 1 for r in rows)
-    where = f", {variant}" if variant else ""
-    t = Table(title=f"{workload_label(workload)}{where}: against {baseline} (the paced disk, per transaction)",
+    where = f", {variant}:" if variant else ""
+    t = Table(title=f"{workload_label(workload)}{where} against {baseline} (disk: the paced disk, per transaction)",
               title_justify="left", title_style="bold", box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1, 0, 0))
     for i, (header, _) in enumerate(ratio_columns(baseline, repeated)):
         t.add_column(header, justify="left" if i == 0 else "right", no_wrap=True)
@@ -197,7 +197,7 @@ def sweep_columns() -> list[tuple[str, object]]:
         ("ARC\nhits", lambda sw, c: analysis.pct(c.arc_hit) if c.arc_hit is not None else ""),
         ("BP\nhits", lambda sw, c: analysis.pct(c.buffer_pool_hit) if c.buffer_pool_hit is not None else ""),
         ("mariadbd\nRSS MiB", lambda sw, c: rss(c, "mariadbd")),
-        (f"daemon\nRSS MiB", lambda sw, c: rss(c, "tarn") or rss(c, "zfs-fuse")),
+        ("daemon\nRSS MiB", lambda sw, c: rss(c, "tarn") or rss(c, "zfs-fuse")),
     ]
 
 

@@ -156,21 +156,8 @@ def run_stack(scenario: dict, spec: dict, rundir: Path, versions: dict, progress
     shutil.rmtree(workdir, ignore_errors=True)
     with Teardown(log=progress.note) as teardown:
         try:
-            cache = None
-            if dataset_method(scenario, spec) == "cached":
-                progress.phase("load data", "the dataset cache (made once, then reused)")
-                cache = datasets.ensure(scenario["workloads"], scenario.get("workload", {}),
-                                        note=lambda m: progress.note(f"{name}: {m}"))
-            progress.phase("build stack", f"{spec['fs']} on the paced disk, then {database_name(scenario)}")
-            stack = build_stack(spec, scenario["disk"], scenario.get("fast_disk", {}), workdir, teardown)
-            if cache:
-                progress.phase("load data", f"copying the cached {cache[0].name} onto the paced disk")
-                prepared = restore_cached(cache, stack)
-                db = start_database(scenario, spec, stack, workdir, teardown, initialize=False)
-            else:
-                db = start_database(scenario, spec, stack, workdir, teardown)
-                prepared = load_dataset(scenario, spec, stack, db, workdir, teardown, progress,
-                                        list(dict.fromkeys(w for w, _ in pending)))
+            stack, db, prepared = build_and_load(scenario, spec, workdir, teardown, progress,
+                                                 list(dict.fromkeys(w for w, _ in pending)))
             cache_checks = check_loaded_dataset(spec, db, prepared, progress)
             memory = {**spec.get("memory", {}), "buffer_pool_actual_bytes": db.buffer_pool_bytes()}
             stack_info = {"stack": name, "fs": spec["fs"], "status": "ok", "settings": stack.settings,
@@ -201,6 +188,27 @@ def run_stack(scenario: dict, spec: dict, rundir: Path, versions: dict, progress
             progress.phase("teardown")
     shutil.rmtree(workdir, ignore_errors=True)
     return True
+
+
+def build_and_load(scenario, spec, workdir, teardown, progress: Progress, workloads: list[str]):
+    """The stack built on the paced disk, its database started and its data loaded:
+    (stack, database, how the data was loaded). The dataset cache is made (once) before
+    the stack is built, so nothing waits on it half-built."""
+    cache = None
+    if dataset_method(scenario, spec) == "cached":
+        progress.phase("load data", "the dataset cache (made once, then reused)")
+        cache = datasets.ensure(scenario["workloads"], scenario.get("workload", {}),
+                                note=lambda m: progress.note(f"{spec['name']}: {m}"))
+    progress.phase("build stack", f"{spec['fs']} on the paced disk, then {database_name(scenario)}")
+    stack = build_stack(spec, scenario["disk"], scenario.get("fast_disk", {}), workdir, teardown)
+    if cache:
+        progress.phase("load data", f"copying the cached {cache[0].name} onto the paced disk")
+        prepared = restore_cached(cache, stack)
+        db = start_database(scenario, spec, stack, workdir, teardown, initialize=False)
+    else:
+        db = start_database(scenario, spec, stack, workdir, teardown)
+        prepared = load_dataset(scenario, spec, stack, db, workdir, teardown, progress, workloads)
+    return stack, db, prepared
 
 
 def dataset_method(scenario: dict, spec: dict) -> str:

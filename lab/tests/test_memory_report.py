@@ -74,6 +74,127 @@ def test_the_terminal_and_the_page_show_both_setups(tmp_path):
     assert "equal memory (80 MiB each): tarn 4.13× ext4-equal on oltp_read_write" in out
     assert "oltp_read_write, the articles' setup: against ext4" in out
     assert "oltp_read_write, equal memory (80 MiB each): against ext4-equal" in out
+    assert out.index("oltp_read_write, the articles' setup") < out.index("oltp_read_write, equal memory")
     page = html_report.write_html(rundir).read_text()
     assert page.index("the articles&#39; setup: tarn 12.39×") < page.index("equal memory (80 MiB each): tarn 4.13×") \
         < page.index('id="ratio-1"') < page.index('id="ratio-2"')
+
+
+# -- the memory sweep: which split of one budget wins (fixtures/runs/memory: `tarn-lab run memory`) --
+
+SPLITS = ["tarn-meta", "tarn-75-25", "tarn-50-50", "tarn-25-75"]
+
+
+def raw(stack: str, workload: str) -> dict:
+    return json.loads((MEMORY / "runs" / stack / f"{workload}.json").read_text())
+
+
+def loaded(rundir: Path = MEMORY):
+    scenario, runs, _ = report.load_results(rundir)
+    return scenario, cells_of(scenario, runs)
+
+
+@pytest.mark.parametrize("workload", ["tpcc_like", "select_random_points"])
+def test_the_sweep_finds_the_split_with_the_most_tps_from_recorded_results(workload):
+    scenario, cells = loaded()
+    (sweep,) = [s for s in analysis.sweeps(scenario, cells) if s.workload == workload]
+    assert sweep.fs == "tarn" and sweep.total == 128 * MiB
+    assert [c.stack for c in sweep.points] == SPLITS                 # largest buffer pool first
+    assert [c.stack for c in sweep.references] == ["ext4"]
+    tps = {s: raw(s, workload)["summary"]["tps"] for s in SPLITS}
+    best = max(tps, key=tps.get)
+    assert sweep.best.stack == best
+    given = raw(best, workload)["memory"]
+    ext4 = raw("ext4", workload)["summary"]["tps"]
+    advice = sweep.advice()
+    label = "TPC-C-like" if workload == "tpcc_like" else workload
+    assert advice.startswith(f"For {label} with 128 MiB in all, give {given['buffer_pool_bytes'] // MiB} MiB to "
+                             f"the buffer pool and {given['arc_bytes'] // MiB} MiB to tarn's ARC")
+    assert f"{tps[best]:,.1f} TPS" in advice and f"{tps[best] / ext4:.2f}× ext4 with all 128 MiB" in advice
+    reads = raw(best, workload)["device_totals"]["data"]["reads"] / raw(best, workload)["summary"]["transactions"]
+    assert f"{reads:.2f} disk reads per transaction" in advice
+
+
+def test_splits_within_the_noise_are_called_a_tie():
+    scenario, runs, _ = report.load_results(MEMORY)
+    runs = copy.deepcopy(runs)
+    tpcc = [r for r in runs if r["workload"] == "tpcc_like" and r["stack"] in SPLITS]
+    best = max(tpcc, key=lambda r: r["summary"]["tps"])
+    second = next(r for r in tpcc if r is not best)
+    second["summary"]["tps"] = best["summary"]["tps"] * 0.97          # 3% behind: noise
+    (sweep,) = [s for s in analysis.sweeps(scenario, cells_of(scenario, runs)) if s.workload == "tpcc_like"]
+    assert [c.stack for c in sweep.tied_with_best()] == [second["stack"]]
+    assert "within the noise of it, a tie" in sweep.advice()
+    second["summary"]["tps"] = best["summary"]["tps"] * 0.90          # 10% behind: not a tie
+    (sweep,) = [s for s in analysis.sweeps(scenario, cells_of(scenario, runs)) if s.workload == "tpcc_like"]
+    assert sweep.tied_with_best() == [] and "the next best split" in sweep.advice()
+
+
+def test_repeated_splits_tie_when_their_min_max_overlap():
+    def cell(stack, tps_values):
+        runs = []
+        for k, tps in enumerate(tps_values, 1):
+            r = copy.deepcopy(raw(stack, "tpcc_like"))
+            r["repeat"], r["summary"]["tps"] = k, tps
+            runs.append(r)
+        return analysis.Cell(stack, "tarn", "tpcc_like", runs)
+
+    best = cell("tarn-meta", [100.0, 80.0])
+    overlapping = cell("tarn-50-50", [85.0, 85.0])      # its max reaches the best's min
+    apart = cell("tarn-25-75", [79.0, 79.0])            # below the best's min
+    sweep = analysis.Sweep("tpcc_like", "tarn", 128 * MiB, [best, overlapping, apart], [])
+    assert sweep.best is best and sweep.tied_with_best() == [overlapping]
+
+
+def test_a_scenario_that_sweeps_nothing_has_no_sweep():
+    scenario, cells = loaded(RUNS / "quick")
+    assert analysis.sweeps(scenario, cells) == []
+
+
+def test_the_memory_table_shows_what_each_stack_was_given_and_its_peak_rss():
+    scenario, cells = loaded()
+    by_stack = {c.stack: c for c in report.memory_cells(cells)}
+    assert list(by_stack) == ["ext4"] + SPLITS
+    for stack, cell in by_stack.items():
+        m = analysis.memory_of(cell)
+        runs = [raw(stack, w) for w in ("tpcc_like", "select_random_points")]
+        assert m.buffer_pool == runs[0]["memory"]["buffer_pool_bytes"] == runs[0]["memory"]["buffer_pool_actual_bytes"]
+        assert m.total == 128 * MiB
+        roles = {"mariadbd"} if stack == "ext4" else {"mariadbd", "tarn"}
+        assert set(m.rss_max) == roles
+        for role in roles:
+            assert m.rss_max[role] == max(r["memory"]["rss"][role]["max_bytes"] for r in runs)
+            samples = [row["rss"][role] for r in runs for row in r["system"] if role in row.get("rss", {})]
+            assert max(samples) <= m.rss_max[role]
+
+
+def test_the_memory_report_says_the_advice_first_and_draws_the_split_chart(tmp_path):
+    rundir = tmp_path / "memory"
+    shutil.copytree(MEMORY, rundir)
+    out = terminal(rundir)
+    scenario, cells = loaded(rundir)
+    sweeps = analysis.sweeps(scenario, cells)
+    for sweep in sweeps:
+        assert sweep.advice() in out.replace("\n", " ") or sweep.advice()[:60] in out
+        assert f"TPS by buffer pool / ARC split — {sweep.workload.replace('tpcc_like', 'TPC-C-like')}" in out
+    assert "Memory: what each stack was given" in out
+    page = html_report.write_html(rundir).read_text()
+    assert page.index('id="headline"') < page.index('class="advice"') < page.index('id="ratio-1"') \
+        < page.index('id="sweep-1"') < page.index('id="memory"')
+    assert page.count('alt="TPS by buffer pool / ARC split') == 2
+    assert (rundir / "plots" / "split_tpcc_like_1.png").exists()
+
+
+def test_the_split_chart_labels_stay_inside_and_off_the_title():
+    scenario, cells = loaded()
+    for sweep in analysis.sweeps(scenario, cells):
+        fig = plots.split_bars(sweep)
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        title = fig._suptitle.get_window_extent(renderer)
+        for ax in fig.axes:
+            assert [t.get_text() for t in ax.get_xticklabels()][0].endswith("ext4")
+            for label in ax.texts:
+                box = label.get_window_extent(renderer)
+                assert not (box.x0 < title.x1 and title.x0 < box.x1 and box.y0 < title.y1 and title.y0 < box.y1)
+                assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1 and box.y1 <= fig.bbox.y1
