@@ -53,7 +53,10 @@ def only_stacks(scenario: dict, names: str | None) -> dict:
     unknown = [n for n in wanted if n not in known]
     if unknown:
         raise ScenarioError(f"--only: no stack {', '.join(unknown)} in {scenario['name']} ({', '.join(known)})")
-    return {**scenario, "stacks": [s for s in scenario["stacks"] if s["name"] in wanted]}
+    # What was said about the others (caches against the dataset) is not about this run.
+    return {**scenario, "stacks": [s for s in scenario["stacks"] if s["name"] in wanted],
+            "cache_checks": [c for c in scenario.get("cache_checks", []) if c["stack"] in wanted],
+            "warnings": [w for w in scenario.get("warnings", []) if w.split(":", 1)[0] in wanted]}
 
 
 def cmd_run(args, console: Console) -> int:
@@ -123,7 +126,7 @@ def cmd_report(args, console: Console) -> int:
     return finish_report(results_dir(args.run), console, args.verbose)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tarn-lab", description="Database benchmarks on storage stacks over one emulated cloud disk")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="list the shipped scenarios")
@@ -147,7 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"),
                    help="two results directories side by side (before/after a change)")
     p.add_argument("-v", "--verbose", action="store_true", help="after the answer: sysbench's tables, devices, settings")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     console = Console()
     if not console.is_terminal:
         # Piped or in CI: rich would fold the tables to 80 columns; the answer fits 100.

@@ -121,7 +121,7 @@ def sweep_html_table(sweep, index: int) -> HtmlTable:
     return HtmlTable(headers=[h for h, _ in cols], rows=[[get(sweep, c) for _, get in cols] for c in rows],
                      caption=f"TPS by buffer pool / ARC split — {workload_label(sweep.workload)}, "
                              f"{sweep.total // 2**20} MiB in all (MiB; hits: share of reads each cache answered)",
-                     id=f"sweep-{index}", css="data ratio",
+                     id=f"sweep-{index}", css="data ratio sweep",
                      row_classes=["subject" if c is sweep.best else "" for c in rows])
 
 

@@ -92,8 +92,8 @@ def describe_load(dataset: dict) -> str:
     if method == "cached":
         made = (dataset.get("cache_made") or "").replace("T", " ")[:16]
         text = (f"copied from the dataset cache onto the paced disk in {dataset.get('restore_seconds', 0):,.0f} s "
-                f"(the cache was prepared once by sysbench on {dataset.get('prepared_on', 'the host')} in "
-                f"{dataset.get('cache_prepare_seconds', 0):,.0f} s{', ' + made if made else ''})")
+                f"(the cache was prepared once by sysbench on {dataset.get('prepared_on', 'the host')}, in "
+                f"{dataset.get('cache_prepare_seconds', 0):,.0f} s{', on ' + made if made else ''})")
     elif method == "tar":
         text = (f"sysbench prepare on the paced disk in {dataset.get('prepare_seconds', 0):,.0f} s, then written "
                 f"back from a tar archive in {dataset.get('tar_seconds', 0):,.0f} s")

@@ -123,3 +123,24 @@ def test_zil_scenario_covers_logbias_and_slog_against_ext4():
         if st.get("slog"):
             assert ext4[st["baseline"]].get("external_journal"), st["name"]
     assert s["disk"] == sc.load("quick")["disk"]
+
+
+def test_only_keeps_the_named_stacks_and_what_was_said_about_them():
+    from tarn_lab import cli
+    s = cli.only_stacks(sc.load("tpcc-like", size="quick"), "ext4,btrfs")
+    assert [st["name"] for st in s["stacks"]] == ["ext4", "btrfs"]
+    assert {c["stack"] for c in s["cache_checks"]} == {"ext4", "btrfs"}
+    assert [w.split(":")[0] for w in s["warnings"]] == ["btrfs"]
+    with pytest.raises(ScenarioError, match="--only: no stack nope in tpcc-like"):
+        cli.only_stacks(s, "nope")
+
+
+def test_size_flags_and_their_aliases():
+    from tarn_lab import cli
+
+    def size(*flags):
+        return cli.size_of(cli.build_parser().parse_args(["run", "memory", *flags]))
+    assert size() == "quick" and size("--quick") == "quick" and size("--full") == "full"
+    assert size("--size", "medium") == "medium" and size("--size", "full") == "full"
+    with pytest.raises(SystemExit):
+        size("--quick", "--size", "medium")
