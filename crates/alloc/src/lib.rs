@@ -78,10 +78,7 @@ impl SpaceMap {
     /// (sectors holding any live byte, live bytes): their ratio says how full the
     /// allocated sectors are (1.0 = no space lost to partly freed sectors).
     pub fn occupancy(&self) -> (u64, u64) {
-        self.live
-            .iter()
-            .filter(|&&c| c > 0)
-            .fold((0, 0), |(n, b), &c| (n + 1, b + c as u64))
+        self.live.iter().filter(|&&c| c > 0).fold((0, 0), |(n, b), &c| (n + 1, b + c as u64))
     }
 
     /// Records `len` live bytes at byte `offset` (import walk, or a block just written).
@@ -120,12 +117,7 @@ impl SpaceMap {
             .range(self.rotor..)
             .chain(self.free.range(..self.rotor))
             .find(|(_, &len)| fits(len))
-            .or_else(|| {
-                self.free
-                    .iter()
-                    .filter(|(_, &len)| len >= min)
-                    .max_by_key(|(_, &len)| len)
-            })
+            .or_else(|| self.free.iter().filter(|(_, &len)| len >= min).max_by_key(|(_, &len)| len))
             .map(|(&s, &l)| (s, l))?;
         let (start, len) = found;
         let take = len.min(want);
@@ -135,19 +127,13 @@ impl SpaceMap {
         }
         self.free_sectors -= take;
         self.rotor = start + take;
-        Some(Run {
-            first: start,
-            sectors: take,
-        })
+        Some(Run { first: start, sectors: take })
     }
 
     /// Gives back the tail of a run the packer did not use (sectors with no live byte).
     pub fn return_unused(&mut self, first: u64, sectors: u64) {
         for s in first..first + sectors {
-            assert_eq!(
-                self.live[s as usize], 0,
-                "returning a sector that holds live bytes"
-            );
+            assert_eq!(self.live[s as usize], 0, "returning a sector that holds live bytes");
         }
         if sectors > 0 {
             self.insert_free(first, sectors);
@@ -175,11 +161,7 @@ impl SpaceMap {
     /// Records [offset, offset+len) as freed in this txg; panics if any of it already is.
     fn note_freed(&mut self, offset: u64, len: u64) {
         let end = offset + len;
-        let before = self
-            .freed
-            .range(..=offset)
-            .next_back()
-            .filter(|(_, &e)| e > offset);
+        let before = self.freed.range(..=offset).next_back().filter(|(_, &e)| e > offset);
         let after = self.freed.range(offset..end).next();
         if let Some((&s, &e)) = before.or(after) {
             panic!("space freed twice: bytes [{offset}, {end}) overlap [{s}, {e}), already freed in this txg");
@@ -233,18 +215,10 @@ impl SpaceMap {
     }
 
     /// Splits [offset, offset+len) into per-sector byte shares.
-    fn for_each_sector_share_indexed(
-        &mut self,
-        offset: u64,
-        len: u64,
-        mut f: impl FnMut(u64, &mut u32, u32),
-    ) {
+    fn for_each_sector_share_indexed(&mut self, offset: u64, len: u64, mut f: impl FnMut(u64, &mut u32, u32)) {
         let size = self.sector_size();
         let end = offset + len;
-        assert!(
-            end <= self.total_bytes(),
-            "block [{offset}, {end}) beyond the vdev"
-        );
+        assert!(end <= self.total_bytes(), "block [{offset}, {end}) beyond the vdev");
         let mut at = offset;
         while at < end {
             let sector = at >> self.shift;
@@ -270,24 +244,14 @@ mod tests {
     fn shared_sector_is_free_only_when_both_blocks_are_freed() {
         let mut m = empty(8);
         let run = m.alloc_run(1, 1).unwrap();
-        assert_eq!(
-            run,
-            Run {
-                first: 0,
-                sectors: 1
-            }
-        );
+        assert_eq!(run, Run { first: 0, sectors: 1 });
         m.claim(0, 100);
         m.claim(100, 200);
         m.free(0, 100);
         m.release_deferred();
         assert_eq!(m.free_bytes(), 7 * 512);
         m.free(100, 200);
-        assert_eq!(
-            m.free_bytes(),
-            7 * 512,
-            "freed sector waits for the txg to commit"
-        );
+        assert_eq!(m.free_bytes(), 7 * 512, "freed sector waits for the txg to commit");
         m.release_deferred();
         assert_eq!(m.free_bytes(), 8 * 512);
     }
@@ -299,18 +263,9 @@ mod tests {
         m.claim(0, 4 * 512);
         assert!(m.alloc_run(1, 1).is_none());
         m.free(512, 512);
-        assert!(
-            m.alloc_run(1, 1).is_none(),
-            "deferred sectors are not handed out"
-        );
+        assert!(m.alloc_run(1, 1).is_none(), "deferred sectors are not handed out");
         m.release_deferred();
-        assert_eq!(
-            m.alloc_run(1, 4),
-            Some(Run {
-                first: 1,
-                sectors: 1
-            })
-        );
+        assert_eq!(m.alloc_run(1, 4), Some(Run { first: 1, sectors: 1 }));
         let _ = r;
     }
 

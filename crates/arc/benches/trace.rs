@@ -22,16 +22,9 @@ fn load(path: &str) -> Vec<Access> {
         .lines()
         .map_while(Result::ok)
         .filter_map(|l| {
-            let f: Vec<u64> = l
-                .split_whitespace()
-                .filter_map(|x| x.parse().ok())
-                .collect();
+            let f: Vec<u64> = l.split_whitespace().filter_map(|x| x.parse().ok()).collect();
             (f.len() == 5).then(|| Access {
-                key: BlockKey {
-                    vdev: f[0] as u16,
-                    offset: f[1],
-                    birth: f[2],
-                },
+                key: BlockKey { vdev: f[0] as u16, offset: f[1], birth: f[2] },
                 psize: f[3],
                 lsize: f[4],
             })
@@ -64,30 +57,16 @@ impl Lru {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with("--"))
-        .collect();
-    let (Some(path), Some(budget_mib)) = (
-        args.first(),
-        args.get(1).and_then(|b| b.parse::<u64>().ok()),
-    ) else {
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    let (Some(path), Some(budget_mib)) = (args.first(), args.get(1).and_then(|b| b.parse::<u64>().ok())) else {
         eprintln!("usage: trace TRACE_FILE BUDGET_MIB");
         return;
     };
     let budget = budget_mib << 20;
     let trace = load(path);
     let arc = ArcCache::new(budget);
-    let mut lru = Lru {
-        map: LinkedHashMap::new(),
-        bytes: 0,
-        budget,
-    };
-    let mut raw_lru = Lru {
-        map: LinkedHashMap::new(),
-        bytes: 0,
-        budget,
-    };
+    let mut lru = Lru { map: LinkedHashMap::new(), bytes: 0, budget };
+    let mut raw_lru = Lru { map: LinkedHashMap::new(), bytes: 0, budget };
     let (mut arc_hits, mut lru_hits, mut raw_hits) = (0u64, 0u64, 0u64);
     let mut distinct: HashMap<BlockKey, ()> = HashMap::new();
     for a in &trace {
@@ -95,42 +74,18 @@ fn main() {
         if arc.get(&a.key).is_some() {
             arc_hits += 1;
         } else {
-            arc.insert(
-                a.key,
-                Arc::from(vec![0u8; a.psize as usize]),
-                a.lsize as u32,
-                Class::Data,
-            );
+            arc.insert(a.key, Arc::from(vec![0u8; a.psize as usize]), a.lsize as u32, Class::Data);
         }
         lru_hits += lru.access(a.key, a.psize) as u64;
         raw_hits += raw_lru.access(a.key, a.lsize) as u64;
     }
     let n = trace.len().max(1) as f64;
     let s = arc.snapshot();
-    println!(
-        "trace: {} reads of {} distinct blocks; budget {budget_mib} MiB",
-        trace.len(),
-        distinct.len()
-    );
+    println!("trace: {} reads of {} distinct blocks; budget {budget_mib} MiB", trace.len(), distinct.len());
     println!("{:<34} {:>9} {:>14}", "cache", "hit ratio", "records held");
-    println!(
-        "{:<34} {:>9.3} {:>14}",
-        "ARC, compressed blocks",
-        arc_hits as f64 / n,
-        s.blocks
-    );
-    println!(
-        "{:<34} {:>9.3} {:>14}",
-        "LRU, compressed blocks",
-        lru_hits as f64 / n,
-        lru.map.len()
-    );
-    println!(
-        "{:<34} {:>9.3} {:>14}",
-        "LRU, uncompressed records",
-        raw_hits as f64 / n,
-        raw_lru.map.len()
-    );
+    println!("{:<34} {:>9.3} {:>14}", "ARC, compressed blocks", arc_hits as f64 / n, s.blocks);
+    println!("{:<34} {:>9.3} {:>14}", "LRU, compressed blocks", lru_hits as f64 / n, lru.map.len());
+    println!("{:<34} {:>9.3} {:>14}", "LRU, uncompressed records", raw_hits as f64 / n, raw_lru.map.len());
     println!(
         "ARC/LRU hit ratio {:.2}; records held compressed vs uncompressed {:.2}x",
         arc_hits as f64 / lru_hits.max(1) as f64,

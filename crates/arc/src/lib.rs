@@ -123,15 +123,8 @@ pub struct ArcCache {
 
 impl ArcCache {
     pub fn new(max_bytes: u64) -> ArcCache {
-        let lists = Lists {
-            c: max_bytes,
-            p: max_bytes / 2,
-            ..Default::default()
-        };
-        ArcCache {
-            lists: Mutex::new(lists),
-            counters: Counters::default(),
-        }
+        let lists = Lists { c: max_bytes, p: max_bytes / 2, ..Default::default() };
+        ArcCache { lists: Mutex::new(lists), counters: Counters::default() }
     }
 
     /// A default budget: a quarter of the machine's memory.
@@ -150,9 +143,7 @@ impl ArcCache {
         l.p = l.p.min(bytes);
         let evicted = l.make_room(0, false);
         l.trim_ghosts();
-        self.counters
-            .evictions
-            .fetch_add(evicted, Ordering::Relaxed);
+        self.counters.evictions.fetch_add(evicted, Ordering::Relaxed);
     }
 
     /// The cached physical bytes of `key`, promoting it (T1 → T2, or to T2's MRU end).
@@ -196,49 +187,21 @@ impl ArcCache {
 
     /// Caches a block just read (and verified) from disk.
     pub fn insert(&self, key: BlockKey, bytes: Arc<[u8]>, lsize: u32, class: Class) {
-        self.insert_entry(
-            key,
-            Entry {
-                bytes,
-                lsize,
-                class,
-                prefetched: false,
-            },
-        );
+        self.insert_entry(key, Entry { bytes, lsize, class, prefetched: false });
     }
 
     /// Caches a block just written (it enters the recency list, like a first read, but
     /// counts as neither a hit nor a miss).
     pub fn insert_written(&self, key: BlockKey, bytes: Arc<[u8]>, lsize: u32, class: Class) {
-        if self.insert_entry(
-            key,
-            Entry {
-                bytes,
-                lsize,
-                class,
-                prefetched: false,
-            },
-        ) {
-            self.counters
-                .written_inserts
-                .fetch_add(1, Ordering::Relaxed);
+        if self.insert_entry(key, Entry { bytes, lsize, class, prefetched: false }) {
+            self.counters.written_inserts.fetch_add(1, Ordering::Relaxed);
         }
     }
 
     /// Caches a block read ahead of demand (sequential prefetch).
     pub fn insert_prefetched(&self, key: BlockKey, bytes: Arc<[u8]>, lsize: u32, class: Class) {
-        if self.insert_entry(
-            key,
-            Entry {
-                bytes,
-                lsize,
-                class,
-                prefetched: true,
-            },
-        ) {
-            self.counters
-                .prefetch_inserts
-                .fetch_add(1, Ordering::Relaxed);
+        if self.insert_entry(key, Entry { bytes, lsize, class, prefetched: true }) {
+            self.counters.prefetch_inserts.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -281,9 +244,7 @@ impl ArcCache {
         debug_assert!(l.t1_bytes + l.t2_bytes <= l.c, "ARC over budget");
         drop(l);
         self.counters.inserts.fetch_add(1, Ordering::Relaxed);
-        self.counters
-            .evictions
-            .fetch_add(evicted, Ordering::Relaxed);
+        self.counters.evictions.fetch_add(evicted, Ordering::Relaxed);
         true
     }
 
@@ -341,14 +302,9 @@ impl ArcSnapshot {
     pub fn prometheus(&self) -> String {
         let mut out = String::new();
         for (name, value) in self.fields() {
-            let kind = if name.ends_with("hits") || name == "misses" || name == "evictions" {
-                "counter"
-            } else {
-                "gauge"
-            };
-            out.push_str(&format!(
-                "# TYPE tarn_arc_{name} {kind}\ntarn_arc_{name} {value}\n"
-            ));
+            let kind =
+                if name.ends_with("hits") || name == "misses" || name == "evictions" { "counter" } else { "gauge" };
+            out.push_str(&format!("# TYPE tarn_arc_{name} {kind}\ntarn_arc_{name} {value}\n"));
         }
         out
     }
@@ -388,15 +344,8 @@ impl Lists {
         let mut n = 0;
         while self.t1_bytes + self.t2_bytes + incoming > self.c {
             let from_t1 = !self.t1.is_empty()
-                && (self.t1_bytes > self.p
-                    || (after_b2_hit && self.t1_bytes == self.p)
-                    || self.t2.is_empty());
-            let (key, e) = if from_t1 {
-                self.t1.pop_front()
-            } else {
-                self.t2.pop_front()
-            }
-            .expect("a non-empty list");
+                && (self.t1_bytes > self.p || (after_b2_hit && self.t1_bytes == self.p) || self.t2.is_empty());
+            let (key, e) = if from_t1 { self.t1.pop_front() } else { self.t2.pop_front() }.expect("a non-empty list");
             let size = e.bytes.len() as u64;
             self.account(&e, false);
             if from_t1 {

@@ -7,11 +7,7 @@ use tarn_arc::{ArcCache, BlockKey, Class};
 const BLOCK: usize = 4096;
 
 fn key(n: u64) -> BlockKey {
-    BlockKey {
-        vdev: 0,
-        offset: n * BLOCK as u64,
-        birth: 1,
-    }
+    BlockKey { vdev: 0, offset: n * BLOCK as u64, birth: 1 }
 }
 
 /// Reads block `n` through the cache, inserting on a miss as the io pipeline does.
@@ -62,14 +58,8 @@ fn ghost_hits_steer_the_split_between_recency_and_frequency() {
         }
     }
     let s = arc.snapshot();
-    assert!(
-        s.ghost_recency_hits > 0,
-        "re-reads hit the recency ghosts: {s:?}"
-    );
-    assert!(
-        s.target_recency > start,
-        "recency target grew from {start}: {s:?}"
-    );
+    assert!(s.ghost_recency_hits > 0, "re-reads hit the recency ghosts: {s:?}");
+    assert!(s.target_recency > start, "recency target grew from {start}: {s:?}");
     // The frequency side gave room; its evicted blocks are ghosts now. Wanting them back
     // hits the frequency ghosts, which shrinks the recency target again.
     let grown = s.target_recency;
@@ -77,14 +67,8 @@ fn ghost_hits_steer_the_split_between_recency_and_frequency() {
         read(&arc, n);
     }
     let s = arc.snapshot();
-    assert!(
-        s.ghost_frequency_hits > 0,
-        "hot blocks came back from the frequency ghosts: {s:?}"
-    );
-    assert!(
-        s.target_recency < grown,
-        "recency target shrank from {grown}: {s:?}"
-    );
+    assert!(s.ghost_frequency_hits > 0, "hot blocks came back from the frequency ghosts: {s:?}");
+    assert!(s.target_recency < grown, "recency target shrank from {grown}: {s:?}");
 }
 
 #[test]
@@ -111,14 +95,8 @@ fn the_budget_holds_under_concurrent_readers_and_shrinks_at_run_time() {
             std::thread::spawn(move || {
                 let mut x = t + 1;
                 for _ in 0..20_000 {
-                    x = x
-                        .wrapping_mul(6364136223846793005)
-                        .wrapping_add(1442695040888963407);
-                    let n = if x >> 60 < 12 {
-                        (x >> 33) % 200
-                    } else {
-                        (x >> 33) % 5000
-                    };
+                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    let n = if x >> 60 < 12 { (x >> 33) % 200 } else { (x >> 33) % 5000 };
                     read(&arc, n);
                     let s = arc.snapshot();
                     assert!(s.size <= s.max, "over budget: {} > {}", s.size, s.max);
@@ -133,16 +111,9 @@ fn the_budget_holds_under_concurrent_readers_and_shrinks_at_run_time() {
     assert!(s.hits > 0 && s.misses > 0 && s.evictions > 0);
     arc.set_max(32 * BLOCK as u64);
     let s = arc.snapshot();
-    assert!(
-        s.size <= 32 * BLOCK as u64,
-        "shrinking evicts at once: {}",
-        s.size
-    );
+    assert!(s.size <= 32 * BLOCK as u64, "shrinking evicts at once: {}", s.size);
     let text = s.prometheus();
-    assert!(
-        text.contains("# TYPE tarn_arc_hits counter\ntarn_arc_hits "),
-        "{text}"
-    );
+    assert!(text.contains("# TYPE tarn_arc_hits counter\ntarn_arc_hits "), "{text}");
 }
 
 #[test]
@@ -152,15 +123,8 @@ fn a_prefetched_block_read_once_is_not_taken_for_a_frequent_one() {
     assert!(arc.get(&key(1)).is_some());
     let s = arc.snapshot();
     assert_eq!((s.prefetch_reads, s.prefetch_hits), (1, 1));
-    assert_eq!(
-        s.frequency_size, 0,
-        "the first demand read of a read-ahead block keeps it in recency"
-    );
+    assert_eq!(s.frequency_size, 0, "the first demand read of a read-ahead block keeps it in recency");
     assert!(arc.get(&key(1)).is_some());
-    assert_eq!(
-        arc.snapshot().frequency_size,
-        BLOCK as u64,
-        "a second demand read promotes it"
-    );
+    assert_eq!(arc.snapshot().frequency_size, BLOCK as u64, "a second demand read promotes it");
     assert_eq!(arc.snapshot().prefetch_hits, 1);
 }

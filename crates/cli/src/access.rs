@@ -38,10 +38,7 @@ pub fn open(name: &str) -> Result<Pool, CliError> {
 
 /// Runs `work` on the imported pool `name`, then commits and closes it. The work's error
 /// comes first; a failed commit after successful work is the error then.
-pub fn with_pool<T>(
-    name: &str,
-    work: impl FnOnce(&Pool) -> Result<T, CliError>,
-) -> Result<T, CliError> {
+pub fn with_pool<T>(name: &str, work: impl FnOnce(&Pool) -> Result<T, CliError>) -> Result<T, CliError> {
     let pool = open(name)?;
     let result = work(&pool);
     let closed = pool.close();
@@ -51,10 +48,7 @@ pub fn with_pool<T>(
 }
 
 /// Runs `work` on the pool that holds dataset `ds` (see [`with_pool`]).
-pub fn with_pool_of<T>(
-    ds: &str,
-    work: impl FnOnce(&Pool) -> Result<T, CliError>,
-) -> Result<T, CliError> {
+pub fn with_pool_of<T>(ds: &str, work: impl FnOnce(&Pool) -> Result<T, CliError>) -> Result<T, CliError> {
     with_pool(pool_of(ds), work)
 }
 
@@ -79,21 +73,12 @@ pub fn is_imported(name: &str) -> Result<bool, CliError> {
 /// Records `pool` in the cache under its name, on `devices`.
 pub fn remember(pool: &Pool, devices: Vec<std::path::PathBuf>) -> Result<(), CliError> {
     let mut cache = Cache::load()?;
-    cache.pools.insert(
-        pool.name().to_string(),
-        CachedPool {
-            guid: pool.guid(),
-            devices,
-        },
-    );
+    cache.pools.insert(pool.name().to_string(), CachedPool { guid: pool.guid(), devices });
     Ok(cache.save()?)
 }
 
 /// Adds `devices` to the cache entry of pool `name` (log devices just added).
-pub fn remember_devices(
-    name: &str,
-    devices: impl IntoIterator<Item = std::path::PathBuf>,
-) -> Result<(), CliError> {
+pub fn remember_devices(name: &str, devices: impl IntoIterator<Item = std::path::PathBuf>) -> Result<(), CliError> {
     let mut cache = Cache::load()?;
     if let Some(entry) = cache.pools.get_mut(name) {
         entry.devices.extend(devices);

@@ -10,11 +10,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(
-    name = "tarn",
-    version,
-    about = "tarn: a copy-on-write storage pool for databases"
-)]
+#[command(name = "tarn", version, about = "tarn: a copy-on-write storage pool for databases")]
 pub struct Cli {
     #[command(subcommand)]
     pub cmd: Cmd,
@@ -22,7 +18,7 @@ pub struct Cli {
 
 #[derive(Subcommand)]
 pub enum Cmd {
-    /// Pools: create, import, export, status, list, scrub, clear, destroy.
+    /// Pools: create, import, export, status, list, iostat, scrub, clear, destroy.
     #[command(subcommand)]
     Pool(PoolCmd),
     /// Datasets: create, destroy, list.
@@ -183,24 +179,54 @@ pub enum PoolCmd {
     },
     /// Commit everything and release the pool's devices.
     Export { pool: String },
-    /// Show health, capacity and per-device error counts.
+    /// Show health, the scan, per-device error counts and data errors.
     Status {
+        /// List the files with permanent errors.
+        #[arg(short = 'v')]
+        verbose: bool,
         pool: Option<String>,
         #[command(flatten)]
         out: Output,
+    },
+    /// Capacity, operations and bandwidth per pool (per device with -v), read and
+    /// write: tarn pool iostat [-v] [-l] [POOL] [INTERVAL [COUNT]]
+    Iostat {
+        /// One line per vdev and device too.
+        #[arg(short = 'v')]
+        verbose: bool,
+        /// Latency columns: average device time per read, per write, per scan I/O.
+        #[arg(short = 'l')]
+        latency: bool,
+        /// Scripted mode: no header, tab-separated.
+        #[arg(short = 'H')]
+        scripted: bool,
+        /// Exact numbers instead of human sizes.
+        #[arg(short = 'p')]
+        parsable: bool,
+        /// [POOL] [INTERVAL [COUNT]]: with INTERVAL (seconds), report again every
+        /// INTERVAL, COUNT times (forever without COUNT).
+        #[arg(num_args = 0..=3, value_name = "POOL|INTERVAL|COUNT")]
+        words: Vec<String>,
     },
     /// One line per imported pool.
     List {
         #[command(flatten)]
         out: Output,
     },
-    /// Read and verify every block; repair mirrors from a good copy.
+    /// Read and verify every block; repair mirrors from a good copy. In the foreground
+    /// (with progress) unless -d; `-s` stops a scrub in progress.
     Scrub {
+        /// Stop the scrub in progress.
+        #[arg(short = 's', conflicts_with = "detach")]
+        stop: bool,
+        /// Run it in the background, in a process of its own, and return at once.
+        #[arg(short = 'd', long)]
+        detach: bool,
         pool: String,
         #[arg(long)]
         json: bool,
     },
-    /// Reset the device error counters.
+    /// Reset the device error counters and the list of data errors.
     Clear { pool: String },
     /// Destroy a pool: its devices no longer import.
     Destroy {

@@ -14,21 +14,15 @@ use serde::{Deserialize, Serialize};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
-    #[error(
-        "{path}: pool cache is damaged ({source}); remove it and run `tarn pool import -d DIR`"
-    )]
-    Damaged {
-        path: String,
-        source: serde_json::Error,
-    },
+    #[error("{path}: pool cache is damaged ({source}); remove it and run `tarn pool import -d DIR`")]
+    Damaged { path: String, source: serde_json::Error },
     #[error("{path}: {source}")]
-    Io {
-        path: String,
-        source: std::io::Error,
-    },
+    Io { path: String, source: std::io::Error },
     #[error("cannot encode the pool cache: {0}")]
     Encode(#[source] serde_json::Error),
-    #[error("no such pool '{0}' (not imported on this machine); see `tarn pool list`, or `tarn pool import -d DIR {0}`")]
+    #[error(
+        "no such pool '{0}' (not imported on this machine); see `tarn pool list`, or `tarn pool import -d DIR {0}`"
+    )]
     NoSuchPool(String),
 }
 
@@ -44,26 +38,19 @@ pub struct CachedPool {
 }
 
 pub fn path() -> PathBuf {
-    std::env::var_os("TARN_CACHE_FILE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/var/lib/tarn/pools.json"))
+    std::env::var_os("TARN_CACHE_FILE").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/var/lib/tarn/pools.json"))
 }
 
 fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> CacheError + '_ {
-    move |source| CacheError::Io {
-        path: path.display().to_string(),
-        source,
-    }
+    move |source| CacheError::Io { path: path.display().to_string(), source }
 }
 
 impl Cache {
     pub fn load() -> Result<Cache, CacheError> {
         let p = path();
         match std::fs::read(&p) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|source| CacheError::Damaged {
-                path: p.display().to_string(),
-                source,
-            }),
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map_err(|source| CacheError::Damaged { path: p.display().to_string(), source }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Cache::default()),
             Err(e) => Err(io_error(&p)(e)),
         }
@@ -81,9 +68,7 @@ impl Cache {
     }
 
     pub fn get(&self, pool: &str) -> Result<&CachedPool, CacheError> {
-        self.pools
-            .get(pool)
-            .ok_or_else(|| CacheError::NoSuchPool(pool.to_string()))
+        self.pools.get(pool).ok_or_else(|| CacheError::NoSuchPool(pool.to_string()))
     }
 }
 

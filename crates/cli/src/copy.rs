@@ -28,9 +28,7 @@ pub fn split_target(t: &str) -> (&str, &str) {
 /// `tarn put SRC... POOL/DS[:DIR]`.
 pub fn put_cmd(mut paths: Vec<PathBuf>) -> Result<(), CliError> {
     let Some(target) = paths.pop() else {
-        return Err(CliError::Usage(
-            "usage: tarn put SRC... POOL/DS[:DIR]".into(),
-        ));
+        return Err(CliError::Usage("usage: tarn put SRC... POOL/DS[:DIR]".into()));
     };
     let target = target.display().to_string();
     let (ds, dir) = split_target(&target);
@@ -53,10 +51,7 @@ pub fn ls_cmd(target: &str) -> Result<(), CliError> {
 fn resolve(ds: &Dataset, path: &str) -> Result<u64, CliError> {
     let mut ino = ROOT_ID;
     for part in path.split('/').filter(|p| !p.is_empty()) {
-        ino = ds
-            .lookup(ino, part.as_bytes())
-            .map_err(|e| CliError::file(path, e))?
-            .ino;
+        ino = ds.lookup(ino, part.as_bytes()).map_err(|e| CliError::file(path, e))?.ino;
     }
     Ok(ino)
 }
@@ -74,9 +69,7 @@ fn copy_in(ds: &Dataset, parent: u64, src: &Path) -> Result<(), CliError> {
     let shown = src.display().to_string();
     let host = |e| CliError::host(&shown, e);
     let fail = |e: FsError| CliError::file(&shown, e);
-    let name = src
-        .file_name()
-        .ok_or_else(|| CliError::Usage(format!("{shown}: has no file name")))?;
+    let name = src.file_name().ok_or_else(|| CliError::Usage(format!("{shown}: has no file name")))?;
     let meta = std::fs::symlink_metadata(src).map_err(host)?;
     let mode = meta.permissions().mode();
     let name = name.as_encoded_bytes();
@@ -94,12 +87,9 @@ fn copy_in(ds: &Dataset, parent: u64, src: &Path) -> Result<(), CliError> {
     } else if meta.file_type().is_symlink() {
         let target = std::fs::read_link(src).map_err(host)?;
         let link = NewObject::Symlink(target.as_os_str().as_encoded_bytes());
-        ds.create(parent, name, link, 0o777, meta.uid(), meta.gid())
-            .map_err(fail)?;
+        ds.create(parent, name, link, 0o777, meta.uid(), meta.gid()).map_err(fail)?;
     } else if meta.is_file() {
-        let attr = ds
-            .create(parent, name, NewObject::File, mode, meta.uid(), meta.gid())
-            .map_err(fail)?;
+        let attr = ds.create(parent, name, NewObject::File, mode, meta.uid(), meta.gid()).map_err(fail)?;
         let mut f = std::fs::File::open(src).map_err(host)?;
         let mut buf = vec![0u8; CHUNK];
         let mut off = 0u64;
@@ -123,14 +113,11 @@ fn cat(pool: &Pool, ds_name: &str, path: &str) -> Result<(), CliError> {
     let mut buf = vec![0u8; CHUNK];
     let mut off = 0;
     while off < size {
-        let n = ds
-            .read(ino, off, &mut buf)
-            .map_err(|e| CliError::file(path, e))?;
+        let n = ds.read(ino, off, &mut buf).map_err(|e| CliError::file(path, e))?;
         if n == 0 {
             break;
         }
-        out.write_all(&buf[..n])
-            .map_err(|e| CliError::host("stdout", e))?;
+        out.write_all(&buf[..n]).map_err(|e| CliError::host("stdout", e))?;
         off += n as u64;
     }
     Ok(())
@@ -141,9 +128,7 @@ fn ls(pool: &Pool, ds_name: &str, path: &str) -> Result<(), CliError> {
     let ino = resolve(&ds, path)?;
     for (name, child, kind) in ds.readdir(ino).map_err(|e| CliError::file(path, e))? {
         let shown = String::from_utf8_lossy(&name);
-        let a = ds
-            .getattr(child)
-            .map_err(|e| CliError::file(format!("{path}/{shown}"), e))?;
+        let a = ds.getattr(child).map_err(|e| CliError::file(format!("{path}/{shown}"), e))?;
         let t = match kind {
             FileKind::Dir => 'd',
             FileKind::Symlink => 'l',

@@ -24,35 +24,35 @@ pub fn run(cmd: DsCmd) -> Result<(), CliError> {
     }
 }
 
+/// `ds create [-o PROP=VALUE]… NAME`: every property is checked before the dataset
+/// exists, so a refused one creates nothing.
 fn create(options: &[String], name: &str) -> Result<(), CliError> {
-    let assignments = options
-        .iter()
-        .map(|o| split_assignment(o))
-        .collect::<Result<Vec<_>, _>>()?;
+    let assignments = options.iter().map(|o| split_assignment(o)).collect::<Result<Vec<_>, _>>()?;
     with_pool_of(name, |pool| {
-        pool.create_dataset(name)?;
-        for (k, v) in assignments {
-            pool.set_property(name, k, v)?;
-        }
+        pool.create_dataset_with(name, &assignments)?;
         Ok(())
     })
 }
 
+/// The datasets of one pool or of every pool; a pool whose devices are gone is said to
+/// be unavailable (on stderr) and the others are listed.
 fn list(pool: Option<&str>, out: Output) -> Result<(), CliError> {
     let mut rows: Vec<DatasetInfo> = Vec::new();
     for name in access::pool_names(pool)? {
-        rows.extend(with_pool(&name, |p| Ok(p.datasets_info()))?);
+        match with_pool(&name, |p| Ok(p.datasets_info())) {
+            Ok(sets) => rows.extend(sets),
+            Err(e) if pool.is_none() && crate::pool_cmd::unavailable(&e) => {
+                eprintln!("tarn: pool '{name}' is unavailable: {}", e.one_line());
+            }
+            Err(e) => return Err(e),
+        }
     }
     if out.json {
         return print_json(&rows);
     }
     let mut t = Table::new(&["NAME", "USED", "AVAIL", "LUSED", "RATIO", "MOUNTPOINT"]);
     for d in rows {
-        let ratio = if d.used == 0 {
-            1.0
-        } else {
-            d.logicalused as f64 / d.used as f64
-        };
+        let ratio = if d.used == 0 { 1.0 } else { d.logicalused as f64 / d.used as f64 };
         t.row(vec![
             d.name,
             out.size(d.used),
@@ -68,28 +68,20 @@ fn list(pool: Option<&str>, out: Output) -> Result<(), CliError> {
 
 /// "PROP=VALUE" → ("PROP", "VALUE").
 pub fn split_assignment(a: &str) -> Result<(&str, &str), CliError> {
-    a.split_once('=')
-        .ok_or_else(|| CliError::Usage(format!("'{a}' is not PROP=VALUE")))
+    a.split_once('=').ok_or_else(|| CliError::Usage(format!("'{a}' is not PROP=VALUE")))
 }
 
 /// `tarn set PROP=VALUE... DATASET`: the assignments are applied in order; the first
 /// one the engine refuses stops the command.
 pub fn set(mut args: Vec<String>) -> Result<(), CliError> {
     if args.len() < 2 {
-        return Err(CliError::Usage(
-            "usage: tarn set PROP=VALUE... DATASET".into(),
-        ));
+        return Err(CliError::Usage("usage: tarn set PROP=VALUE... DATASET".into()));
     }
     let ds = args.pop().unwrap_or_default();
     if ds.contains('=') {
-        return Err(CliError::Usage(format!(
-            "the last argument must be a dataset, not '{ds}'"
-        )));
+        return Err(CliError::Usage(format!("the last argument must be a dataset, not '{ds}'")));
     }
-    let assignments = args
-        .iter()
-        .map(|a| split_assignment(a))
-        .collect::<Result<Vec<_>, _>>()?;
+    let assignments = args.iter().map(|a| split_assignment(a)).collect::<Result<Vec<_>, _>>()?;
     with_pool_of(&ds, |pool| {
         for (k, v) in assignments {
             pool.set_property(&ds, k, v)?;
@@ -115,11 +107,7 @@ pub fn get(props: &str, dataset: &str, out: Output) -> Result<(), CliError> {
     }
     let mut t = Table::new(&["NAME", "PROPERTY", "VALUE", "SOURCE"]);
     for r in rows {
-        let value = if out.parsable {
-            r.raw.unwrap_or(r.value)
-        } else {
-            r.value
-        };
+        let value = if out.parsable { r.raw.unwrap_or(r.value) } else { r.value };
         t.row(vec![dataset.to_string(), r.property, value, r.source]);
     }
     t.print(out.scripted);
@@ -137,24 +125,15 @@ mod tests {
 
     #[test]
     fn an_assignment_without_equals_is_a_usage_error() {
-        assert_eq!(
-            split_assignment("recordsize=16K").expect("well formed"),
-            ("recordsize", "16K")
-        );
-        assert_eq!(
-            split_assignment("recordsize")
-                .expect_err("no =")
-                .exit_code(),
-            2
-        );
+        assert_eq!(split_assignment("recordsize=16K").expect("well formed"), ("recordsize", "16K"));
+        assert_eq!(split_assignment("recordsize").expect_err("no =").exit_code(), 2);
     }
 
     #[test]
     fn set_without_a_dataset_is_a_usage_error() {
         let err = set(vec!["recordsize=16K".into()]).expect_err("no dataset");
         assert_eq!(err.exit_code(), 2, "{err}");
-        let err = set(vec!["recordsize=16K".into(), "atime=off".into()])
-            .expect_err("last is an assignment");
+        let err = set(vec!["recordsize=16K".into(), "atime=off".into()]).expect_err("last is an assignment");
         assert_eq!(err.exit_code(), 2, "{err}");
     }
 }

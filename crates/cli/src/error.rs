@@ -32,10 +32,7 @@ pub enum CliError {
     File { path: String, source: FsError },
     /// A path on the host (a file being copied in, a mountpoint, the run directory).
     #[error("{path}: {source}")]
-    Host {
-        path: String,
-        source: std::io::Error,
-    },
+    Host { path: String, source: std::io::Error },
     #[error("cannot encode the JSON output: {0}")]
     Json(#[from] serde_json::Error),
 }
@@ -53,26 +50,16 @@ impl CliError {
     /// the one-line promise scripts rely on.
     pub fn one_line(&self) -> String {
         let text = self.to_string();
-        let lines: Vec<&str> = text
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .collect();
+        let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
         lines.join("; ")
     }
 
     pub fn host(path: impl std::fmt::Display, source: std::io::Error) -> CliError {
-        CliError::Host {
-            path: path.to_string(),
-            source,
-        }
+        CliError::Host { path: path.to_string(), source }
     }
 
     pub fn file(path: impl std::fmt::Display, source: FsError) -> CliError {
-        CliError::File {
-            path: path.to_string(),
-            source,
-        }
+        CliError::File { path: path.to_string(), source }
     }
 }
 
@@ -82,18 +69,9 @@ mod tests {
 
     #[test]
     fn a_malformed_command_line_exits_2_and_a_failed_command_1() {
-        assert_eq!(
-            CliError::Usage("'x' is not PROP=VALUE".into()).exit_code(),
-            2
-        );
-        assert_eq!(
-            CliError::Refused("pool 'tank' holds 1G of data".into()).exit_code(),
-            1
-        );
-        assert_eq!(
-            CliError::Pool(PoolError::NoSuchDataset("tank/x".into())).exit_code(),
-            1
-        );
+        assert_eq!(CliError::Usage("'x' is not PROP=VALUE".into()).exit_code(), 2);
+        assert_eq!(CliError::Refused("pool 'tank' holds 1G of data".into()).exit_code(), 1);
+        assert_eq!(CliError::Pool(PoolError::NoSuchDataset("tank/x".into())).exit_code(), 1);
     }
 
     #[test]

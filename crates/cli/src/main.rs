@@ -6,7 +6,9 @@
 //!
 //! | Room | Commands |
 //! |---|---|
-//! | `pool_cmd` | `pool create/add/import/export/destroy/status/list/scrub/clear` |
+//! | `pool_cmd` | `pool create/add/import/export/destroy/status/list/clear` |
+//! | `scrub_cmd` | `pool scrub` |
+//! | `iostat_cmd` | `pool iostat` |
 //! | `ds_cmd` | `ds create/destroy/list`, `set`, `get`, `inherit` |
 //! | `copy` | `put`, `cat`, `ls` |
 //! | `stats_cmd` | `stats`, `tune` |
@@ -32,12 +34,14 @@ mod copy;
 mod ds_cmd;
 mod error;
 mod exporter;
+mod iostat_cmd;
 mod manual;
 mod metrics;
 mod mount_all;
 mod mount_cmd;
 mod output;
 mod pool_cmd;
+mod scrub_cmd;
 mod space_check;
 mod stats_cmd;
 mod table;
@@ -67,45 +71,23 @@ fn run(cmd: Cmd) -> Result<(), CliError> {
     match cmd {
         Cmd::Pool(p) => pool_cmd::run(p),
         Cmd::Ds(d) => ds_cmd::run(d),
-        Cmd::Set {
-            assignments_then_dataset,
-        } => ds_cmd::set(assignments_then_dataset),
-        Cmd::Get {
-            props,
-            dataset,
-            out,
-        } => ds_cmd::get(&props, &dataset, out),
+        Cmd::Set { assignments_then_dataset } => ds_cmd::set(assignments_then_dataset),
+        Cmd::Get { props, dataset, out } => ds_cmd::get(&props, &dataset, out),
         Cmd::Inherit { prop, dataset } => ds_cmd::inherit(&prop, &dataset),
         Cmd::Put { paths } => copy::put_cmd(paths),
         Cmd::Cat { target } => copy::cat_cmd(&target),
         Cmd::Ls { target } => copy::ls_cmd(&target),
-        Cmd::Stats {
-            which,
-            pool,
-            json,
-            prometheus,
-        } => stats_cmd::stats(&which, &pool, json, prometheus),
+        Cmd::Stats { which, pool, json, prometheus } => stats_cmd::stats(&which, &pool, json, prometheus),
         Cmd::Tune { pool, setting } => stats_cmd::tune(&pool, &setting),
         Cmd::Mount { all: true, .. } => mount_all::mount_all(),
-        Cmd::Mount {
-            dataset,
-            mountpoint,
-            foreground,
-            threads,
-            also,
-            options,
-            ..
-        } => {
-            let options = tarn_fuse::MountOptions::parse(&options.join(","))
-                .map_err(|e| CliError::Usage(e.to_string()))?;
+        Cmd::Mount { dataset, mountpoint, foreground, threads, also, options, .. } => {
+            let options =
+                tarn_fuse::MountOptions::parse(&options.join(",")).map_err(|e| CliError::Usage(e.to_string()))?;
             mount_cmd::mount(required(dataset)?, mountpoint, foreground, threads, also, options)
         }
         Cmd::Umount { all: true, .. } => mount_all::umount_all(),
         Cmd::Umount { target, .. } => mount_cmd::umount(&required(target)?),
-        Cmd::Exporter {
-            listen,
-            allow_remote,
-        } => exporter::run(&listen, allow_remote),
+        Cmd::Exporter { listen, allow_remote } => exporter::run(&listen, allow_remote),
         Cmd::Completions { shell } => manual::completions(&shell),
         Cmd::Man { dir } => manual::man(dir.as_deref()),
     }

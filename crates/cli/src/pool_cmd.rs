@@ -1,93 +1,101 @@
-//! `tarn pool …`: create, add, import, export, destroy, status, list, scrub, clear.
+//! `tarn pool …`: create, add, import, export, destroy, status, list, clear (scrub is
+//! `scrub_cmd`'s, iostat `iostat_cmd`'s).
 //!
 //! Owns: turning the device words of a command line (`mirror A B log C`) into vdev
 //! specs, the pool lifecycle as the user sees it (the cache entry follows the pool:
 //! remembered at create and import, forgotten at export and destroy), the mounts an
-//! import starts, and the zpool-style status and list output.
+//! import starts, and the zpool-style status and list output (the scan line, data
+//! errors and, with `-v`, the files they hit).
 //! Promises: a malformed device list is refused before any device is touched; a pool is
 //! in the cache only once it exists on disk, and leaves it only once it is exported or
-//! destroyed; `destroy` of a pool holding data needs `-f`; a scrub that finds blocks no
-//! copy can repair fails the command (exit 1) after printing what it found.
+//! destroyed — or, when its devices are gone or hold another pool, once the user
+//! exports (or `destroy -f`s) it; such a pool is listed as UNAVAIL with the reason and
+//! does not stop the listing of the others; `destroy` of a pool holding data needs
+//! `-f`; the import listing leaves out pools imported here and names the devices it
+//! cannot use, and why.
 //! Must never: import a pool whose name is already imported here, or leave the cache
 //! naming devices the pool does not have.
 
 use std::path::PathBuf;
 
 use tarn_dataset::props::{format_size, parse_size};
-use tarn_pool::{CreateOptions, ImportOptions, Pool, PoolStatus, TopStatus, VdevSpec};
+use tarn_pool::{
+    CreateOptions, ImportOptions, LeafHealth, Pool, PoolError, PoolStatus, ScanKind, ScanState, ScanStatus, TopStatus,
+    VdevError, VdevSpec,
+};
 
 use crate::access::{self, with_pool};
 use crate::args::{Output, PoolCmd};
 use crate::cache::absolute;
 use crate::error::CliError;
-use crate::output::print_json;
+use crate::iostat_cmd;
+use crate::output::{format_duration, format_time, print_json};
+use crate::scrub_cmd::{eta, percent_done};
 use crate::space_check;
 use crate::table::Table;
 
 pub fn run(cmd: PoolCmd) -> Result<(), CliError> {
     match cmd {
-        PoolCmd::Create {
-            force,
-            options,
-            size,
-            pool,
-            vdevs,
-        } => create(force, &options, size.as_deref(), &pool, &vdevs),
-        PoolCmd::Add {
-            force,
-            size,
-            pool,
-            vdevs,
-        } => add_logs(force, size.as_deref(), &pool, &vdevs),
-        PoolCmd::Import { dirs, pool, json } => import(&dirs, pool.as_deref(), json),
-        PoolCmd::Export { pool } => {
-            access::open(&pool)?.export()?;
-            access::forget(&pool)
+        PoolCmd::Create { force, options, size, pool, vdevs } => {
+            create(force, &options, size.as_deref(), &pool, &vdevs)
         }
+        PoolCmd::Add { force, size, pool, vdevs } => add_logs(force, size.as_deref(), &pool, &vdevs),
+        PoolCmd::Import { dirs, pool, json } => import(&dirs, pool.as_deref(), json),
+        PoolCmd::Export { pool } => export(&pool),
         PoolCmd::Destroy { force, pool } => destroy(force, &pool),
-        PoolCmd::Status { pool, out } => status(pool.as_deref(), out),
+        PoolCmd::Status { verbose, pool, out } => status(pool.as_deref(), verbose, out),
         PoolCmd::List { out } => list(out),
-        PoolCmd::Scrub { pool, json } => scrub(&pool, json),
+        PoolCmd::Iostat { verbose, latency, scripted, parsable, words } => {
+            iostat_cmd::run(iostat_cmd::Request { verbose, latency, scripted, parsable, words })
+        }
+        PoolCmd::Scrub { stop, detach, pool, json } => crate::scrub_cmd::run(&pool, stop, detach, json),
         PoolCmd::Clear { pool } => with_pool(&pool, |p| Ok(p.clear_errors()?)),
     }
 }
 
-fn create(
-    force: bool,
-    options: &[String],
-    size: Option<&str>,
-    name: &str,
-    vdevs: &[String],
-) -> Result<(), CliError> {
-    let mut opts = CreateOptions {
-        force,
-        size: size.map(parse_size_flag).transpose()?,
-        ..Default::default()
-    };
+/// True if opening a remembered pool failed because its devices are gone, unreadable,
+/// or now hold another pool: the pool is UNAVAIL, and only forgetting it helps. (A pool
+/// held by another process is busy, not unavailable.)
+pub(crate) fn unavailable(e: &CliError) -> bool {
+    match e {
+        CliError::Pool(PoolError::Vdev(VdevError::Busy { .. })) => false,
+        CliError::Pool(PoolError::Vdev(_) | PoolError::CannotImport { .. }) => true,
+        // `access::open` refuses devices that now hold another pool this way.
+        CliError::Refused(_) => true,
+        _ => false,
+    }
+}
+
+/// `pool export`: commits and releases the pool; an unavailable one is forgotten.
+fn export(name: &str) -> Result<(), CliError> {
+    match access::open(name) {
+        Ok(p) => p.export()?,
+        Err(e) if unavailable(&e) => {
+            eprintln!("tarn: pool '{name}' is unavailable ({}); forgetting it", e.one_line());
+        }
+        Err(e) => return Err(e),
+    }
+    access::forget(name)
+}
+
+fn create(force: bool, options: &[String], size: Option<&str>, name: &str, vdevs: &[String]) -> Result<(), CliError> {
+    let mut opts = CreateOptions { force, size: size.map(parse_size_flag).transpose()?, ..Default::default() };
     for o in options {
         match o.split_once('=') {
             Some(("ashift", v)) => {
-                opts.ashift = v.parse().map_err(|_| {
-                    CliError::Usage(format!("invalid ashift '{v}': use a number from 9 to 16"))
-                })?;
+                opts.ashift = v
+                    .parse()
+                    .map_err(|_| CliError::Usage(format!("invalid ashift '{v}': use a number from 9 to 16")))?;
             }
-            _ => {
-                return Err(CliError::Usage(format!(
-                    "unknown pool option '{o}'; supported: ashift=N"
-                )))
-            }
+            _ => return Err(CliError::Usage(format!("unknown pool option '{o}'; supported: ashift=N"))),
         }
     }
     let (specs, logs) = split_logs(vdevs)?;
     if specs.is_empty() {
-        return Err(CliError::Usage(
-            "a pool needs at least one data device before `log`".into(),
-        ));
+        return Err(CliError::Usage("a pool needs at least one data device before `log`".into()));
     }
     if access::is_imported(name)? {
-        return Err(CliError::Refused(format!(
-            "pool '{name}' is already imported on this machine"
-        )));
+        return Err(CliError::Refused(format!("pool '{name}' is already imported on this machine")));
     }
     opts.logs = logs;
     space_check::warn_if_images_outgrow_free_space(specs.iter().chain(&opts.logs), opts.size);
@@ -101,9 +109,7 @@ fn add_logs(force: bool, size: Option<&str>, pool: &str, vdevs: &[String]) -> Re
     let size = size.map(parse_size_flag).transpose()?;
     let (data, logs) = split_logs(vdevs)?;
     if !data.is_empty() || logs.is_empty() {
-        return Err(CliError::Usage(
-            "only log devices can be added: tarn pool add POOL log DEV...".into(),
-        ));
+        return Err(CliError::Usage("only log devices can be added: tarn pool add POOL log DEV...".into()));
     }
     let pool_handle = access::open(pool)?;
     space_check::warn_if_images_outgrow_free_space(&logs, size);
@@ -111,18 +117,32 @@ fn add_logs(force: bool, size: Option<&str>, pool: &str, vdevs: &[String]) -> Re
     access::remember_devices(pool, logs.iter().flat_map(spec_paths))
 }
 
+/// `pool destroy`: a pool holding files or datasets needs `-f`; an unavailable pool
+/// cannot be marked destroyed on its devices, and `-f` forgets it.
 fn destroy(force: bool, name: &str) -> Result<(), CliError> {
-    let p = access::open(name)?;
-    let used: u64 = p
-        .datasets_info()
-        .iter()
-        .filter(|d| d.name == name)
-        .map(|d| d.logicalused)
-        .sum();
-    if used > 0 && !force {
+    let p = match access::open(name) {
+        Ok(p) => p,
+        Err(e) if unavailable(&e) && force => {
+            eprintln!(
+                "tarn: pool '{name}' is unavailable ({}); forgetting it, its devices are not written",
+                e.one_line()
+            );
+            return access::forget(name);
+        }
+        Err(e) if unavailable(&e) => {
+            return Err(CliError::Refused(format!(
+                "pool '{name}' is unavailable ({}); `tarn pool destroy -f {name}` forgets it",
+                e.one_line()
+            )))
+        }
+        Err(e) => return Err(e),
+    };
+    if !force && p.holds_data()? {
+        let datasets = p.dataset_names().len();
+        let used: u64 = p.datasets_info().iter().filter(|d| d.name == name).map(|d| d.used).sum();
         p.close()?;
         return Err(CliError::Refused(format!(
-            "pool '{name}' holds {} of data; use -f to destroy it",
+            "pool '{name}' holds data ({datasets} datasets, {} used); use -f to destroy it",
             format_size(used)
         )));
     }
@@ -130,32 +150,8 @@ fn destroy(force: bool, name: &str) -> Result<(), CliError> {
     access::forget(name)
 }
 
-fn scrub(name: &str, json: bool) -> Result<(), CliError> {
-    let r = with_pool(name, |p| Ok(p.scrub()?))?;
-    if json {
-        print_json(&r)?;
-    } else {
-        println!(
-            "scrub of '{name}': {} blocks ({}) in {:.1}s; {} bad copies found, {} unrecoverable",
-            r.blocks,
-            format_size(r.bytes),
-            r.seconds,
-            r.checksum_errors_seen,
-            r.errors
-        );
-    }
-    if r.errors > 0 {
-        return Err(CliError::Refused(format!(
-            "{} blocks could not be read from any copy; see `tarn pool status {name}`",
-            r.errors
-        )));
-    }
-    Ok(())
-}
-
 fn parse_size_flag(s: &str) -> Result<u64, CliError> {
-    parse_size(s)
-        .ok_or_else(|| CliError::Usage(format!("invalid --size '{s}': use a size like 512M, 4G")))
+    parse_size(s).ok_or_else(|| CliError::Usage(format!("invalid --size '{s}': use a size like 512M, 4G")))
 }
 
 /// Parses "DEV... mirror DEV DEV..." into vdev specs (paths made absolute).
@@ -171,9 +167,7 @@ fn parse_vdevs(words: &[String]) -> Result<Vec<VdevSpec>, CliError> {
                 i += 1;
             }
             if children.len() < 2 {
-                return Err(CliError::Usage(
-                    "a mirror needs at least two devices: mirror DEV DEV".into(),
-                ));
+                return Err(CliError::Usage("a mirror needs at least two devices: mirror DEV DEV".into()));
             }
             specs.push(VdevSpec::Mirror(children));
         } else {
@@ -187,9 +181,7 @@ fn parse_vdevs(words: &[String]) -> Result<Vec<VdevSpec>, CliError> {
 /// Splits "DEV... log DEV..." into data and log vdev specs.
 fn split_logs(words: &[String]) -> Result<(Vec<VdevSpec>, Vec<VdevSpec>), CliError> {
     match words.iter().position(|w| w == "log") {
-        Some(at) if at + 1 == words.len() => Err(CliError::Usage(
-            "`log` needs at least one device after it".into(),
-        )),
+        Some(at) if at + 1 == words.len() => Err(CliError::Usage("`log` needs at least one device after it".into())),
         Some(at) => Ok((parse_vdevs(&words[..at])?, parse_vdevs(&words[at + 1..])?)),
         None => Ok((parse_vdevs(words)?, Vec::new())),
     }
@@ -205,24 +197,23 @@ fn spec_paths(spec: &VdevSpec) -> Vec<PathBuf> {
 /// Without POOL: lists the pools found on the devices. With POOL (a name or an id):
 /// imports it, remembers it, and mounts its datasets that have a mountpoint.
 fn import(dirs: &[PathBuf], pool: Option<&str>, json: bool) -> Result<(), CliError> {
-    let dirs: Vec<PathBuf> = if dirs.is_empty() {
-        vec![PathBuf::from("/dev")]
-    } else {
-        dirs.iter().map(|d| absolute(d)).collect()
-    };
+    let dirs: Vec<PathBuf> =
+        if dirs.is_empty() { vec![PathBuf::from("/dev")] } else { dirs.iter().map(|d| absolute(d)).collect() };
     let found = tarn_pool::discover(&dirs);
     let Some(want) = pool else {
-        return list_importable(&found, json);
+        let cache = crate::cache::Cache::load()?;
+        let imported: Vec<u64> = cache.pools.values().map(|c| c.guid).collect();
+        let importable: Vec<tarn_pool::Discovered> =
+            found.pools.iter().filter(|d| !imported.contains(&d.guid)).cloned().collect();
+        return list_importable(&importable, &found.unusable, json);
     };
-    let matching: Vec<_> = found
-        .iter()
-        .filter(|d| d.name == want || d.guid.to_string() == want)
-        .collect();
+    let matching: Vec<_> = found.pools.iter().filter(|d| d.name == want || d.guid.to_string() == want).collect();
     let d = match matching.as_slice() {
         [] => {
             return Err(CliError::Refused(format!(
-                "no pool '{want}' found on devices in {}",
-                join_paths(&dirs)
+                "no pool '{want}' found on devices in {}{}",
+                join_paths(&dirs),
+                unusable_note(&found.unusable)
             )))
         }
         [one] => *one,
@@ -233,10 +224,7 @@ fn import(dirs: &[PathBuf], pool: Option<&str>, json: bool) -> Result<(), CliErr
         }
     };
     if access::is_imported(&d.name)? {
-        return Err(CliError::Refused(format!(
-            "a pool named '{}' is already imported on this machine",
-            d.name
-        )));
+        return Err(CliError::Refused(format!("a pool named '{}' is already imported on this machine", d.name)));
     }
     let p = Pool::import_paths(&d.devices, &ImportOptions::default())?;
     access::remember(&p, d.devices.clone())?;
@@ -246,7 +234,24 @@ fn import(dirs: &[PathBuf], pool: Option<&str>, json: bool) -> Result<(), CliErr
     mount_at_import(&name, to_mount)
 }
 
-fn list_importable(found: &[tarn_pool::Discovered], json: bool) -> Result<(), CliError> {
+/// `; PATH: reason` for each device a search could not use (none: empty).
+fn unusable_note(unusable: &[tarn_pool::Unusable]) -> String {
+    unusable.iter().map(|u| format!("; {}", u.reason)).collect()
+}
+
+/// Lists the pools that can be imported (not those imported here), and says which
+/// devices could not be used and why; only such devices and no pool is a failure.
+fn list_importable(
+    found: &[tarn_pool::Discovered],
+    unusable: &[tarn_pool::Unusable],
+    json: bool,
+) -> Result<(), CliError> {
+    if found.is_empty() && !unusable.is_empty() {
+        return Err(CliError::Refused(format!("no pools available to import{}", unusable_note(unusable))));
+    }
+    for u in unusable {
+        eprintln!("tarn: cannot use {}", u.reason);
+    }
     if json {
         let list: Vec<serde_json::Value> = found
             .iter()
@@ -294,53 +299,62 @@ pub(crate) fn mount_at_import(pool: &str, mut to_mount: Vec<(String, PathBuf)>) 
         return Ok(());
     }
     for (ds, mp) in &to_mount {
-        std::fs::create_dir_all(mp).map_err(|e| {
-            CliError::host(
-                format!("cannot create mountpoint {} of {ds}", mp.display()),
-                e,
-            )
-        })?;
+        std::fs::create_dir_all(mp)
+            .map_err(|e| CliError::host(format!("cannot create mountpoint {} of {ds}", mp.display()), e))?;
     }
     let (first, _) = to_mount.remove(0);
     // A fresh `tarn mount` process: this one has threads now (the import used the
     // pool), and the mount daemon must fork before any thread exists.
-    let exe =
-        std::env::current_exe().map_err(|e| CliError::host("cannot find the tarn binary", e))?;
+    let exe = std::env::current_exe().map_err(|e| CliError::host("cannot find the tarn binary", e))?;
     let mut cmd = std::process::Command::new(exe);
     cmd.args(["mount", first.as_str()]);
     for (ds, _) in &to_mount {
         cmd.args(["--also", ds.as_str()]);
     }
-    let out = cmd
-        .output()
-        .map_err(|e| CliError::host("cannot run tarn mount", e))?;
+    let out = cmd.output().map_err(|e| CliError::host("cannot run tarn mount", e))?;
     if out.status.success() {
         return Ok(());
     }
     let msg = String::from_utf8_lossy(&out.stderr);
     let msg = msg.trim().trim_start_matches("tarn: ");
-    Err(CliError::Refused(format!(
-        "pool '{pool}' is imported, but mounting its datasets failed: {msg}"
-    )))
+    Err(CliError::Refused(format!("pool '{pool}' is imported, but mounting its datasets failed: {msg}")))
 }
 
 fn join_paths(p: &[PathBuf]) -> String {
-    p.iter()
-        .map(|p| p.display().to_string())
-        .collect::<Vec<_>>()
-        .join(", ")
+    p.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
 }
 
-/// The status of each pool listed (one, or every imported pool).
-fn statuses(pool: Option<&str>) -> Result<Vec<PoolStatus>, CliError> {
-    access::pool_names(pool)?
-        .iter()
-        .map(|name| with_pool(name, |p| Ok(p.status())))
-        .collect()
+/// A remembered pool as a listing shows it.
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+enum Listed {
+    Open(Box<PoolStatus>),
+    /// Its devices are gone or hold another pool.
+    Unavail {
+        name: String,
+        state: &'static str,
+        reason: String,
+    },
 }
 
-fn status(pool: Option<&str>, out: Output) -> Result<(), CliError> {
-    let all = statuses(pool)?;
+/// The status of each pool listed (one, or every imported pool); a pool that cannot be
+/// opened for want of its devices is UNAVAIL, and the others are still shown.
+fn statuses(pool: Option<&str>, verbose: bool) -> Result<Vec<Listed>, CliError> {
+    let mut out = Vec::new();
+    for name in access::pool_names(pool)? {
+        crate::scrub_cmd::refuse_if_scrubbing(&name)?;
+        let got = with_pool(&name, |p| Ok(if verbose { p.status_verbose() } else { p.status() }));
+        out.push(match got {
+            Ok(s) => Listed::Open(Box::new(s)),
+            Err(e) if unavailable(&e) => Listed::Unavail { name, state: "UNAVAIL", reason: e.one_line() },
+            Err(e) => return Err(e),
+        });
+    }
+    Ok(out)
+}
+
+fn status(pool: Option<&str>, verbose: bool, out: Output) -> Result<(), CliError> {
+    let all = statuses(pool, verbose)?;
     if all.is_empty() {
         println!("no pools imported");
         return Ok(());
@@ -348,84 +362,173 @@ fn status(pool: Option<&str>, out: Output) -> Result<(), CliError> {
     if out.json {
         return print_json(&all);
     }
-    all.iter().for_each(print_status);
+    for listed in &all {
+        match listed {
+            Listed::Open(s) => print_status(s, verbose),
+            Listed::Unavail { name, reason, .. } => {
+                println!(
+                    "  pool: {name}
+ state: UNAVAIL
+status: {reason}
+action: reattach the devices and run `tarn pool import -d DIR {name}`, or `tarn pool export {name}` to forget it
+"
+                );
+            }
+        }
+    }
     Ok(())
 }
 
 /// READ, WRITE and CKSUM error counts of a top-level vdev (its leaves summed).
 fn top_errors(top: &TopStatus) -> [u64; 3] {
-    top.leaves.iter().fold([0; 3], |a, l| {
-        [
-            a[0] + l.read_errors,
-            a[1] + l.write_errors,
-            a[2] + l.checksum_errors,
-        ]
-    })
+    top.leaves.iter().fold([0; 3], |a, l| [a[0] + l.read_errors, a[1] + l.write_errors, a[2] + l.checksum_errors])
 }
 
 /// READ, WRITE and CKSUM error counts of the whole pool.
 fn pool_errors(s: &PoolStatus) -> [u64; 3] {
-    s.vdevs
-        .iter()
-        .map(top_errors)
-        .fold([0; 3], |a, e| [a[0] + e[0], a[1] + e[1], a[2] + e[2]])
+    s.vdevs.iter().map(top_errors).fold([0; 3], |a, e| [a[0] + e[0], a[1] + e[1], a[2] + e[2]])
 }
 
-fn print_status(s: &PoolStatus) {
+/// The `status:` and `action:` lines zpool shows for a pool that needs attention.
+fn attention(s: &PoolStatus) -> Option<(String, String)> {
+    let leaves = || s.vdevs.iter().flat_map(|t| &t.leaves);
+    let name = &s.name;
+    if let Some(reason) = &s.suspended {
+        return Some((
+            format!("suspended: {reason}"),
+            format!("export and import the pool (`tarn pool export {name}`) once the cause is fixed"),
+        ));
+    }
+    if leaves().any(|l| l.health != LeafHealth::Online) {
+        return Some((
+            "One or more devices could not be opened or were faulted. The pool continues on the copies left, with less redundancy.".into(),
+            format!("reattach the device, then export and import the pool (`tarn pool import -d DIR {name}`); it is resilvered"),
+        ));
+    }
+    if s.data_errors > 0 {
+        return Some((
+            "One or more devices has experienced an error resulting in data corruption. Applications may be affected."
+                .into(),
+            "Restore the file in question if possible. Otherwise restore the entire pool from backup.".into(),
+        ));
+    }
+    if leaves().any(|l| l.missed_txgs.is_some()) {
+        return Some((
+            "One or more devices is being resilvered: it missed writes while it was away.".into(),
+            "Wait for the resilver to complete.".into(),
+        ));
+    }
+    None
+}
+
+/// The `scan:` line (and the progress line under it while a scan is under way).
+fn scan_lines(name: &str, scan: &ScanStatus) -> String {
+    let r = &scan.record;
+    let took = format_duration(r.active_secs);
+    let ended = format_time(r.ended);
+    match (r.kind, r.state) {
+        (ScanKind::Scrub, ScanState::Finished) => {
+            format!("scrub repaired {} in {took} with {} errors on {ended}", format_size(r.repaired), r.errors)
+        }
+        (ScanKind::Resilver, ScanState::Finished) => {
+            format!("resilvered {} in {took} with {} errors on {ended}", format_size(r.repaired), r.errors)
+        }
+        (kind, ScanState::Canceled) => format!("{kind} canceled on {ended}"),
+        (kind, ScanState::Scanning) => {
+            let rate = if r.active_secs > 0.0 { (r.examined as f64 / r.active_secs) as u64 } else { 0 };
+            let done = match kind {
+                ScanKind::Scrub => "repaired",
+                ScanKind::Resilver => "resilvered",
+            };
+            let left = match (scan.running, eta(r)) {
+                (true, Some(secs)) => format!("{} to go", format_duration(secs)),
+                (true, None) => "estimating the time left".into(),
+                (false, _) if kind == ScanKind::Resilver => {
+                    "cut short by a close; it resumes at the next import".into()
+                }
+                (false, _) => format!("cut short by a close; `tarn pool scrub {name}` resumes it"),
+            };
+            format!(
+                "{kind} in progress since {}\n        {} examined of {} at {}/s, {} {done}, {:.2}% done, {left}",
+                format_time(r.started),
+                format_size(r.examined),
+                format_size(r.to_examine),
+                format_size(rate),
+                format_size(r.repaired),
+                percent_done(r)
+            )
+        }
+    }
+}
+
+fn print_status(s: &PoolStatus, verbose: bool) {
     println!("  pool: {}", s.name);
     println!(" state: {}", s.state);
-    if let Some(reason) = &s.suspended {
-        println!("status: suspended: {reason}");
+    if let Some((status, action)) = attention(s) {
+        println!("status: {status}");
+        println!("action: {action}");
+    }
+    if let Some(scan) = &s.scan {
+        println!("  scan: {}", scan_lines(&s.name, scan));
     }
     println!("   txg: {}", s.txg);
     println!("config:\n");
-    let mut t = Table::new(&["NAME", "STATE", "READ", "WRITE", "CKSUM"]);
+    let mut t = Table::new(&["NAME", "STATE", "READ", "WRITE", "CKSUM", ""]);
     let counts = |e: [u64; 3]| e.map(|n| n.to_string());
     let [r, w, c] = counts(pool_errors(s));
-    t.row(vec![s.name.clone(), s.state.clone(), r, w, c]);
+    t.row(vec![s.name.clone(), s.state.clone(), r, w, c, String::new()]);
     let mut logs_header = false;
     for top in &s.vdevs {
         if top.log && !logs_header {
-            t.row(vec![
-                "logs".into(),
-                String::new(),
-                String::new(),
-                String::new(),
-                String::new(),
-            ]);
+            let mut row = vec!["logs".to_string()];
+            row.extend(std::iter::repeat_n(String::new(), 5));
+            t.row(row);
             logs_header = true;
         }
         let mirror = top.leaves.len() > 1;
         if mirror {
             let [r, w, c] = counts(top_errors(top));
-            t.row(vec![format!("  {}", top.name), top.health.clone(), r, w, c]);
+            let name = format!("  {}", top.name);
+            t.row(vec![name, top.health.clone(), r, w, c, String::new()]);
         }
         for l in &top.leaves {
             let indent = if mirror { "    " } else { "  " };
             // The health word as the JSON output spells it (ONLINE, DEGRADED…).
-            let health = serde_json::to_value(l.health)
-                .ok()
-                .and_then(|v| v.as_str().map(String::from))
-                .unwrap_or_default();
+            let health =
+                serde_json::to_value(l.health).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
             let [r, w, c] = counts([l.read_errors, l.write_errors, l.checksum_errors]);
-            t.row(vec![format!("{indent}{}", l.path), health, r, w, c]);
+            let note = match l.missed_txgs {
+                Some((first, last)) => format!("(resilvering: missed txgs {first}-{last})"),
+                None => String::new(),
+            };
+            t.row(vec![format!("{indent}{}", l.path), health, r, w, c, note]);
         }
     }
     t.print(false);
-    let [_, _, cksum] = pool_errors(s);
-    if cksum == 0 {
-        println!("\nerrors: No known data errors");
-    } else {
-        println!(
-            "\nerrors: {cksum} checksum errors since the last clear; run `tarn pool scrub {}` to find damaged files",
-            s.name
-        );
-    }
+    println!();
+    print_errors(s, verbose);
     println!();
 }
 
+/// The `errors:` line, and with `-v` the files with permanent errors.
+fn print_errors(s: &PoolStatus, verbose: bool) {
+    match (s.data_errors, verbose) {
+        (0, _) => println!("errors: No known data errors"),
+        (_, true) if !s.error_files.is_empty() => {
+            println!("errors: Permanent errors have been detected in the following files:\n");
+            for f in &s.error_files {
+                println!("        {f}");
+            }
+        }
+        (_, true) => {
+            println!("errors: No known data errors (the blocks that failed are no longer in use)")
+        }
+        (n, false) => println!("errors: {n} data errors, use '-v' for a list"),
+    }
+}
+
 fn list(out: Output) -> Result<(), CliError> {
-    let statuses = statuses(None)?;
+    let statuses = statuses(None, false)?;
     if out.json {
         return print_json(&statuses);
     }
@@ -434,16 +537,27 @@ fn list(out: Output) -> Result<(), CliError> {
         return Ok(());
     }
     let mut t = Table::new(&["NAME", "SIZE", "ALLOC", "FREE", "CAP", "HEALTH"]);
-    for s in &statuses {
-        let cap = (s.allocated * 100).checked_div(s.size).unwrap_or(0);
-        t.row(vec![
-            s.name.clone(),
-            out.size(s.size),
-            out.size(s.allocated),
-            out.size(s.free),
-            format!("{cap}%"),
-            s.state.clone(),
-        ]);
+    for listed in &statuses {
+        match listed {
+            Listed::Open(s) => {
+                let cap = (s.allocated * 100).checked_div(s.size).unwrap_or(0);
+                t.row(vec![
+                    s.name.clone(),
+                    out.size(s.size),
+                    out.size(s.allocated),
+                    out.size(s.free),
+                    format!("{cap}%"),
+                    s.state.clone(),
+                ]);
+            }
+            Listed::Unavail { name, state, reason } => {
+                let dash = || "-".to_string();
+                t.row(vec![name.clone(), dash(), dash(), dash(), dash(), state.to_string()]);
+                if !out.scripted {
+                    eprintln!("tarn: pool '{name}' is unavailable: {reason}");
+                }
+            }
+        }
     }
     t.print(out.scripted);
     Ok(())
@@ -459,16 +573,10 @@ mod tests {
 
     #[test]
     fn device_words_become_data_and_log_vdevs() {
-        let (data, logs) =
-            split_logs(&words("/a mirror /b /c log mirror /d /e")).expect("well formed");
-        assert!(
-            matches!(data.as_slice(), [VdevSpec::Disk(_), VdevSpec::Mirror(m)] if m.len() == 2)
-        );
+        let (data, logs) = split_logs(&words("/a mirror /b /c log mirror /d /e")).expect("well formed");
+        assert!(matches!(data.as_slice(), [VdevSpec::Disk(_), VdevSpec::Mirror(m)] if m.len() == 2));
         assert!(matches!(logs.as_slice(), [VdevSpec::Mirror(m)] if m.len() == 2));
-        assert_eq!(
-            spec_paths(&data[1]),
-            vec![PathBuf::from("/b"), PathBuf::from("/c")]
-        );
+        assert_eq!(spec_paths(&data[1]), vec![PathBuf::from("/b"), PathBuf::from("/c")]);
     }
 
     #[test]

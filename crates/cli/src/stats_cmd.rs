@@ -59,17 +59,11 @@ pub fn stats(which: &str, pool: &str, json: bool, prometheus: bool) -> Result<()
 pub fn tune(pool: &str, setting: &str) -> Result<(), CliError> {
     let (name, value) = split_assignment(setting)?;
     if name != "arc_max" {
-        return Err(CliError::Usage(format!(
-            "unknown tunable '{name}'; tunable: arc_max"
-        )));
+        return Err(CliError::Usage(format!("unknown tunable '{name}'; tunable: arc_max")));
     }
-    let bytes = parse_size(value)
-        .filter(|&b| b >= ARC_MAX_MIN)
-        .ok_or_else(|| {
-            CliError::Usage(format!(
-                "invalid arc_max '{value}': use a size of at least 16M, like 512M or 4G"
-            ))
-        })?;
+    let bytes = parse_size(value).filter(|&b| b >= ARC_MAX_MIN).ok_or_else(|| {
+        CliError::Usage(format!("invalid arc_max '{value}': use a size of at least 16M, like 512M or 4G"))
+    })?;
     if tarn_fuse::stats::read_published(pool).is_none() {
         // Name the pool's absence first if it is not even imported.
         access::pool_names(Some(pool))?;

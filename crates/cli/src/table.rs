@@ -34,11 +34,7 @@ impl Table {
                 )
             })
             .collect();
-        Table {
-            header: header.to_vec(),
-            rows: Vec::new(),
-            right,
-        }
+        Table { header: header.to_vec(), rows: Vec::new(), right }
     }
 
     pub fn row(&mut self, cells: Vec<String>) {
@@ -60,17 +56,18 @@ impl Table {
             }
         }
         let line = |cells: Vec<&str>| {
-            let parts: Vec<String> = cells
-                .iter()
-                .enumerate()
-                .map(|(i, c)| {
-                    if self.right[i] {
-                        format!("{c:>w$}", w = widths[i])
-                    } else {
-                        format!("{c:<w$}", w = widths[i])
-                    }
-                })
-                .collect();
+            let parts: Vec<String> =
+                cells
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| {
+                        if self.right[i] {
+                            format!("{c:>w$}", w = widths[i])
+                        } else {
+                            format!("{c:<w$}", w = widths[i])
+                        }
+                    })
+                    .collect();
             println!("{}", parts.join("  ").trim_end());
         };
         line(self.header.clone());

@@ -9,9 +9,7 @@ struct Env {
 
 impl Env {
     fn new() -> Env {
-        Env {
-            dir: tempfile::tempdir().expect("temp dir"),
-        }
+        Env { dir: tempfile::tempdir().expect("temp dir") }
     }
     fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
@@ -26,11 +24,7 @@ impl Env {
     }
     fn ok(&self, args: &[&str]) -> String {
         let out = self.tarn(args);
-        assert!(
-            out.status.success(),
-            "tarn {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "tarn {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
     /// Runs a command that must fail; returns its one-line error.
@@ -59,32 +53,16 @@ fn status_and_list_read_like_zpool() {
     let b = s(&env.path("b.img"));
     env.ok(&["pool", "create", "--size", "128M", "tank", "mirror", &a, &b]);
     let status = env.ok(&["pool", "status", "tank"]);
-    for needle in [
-        "pool: tank",
-        "state: ONLINE",
-        "mirror-0",
-        "READ",
-        "WRITE",
-        "CKSUM",
-        &a,
-        &b,
-        "No known data errors",
-    ] {
-        assert!(
-            status.contains(needle),
-            "status lacks {needle:?}:\n{status}"
-        );
+    for needle in ["pool: tank", "state: ONLINE", "mirror-0", "READ", "WRITE", "CKSUM", &a, &b, "No known data errors"]
+    {
+        assert!(status.contains(needle), "status lacks {needle:?}:\n{status}");
     }
     let list = env.ok(&["pool", "list", "-H", "-p"]);
     let cols: Vec<&str> = list.trim().split('\t').collect();
     assert_eq!(cols[0], "tank");
-    assert!(
-        cols[1].parse::<u64>().unwrap() > 100 << 20,
-        "pool size in bytes: {list}"
-    );
+    assert!(cols[1].parse::<u64>().unwrap() > 100 << 20, "pool size in bytes: {list}");
     assert_eq!(cols[5], "ONLINE");
-    let json: serde_json::Value =
-        serde_json::from_str(&env.ok(&["pool", "status", "--json"])).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&env.ok(&["pool", "status", "--json"])).unwrap();
     assert_eq!(json[0]["vdevs"][0]["leaves"].as_array().unwrap().len(), 2);
 }
 
@@ -95,18 +73,11 @@ fn properties_inherit_with_sources_and_bad_values_are_refused() {
     env.ok(&["set", "compression=zstd-3", "tank"]);
     env.ok(&["ds", "create", "-o", "recordsize=16k", "tank/db"]);
     let out = env.ok(&["get", "-H", "compression,recordsize,sync", "tank/db"]);
-    assert!(
-        out.contains("tank/db\tcompression\tzstd-3\tinherited from tank"),
-        "{out}"
-    );
+    assert!(out.contains("tank/db\tcompression\tzstd-3\tinherited from tank"), "{out}");
     assert!(out.contains("tank/db\trecordsize\t16K\tlocal"), "{out}");
     assert!(out.contains("tank/db\tsync\tstandard\tdefault"), "{out}");
     let err = env.fails(&["set", "recordsize=3K", "tank/db"]);
-    assert!(
-        err.contains("invalid value '3K' for property 'recordsize'")
-            && err.contains("power of two"),
-        "{err}"
-    );
+    assert!(err.contains("invalid value '3K' for property 'recordsize'") && err.contains("power of two"), "{err}");
     let err = env.fails(&["set", "compression=zstd-42", "tank/db"]);
     assert!(err.contains("zstd-1"), "{err}");
     let err = env.fails(&["set", "used=5", "tank/db"]);
@@ -117,9 +88,7 @@ fn properties_inherit_with_sources_and_bad_values_are_refused() {
     let out = env.ok(&["get", "-H", "recordsize", "tank/db"]);
     assert!(out.contains("16K"), "{out}");
     env.ok(&["inherit", "recordsize", "tank/db"]);
-    assert!(env
-        .ok(&["get", "-H", "recordsize", "tank/db"])
-        .contains("128K\tdefault"));
+    assert!(env.ok(&["get", "-H", "recordsize", "tank/db"]).contains("128K\tdefault"));
 }
 
 #[test]
@@ -134,15 +103,9 @@ fn files_put_into_a_dataset_survive_export_and_import() {
     env.ok(&["put", &s(&src), "tank/db"]);
     env.ok(&["pool", "export", "tank"]);
     let err = env.fails(&["pool", "status", "tank"]);
-    assert!(
-        err.contains("no such pool 'tank'") && err.contains("import"),
-        "{err}"
-    );
+    assert!(err.contains("no such pool 'tank'") && err.contains("import"), "{err}");
     let listing = env.ok(&["pool", "import", "-d", &s(env.dir.path())]);
-    assert!(
-        listing.contains("pool: tank") && listing.contains("Exported"),
-        "{listing}"
-    );
+    assert!(listing.contains("pool: tank") && listing.contains("Exported"), "{listing}");
     env.ok(&["pool", "import", "-d", &s(env.dir.path()), "tank"]);
     let out = Command::new(env!("CARGO_BIN_EXE_tarn"))
         .args(["cat", "tank/db:/src/sub/data.ibd"])
@@ -161,43 +124,19 @@ fn bad_devices_and_arguments_get_one_clear_line() {
     let env = Env::new();
     let small = s(&env.path("small.img"));
     let err = env.fails(&["pool", "create", "--size", "16M", "tank", &small]);
-    assert!(
-        err.contains("too small") && err.contains("67108864"),
-        "{err}"
-    );
+    assert!(err.contains("too small") && err.contains("67108864"), "{err}");
     let err = env.fails(&["pool", "create", "tank", &s(&env.path("missing.img"))]);
-    assert!(
-        err.contains("no such device") && err.contains("--size"),
-        "{err}"
-    );
+    assert!(err.contains("no such device") && err.contains("--size"), "{err}");
     let err = env.fails(&["pool", "create", "--size", "lots", "tank", &small]);
     assert!(err.contains("invalid --size 'lots'"), "{err}");
-    let err = env.fails(&[
-        "pool",
-        "create",
-        "--size",
-        "128M",
-        "9tank",
-        &s(&env.path("x.img")),
-    ]);
+    let err = env.fails(&["pool", "create", "--size", "128M", "9tank", &s(&env.path("x.img"))]);
     assert!(err.contains("invalid pool or dataset name"), "{err}");
-    let err = env.fails(&[
-        "pool",
-        "create",
-        "--size",
-        "128M",
-        "tank",
-        "mirror",
-        &s(&env.path("y.img")),
-    ]);
+    let err = env.fails(&["pool", "create", "--size", "128M", "tank", "mirror", &s(&env.path("y.img"))]);
     assert!(err.contains("mirror needs at least two devices"), "{err}");
 
     let img = env.create_pool();
     let err = env.fails(&["pool", "create", "--size", "128M", "other", &img]);
-    assert!(
-        err.contains("is part of pool 'tank'") && err.contains("-f"),
-        "{err}"
-    );
+    assert!(err.contains("is part of pool 'tank'") && err.contains("-f"), "{err}");
 
     let junk = env.path("junk.img");
     std::fs::write(&junk, vec![0x5au8; 70 << 20]).unwrap();
@@ -248,9 +187,7 @@ fn a_pool_on_a_block_device() {
     let out = env.tarn(&["cat", "blk:/src/f"]);
     assert!(out.status.success());
     assert_eq!(out.stdout, data);
-    assert!(env
-        .ok(&["pool", "scrub", "blk"])
-        .contains("0 unrecoverable"));
+    assert!(env.ok(&["pool", "scrub", "blk"]).contains("0 unrecoverable"));
     env.ok(&["pool", "destroy", "-f", "blk"]);
 }
 
@@ -271,52 +208,22 @@ fn a_malformed_command_line_exits_2_and_a_failed_command_1() {
         &["pool", "frobnicate"][..],
         &["set", "recordsize=16K"],
         &["set", "recordsize", "tank"],
-        &[
-            "pool",
-            "create",
-            "--size",
-            "128M",
-            "t2",
-            "mirror",
-            "/nonexistent/a.img",
-        ],
-        &[
-            "pool",
-            "create",
-            "--size",
-            "lots",
-            "t2",
-            "/nonexistent/a.img",
-        ],
+        &["pool", "create", "--size", "128M", "t2", "mirror", "/nonexistent/a.img"],
+        &["pool", "create", "--size", "lots", "t2", "/nonexistent/a.img"],
         &["tune", "tank", "colour=blue"],
         &["mount", "tank", "--also", "other/ds"],
     ] {
         let (status, err) = code(malformed);
         assert_eq!(status, Some(2), "tarn {malformed:?} is malformed: {err}");
         if malformed[1] != "frobnicate" {
-            assert_eq!(
-                err.trim_end().lines().count(),
-                1,
-                "tarn {malformed:?}: one line: {err}"
-            );
+            assert_eq!(err.trim_end().lines().count(), 1, "tarn {malformed:?}: one line: {err}");
         }
     }
-    for failed in [
-        &["set", "recordsize=3K", "tank"][..],
-        &["pool", "status", "nopool"],
-        &["cat", "tank:/missing"],
-    ] {
+    for failed in [&["set", "recordsize=3K", "tank"][..], &["pool", "status", "nopool"], &["cat", "tank:/missing"]] {
         let (status, err) = code(failed);
         assert_eq!(status, Some(1), "tarn {failed:?} failed: {err}");
-        assert_eq!(
-            err.trim_end().lines().count(),
-            1,
-            "tarn {failed:?}: one line: {err}"
-        );
+        assert_eq!(err.trim_end().lines().count(), 1, "tarn {failed:?}: one line: {err}");
     }
     let (_, err) = code(&["cat", "tank:/missing"]);
-    assert!(
-        err.contains("/missing") && err.contains("no such file"),
-        "{err}"
-    );
+    assert!(err.contains("/missing") && err.contains("no such file"), "{err}");
 }

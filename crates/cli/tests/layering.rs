@@ -30,10 +30,7 @@ struct Edge {
 }
 
 fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .expect("workspace root exists")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("workspace root exists")
 }
 
 /// The `members = [...]` list of the root Cargo.toml, in order.
@@ -69,14 +66,19 @@ fn violations(members: &[Member], edges: &[Edge]) -> Vec<String> {
     let by_name: BTreeMap<&str, &Member> = members.iter().map(|m| (m.name.as_str(), m)).collect();
     let mut bad = Vec::new();
     for e in edges {
-        let (Some(from), Some(to)) = (by_name.get(e.from.as_str()), by_name.get(e.to.as_str()))
-        else {
+        let (Some(from), Some(to)) = (by_name.get(e.from.as_str()), by_name.get(e.to.as_str())) else {
             continue;
         };
         if to.index >= from.index {
             bad.push(format!(
                 "{} ({}, member #{}) has a {} dependency on {} ({}, member #{}), which is not listed before it",
-                from.name, from.path, from.index + 1, e.kind, to.name, to.path, to.index + 1
+                from.name,
+                from.path,
+                from.index + 1,
+                e.kind,
+                to.name,
+                to.path,
+                to.index + 1
             ));
         }
     }
@@ -92,21 +94,11 @@ fn workspace() -> (Vec<Member>, Vec<Edge>) {
 
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
-        .args([
-            "metadata",
-            "--format-version",
-            "1",
-            "--no-deps",
-            "--offline",
-        ])
+        .args(["metadata", "--format-version", "1", "--no-deps", "--offline"])
         .current_dir(&root)
         .output()
         .expect("run cargo metadata");
-    assert!(
-        out.status.success(),
-        "cargo metadata failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "cargo metadata failed: {}", String::from_utf8_lossy(&out.stderr));
     let meta: Value = serde_json::from_slice(&out.stdout).expect("cargo metadata prints JSON");
     let packages = meta["packages"].as_array().expect("packages array");
 
@@ -116,19 +108,12 @@ fn workspace() -> (Vec<Member>, Vec<Edge>) {
         let name = p["name"].as_str().expect("package name").to_string();
         let manifest = Path::new(p["manifest_path"].as_str().expect("manifest_path"));
         let dir = manifest.parent().expect("manifest has a directory");
-        let rel = dir
-            .strip_prefix(&root)
-            .unwrap_or(dir)
-            .to_string_lossy()
-            .to_string();
-        let index = order.iter().position(|m| *m == rel).unwrap_or_else(|| {
-            panic!("workspace crate {name} ({rel}) is not in the root Cargo.toml members list")
-        });
-        members.push(Member {
-            name: name.clone(),
-            path: rel,
-            index,
-        });
+        let rel = dir.strip_prefix(&root).unwrap_or(dir).to_string_lossy().to_string();
+        let index = order
+            .iter()
+            .position(|m| *m == rel)
+            .unwrap_or_else(|| panic!("workspace crate {name} ({rel}) is not in the root Cargo.toml members list"));
+        members.push(Member { name: name.clone(), path: rel, index });
         for d in p["dependencies"].as_array().expect("dependencies array") {
             edges.push(Edge {
                 from: name.clone(),
@@ -137,47 +122,30 @@ fn workspace() -> (Vec<Member>, Vec<Edge>) {
             });
         }
     }
-    assert_eq!(
-        members.len(),
-        order.len(),
-        "members list {order:?} and cargo metadata disagree"
-    );
+    assert_eq!(members.len(), order.len(), "members list {order:?} and cargo metadata disagree");
     (members, edges)
 }
 
 /// The workspace crates `from` depends on (any kind).
 fn workspace_deps_of<'a>(from: &str, members: &[Member], edges: &'a [Edge]) -> Vec<&'a str> {
     let is_member = |name: &str| members.iter().any(|m| m.name == name);
-    edges
-        .iter()
-        .filter(|e| e.from == from && is_member(&e.to))
-        .map(|e| e.to.as_str())
-        .collect()
+    edges.iter().filter(|e| e.from == from && is_member(&e.to)).map(|e| e.to.as_str()).collect()
 }
 
 #[test]
 fn every_crate_depends_only_on_crates_listed_before_it() {
     let (members, edges) = workspace();
     let bad = violations(&members, &edges);
-    assert!(
-        bad.is_empty(),
-        "layering violated (see docs/ARCHITECTURE.md):\n  {}",
-        bad.join("\n  ")
-    );
+    assert!(bad.is_empty(), "layering violated (see docs/ARCHITECTURE.md):\n  {}", bad.join("\n  "));
 }
 
 #[test]
 fn fuse_depends_on_no_engine_crate_below_dataset() {
     let (members, edges) = workspace();
     let below = engine_crates_below("tarn-dataset", &members);
-    let reached: Vec<&str> = workspace_deps_of("tarn-fuse", &members, &edges)
-        .into_iter()
-        .filter(|d| below.contains(d))
-        .collect();
-    assert!(
-        reached.is_empty(),
-        "tarn-fuse must use only the dataset API and above, but depends on {reached:?}"
-    );
+    let reached: Vec<&str> =
+        workspace_deps_of("tarn-fuse", &members, &edges).into_iter().filter(|d| below.contains(d)).collect();
+    assert!(reached.is_empty(), "tarn-fuse must use only the dataset API and above, but depends on {reached:?}");
 }
 
 #[test]
@@ -187,8 +155,7 @@ fn fuse_sources_use_no_engine_crate_below_dataset() {
     let src = workspace_root().join("crates/fuse/src");
     let mut bad = Vec::new();
     for file in rust_files(&src) {
-        let text = std::fs::read_to_string(&file)
-            .unwrap_or_else(|e| panic!("read {}: {e}", file.display()));
+        let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("read {}: {e}", file.display()));
         for (n, line) in text.lines().enumerate() {
             for krate in &below {
                 if names_crate(line, krate) {
@@ -197,22 +164,14 @@ fn fuse_sources_use_no_engine_crate_below_dataset() {
             }
         }
     }
-    assert!(
-        bad.is_empty(),
-        "tarn-fuse reaches past the dataset API:\n  {}",
-        bad.join("\n  ")
-    );
+    assert!(bad.is_empty(), "tarn-fuse reaches past the dataset API:\n  {}", bad.join("\n  "));
 }
 
 /// The engine crates listed before `name` (the daemon plumbing and the pacer stand
 /// beside the engine: a layer may use the daemon plumbing wherever it sits).
 fn engine_crates_below<'a>(name: &str, members: &'a [Member]) -> Vec<&'a str> {
     const BESIDE_THE_ENGINE: [&str; 2] = ["tarn-daemon", "tarn-pacer"];
-    let at = members
-        .iter()
-        .find(|m| m.name == name)
-        .unwrap_or_else(|| panic!("{name} is a workspace member"))
-        .index;
+    let at = members.iter().find(|m| m.name == name).unwrap_or_else(|| panic!("{name} is a workspace member")).index;
     members
         .iter()
         .filter(|m| m.index < at && !BESIDE_THE_ENGINE.contains(&m.name.as_str()))
@@ -237,10 +196,7 @@ fn names_crate(line: &str, krate: &str) -> bool {
 /// Every `.rs` file under `dir`, recursively.
 fn rust_files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
-        .flatten()
-    {
+    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("read {}: {e}", dir.display())).flatten() {
         let path = entry.path();
         if path.is_dir() {
             out.extend(rust_files(&path));
@@ -254,50 +210,25 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
 #[test]
 fn a_crate_path_is_found_in_code_not_in_comments_or_longer_names() {
     assert!(names_crate("use tarn_objects::Timespec;", "tarn-objects"));
-    assert!(names_crate(
-        "    let t = tarn_objects::Timespec::now();",
-        "tarn-objects"
-    ));
-    assert!(!names_crate(
-        "use tarn_dataset::Timespec; // was tarn_objects::Timespec",
-        "tarn-objects"
-    ));
+    assert!(names_crate("    let t = tarn_objects::Timespec::now();", "tarn-objects"));
+    assert!(!names_crate("use tarn_dataset::Timespec; // was tarn_objects::Timespec", "tarn-objects"));
     assert!(!names_crate("use my_tarn_objects_shim::X;", "tarn-objects"));
 }
 
 #[test]
 fn an_upward_edge_is_reported_by_name() {
-    let m = |name: &str, index| Member {
-        name: name.into(),
-        path: format!("crates/{name}"),
-        index,
-    };
+    let m = |name: &str, index| Member { name: name.into(), path: format!("crates/{name}"), index };
     let members = [m("low", 0), m("high", 1)];
-    let edge = |from: &str, to: &str| Edge {
-        from: from.into(),
-        to: to.into(),
-        kind: "normal".into(),
-    };
+    let edge = |from: &str, to: &str| Edge { from: from.into(), to: to.into(), kind: "normal".into() };
     assert!(violations(&members, &[edge("high", "low"), edge("low", "serde")]).is_empty());
     let bad = violations(&members, &[edge("low", "high")]);
     assert_eq!(bad.len(), 1);
-    assert!(
-        bad[0].contains("low (crates/low, member #1) has a normal dependency on high"),
-        "{}",
-        bad[0]
-    );
-    assert_eq!(
-        violations(&members, &[edge("low", "low")]).len(),
-        1,
-        "a self edge is not below"
-    );
+    assert!(bad[0].contains("low (crates/low, member #1) has a normal dependency on high"), "{}", bad[0]);
+    assert_eq!(violations(&members, &[edge("low", "low")]).len(), 1, "a self edge is not below");
 }
 
 #[test]
 fn members_list_is_parsed_in_order_without_comments() {
     let toml = "[workspace]\n# members are layers\nmembers = [\n  \"crates/a\", # first\n  \"crates/b\",\n]\n";
-    assert_eq!(
-        members_in_order(toml),
-        vec!["crates/a".to_string(), "crates/b".to_string()]
-    );
+    assert_eq!(members_in_order(toml), vec!["crates/a".to_string(), "crates/b".to_string()]);
 }

@@ -17,9 +17,7 @@ use common::Env;
 const PAGE: usize = 16 << 10;
 
 fn pattern(seed: u8, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| seed.wrapping_add((i * 7 + i / 251) as u8))
-        .collect()
+    (0..len).map(|i| seed.wrapping_add((i * 7 + i / 251) as u8)).collect()
 }
 
 fn cpath(p: &Path) -> CString {
@@ -58,12 +56,7 @@ impl Drop for Aligned {
 fn fallocate(f: &File, mode: i32, off: i64, len: i64) {
     // SAFETY: plain syscall on an fd we own.
     let rc = unsafe { libc::fallocate(f.as_raw_fd(), mode, off, len) };
-    assert_eq!(
-        rc,
-        0,
-        "fallocate mode {mode}: {}",
-        std::io::Error::last_os_error()
-    );
+    assert_eq!(rc, 0, "fallocate mode {mode}: {}", std::io::Error::last_os_error());
 }
 
 fn check_pages(m: &common::Mounted) {
@@ -75,12 +68,10 @@ fn check_pages(m: &common::Mounted) {
         .open(m.p("pages"))
         .expect("create pages");
     for i in 0..8u8 {
-        f.write_at(&pattern(i, PAGE), i as u64 * PAGE as u64)
-            .expect("pwrite page");
+        f.write_at(&pattern(i, PAGE), i as u64 * PAGE as u64).expect("pwrite page");
     }
     // Odd offsets and sizes: a 512-byte log block straddling records, and 3 bytes.
-    f.write_at(&pattern(99, 512), 3 * PAGE as u64 - 100)
-        .expect("pwrite 512");
+    f.write_at(&pattern(99, 512), 3 * PAGE as u64 - 100).expect("pwrite 512");
     f.write_at(b"xyz", 12345).expect("pwrite 3");
     let mut want = Vec::new();
     for i in 0..8u8 {
@@ -92,8 +83,7 @@ fn check_pages(m: &common::Mounted) {
     f.read_exact_at(&mut got, 0).expect("pread all");
     assert!(got == want, "pages differ after pwrite");
     let mut one = vec![0u8; PAGE];
-    f.read_exact_at(&mut one, 5 * PAGE as u64)
-        .expect("pread page 5");
+    f.read_exact_at(&mut one, 5 * PAGE as u64).expect("pread page 5");
     assert_eq!(one, pattern(5, PAGE));
     f.sync_all().expect("fsync");
     f.sync_data().expect("fdatasync");
@@ -108,8 +98,7 @@ fn check_direct_and_dsync(m: &common::Mounted) {
         .open(m.p("direct"))
         .expect("O_DIRECT open");
     let buf = Aligned::new(PAGE, 0xAB);
-    f.write_at(buf.slice(), PAGE as u64)
-        .expect("O_DIRECT pwrite");
+    f.write_at(buf.slice(), PAGE as u64).expect("O_DIRECT pwrite");
     let rbuf = Aligned::new(PAGE, 0);
     // SAFETY: rbuf is valid for PAGE bytes; read into it through the fd.
     let n = unsafe { libc::pread(f.as_raw_fd(), rbuf.ptr.cast(), PAGE, PAGE as i64) };
@@ -126,13 +115,7 @@ fn check_direct_and_dsync(m: &common::Mounted) {
 }
 
 fn check_truncate_and_sparse(m: &common::Mounted) {
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(m.p("sparse"))
-        .expect("create");
+    let f = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(m.p("sparse")).expect("create");
     f.write_at(b"end", 10 << 20).expect("write far");
     let mut hole = vec![1u8; 64 << 10];
     f.read_exact_at(&mut hole, 1 << 20).expect("read hole");
@@ -155,37 +138,17 @@ fn check_names(m: &common::Mounted) {
     assert_eq!(fs::metadata(m.p("target")).expect("stat").nlink(), 2);
     assert_eq!(fs::read(m.p("link")).expect("read link"), b"new content");
     std::os::unix::fs::symlink("target", m.p("sym")).expect("symlink");
-    assert_eq!(
-        fs::read_link(m.p("sym")).expect("readlink").to_str(),
-        Some("target")
-    );
-    assert_eq!(
-        fs::read(m.p("sym")).expect("read via symlink"),
-        b"new content"
-    );
+    assert_eq!(fs::read_link(m.p("sym")).expect("readlink").to_str(), Some("target"));
+    assert_eq!(fs::read(m.p("sym")).expect("read via symlink"), b"new content");
     fs::create_dir_all(m.p("a/b/c")).expect("mkdir -p");
     fs::rename(m.p("a/b"), m.p("moved")).expect("rename dir");
     assert!(m.p("moved/c").is_dir());
     // RENAME_NOREPLACE refuses an existing target.
     let (s, d) = (cpath(&m.p("link")), cpath(&m.p("target")));
     // SAFETY: valid paths, AT_FDCWD.
-    let rc = unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            s.as_ptr(),
-            libc::AT_FDCWD,
-            d.as_ptr(),
-            libc::RENAME_NOREPLACE,
-        )
-    };
-    assert_eq!(
-        (rc, std::io::Error::last_os_error().raw_os_error()),
-        (-1, Some(libc::EEXIST))
-    );
-    assert_eq!(
-        fs::remove_dir(m.p("moved")).map_err(|e| e.raw_os_error()),
-        Err(Some(libc::ENOTEMPTY))
-    );
+    let rc = unsafe { libc::renameat2(libc::AT_FDCWD, s.as_ptr(), libc::AT_FDCWD, d.as_ptr(), libc::RENAME_NOREPLACE) };
+    assert_eq!((rc, std::io::Error::last_os_error().raw_os_error()), (-1, Some(libc::EEXIST)));
+    assert_eq!(fs::remove_dir(m.p("moved")).map_err(|e| e.raw_os_error()), Err(Some(libc::ENOTEMPTY)));
 }
 
 fn check_unlink_while_open(m: &common::Mounted) {
@@ -195,42 +158,22 @@ fn check_unlink_while_open(m: &common::Mounted) {
     fs::remove_file(m.p("doomed")).expect("unlink while open");
     assert!(!m.p("doomed").exists());
     let mut got = vec![0u8; data.len()];
-    f.read_exact_at(&mut got, 0)
-        .expect("read unlinked-but-open");
-    assert!(
-        got == data,
-        "unlinked file's data must live until the last close"
-    );
+    f.read_exact_at(&mut got, 0).expect("read unlinked-but-open");
+    assert!(got == data, "unlinked file's data must live until the last close");
 }
 
 fn check_attrs(m: &common::Mounted) {
     fs::write(m.p("attrs"), b"x").expect("write");
     fs::set_permissions(m.p("attrs"), fs::Permissions::from_mode(0o640)).expect("chmod");
     let p = cpath(&m.p("attrs"));
-    let times = [
-        libc::timespec {
-            tv_sec: 1_000_000,
-            tv_nsec: 5,
-        },
-        libc::timespec {
-            tv_sec: 2_000_000,
-            tv_nsec: 7,
-        },
-    ];
+    let times = [libc::timespec { tv_sec: 1_000_000, tv_nsec: 5 }, libc::timespec { tv_sec: 2_000_000, tv_nsec: 7 }];
     // SAFETY: valid path and two timespecs.
-    assert_eq!(
-        unsafe { libc::utimensat(libc::AT_FDCWD, p.as_ptr(), times.as_ptr(), 0) },
-        0,
-        "utimensat"
-    );
+    assert_eq!(unsafe { libc::utimensat(libc::AT_FDCWD, p.as_ptr(), times.as_ptr(), 0) }, 0, "utimensat");
     // SAFETY: valid path.
     assert_eq!(unsafe { libc::chown(p.as_ptr(), 1234, 5678) }, 0, "chown");
     let md = fs::metadata(m.p("attrs")).expect("stat");
     assert_eq!(md.mode() & 0o7777, 0o640);
-    assert_eq!(
-        (md.atime(), md.atime_nsec(), md.mtime(), md.mtime_nsec()),
-        (1_000_000, 5, 2_000_000, 7)
-    );
+    assert_eq!((md.atime(), md.atime_nsec(), md.mtime(), md.mtime_nsec()), (1_000_000, 5, 2_000_000, 7));
     assert_eq!((md.uid(), md.gid()), (1234, 5678));
 }
 
@@ -242,28 +185,14 @@ fn check_statfs(m: &common::Mounted) {
     let total = st.f_blocks * st.f_frsize;
     let avail = st.f_bavail * st.f_frsize;
     // Like zfs: size = used + available, so the pool's 1/32 reserve is not shown.
-    assert!(
-        total > 480 << 20 && total < 512 << 20,
-        "statfs size {total} should be the pool's 512M less its reserve"
-    );
+    assert!(total > 480 << 20 && total < 512 << 20, "statfs size {total} should be the pool's 512M less its reserve");
     assert!(avail > 0 && avail < total, "available {avail} of {total}");
 }
 
 fn check_fallocate(m: &common::Mounted) {
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(m.p("falloc"))
-        .expect("create");
+    let f = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(m.p("falloc")).expect("create");
     f.write_all_at(&pattern(3, 4 * PAGE), 0).expect("write");
-    fallocate(
-        &f,
-        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-        PAGE as i64,
-        PAGE as i64 + 100,
-    );
+    fallocate(&f, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, PAGE as i64, PAGE as i64 + 100);
     let mut got = vec![0u8; 4 * PAGE];
     f.read_exact_at(&mut got, 0).expect("read");
     let mut want = pattern(3, 4 * PAGE);
@@ -271,17 +200,9 @@ fn check_fallocate(m: &common::Mounted) {
     assert!(got == want, "PUNCH_HOLE zeroes exactly the range");
     assert_eq!(f.metadata().expect("stat").len(), 4 * PAGE as u64);
     fallocate(&f, libc::FALLOC_FL_KEEP_SIZE, 0, 1 << 20);
-    assert_eq!(
-        f.metadata().expect("stat").len(),
-        4 * PAGE as u64,
-        "KEEP_SIZE keeps the size"
-    );
+    assert_eq!(f.metadata().expect("stat").len(), 4 * PAGE as u64, "KEEP_SIZE keeps the size");
     fallocate(&f, 0, 0, 1 << 20);
-    assert_eq!(
-        f.metadata().expect("stat").len(),
-        1 << 20,
-        "mode 0 extends the size"
-    );
+    assert_eq!(f.metadata().expect("stat").len(), 1 << 20, "mode 0 extends the size");
 }
 
 fn check_big_directory(m: &common::Mounted) {
@@ -301,13 +222,7 @@ fn check_big_directory(m: &common::Mounted) {
 }
 
 fn check_shared_mmap(m: &common::Mounted) {
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(m.p("mapped"))
-        .expect("create");
+    let f = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(m.p("mapped")).expect("create");
     f.set_len(2 * PAGE as u64).expect("size");
     // SAFETY: mapping a file we hold open, length within its size; unmapped below.
     let ptr = unsafe {
@@ -320,12 +235,7 @@ fn check_shared_mmap(m: &common::Mounted) {
             0,
         )
     };
-    assert_ne!(
-        ptr,
-        libc::MAP_FAILED,
-        "shared mmap: {}",
-        std::io::Error::last_os_error()
-    );
+    assert_ne!(ptr, libc::MAP_FAILED, "shared mmap: {}", std::io::Error::last_os_error());
     // SAFETY: the mapping is 2*PAGE bytes long.
     unsafe {
         std::ptr::copy_nonoverlapping(b"mmap!".as_ptr(), ptr.cast::<u8>().add(PAGE + 3), 5);
@@ -333,8 +243,7 @@ fn check_shared_mmap(m: &common::Mounted) {
         libc::munmap(ptr, 2 * PAGE);
     }
     let mut got = [0u8; 5];
-    f.read_exact_at(&mut got, PAGE as u64 + 3)
-        .expect("pread after mmap write");
+    f.read_exact_at(&mut got, PAGE as u64 + 3).expect("pread after mmap write");
     assert_eq!(&got, b"mmap!");
 }
 
@@ -346,22 +255,13 @@ fn check_persisted(m: &common::Mounted) {
     assert_eq!(&got[12345..12348], b"xyz");
     assert_eq!(fs::read(m.p("target")).expect("target"), b"new content");
     assert_eq!(fs::metadata(m.p("link")).expect("link").nlink(), 2);
-    assert_eq!(
-        fs::read_link(m.p("sym")).expect("sym").to_str(),
-        Some("target")
-    );
+    assert_eq!(fs::read_link(m.p("sym")).expect("sym").to_str(), Some("target"));
     assert_eq!(fs::read(m.p("dsync")).expect("dsync"), b"durable");
     assert_eq!(fs::read_dir(m.p("big")).expect("big").count(), 10_000);
     let mut mm = [0u8; 5];
-    File::open(m.p("mapped"))
-        .expect("mapped")
-        .read_exact_at(&mut mm, PAGE as u64 + 3)
-        .expect("read");
+    File::open(m.p("mapped")).expect("mapped").read_exact_at(&mut mm, PAGE as u64 + 3).expect("read");
     assert_eq!(&mm, b"mmap!");
-    assert_eq!(
-        fs::metadata(m.p("attrs")).expect("attrs").mode() & 0o7777,
-        0o640
-    );
+    assert_eq!(fs::metadata(m.p("attrs")).expect("attrs").mode() & 0o7777, 0o640);
     assert_eq!(fs::metadata(m.p("falloc")).expect("falloc").len(), 1 << 20);
 }
 
@@ -381,10 +281,7 @@ fn posix_semantics_through_the_mount_and_after_remount() {
     check_shared_mmap(&m);
     // Another command on the pool says who holds it and how to release it.
     let busy = env.fails(&["ds", "list"]);
-    assert!(
-        busy.contains(&format!("pid {}", m.pid)) && busy.contains("tarn umount"),
-        "{busy}"
-    );
+    assert!(busy.contains(&format!("pid {}", m.pid)) && busy.contains("tarn umount"), "{busy}");
     m.umount();
     // The pool is free again, and everything is there after a new mount.
     env.ok(&["pool", "status", "tank"]);
@@ -402,21 +299,12 @@ fn fsynced_data_survives_kill_9_of_the_daemon() {
     f.sync_all().expect("fsync");
     fs::create_dir(m.p("dir")).expect("mkdir");
     fs::write(m.p("dir/f"), b"synced").expect("write");
-    File::open(m.p("dir/f"))
-        .expect("open")
-        .sync_all()
-        .expect("fsync file");
-    File::open(m.p("dir"))
-        .expect("open dir")
-        .sync_all()
-        .expect("fsync dir");
+    File::open(m.p("dir/f")).expect("open").sync_all().expect("fsync file");
+    File::open(m.p("dir")).expect("open dir").sync_all().expect("fsync dir");
     m.crash();
     let m = env.mount("mnt", &[]);
     assert!(fs::read(m.p("log")).expect("log after crash") == pattern(1, 3 * PAGE));
-    assert_eq!(
-        fs::read(m.p("dir/f")).expect("dir/f after crash"),
-        b"synced"
-    );
+    assert_eq!(fs::read(m.p("dir/f")).expect("dir/f after crash"), b"synced");
     m.umount();
 }
 
@@ -429,10 +317,7 @@ fn sigterm_commits_and_unmounts() {
     unsafe { libc::kill(m.pid as i32, libc::SIGTERM) };
     let pid = m.pid;
     m.gone();
-    assert!(
-        env.daemon_pid().is_none(),
-        "the mount record of pid {pid} is removed"
-    );
+    assert!(env.daemon_pid().is_none(), "the mount record of pid {pid} is removed");
     let got = env.ok(&["cat", "tank/db:/unsynced"]);
     assert_eq!(got, "committed at exit");
 }
@@ -446,17 +331,11 @@ fn bad_mounts_are_one_clear_error() {
     assert!(e.contains("does not exist") && e.contains("mkdir"), "{e}");
     fs::create_dir(&mp).expect("mkdir");
     let e = env.fails(&["mount", "tank/nope", mps]);
-    assert!(
-        e.contains("tank/nope") && e.contains("does not exist"),
-        "{e}"
-    );
+    assert!(e.contains("tank/nope") && e.contains("does not exist"), "{e}");
     let e = env.fails(&["mount", "other/db", mps]);
     assert!(e.contains("no such pool 'other'"), "{e}");
     let e = env.fails(&["mount", "tank/db"]);
-    assert!(
-        e.contains("mountpoint") && e.contains("tarn set mountpoint="),
-        "{e}"
-    );
+    assert!(e.contains("mountpoint") && e.contains("tarn set mountpoint="), "{e}");
     fs::write(mp.join("file"), b"x").expect("write");
     let e = env.fails(&["mount", "tank/db", mps]);
     assert!(e.contains("not empty"), "{e}");

@@ -33,12 +33,7 @@ fn write_synced(path: &Path, data: &[u8]) {
 
 /// Appends 1 MiB chunks until a write fails; returns (chunks written, the error).
 fn fill(path: &Path) -> (usize, std::io::Error) {
-    let mut f = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path)
-        .expect("create filler");
+    let mut f = OpenOptions::new().create(true).truncate(false).write(true).open(path).expect("create filler");
     for i in 0.. {
         if let Err(e) = f.write_all(&noise(1000 + i as u64, CHUNK)) {
             return (i, e);
@@ -50,13 +45,7 @@ fn fill(path: &Path) -> (usize, std::io::Error) {
 
 fn assert_file(path: &Path, want: &[u8]) {
     let got = fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
-    assert!(
-        got == want,
-        "{} changed: {} bytes read, {} written",
-        path.display(),
-        got.len(),
-        want.len()
-    );
+    assert!(got == want, "{} changed: {} bytes read, {} written", path.display(), got.len(), want.len());
 }
 
 #[test]
@@ -67,34 +56,16 @@ fn a_full_pool_gives_enospc_keeps_the_mount_and_loses_nothing() {
     write_synced(&m.p("keep"), &keep);
 
     let (chunks, err) = fill(&m.p("filler"));
-    assert_eq!(
-        err.raw_os_error(),
-        Some(libc::ENOSPC),
-        "the writer must see ENOSPC, got {err}"
-    );
-    assert!(
-        chunks >= 16,
-        "only {chunks} MiB fit before ENOSPC in a 64 MiB pool"
-    );
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "the writer must see ENOSPC, got {err}");
+    assert!(chunks >= 16, "only {chunks} MiB fit before ENOSPC in a 64 MiB pool");
     println!("ENOSPC after {chunks} MiB");
 
     // The mount is still up and serves what was there.
     assert_file(&m.p("keep"), &keep);
     let avail = nix_statvfs_avail(&m.mp);
-    assert!(
-        avail < (4 << 20),
-        "statfs says {avail} bytes are free on a full pool"
-    );
-    let again = OpenOptions::new()
-        .append(true)
-        .open(m.p("filler"))
-        .expect("open filler")
-        .write_all(&noise(7, CHUNK));
-    assert_eq!(
-        again.err().and_then(|e| e.raw_os_error()),
-        Some(libc::ENOSPC),
-        "still full"
-    );
+    assert!(avail < (4 << 20), "statfs says {avail} bytes are free on a full pool");
+    let again = OpenOptions::new().append(true).open(m.p("filler")).expect("open filler").write_all(&noise(7, CHUNK));
+    assert_eq!(again.err().and_then(|e| e.raw_os_error()), Some(libc::ENOSPC), "still full");
 
     // Deleting the filler gives its space back: a new file fits and is durable.
     fs::remove_file(m.p("filler")).expect("delete filler");
@@ -109,10 +80,7 @@ fn a_full_pool_gives_enospc_keeps_the_mount_and_loses_nothing() {
     assert!(!m.p("filler").exists(), "the deleted filler stays deleted");
     m.umount();
     let scrub = env.ok(&["pool", "scrub", "tank"]);
-    assert!(
-        scrub.contains("0 bad copies found, 0 unrecoverable"),
-        "scrub after the full-pool run: {scrub}"
-    );
+    assert!(scrub.contains("0 bad copies found, 0 unrecoverable"), "scrub after the full-pool run: {scrub}");
     let status = env.ok(&["pool", "status", "tank"]);
     assert!(
         status.contains("ONLINE") && !status.contains("DEGRADED"),
@@ -124,10 +92,6 @@ fn nix_statvfs_avail(p: &Path) -> u64 {
     let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).expect("no NUL");
     // SAFETY: statvfs fills the struct we pass for a valid path.
     let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
-    assert_eq!(
-        unsafe { libc::statvfs(c.as_ptr(), &mut s) },
-        0,
-        "statfs on the mount"
-    );
+    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut s) }, 0, "statfs on the mount");
     s.f_bavail * s.f_frsize
 }

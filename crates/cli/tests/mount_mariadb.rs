@@ -26,7 +26,13 @@ impl Mariadb {
         let _ = std::fs::remove_file(&socket);
         let log = std::fs::File::create(sockdir.join("mariadbd.log")).expect("log file");
         let child = Command::new("mariadbd")
-            .args(["--no-defaults", "--user=root", "--skip-networking", "--innodb-buffer-pool-size=32M", "--innodb-log-file-size=32M"])
+            .args([
+                "--no-defaults",
+                "--user=root",
+                "--skip-networking",
+                "--innodb-buffer-pool-size=32M",
+                "--innodb-log-file-size=32M",
+            ])
             .arg("--innodb-flush-method=O_DIRECT")
             .arg(format!("--datadir={}", datadir.display()))
             .arg(format!("--socket={}", socket.display()))
@@ -55,19 +61,11 @@ impl Mariadb {
     fn sysbench(&self, args: &[&str]) -> std::process::Output {
         Command::new("sysbench")
             .arg("oltp_read_write")
-            .args([
-                "--db-driver=mysql",
-                "--mysql-user=root",
-                "--mysql-db=sbtest",
-                TABLES,
-                ROWS,
-            ])
+            .args(["--db-driver=mysql", "--mysql-user=root", "--mysql-db=sbtest", TABLES, ROWS])
             .arg(format!("--mysql-socket={}", self.socket.display()))
             .args(args)
             .output()
-            .expect(
-                "sysbench is needed: apt-get install -y sysbench (scripts/setup.sh installs it)",
-            )
+            .expect("sysbench is needed: apt-get install -y sysbench (scripts/setup.sh installs it)")
     }
 
     fn kill9(&mut self) {
@@ -90,20 +88,20 @@ impl Drop for Mariadb {
 
 fn check_tables(db: &Mariadb) {
     for t in ["sbtest1", "sbtest2", "sbtest3", "sbtest4", "ledger"] {
-        let r = db
-            .query(&format!("CHECK TABLE sbtest.{t}"))
-            .expect("check table");
+        let r = db.query(&format!("CHECK TABLE sbtest.{t}")).expect("check table");
         assert!(r.ends_with("OK"), "CHECK TABLE {t}: {r}");
     }
 }
 
 /// One SQL statement through the mariadb client (as root, over the socket).
 fn query(socket: &Path, sql: &str) -> Result<String, String> {
-    common::text_of(
-        Command::new("mariadb")
-            .arg(format!("--socket={}", socket.display()))
-            .args(["-uroot", "--batch", "--skip-column-names", "-e", sql]),
-    )
+    common::text_of(Command::new("mariadb").arg(format!("--socket={}", socket.display())).args([
+        "-uroot",
+        "--batch",
+        "--skip-column-names",
+        "-e",
+        sql,
+    ]))
 }
 
 #[test]
@@ -114,44 +112,20 @@ fn mariadb_sysbench_and_kill_9_recovery_on_tarn() {
     let m = env.mount("mnt", &[]);
     let datadir = m.p("data");
     let install = Command::new("mariadb-install-db")
-        .args([
-            "--no-defaults",
-            "--user=root",
-            "--auth-root-authentication-method=normal",
-            "--skip-test-db",
-        ])
+        .args(["--no-defaults", "--user=root", "--auth-root-authentication-method=normal", "--skip-test-db"])
         .arg(format!("--datadir={}", datadir.display()))
         .output()
         .expect("mariadb-install-db is needed: apt-get install -y mariadb-server");
-    assert!(
-        install.status.success(),
-        "mariadb-install-db: {}",
-        String::from_utf8_lossy(&install.stderr)
-    );
+    assert!(install.status.success(), "mariadb-install-db: {}", String::from_utf8_lossy(&install.stderr));
     let db = Mariadb::start(&datadir, &sockdir);
     db.query("CREATE DATABASE sbtest").expect("create database");
-    db.query("CREATE TABLE sbtest.ledger (n BIGINT PRIMARY KEY) ENGINE=InnoDB")
-        .expect("ledger");
+    db.query("CREATE TABLE sbtest.ledger (n BIGINT PRIMARY KEY) ENGINE=InnoDB").expect("ledger");
     let prep = db.sysbench(&["prepare"]);
-    assert!(
-        prep.status.success(),
-        "sysbench prepare: {}",
-        String::from_utf8_lossy(&prep.stderr)
-    );
+    assert!(prep.status.success(), "sysbench prepare: {}", String::from_utf8_lossy(&prep.stderr));
     let run = db.sysbench(&["--threads=8", "--time=5", "run"]);
     let text = String::from_utf8_lossy(&run.stdout);
-    assert!(
-        run.status.success(),
-        "sysbench run: {}{}",
-        text,
-        String::from_utf8_lossy(&run.stderr)
-    );
-    let tps = text
-        .lines()
-        .find(|l| l.contains("transactions:"))
-        .unwrap_or("")
-        .trim()
-        .to_string();
+    assert!(run.status.success(), "sysbench run: {}{}", text, String::from_utf8_lossy(&run.stderr));
+    let tps = text.lines().find(|l| l.contains("transactions:")).unwrap_or("").trim().to_string();
     println!("sysbench oltp_read_write, 8 threads, 5 s: {tps}");
     // "ignored errors" are InnoDB deadlocks that sysbench retries by design; any other
     // error fails the run (non-zero exit, checked above).
@@ -166,9 +140,7 @@ fn mariadb_sysbench_and_kill_9_recovery_on_tarn() {
     // Crash mid-run: sysbench and the ledger client are writing when both daemons die.
     let mut db = db;
     let socket = db.socket.clone();
-    let ledger = common::Ledger::start(move |n| {
-        query(&socket, &format!("INSERT INTO sbtest.ledger VALUES ({n})"))
-    });
+    let ledger = common::Ledger::start(move |n| query(&socket, &format!("INSERT INTO sbtest.ledger VALUES ({n})")));
     let sock = db.socket.clone();
     let bench = std::thread::spawn(move || {
         let _ = Command::new("sysbench")
@@ -195,19 +167,9 @@ fn mariadb_sysbench_and_kill_9_recovery_on_tarn() {
     let m = env.mount("mnt", &[]);
     let db = Mariadb::start(&m.p("data"), &sockdir);
     check_tables(&db);
-    let present = db
-        .query(&format!(
-            "SELECT COUNT(*) FROM sbtest.ledger WHERE n <= {acked}"
-        ))
-        .expect("count ledger");
-    assert_eq!(
-        present,
-        acked.to_string(),
-        "every acknowledged commit (1..={acked}) survives kill -9"
-    );
-    println!(
-        "after kill -9: InnoDB recovered, CHECK TABLE ok, {acked} acknowledged commits all present"
-    );
+    let present = db.query(&format!("SELECT COUNT(*) FROM sbtest.ledger WHERE n <= {acked}")).expect("count ledger");
+    assert_eq!(present, acked.to_string(), "every acknowledged commit (1..={acked}) survives kill -9");
+    println!("after kill -9: InnoDB recovered, CHECK TABLE ok, {acked} acknowledged commits all present");
     db.stop();
     m.umount();
 }

@@ -62,12 +62,7 @@ fn step(rng: &mut StdRng, m: &common::Mounted, model: &mut Model, log: &mut Vec<
             let len = rng.gen_range(1..40_000usize);
             let byte: u8 = rng.gen();
             log.push(format!("write {name} off={off} len={len}"));
-            let f = OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(&path)
-                .expect("open for write");
+            let f = OpenOptions::new().write(true).create(true).truncate(false).open(&path).expect("open for write");
             f.write_all_at(&vec![byte; len], off).expect("pwrite");
             let c = model.content(name);
             let end = off as usize + len;
@@ -79,10 +74,7 @@ fn step(rng: &mut StdRng, m: &common::Mounted, model: &mut Model, log: &mut Vec<
         35..=54 => {
             log.push(format!("read {name}"));
             let Some(ino) = model.names.get(name) else {
-                assert!(
-                    !path.exists(),
-                    "{name} exists but the model has no such file; ops: {log:?}"
-                );
+                assert!(!path.exists(), "{name} exists but the model has no such file; ops: {log:?}");
                 return;
             };
             let want = &model.data[ino];
@@ -99,10 +91,7 @@ fn step(rng: &mut StdRng, m: &common::Mounted, model: &mut Model, log: &mut Vec<
                 got += n;
             }
             let end = (off as usize + len).min(want.len());
-            assert!(
-                buf[..got] == want[off as usize..end],
-                "read {name} at {off}+{len} differs; ops: {log:?}"
-            );
+            assert!(buf[..got] == want[off as usize..end], "read {name} at {off}+{len} differs; ops: {log:?}");
         }
         55..=62 => {
             if !model.names.contains_key(name) {
@@ -110,12 +99,7 @@ fn step(rng: &mut StdRng, m: &common::Mounted, model: &mut Model, log: &mut Vec<
             }
             let size = rng.gen_range(0..250_000u64);
             log.push(format!("truncate {name} {size}"));
-            OpenOptions::new()
-                .write(true)
-                .open(&path)
-                .expect("open")
-                .set_len(size)
-                .expect("ftruncate");
+            OpenOptions::new().write(true).open(&path).expect("open").set_len(size).expect("ftruncate");
             model.content(name).resize(size as usize, 0);
         }
         63..=67 => {
@@ -158,9 +142,7 @@ fn step(rng: &mut StdRng, m: &common::Mounted, model: &mut Model, log: &mut Vec<
         }
         77..=82 => {
             let to = NAMES[rng.gen_range(0..NAMES.len())];
-            if !model.names.contains_key(name)
-                || model.names.contains_key(to)
-                || (to.starts_with("sub/") && !model.sub)
+            if !model.names.contains_key(name) || model.names.contains_key(to) || (to.starts_with("sub/") && !model.sub)
             {
                 return;
             }
@@ -182,10 +164,7 @@ fn step(rng: &mut StdRng, m: &common::Mounted, model: &mut Model, log: &mut Vec<
                 return;
             }
             log.push(format!("fsync {name}"));
-            fs::File::open(&path)
-                .expect("open")
-                .sync_all()
-                .expect("fsync");
+            fs::File::open(&path).expect("open").sync_all().expect("fsync");
         }
         _ => {
             if model.sub && !model.names.keys().any(|n| n.starts_with("sub/")) {
@@ -214,12 +193,11 @@ fn verify(m: &common::Mounted, model: &Model, log: &[String]) {
         .collect();
     if model.sub {
         on_disk.retain(|n| n != "sub");
-        on_disk.extend(fs::read_dir(m.p("sub")).expect("readdir sub").map(|e| {
-            format!(
-                "sub/{}",
-                e.expect("entry").file_name().into_string().expect("utf8")
-            )
-        }));
+        on_disk.extend(
+            fs::read_dir(m.p("sub"))
+                .expect("readdir sub")
+                .map(|e| format!("sub/{}", e.expect("entry").file_name().into_string().expect("utf8"))),
+        );
     }
     on_disk.sort();
     let want: Vec<String> = model.names.keys().cloned().collect();
@@ -228,10 +206,7 @@ fn verify(m: &common::Mounted, model: &Model, log: &[String]) {
 
 #[test]
 fn random_operations_match_a_model_across_remounts() {
-    let seed: u64 = std::env::var("TARN_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
+    let seed: u64 = std::env::var("TARN_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random);
     println!("TARN_SEED={seed}");
     let mut rng = StdRng::seed_from_u64(seed);
     let env = common::Env::with_pool("256M");

@@ -7,25 +7,15 @@ use std::process::Command;
 
 #[test]
 fn pjdfstest_and_fsx_pass_on_the_mount() {
-    assert!(
-        std::path::Path::new("/dev/fuse").exists(),
-        "FUSE is unavailable (/dev/fuse missing): this test needs it"
-    );
+    assert!(std::path::Path::new("/dev/fuse").exists(), "FUSE is unavailable (/dev/fuse missing): this test needs it");
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/posix-suites.sh");
     let out = Command::new("bash")
         .args([script, "10000"])
         .env("TARN_BIN", env!("CARGO_BIN_EXE_tarn"))
         .output()
         .expect("run scripts/posix-suites.sh");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     println!("{text}");
     assert!(out.status.success(), "POSIX suites failed:\n{text}");
-    assert!(
-        text.contains(" 0 failed,"),
-        "pjdfstest summary missing or failures:\n{text}"
-    );
+    assert!(text.contains(" 0 failed,"), "pjdfstest summary missing or failures:\n{text}");
 }

@@ -21,29 +21,16 @@ const SCALE: &str = "2";
 
 fn bin(name: &str) -> PathBuf {
     let p = Path::new(BIN).join(name);
-    assert!(
-        p.exists(),
-        "{} is missing: apt-get install -y postgresql (scripts/setup.sh installs it)",
-        p.display()
-    );
+    assert!(p.exists(), "{} is missing: apt-get install -y postgresql (scripts/setup.sh installs it)", p.display());
     p
 }
 
 /// uid and gid of the `postgres` user.
 fn postgres_ids() -> (u32, u32) {
     let id = |flag: &str| {
-        let out = Command::new("id")
-            .args([flag, "postgres"])
-            .output()
-            .expect("run id");
-        assert!(
-            out.status.success(),
-            "no `postgres` user: apt-get install -y postgresql creates it"
-        );
-        String::from_utf8_lossy(&out.stdout)
-            .trim()
-            .parse::<u32>()
-            .expect("numeric id")
+        let out = Command::new("id").args([flag, "postgres"]).output().expect("run id");
+        assert!(out.status.success(), "no `postgres` user: apt-get install -y postgresql creates it");
+        String::from_utf8_lossy(&out.stdout).trim().parse::<u32>().expect("numeric id")
     };
     (id("-u"), id("-g"))
 }
@@ -86,22 +73,12 @@ impl Postgres {
             .arg(datadir)
             .arg("-k")
             .arg(sockdir)
-            .args([
-                "-c",
-                "listen_addresses=",
-                "-c",
-                "shared_buffers=16MB",
-                "-c",
-                "max_connections=20",
-            ])
+            .args(["-c", "listen_addresses=", "-c", "shared_buffers=16MB", "-c", "max_connections=20"])
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .expect("start postgres");
-        let mut db = Postgres {
-            child,
-            sockdir: sockdir.to_path_buf(),
-        };
+        let mut db = Postgres { child, sockdir: sockdir.to_path_buf() };
         db.wait_ready();
         db
     }
@@ -112,11 +89,7 @@ impl Postgres {
             if let Ok(Some(st)) = self.child.try_wait() {
                 panic!("postgres exited ({st}) during startup:\n{}", self.log());
             }
-            assert!(
-                Instant::now() < deadline,
-                "postgres did not start in time:\n{}",
-                self.log()
-            );
+            assert!(Instant::now() < deadline, "postgres did not start in time:\n{}", self.log());
             std::thread::sleep(Duration::from_millis(200));
         }
     }
@@ -188,17 +161,7 @@ fn children_of(parent: i32) -> Vec<i32> {
 fn query(sockdir: &Path, sql: &str) -> Result<String, String> {
     common::text_of(
         Command::new(bin("psql"))
-            .args([
-                "-X",
-                "-U",
-                "postgres",
-                "-d",
-                "postgres",
-                "-v",
-                "ON_ERROR_STOP=1",
-                "-At",
-                "-h",
-            ])
+            .args(["-X", "-U", "postgres", "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-At", "-h"])
             .arg(sockdir)
             .args(["-c", sql]),
     )
@@ -206,14 +169,7 @@ fn query(sockdir: &Path, sql: &str) -> Result<String, String> {
 
 fn amcheck(sockdir: &Path) {
     let out = Command::new(bin("pg_amcheck"))
-        .args([
-            "-U",
-            "postgres",
-            "--all",
-            "--install-missing",
-            "--heapallindexed",
-            "-h",
-        ])
+        .args(["-U", "postgres", "--all", "--install-missing", "--heapallindexed", "-h"])
         .arg(sockdir)
         .output()
         .expect("run pg_amcheck");
@@ -223,8 +179,7 @@ fn amcheck(sockdir: &Path) {
 /// A directory the postgres user can reach: the test's temp dir is 0700 root.
 fn open_to_postgres(env: &common::Env) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(env.dir.path(), std::fs::Permissions::from_mode(0o755))
-        .expect("chmod tempdir");
+    std::fs::set_permissions(env.dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod tempdir");
     let sockdir = env.path("sock");
     std::fs::create_dir(&sockdir).expect("sockdir");
     chown_postgres(&sockdir);
@@ -240,16 +195,7 @@ fn postgres_pgbench_and_kill_9_recovery_on_tarn() {
     std::fs::create_dir(&datadir).expect("mkdir pgdata on the mount");
     chown_postgres(&datadir);
     let init = as_postgres(bin("initdb"))
-        .args([
-            "-A",
-            "trust",
-            "-U",
-            "postgres",
-            "-E",
-            "UTF8",
-            "--no-instructions",
-            "-D",
-        ])
+        .args(["-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-instructions", "-D"])
         .arg(&datadir)
         .output()
         .expect("run initdb");
@@ -261,19 +207,14 @@ fn postgres_pgbench_and_kill_9_recovery_on_tarn() {
     let run = db.pgbench(&["-T", "5", "-c", "4", "-j", "2"]);
     check(&run, "pgbench -T 5 -c 4");
     let text = String::from_utf8_lossy(&run.stdout);
-    let tps = text
-        .lines()
-        .find(|l| l.starts_with("tps"))
-        .unwrap_or("")
-        .to_string();
+    let tps = text.lines().find(|l| l.starts_with("tps")).unwrap_or("").to_string();
     println!("pgbench scale {SCALE}, 4 clients, 5 s: {tps}");
     amcheck(&sockdir);
 
     // Crash mid-run: pgbench and the ledger client are writing when both die.
     let mut db = db;
     let dir = sockdir.clone();
-    let ledger =
-        common::Ledger::start(move |n| query(&dir, &format!("INSERT INTO ledger VALUES ({n})")));
+    let ledger = common::Ledger::start(move |n| query(&dir, &format!("INSERT INTO ledger VALUES ({n})")));
     let sd = sockdir.clone();
     let bench = std::thread::spawn(move || {
         let _ = Command::new(bin("pgbench"))
@@ -295,18 +236,9 @@ fn postgres_pgbench_and_kill_9_recovery_on_tarn() {
         "postgres should have run crash recovery:\n{}",
         db.log()
     );
-    let present = query(
-        &sockdir,
-        &format!("SELECT count(*) FROM ledger WHERE n <= {acked}"),
-    )
-    .expect("count ledger");
-    assert_eq!(
-        present,
-        acked.to_string(),
-        "every acknowledged commit (1..={acked}) survives kill -9"
-    );
-    let accounts =
-        query(&sockdir, "SELECT count(*) FROM pgbench_accounts").expect("count accounts");
+    let present = query(&sockdir, &format!("SELECT count(*) FROM ledger WHERE n <= {acked}")).expect("count ledger");
+    assert_eq!(present, acked.to_string(), "every acknowledged commit (1..={acked}) survives kill -9");
+    let accounts = query(&sockdir, "SELECT count(*) FROM pgbench_accounts").expect("count accounts");
     assert_eq!(accounts, "200000", "pgbench_accounts keeps its rows");
     amcheck(&sockdir);
     println!("after kill -9: postgres recovered, pg_amcheck clean, {acked} acknowledged commits all present");

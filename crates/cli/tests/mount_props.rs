@@ -20,22 +20,9 @@ const OLD: i64 = 1_000_000_000;
 
 fn set_times(p: &Path, sec: i64) {
     let c = CString::new(p.as_os_str().as_bytes()).expect("no NUL");
-    let ts = [
-        libc::timespec {
-            tv_sec: sec,
-            tv_nsec: 0,
-        },
-        libc::timespec {
-            tv_sec: sec,
-            tv_nsec: 0,
-        },
-    ];
+    let ts = [libc::timespec { tv_sec: sec, tv_nsec: 0 }, libc::timespec { tv_sec: sec, tv_nsec: 0 }];
     // SAFETY: valid path and two timespecs.
-    assert_eq!(
-        unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), ts.as_ptr(), 0) },
-        0,
-        "utimensat"
-    );
+    assert_eq!(unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), ts.as_ptr(), 0) }, 0, "utimensat");
 }
 
 fn mount_options(mp: &Path) -> String {
@@ -59,18 +46,11 @@ fn atime_after_read(env: &Env) -> (i64, i64, String) {
     let m = env.mount("mnt", &[]);
     let opts = mount_options(&m.mp);
     let mut s = String::new();
-    File::open(m.p("f"))
-        .expect("open")
-        .read_to_string(&mut s)
-        .expect("read");
+    File::open(m.p("f")).expect("open").read_to_string(&mut s).expect("read");
     // The kernel caches attributes for up to the TTL (1 s): ask after it.
     std::thread::sleep(Duration::from_millis(1200));
     let seen = fs::metadata(m.p("f")).expect("stat").atime();
-    assert_eq!(
-        fs::metadata(m.p("f")).expect("stat").mtime(),
-        OLD,
-        "a read never changes mtime"
-    );
+    assert_eq!(fs::metadata(m.p("f")).expect("stat").mtime(), OLD, "a read never changes mtime");
     m.umount();
     let m = env.mount("mnt", &[]);
     let kept = fs::metadata(m.p("f")).expect("stat").atime();
@@ -79,10 +59,7 @@ fn atime_after_read(env: &Env) -> (i64, i64, String) {
 }
 
 fn now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_secs() as i64
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs() as i64
 }
 
 #[test]
@@ -90,27 +67,14 @@ fn atime_on_updates_on_read_and_off_never_does() {
     let env = Env::with_pool("256M");
     let start = now();
     let (seen, kept, opts) = atime_after_read(&env);
-    assert!(
-        seen >= start - 1,
-        "atime=on: a read must update atime (got {seen}, test began {start})"
-    );
+    assert!(seen >= start - 1, "atime=on: a read must update atime (got {seen}, test began {start})");
     assert_eq!(kept, seen, "the updated atime is committed with the pool");
-    assert!(
-        !opts.split(',').any(|o| o == "noatime"),
-        "atime=on must not mount noatime: {opts}"
-    );
+    assert!(!opts.split(',').any(|o| o == "noatime"), "atime=on must not mount noatime: {opts}");
 
     env.ok(&["set", "atime=off", "tank/db"]);
     let (seen, kept, opts) = atime_after_read(&env);
-    assert_eq!(
-        (seen, kept),
-        (OLD, OLD),
-        "atime=off: a read never changes atime"
-    );
-    assert!(
-        opts.split(',').any(|o| o == "noatime"),
-        "atime=off mounts noatime: {opts}"
-    );
+    assert_eq!((seen, kept), (OLD, OLD), "atime=off: a read never changes atime");
+    assert!(opts.split(',').any(|o| o == "noatime"), "atime=off mounts noatime: {opts}");
 }
 
 #[test]
@@ -125,11 +89,7 @@ fn sync_always_makes_every_write_durable_without_fsync() {
     m.crash();
     drop(f);
     let m = env.mount("mnt", &[]);
-    assert_eq!(
-        fs::read(m.p("f")).expect("read after crash"),
-        data,
-        "sync=always: written bytes survive kill -9"
-    );
+    assert_eq!(fs::read(m.p("f")).expect("read after crash"), data, "sync=always: written bytes survive kill -9");
     m.umount();
 }
 
@@ -148,10 +108,7 @@ fn sync_disabled_fsync_returns_without_making_anything_durable() {
     m.crash();
     drop(f);
     let m = env.mount("mnt", &[]);
-    assert!(
-        !m.p("f").exists(),
-        "sync=disabled: fsync made nothing durable, so the file is gone after kill -9"
-    );
+    assert!(!m.p("f").exists(), "sync=disabled: fsync made nothing durable, so the file is gone after kill -9");
     m.umount();
     println!("fsync with sync=disabled took {took:?}");
 }

@@ -17,18 +17,10 @@ fn sqlite(db: &Path, script: &str) -> String {
         .stderr(Stdio::piped())
         .spawn()
         .expect("sqlite3 is needed for this test: apt-get install -y sqlite3 (scripts/setup.sh installs it)");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(script.as_bytes())
-        .expect("write script");
+    child.stdin.take().expect("stdin").write_all(script.as_bytes()).expect("write script");
     let out = child.wait_with_output().expect("sqlite3 runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && stderr.is_empty(),
-        "sqlite3 failed: {stderr}"
-    );
+    assert!(out.status.success() && stderr.is_empty(), "sqlite3 failed: {stderr}");
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
@@ -39,15 +31,8 @@ fn batch(i: u32) -> String {
         let k = i * 200 + j;
         s += &format!("INSERT INTO t(k, v) VALUES ({k}, randomblob(300));\n");
     }
-    s += &format!(
-        "UPDATE t SET v = randomblob(500) WHERE k % 7 = {} ;\n",
-        i % 7
-    );
-    s += &format!(
-        "DELETE FROM t WHERE k % 97 = {} AND k < {};\n",
-        i % 97,
-        i * 200
-    );
+    s += &format!("UPDATE t SET v = randomblob(500) WHERE k % 7 = {} ;\n", i % 7);
+    s += &format!("DELETE FROM t WHERE k % 97 = {} AND k < {};\n", i % 97, i * 200);
     s += "COMMIT;\n";
     s
 }
@@ -57,7 +42,10 @@ fn sqlite_wal_workload_is_intact_after_remount_and_after_kill_9() {
     let env = common::Env::with_pool("512M");
     let m = env.mount("mnt", &[]);
     let db = m.p("test.db");
-    let mode = sqlite(&db, "PRAGMA journal_mode=WAL;\nCREATE TABLE t(k INTEGER PRIMARY KEY, v BLOB);\nCREATE INDEX tv ON t(length(v));\n");
+    let mode = sqlite(
+        &db,
+        "PRAGMA journal_mode=WAL;\nCREATE TABLE t(k INTEGER PRIMARY KEY, v BLOB);\nCREATE INDEX tv ON t(length(v));\n",
+    );
     assert_eq!(mode, "wal");
     let mut script = String::from("PRAGMA synchronous=FULL;\n");
     for i in 0..40 {
@@ -74,11 +62,7 @@ fn sqlite_wal_workload_is_intact_after_remount_and_after_kill_9() {
     let m = env.mount("mnt", &[]);
     let db = m.p("test.db");
     assert_eq!(sqlite(&db, "PRAGMA integrity_check;"), "ok");
-    assert_eq!(
-        sqlite(&db, "SELECT count(*) FROM t;"),
-        rows,
-        "rows after remount"
-    );
+    assert_eq!(sqlite(&db, "SELECT count(*) FROM t;"), rows, "rows after remount");
     // Committed with synchronous=FULL (WAL fsynced), then the daemon is killed.
     let mut more = String::from("PRAGMA synchronous=FULL;\n");
     for i in 40..50 {
@@ -90,15 +74,7 @@ fn sqlite_wal_workload_is_intact_after_remount_and_after_kill_9() {
 
     let m = env.mount("mnt", &[]);
     let db = m.p("test.db");
-    assert_eq!(
-        sqlite(&db, "PRAGMA integrity_check;"),
-        "ok",
-        "integrity after kill -9"
-    );
-    assert_eq!(
-        sqlite(&db, "SELECT count(*) FROM t;"),
-        committed,
-        "every committed transaction survives kill -9"
-    );
+    assert_eq!(sqlite(&db, "PRAGMA integrity_check;"), "ok", "integrity after kill -9");
+    assert_eq!(sqlite(&db, "SELECT count(*) FROM t;"), committed, "every committed transaction survives kill -9");
     m.umount();
 }

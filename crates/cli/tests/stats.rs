@@ -18,12 +18,7 @@ fn a_mounted_pool_publishes_its_counters() {
     let m = env.mount("mnt", &[]);
     // fsyncs go through the intent log; O_DIRECT reads go through the ARC.
     let path = m.p("redo");
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .unwrap();
+    let mut f = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path).unwrap();
     for i in 0..20u8 {
         f.write_all(&[i; 4096]).unwrap();
         f.sync_data().unwrap();
@@ -37,19 +32,9 @@ fn a_mounted_pool_publishes_its_counters() {
         }
         std::thread::sleep(Duration::from_millis(200));
     };
-    assert!(
-        zil["zil"]["commits"].as_u64().unwrap() >= 20,
-        "each fsync committed the log: {zil}"
-    );
-    assert!(
-        zil["zil"]["bytes_written"].as_u64().unwrap() >= 20 * 4096,
-        "{zil}"
-    );
-    let mut r = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(&path)
-        .unwrap();
+    assert!(zil["zil"]["commits"].as_u64().unwrap() >= 20, "each fsync committed the log: {zil}");
+    assert!(zil["zil"]["bytes_written"].as_u64().unwrap() >= 20 * 4096, "{zil}");
+    let mut r = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(&path).unwrap();
     let mut buf = vec![0u8; 8192];
     // O_DIRECT needs an aligned buffer: read through a 4 KiB-aligned slice.
     let off = buf.as_ptr().align_offset(4096);
@@ -63,17 +48,9 @@ fn a_mounted_pool_publishes_its_counters() {
     drop(r);
     std::thread::sleep(Duration::from_millis(1500));
     let text = env.ok(&["stats", "arc", "tank"]);
-    assert!(
-        text.contains("arc  hits") && text.contains("arc  max"),
-        "{text}"
-    );
+    assert!(text.contains("arc  hits") && text.contains("arc  max"), "{text}");
     let space = stat(&env, &["stats", "space", "tank", "--json"]);
-    assert!(
-        space["space"]["datasets_used_bytes"]
-            .as_u64()
-            .is_some_and(|b| b > 0),
-        "{space}"
-    );
+    assert!(space["space"]["datasets_used_bytes"].as_u64().is_some_and(|b| b > 0), "{space}");
     // The ARC budget changes at run time.
     env.ok(&["tune", "tank", "arc_max=64M"]);
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -85,15 +62,11 @@ fn a_mounted_pool_publishes_its_counters() {
     assert!(err.contains("invalid arc_max"), "{err}");
     let prom = env.ok(&["stats", "all", "tank", "--prometheus"]);
     assert!(
-        prom.contains("tarn_arc_hits{pool=\"tank\"} ")
-            && prom.contains("tarn_zil_commits{pool=\"tank\"} "),
+        prom.contains("tarn_arc_hits{pool=\"tank\"} ") && prom.contains("tarn_zil_commits{pool=\"tank\"} "),
         "{prom}"
     );
     m.umount();
     // Unmounted: the pool is opened by the command itself; the counters are there, fresh.
     let v = stat(&env, &["stats", "all", "tank", "--json"]);
-    assert!(
-        v["arc"]["max"].as_u64().unwrap() > 0 && v["txg"]["synced"].as_u64().unwrap() > 0,
-        "{v}"
-    );
+    assert!(v["arc"]["max"].as_u64().unwrap() > 0 && v["txg"]["synced"].as_u64().unwrap() > 0, "{v}");
 }

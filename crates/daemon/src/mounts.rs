@@ -12,8 +12,7 @@ use std::path::Path;
 
 /// umount2(path, flags): Ok, or the errno.
 pub fn umount(path: &Path, flags: i32) -> Result<(), io::Error> {
-    let c = CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     // SAFETY: valid NUL-terminated path.
     if unsafe { libc::umount2(c.as_ptr(), flags) } == 0 {
         Ok(())
@@ -38,9 +37,7 @@ pub fn unmount_or_detach(mountpoint: &Path) {
 pub fn is_listed(abs: &Path) -> bool {
     let wanted = abs.to_string_lossy();
     let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    text.lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .any(|m| unescape(m) == wanted)
+    text.lines().filter_map(|l| l.split(' ').nth(4)).any(|m| unescape(m) == wanted)
 }
 
 /// Decodes a mountinfo path field: the kernel escapes space, tab, newline and
@@ -50,13 +47,8 @@ pub fn unescape(field: &str) -> String {
     let b = field.as_bytes();
     let mut i = 0;
     while i < b.len() {
-        let code = (b[i] == b'\\')
-            .then(|| {
-                field
-                    .get(i + 1..i + 4)
-                    .and_then(|o| u8::from_str_radix(o, 8).ok())
-            })
-            .flatten();
+        let code =
+            (b[i] == b'\\').then(|| field.get(i + 1..i + 4).and_then(|o| u8::from_str_radix(o, 8).ok())).flatten();
         match code {
             Some(byte) => {
                 out.push(byte);

@@ -52,11 +52,7 @@ pub struct Readiness {
 /// Call it before any thread exists (see the module's "Must never"); resolve relative
 /// paths first, since the daemon runs in `/`.
 pub fn start(foreground: bool, report: Report) -> Result<Readiness, DaemonError> {
-    let parent = if foreground {
-        None
-    } else {
-        Some(fork(report)?)
-    };
+    let parent = if foreground { None } else { Some(fork(report)?) };
     // Blocked before any thread is started, so every thread inherits the mask.
     block_termination_signals();
     Ok(Readiness { report, parent })
@@ -67,9 +63,7 @@ impl Readiness {
     /// daemon's stderr from now on (otherwise /dev/null does).
     pub fn ready(self, log: Option<&Path>) {
         match self.parent {
-            None => (self.report)(&Verdict::Ready {
-                pid: std::process::id(),
-            }),
+            None => (self.report)(&Verdict::Ready { pid: std::process::id() }),
             Some(mut pipe) => {
                 // Release the caller's stdio before the parent exits, so a caller that
                 // reads our output to EOF is not kept waiting for the daemon's life.
@@ -142,11 +136,7 @@ fn parent_wait(mut pipe: File, child: u32, report: Report) -> ! {
     let verdict = verdict_of(text.lines().next().unwrap_or(""), child);
     report(&verdict);
     let _ = io::stdout().flush();
-    std::process::exit(if matches!(verdict, Verdict::Ready { .. }) {
-        0
-    } else {
-        1
-    });
+    std::process::exit(if matches!(verdict, Verdict::Ready { .. }) { 0 } else { 1 });
 }
 
 /// The verdict in the daemon's first line (the pipe reaches EOF when the daemon wrote
@@ -186,19 +176,8 @@ mod tests {
     #[test]
     fn the_daemons_line_decides_the_verdict() {
         assert_eq!(verdict_of("OK", 7), Verdict::Ready { pid: 7 });
-        assert_eq!(
-            verdict_of("ERR mountpoint /x is busy", 7),
-            Verdict::Failed("mountpoint /x is busy")
-        );
-        assert_eq!(
-            verdict_of("", 7),
-            Verdict::Died { pid: 7 },
-            "no line: the daemon died"
-        );
-        assert_eq!(
-            verdict_of("OKAY", 7),
-            Verdict::Died { pid: 7 },
-            "only OK means ready"
-        );
+        assert_eq!(verdict_of("ERR mountpoint /x is busy", 7), Verdict::Failed("mountpoint /x is busy"));
+        assert_eq!(verdict_of("", 7), Verdict::Died { pid: 7 }, "no line: the daemon died");
+        assert_eq!(verdict_of("OKAY", 7), Verdict::Died { pid: 7 }, "only OK means ready");
     }
 }

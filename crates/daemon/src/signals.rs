@@ -58,8 +58,9 @@ fn termination_signals() -> libc::sigset_t {
 }
 
 /// Blocks the termination signals in this thread and, by inheritance, in every thread
-/// started afterwards, so they stay pending until the serve loop takes them.
-pub(crate) fn block_termination_signals() {
+/// started afterwards, so they stay pending until the serve loop takes them (a command
+/// that waits with `Termination` calls it before it starts any thread).
+pub fn block_termination_signals() {
     let set = termination_signals();
     // SAFETY: valid set, no old mask wanted.
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
@@ -68,10 +69,8 @@ pub(crate) fn block_termination_signals() {
 /// Waits up to `timeout` for a (blocked) termination signal; Some(signal) if one came.
 fn wait_signal(timeout: Duration) -> Option<i32> {
     let set = termination_signals();
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs() as libc::time_t,
-        tv_nsec: timeout.subsec_nanos() as libc::c_long,
-    };
+    let ts =
+        libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as libc::c_long };
     // SAFETY: valid set and timespec; no siginfo wanted.
     let sig = unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &ts) };
     (sig > 0).then_some(sig)

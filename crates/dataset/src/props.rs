@@ -1,6 +1,15 @@
 //! Dataset properties: names, defaults, validation, and what each value means to the
 //! engine. Values are stored as the user typed them (normalised), inherited from the
 //! parent dataset unless set locally, like `zfs get`'s SOURCE column.
+//!
+//! Owns: the list of properties, their defaults and allowed values, and `Effective`, the
+//! values as the engine uses them.
+//!
+//! Promises: a value that validates is stored normalised (`16k` becomes `16K`); one that
+//! does not is refused with the allowed values named (`PropDef::help`).
+//!
+//! Must never: store or inherit anything (the pool does), or act on a value itself.
+use tarn_zil::LogBias;
 use tarn_zio::{CachePolicy, ChecksumKind, Compression};
 
 pub struct PropDef {
@@ -12,14 +21,39 @@ pub struct PropDef {
 }
 
 pub const PROPS: &[PropDef] = &[
-    PropDef { name: "compression", default: "lz4", help: "off | on | lz4 | zstd | zstd-1 … zstd-19", validate: norm_compression },
+    PropDef {
+        name: "compression",
+        default: "lz4",
+        help: "off | on | lz4 | zstd | zstd-1 … zstd-19",
+        validate: norm_compression,
+    },
     PropDef { name: "recordsize", default: "128K", help: "a power of two from 4K to 1M", validate: norm_recordsize },
     PropDef { name: "checksum", default: "on", help: "on | xxh3 | sha256 | blake3", validate: norm_checksum },
     PropDef { name: "atime", default: "on", help: "on | off", validate: |v| one_of(v, &["on", "off"]) },
-    PropDef { name: "sync", default: "standard", help: "standard | always | disabled", validate: |v| one_of(v, &["standard", "always", "disabled"]) },
-    PropDef { name: "logbias", default: "latency", help: "latency | throughput", validate: |v| one_of(v, &["latency", "throughput"]) },
-    PropDef { name: "primarycache", default: "all", help: "all | metadata | none", validate: |v| one_of(v, &["all", "metadata", "none"]) },
-    PropDef { name: "secondarycache", default: "all", help: "all | metadata | none", validate: |v| one_of(v, &["all", "metadata", "none"]) },
+    PropDef {
+        name: "sync",
+        default: "standard",
+        help: "standard | always | disabled",
+        validate: |v| one_of(v, &["standard", "always", "disabled"]),
+    },
+    PropDef {
+        name: "logbias",
+        default: "latency",
+        help: "latency | throughput",
+        validate: |v| one_of(v, &["latency", "throughput"]),
+    },
+    PropDef {
+        name: "primarycache",
+        default: "all",
+        help: "all | metadata | none",
+        validate: |v| one_of(v, &["all", "metadata", "none"]),
+    },
+    PropDef {
+        name: "secondarycache",
+        default: "all",
+        help: "all | metadata | none",
+        validate: |v| one_of(v, &["all", "metadata", "none"]),
+    },
     PropDef { name: "mountpoint", default: "none", help: "an absolute path | none", validate: norm_mountpoint },
 ];
 
@@ -108,10 +142,10 @@ pub struct Effective {
     pub atime: bool,
     pub sync: SyncMode,
     pub primarycache: CachePolicy,
-    /// `logbias=throughput`: written data is not copied into the intent log; fsync writes
-    /// the touched records in place and logs pointers to them, which the txg adopts —
-    /// one write of the data, not two.
-    pub throughput: bool,
+    /// `logbias`: with `throughput`, written data is not copied into the intent log;
+    /// fsync writes the touched records in place and logs pointers to them, which the txg
+    /// adopts — one write of the data, not two (the log policy decides, `tarn_zil::policy`).
+    pub logbias: LogBias,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -146,7 +180,7 @@ impl Effective {
             checksum,
             atime: value("atime") == "on",
             sync,
-            throughput: value("logbias") == "throughput",
+            logbias: if value("logbias") == "throughput" { LogBias::Throughput } else { LogBias::Latency },
             primarycache: match value("primarycache").as_str() {
                 "metadata" => CachePolicy::Metadata,
                 "none" => CachePolicy::None,

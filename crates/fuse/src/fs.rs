@@ -24,10 +24,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
-    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
-    INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request,
-    TimeOrNow, WriteFlags,
+    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
+    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::Mutex;
 use tarn_dataset::{Attr, Dataset, FileKind, FsError, NewObject, SetAttr, Timespec};
@@ -63,13 +62,7 @@ thread_local! {
 
 impl TarnFs {
     pub fn new(pool: Arc<Pool>, ds: Arc<Dataset>) -> TarnFs {
-        TarnFs {
-            ds,
-            pool,
-            dirs: Mutex::new(HashMap::new()),
-            next_fh: AtomicU64::new(1),
-            record_atime: true,
-        }
+        TarnFs { ds, pool, dirs: Mutex::new(HashMap::new()), next_fh: AtomicU64::new(1), record_atime: true }
     }
 
     /// Whether reads update atimes (the dataset's `atime` property still decides when
@@ -84,19 +77,8 @@ impl TarnFs {
     }
 
     /// Creates `name` in `parent` and replies with its entry.
-    fn make(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        what: NewObject,
-        mode: u32,
-        reply: ReplyEntry,
-    ) {
-        match self
-            .ds
-            .create(parent.0, name.as_bytes(), what, mode, req.uid(), req.gid())
-        {
+    fn make(&self, req: &Request, parent: INodeNo, name: &OsStr, what: NewObject, mode: u32, reply: ReplyEntry) {
+        match self.ds.create(parent.0, name.as_bytes(), what, mode, req.uid(), req.gid()) {
             Ok(a) => reply.entry(&TTL, &fuse_attr(&a), Generation(0)),
             Err(e) => reply.error(errno(&e)),
         }
@@ -116,14 +98,11 @@ impl TarnFs {
     /// fallocate: mode 0 extends the size, KEEP_SIZE alone reserves nothing (copy-on-
     /// write cannot reserve in place), PUNCH_HOLE zeroes, ZERO_RANGE zeroes and may extend.
     fn allocate(&self, ino: u64, off: u64, len: u64, mode: i32) -> Result<(), FsError> {
-        let end = off
-            .checked_add(len)
-            .ok_or_else(|| FsError::Invalid("range overflows".into()))?;
+        let end = off.checked_add(len).ok_or_else(|| FsError::Invalid("range overflows".into()))?;
         let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
         let punch = mode & libc::FALLOC_FL_PUNCH_HOLE != 0;
         let zero = mode & libc::FALLOC_FL_ZERO_RANGE != 0;
-        let known =
-            libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE;
+        let known = libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE;
         if mode & !known != 0 || (punch && (!keep || zero)) {
             return Err(FsError::Invalid("unsupported fallocate mode".into()));
         }
@@ -135,13 +114,7 @@ impl TarnFs {
             self.ds.punch_hole(ino, off, len)?;
         }
         if !keep && end > attr.size {
-            self.ds.setattr(
-                ino,
-                &SetAttr {
-                    size: Some(end),
-                    ..Default::default()
-                },
-            )?;
+            self.ds.setattr(ino, &SetAttr { size: Some(end), ..Default::default() })?;
         }
         Ok(())
     }
@@ -179,8 +152,7 @@ fn system_time(t: Timespec) -> SystemTime {
     if t.sec >= 0 {
         UNIX_EPOCH + Duration::new(t.sec as u64, t.nsec)
     } else {
-        UNIX_EPOCH - Duration::from_secs(t.sec.unsigned_abs())
-            + Duration::from_nanos(u64::from(t.nsec))
+        UNIX_EPOCH - Duration::from_secs(t.sec.unsigned_abs()) + Duration::from_nanos(u64::from(t.nsec))
     }
 }
 
@@ -190,10 +162,7 @@ fn timespec(t: TimeOrNow) -> Timespec {
         TimeOrNow::SpecificTime(at) => at,
     };
     match at.duration_since(UNIX_EPOCH) {
-        Ok(d) => Timespec {
-            sec: d.as_secs() as i64,
-            nsec: d.subsec_nanos(),
-        },
+        Ok(d) => Timespec { sec: d.as_secs() as i64, nsec: d.subsec_nanos() },
         Err(before) => {
             let d = before.duration();
             let (sec, nsec) = if d.subsec_nanos() == 0 {
@@ -277,14 +246,7 @@ impl Filesystem for TarnFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let set = SetAttr {
-            mode,
-            uid,
-            gid,
-            size,
-            atime: atime.map(timespec),
-            mtime: mtime.map(timespec),
-        };
+        let set = SetAttr { mode, uid, gid, size, atime: atime.map(timespec), mtime: mtime.map(timespec) };
         match self.ds.setattr(ino.0, &set) {
             Ok(a) => reply.attr(&TTL, &fuse_attr(&a)),
             Err(e) => reply.error(errno(&e)),
@@ -298,36 +260,17 @@ impl Filesystem for TarnFs {
         }
     }
 
-    fn mknod(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-        rdev: u32,
-        reply: ReplyEntry,
-    ) {
+    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
         let mode = mode & !umask;
         let what = match mode & libc::S_IFMT {
             libc::S_IFREG | 0 => NewObject::File,
             libc::S_IFDIR => NewObject::Dir,
-            _ => NewObject::Special {
-                rdev: u64::from(rdev),
-            },
+            _ => NewObject::Special { rdev: u64::from(rdev) },
         };
         self.make(req, parent, name, what, mode, reply);
     }
 
-    fn mkdir(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-        reply: ReplyEntry,
-    ) {
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         self.make(req, parent, name, NewObject::Dir, mode & !umask, reply);
     }
 
@@ -345,23 +288,9 @@ impl Filesystem for TarnFs {
         }
     }
 
-    fn symlink(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        link_name: &OsStr,
-        target: &Path,
-        reply: ReplyEntry,
-    ) {
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
         let target = target.as_os_str().as_bytes();
-        self.make(
-            req,
-            parent,
-            link_name,
-            NewObject::Symlink(target),
-            0o777,
-            reply,
-        );
+        self.make(req, parent, link_name, NewObject::Symlink(target), 0o777, reply);
     }
 
     fn rename(
@@ -380,26 +309,13 @@ impl Filesystem for TarnFs {
             return;
         }
         let noreplace = flags.contains(RenameFlags::RENAME_NOREPLACE);
-        match self.ds.rename(
-            parent.0,
-            name.as_bytes(),
-            newparent.0,
-            newname.as_bytes(),
-            noreplace,
-        ) {
+        match self.ds.rename(parent.0, name.as_bytes(), newparent.0, newname.as_bytes(), noreplace) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
-    fn link(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        newparent: INodeNo,
-        newname: &OsStr,
-        reply: ReplyEntry,
-    ) {
+    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
         match self.ds.link(ino.0, newparent.0, newname.as_bytes()) {
             Ok(a) => reply.entry(&TTL, &fuse_attr(&a), Generation(0)),
             // POSIX wants EPERM for a hard link to a directory.
@@ -429,14 +345,8 @@ impl Filesystem for TarnFs {
         _flags: i32,
         reply: ReplyCreate,
     ) {
-        let attr = match self.ds.create(
-            parent.0,
-            name.as_bytes(),
-            NewObject::File,
-            mode & !umask,
-            req.uid(),
-            req.gid(),
-        ) {
+        let attr = match self.ds.create(parent.0, name.as_bytes(), NewObject::File, mode & !umask, req.uid(), req.gid())
+        {
             Ok(a) => a,
             Err(e) => return reply.error(errno(&e)),
         };
@@ -495,14 +405,7 @@ impl Filesystem for TarnFs {
         }
     }
 
-    fn flush(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _lock_owner: LockOwner,
-        reply: ReplyEmpty,
-    ) {
+    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
         // close() is not a durability point; writes already reached the dataset.
         reply.ok();
     }
@@ -523,14 +426,7 @@ impl Filesystem for TarnFs {
         }
     }
 
-    fn fsync(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        _datasync: bool,
-        reply: ReplyEmpty,
-    ) {
+    fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         match self.ds.fsync(ino.0) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
@@ -545,21 +441,10 @@ impl Filesystem for TarnFs {
         }
     }
 
-    fn readdir(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectory,
-    ) {
+    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
         // Offset 0 (the first call, or after rewinddir) takes a fresh snapshot; later
         // calls continue in it, so offsets stay stable while the directory changes.
-        let cached = if offset == 0 {
-            None
-        } else {
-            self.dirs.lock().get(&fh.0).cloned()
-        };
+        let cached = if offset == 0 { None } else { self.dirs.lock().get(&fh.0).cloned() };
         let list = match cached {
             Some(l) => l,
             None => match self.listing(ino.0) {
@@ -581,26 +466,12 @@ impl Filesystem for TarnFs {
         reply.ok();
     }
 
-    fn releasedir(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        _flags: OpenFlags,
-        reply: ReplyEmpty,
-    ) {
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
         self.dirs.lock().remove(&fh.0);
         reply.ok();
     }
 
-    fn fsyncdir(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        _datasync: bool,
-        reply: ReplyEmpty,
-    ) {
+    fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         match self.ds.fsync(ino.0) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),

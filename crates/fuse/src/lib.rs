@@ -36,9 +36,7 @@ pub enum MountError {
     FinalCommit(#[source] tarn_pool::PoolError),
     #[error("{0}")]
     PoolBusy(String),
-    #[error(
-        "/dev/fuse is missing: load the fuse module (modprobe fuse) or run where FUSE is available"
-    )]
+    #[error("/dev/fuse is missing: load the fuse module (modprobe fuse) or run where FUSE is available")]
     NoFuseDevice,
     #[error("mountpoint {0} does not exist: create it first (mkdir -p {0})")]
     MountpointMissing(String),
@@ -51,15 +49,14 @@ pub enum MountError {
     #[error("dataset '{0}' has no mountpoint (its mountpoint property is 'none'): give one (tarn mount {0} DIR) or set it (tarn set mountpoint=/path {0})")]
     NoMountpoint(String),
     #[error("cannot mount FUSE at {path}: {source}")]
-    Mount {
-        path: String,
-        source: std::io::Error,
-    },
+    Mount { path: String, source: std::io::Error },
     #[error("{0}")]
     Startup(String),
     #[error(transparent)]
     Daemon(#[from] tarn_daemon::DaemonError),
-    #[error("no tarn mount at '{0}' (see `tarn ds list` for datasets; mounts are recorded in $TARN_RUN_DIR or /run/tarn)")]
+    #[error(
+        "no tarn mount at '{0}' (see `tarn ds list` for datasets; mounts are recorded in $TARN_RUN_DIR or /run/tarn)"
+    )]
     NotMounted(String),
     #[error("cannot unmount {path}: {detail}")]
     Umount { path: String, detail: String },

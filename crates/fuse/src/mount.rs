@@ -48,10 +48,7 @@ const UMOUNT_WAIT: Duration = Duration::from_secs(300);
 /// is kept as the source of [`MountError::OpenPool`]. Returns when the mount ends
 /// (foreground) or, in daemon mode, never returns in the parent (it exits 0 once the
 /// mount is ready).
-pub fn mount<E>(
-    req: MountRequest,
-    open_pool: impl FnOnce() -> Result<Pool, E>,
-) -> Result<(), MountError>
+pub fn mount<E>(req: MountRequest, open_pool: impl FnOnce() -> Result<Pool, E>) -> Result<(), MountError>
 where
     E: std::error::Error + Send + Sync + 'static,
 {
@@ -59,10 +56,7 @@ where
         return Err(MountError::NoFuseDevice);
     }
     // The daemon chdirs to /: resolve a relative mountpoint now.
-    let given = req
-        .mountpoint
-        .as_deref()
-        .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()));
+    let given = req.mountpoint.as_deref().map(|p| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()));
     let readiness = tarn_daemon::start(req.foreground, report)?;
     // From here on threads may exist (the pool's sync thread): no more forking.
     let started = match start(&req, given, open_pool) {
@@ -129,11 +123,7 @@ where
             }
         }
     }
-    Ok(Started {
-        sessions,
-        pool,
-        record,
-    })
+    Ok(Started { sessions, pool, record })
 }
 
 /// Mounts one dataset of the open pool and adds it to the (saved) record.
@@ -153,9 +143,7 @@ fn mount_one(
     if record.mounts.is_empty() {
         record.mountpoint = mountpoint.clone();
     }
-    record
-        .mounts
-        .push((dataset.to_string(), mountpoint.clone()));
+    record.mounts.push((dataset.to_string(), mountpoint.clone()));
     record.save()?;
     let atime = ds.effective().atime && req.options.records_atime();
     let fs = TarnFs::new(pool.clone(), ds).recording_atime(atime);
@@ -202,10 +190,7 @@ fn session(
     config.acl = SessionACL::All;
     config.n_threads = Some(req.threads.max(1));
     config.clone_fd = true;
-    let err = |source| MountError::Mount {
-        path: mountpoint.display().to_string(),
-        source,
-    };
+    let err = |source| MountError::Mount { path: mountpoint.display().to_string(), source };
     let s = fuser::Session::new(fs, mountpoint, &config).map_err(err)?;
     s.spawn().map_err(err)
 }
@@ -215,11 +200,7 @@ impl Started {
     /// unmount them all; then commits and closes the pool and removes the record. A mount
     /// that ends while others go on leaves the record.
     fn serve(self) -> Result<(), MountError> {
-        let Started {
-            mut sessions,
-            pool,
-            mut record,
-        } = self;
+        let Started { mut sessions, pool, mut record } = self;
         let mut termination = Termination::new();
         let mut published = std::time::Instant::now() - Duration::from_secs(1);
         while !sessions.is_empty() {
@@ -230,14 +211,10 @@ impl Started {
             }
             match termination.wait(Duration::from_millis(50)) {
                 Asked::Nothing => {}
-                Asked::Unmount => sessions
-                    .iter()
-                    .for_each(|(_, mp, _)| tarn_daemon::unmount_or_detach(mp)),
+                Asked::Unmount => sessions.iter().for_each(|(_, mp, _)| tarn_daemon::unmount_or_detach(mp)),
                 Asked::StopNow => break, // still committing what we have
             }
-            let (ended, live): (Vec<_>, Vec<_>) = sessions
-                .into_iter()
-                .partition(|(_, _, s)| s.guard.is_finished());
+            let (ended, live): (Vec<_>, Vec<_>) = sessions.into_iter().partition(|(_, _, s)| s.guard.is_finished());
             sessions = live;
             for (_, mp, session) in ended {
                 if let Err(e) = session.join() {
@@ -287,26 +264,19 @@ pub fn check_mountpoint(dir: &Path) -> Result<PathBuf, MountError> {
     let shown = dir.display().to_string();
     let meta = match std::fs::metadata(dir) {
         Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(MountError::MountpointMissing(shown))
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(MountError::MountpointMissing(shown)),
         // ENOTCONN: a dead FUSE mount (its daemon was killed) is still there.
-        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
-            return Err(MountError::MountpointBusy(shown))
-        }
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => return Err(MountError::MountpointBusy(shown)),
         Err(e) => return Err(MountError::Startup(format!("{shown}: {e}"))),
     };
     if !meta.is_dir() {
         return Err(MountError::MountpointNotDir(shown));
     }
-    let abs = dir
-        .canonicalize()
-        .map_err(|e| MountError::Startup(format!("{shown}: {e}")))?;
+    let abs = dir.canonicalize().map_err(|e| MountError::Startup(format!("{shown}: {e}")))?;
     if tarn_daemon::mounts::is_listed(&abs) {
         return Err(MountError::MountpointBusy(abs.display().to_string()));
     }
-    let mut entries =
-        std::fs::read_dir(&abs).map_err(|e| MountError::Startup(format!("{shown}: {e}")))?;
+    let mut entries = std::fs::read_dir(&abs).map_err(|e| MountError::Startup(format!("{shown}: {e}")))?;
     if entries.next().is_some() {
         return Err(MountError::MountpointNotEmpty(abs.display().to_string()));
     }
@@ -319,14 +289,9 @@ pub fn check_mountpoint(dir: &Path) -> Result<PathBuf, MountError> {
 pub fn umount(target: &str) -> Result<(), MountError> {
     let records = state::all();
     let p = Path::new(target);
-    let abs = p
-        .canonicalize()
-        .unwrap_or_else(|_| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()));
+    let abs = p.canonicalize().unwrap_or_else(|_| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()));
     let found = records.iter().find_map(|r| {
-        r.served()
-            .into_iter()
-            .find(|(ds, mp)| ds == target || *mp == abs)
-            .map(|(_, mp)| (r.clone(), mp))
+        r.served().into_iter().find(|(ds, mp)| ds == target || *mp == abs).map(|(_, mp)| (r.clone(), mp))
     });
     match found {
         Some((r, mp)) if r.is_alive() => umount_live(&r, &mp),
@@ -345,10 +310,7 @@ fn umount_live(r: &MountRecord, mp: &Path) -> Result<(), MountError> {
     let path = mp.display().to_string();
     if let Err(e) = tarn_daemon::umount(mp, 0) {
         let detail = match e.raw_os_error() {
-            Some(libc::EBUSY) => {
-                "it is busy: a process has a file open or its cwd there (see `fuser -vm`)"
-                    .to_string()
-            }
+            Some(libc::EBUSY) => "it is busy: a process has a file open or its cwd there (see `fuser -vm`)".to_string(),
             _ => e.to_string(),
         };
         return Err(MountError::Umount { path, detail });
@@ -364,10 +326,7 @@ fn umount_live(r: &MountRecord, mp: &Path) -> Result<(), MountError> {
         if Instant::now() > deadline {
             return Err(MountError::Umount {
                 path,
-                detail: format!(
-                    "daemon pid {} did not finish its final commit in time",
-                    r.pid
-                ),
+                detail: format!("daemon pid {} did not finish its final commit in time", r.pid),
             });
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -391,16 +350,10 @@ fn umount_unrecorded(abs: &Path, target: &str) -> Result<(), MountError> {
     let is_tarn = text.lines().any(|l| {
         let fields: Vec<&str> = l.split(' ').collect();
         let mut after = fields.iter().skip_while(|f| **f != "-").skip(1);
-        let (fstype, source) = (
-            after.next().copied().unwrap_or(""),
-            after.next().copied().unwrap_or(""),
-        );
-        let looks_tarn = fstype == "fuse.tarn"
-            || (fstype == "fuse" && !source.starts_with('/') && source.contains('/'));
-        fields
-            .get(4)
-            .is_some_and(|m| tarn_daemon::mounts::unescape(m) == wanted)
-            && looks_tarn
+        let (fstype, source) = (after.next().copied().unwrap_or(""), after.next().copied().unwrap_or(""));
+        let looks_tarn =
+            fstype == "fuse.tarn" || (fstype == "fuse" && !source.starts_with('/') && source.contains('/'));
+        fields.get(4).is_some_and(|m| tarn_daemon::mounts::unescape(m) == wanted) && looks_tarn
     });
     if !is_tarn {
         return Err(MountError::NotMounted(target.to_string()));
@@ -417,26 +370,14 @@ mod tests {
     fn mountpoint_checks_name_the_problem() {
         let dir = tempfile::tempdir().expect("tempdir");
         let missing = dir.path().join("nope");
-        assert!(matches!(
-            check_mountpoint(&missing),
-            Err(MountError::MountpointMissing(_))
-        ));
+        assert!(matches!(check_mountpoint(&missing), Err(MountError::MountpointMissing(_))));
         let file = dir.path().join("file");
         std::fs::write(&file, b"x").expect("write");
-        assert!(matches!(
-            check_mountpoint(&file),
-            Err(MountError::MountpointNotDir(_))
-        ));
-        assert!(matches!(
-            check_mountpoint(dir.path()),
-            Err(MountError::MountpointNotEmpty(_))
-        ));
+        assert!(matches!(check_mountpoint(&file), Err(MountError::MountpointNotDir(_))));
+        assert!(matches!(check_mountpoint(dir.path()), Err(MountError::MountpointNotEmpty(_))));
         let empty = dir.path().join("empty");
         std::fs::create_dir(&empty).expect("mkdir");
         assert!(check_mountpoint(&empty).is_ok());
-        assert!(matches!(
-            check_mountpoint(Path::new("/proc")),
-            Err(MountError::MountpointBusy(_))
-        ));
+        assert!(matches!(check_mountpoint(Path::new("/proc")), Err(MountError::MountpointBusy(_))));
     }
 }

@@ -31,9 +31,7 @@ pub struct MountRecord {
 }
 
 pub fn run_dir() -> PathBuf {
-    std::env::var_os("TARN_RUN_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/run/tarn"))
+    std::env::var_os("TARN_RUN_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/run/tarn"))
 }
 
 fn record_path(pool: &str) -> PathBuf {
@@ -56,19 +54,14 @@ impl MountRecord {
         std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
         let path = record_path(&self.pool);
         let tmp = path.with_extension("tmp");
-        let bytes =
-            serde_json::to_vec_pretty(self).map_err(|e| MountError::State(e.to_string()))?;
+        let bytes = serde_json::to_vec_pretty(self).map_err(|e| MountError::State(e.to_string()))?;
         std::fs::write(&tmp, bytes).map_err(io_err(&tmp))?;
         std::fs::rename(&tmp, &path).map_err(io_err(&path))
     }
 
     /// Removes this pool's record if it is still ours.
     pub fn remove(&self) {
-        if load(&self.pool)
-            .ok()
-            .flatten()
-            .is_some_and(|r| r.pid == self.pid)
-        {
+        if load(&self.pool).ok().flatten().is_some_and(|r| r.pid == self.pid) {
             let _ = std::fs::remove_file(record_path(&self.pool));
         }
     }
@@ -91,10 +84,7 @@ impl MountRecord {
     /// starting has recorded a mount it has not made yet, so this is only ever a reason
     /// to look again, not to act.)
     pub fn is_finishing(&self) -> bool {
-        !self
-            .served()
-            .iter()
-            .any(|(_, mp)| tarn_daemon::mounts::is_listed(mp))
+        !self.served().iter().any(|(_, mp)| tarn_daemon::mounts::is_listed(mp))
     }
 
     /// The one line telling a user why the pool is busy and what to do.
@@ -184,7 +174,7 @@ pub fn wait_until_finished(r: &MountRecord, bound: Duration) -> Result<(), Mount
 }
 
 /// True if `pid` is a running (not zombie) process whose command is tarn's.
-fn process_is_tarn(pid: u32) -> bool {
+pub fn process_is_tarn(pid: u32) -> bool {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return false;
     };
@@ -223,9 +213,6 @@ mod tests {
             mounts: Vec::new(),
         };
         let m = r.busy_message();
-        assert!(
-            m.contains("pid 42") && m.contains("/mnt/x") && m.contains("tarn umount /mnt/x"),
-            "{m}"
-        );
+        assert!(m.contains("pid 42") && m.contains("/mnt/x") && m.contains("tarn umount /mnt/x"), "{m}");
     }
 }

@@ -31,10 +31,7 @@ pub fn publish(pool: &Pool) {
     };
     if let Err(e) = std::fs::write(&tmp, bytes).and_then(|_| std::fs::rename(&tmp, &target)) {
         if !REPORTED.swap(true, Ordering::Relaxed) {
-            eprintln!(
-                "tarn mount: cannot publish stats to {}: {e}",
-                target.display()
-            );
+            eprintln!("tarn mount: cannot publish stats to {}: {e}", target.display());
         }
     }
 }
@@ -45,10 +42,7 @@ pub fn remove(pool: &str) {
 
 /// The counters a running mount daemon last published, if it is alive.
 pub fn read_published(pool: &str) -> Option<tarn_pool::PoolStats> {
-    crate::state::load(pool)
-        .ok()
-        .flatten()
-        .filter(|r| r.is_alive())?;
+    crate::state::load(pool).ok().flatten().filter(|r| r.is_alive())?;
     serde_json::from_slice(&std::fs::read(path(pool)).ok()?).ok()
 }
 

@@ -63,10 +63,7 @@ pub fn decode(bytes: &[u8]) -> Result<Entries, DirError> {
         return Err(DirError::NoHeader);
     }
     if bytes[4] != DIR_VERSION {
-        return Err(DirError::UnsupportedVersion {
-            found: bytes[4],
-            supported: DIR_VERSION,
-        });
+        return Err(DirError::UnsupportedVersion { found: bytes[4], supported: DIR_VERSION });
     }
     let count = u64::from_le_bytes(bytes[8..16].try_into().expect("8"));
     let mut at = 16;
@@ -99,20 +96,8 @@ mod tests {
 
     fn sample() -> Entries {
         let mut e = Entries::new();
-        e.insert(
-            b"a".to_vec(),
-            DirEntry {
-                obj: 2,
-                obj_type: ObjType::File,
-            },
-        );
-        e.insert(
-            b"sub".to_vec(),
-            DirEntry {
-                obj: 3,
-                obj_type: ObjType::Dir,
-            },
-        );
+        e.insert(b"a".to_vec(), DirEntry { obj: 2, obj_type: ObjType::File });
+        e.insert(b"sub".to_vec(), DirEntry { obj: 3, obj_type: ObjType::Dir });
         e
     }
 
@@ -129,17 +114,11 @@ mod tests {
         newer[4] = DIR_VERSION + 1;
         assert_eq!(
             decode(&newer),
-            Err(DirError::UnsupportedVersion {
-                found: DIR_VERSION + 1,
-                supported: DIR_VERSION
-            })
+            Err(DirError::UnsupportedVersion { found: DIR_VERSION + 1, supported: DIR_VERSION })
         );
         assert_eq!(decode(b"not a directory!"), Err(DirError::NoHeader));
         assert_eq!(decode(&good[..20]), Err(DirError::TruncatedEntry));
-        assert_eq!(
-            decode(&good[..good.len() - 1]),
-            Err(DirError::TruncatedName)
-        );
+        assert_eq!(decode(&good[..good.len() - 1]), Err(DirError::TruncatedName));
         let mut bad_type = good.clone();
         bad_type[16 + 8] = 9;
         assert_eq!(decode(&bad_type), Err(DirError::UnknownEntryType(9)));

@@ -62,13 +62,8 @@ pub struct Timespec {
 
 impl Timespec {
     pub fn now() -> Timespec {
-        let d = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        Timespec {
-            sec: d.as_secs() as i64,
-            nsec: d.subsec_nanos(),
-        }
+        let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        Timespec { sec: d.as_secs() as i64, nsec: d.subsec_nanos() }
     }
 }
 
@@ -133,10 +128,7 @@ impl Dnode {
         out[32..36].copy_from_slice(&self.gid.to_le_bytes());
         out[36..40].copy_from_slice(&self.nlink.to_le_bytes());
         out[40..48].copy_from_slice(&self.parent.to_le_bytes());
-        for (i, t) in [self.atime, self.mtime, self.ctime, self.crtime]
-            .iter()
-            .enumerate()
-        {
+        for (i, t) in [self.atime, self.mtime, self.ctime, self.crtime].iter().enumerate() {
             let at = 48 + i * 12;
             out[at..at + 8].copy_from_slice(&t.sec.to_le_bytes());
             out[at + 8..at + 12].copy_from_slice(&t.nsec.to_le_bytes());
@@ -155,17 +147,11 @@ impl Dnode {
             return Ok(None);
         }
         if b[2] != DNODE_VERSION {
-            return Err(DnodeError::UnsupportedVersion {
-                found: b[2],
-                supported: DNODE_VERSION,
-            });
+            return Err(DnodeError::UnsupportedVersion { found: b[2], supported: DNODE_VERSION });
         }
         let u32_at = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4"));
         let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8"));
-        let ts = |at: usize| Timespec {
-            sec: u64_at(at) as i64,
-            nsec: u32_at(at + 8),
-        };
+        let ts = |at: usize| Timespec { sec: u64_at(at) as i64, nsec: u32_at(at + 8) };
         Ok(Some(Dnode {
             obj_type,
             nlevels: b[1],
@@ -210,10 +196,7 @@ mod tests {
         raw[2] = DNODE_VERSION + 1;
         assert_eq!(
             Dnode::decode(&raw),
-            Err(DnodeError::UnsupportedVersion {
-                found: DNODE_VERSION + 1,
-                supported: DNODE_VERSION
-            })
+            Err(DnodeError::UnsupportedVersion { found: DNODE_VERSION + 1, supported: DNODE_VERSION })
         );
         raw[2] = DNODE_VERSION;
         raw[0] = 99;
@@ -221,10 +204,7 @@ mod tests {
         raw[0] = ObjType::File as u8;
         raw[128 + 3] = 1; // the root pointer's checksum: xxh3
         raw[128 + 5] = 200; // the root pointer's block type: unknown
-        assert_eq!(
-            Dnode::decode(&raw),
-            Err(DnodeError::BlockPtr(BlkPtrError::UnknownBlockType(200)))
-        );
+        assert_eq!(Dnode::decode(&raw), Err(DnodeError::BlockPtr(BlkPtrError::UnknownBlockType(200))));
         assert_eq!(Dnode::decode(&raw[..100]), Err(DnodeError::Short(100)));
     }
 }

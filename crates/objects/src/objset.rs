@@ -1,14 +1,27 @@
 //! An object set: the dnode table (object 0, itself an object whose records are arrays
 //! of dnodes) and the objects it describes, loaded on demand and cached.
+//!
+//! Owns: the object cache, object ids, the set of objects dirty in the open txg and of
+//! those syncing, and the sync of the whole set (data records, then indirect blocks, then
+//! the dnode table).
+//!
+//! Promises: a sync writes only new blocks and reports every block it no longer needs —
+//! blocks it replaced, blocks cut off by truncates and frees, and early-written blocks no
+//! record adopted — in its `SyncResult`, for the caller to free in the same txg; an
+//! object freed in a txg leaves the cache only after that txg's sync.
+//!
+//! Must never: free a block itself (the pool frees what a sync returns: zio's deferred
+//! frees are the txg's free list, released only after the txg commits), or commit.
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Mutex, MutexGuard, RwLock};
 use tarn_zio::{BlockPtr, BlockType, ChecksumKind, Compression, PendingBlock};
 
 use crate::dnode::{Dnode, ObjType, DNODE_SIZE};
-use crate::object::{Object, Record};
+use crate::early::adoptable;
+use crate::object::{FreshObject, ObjState, Object, Record};
 use crate::{Ctx, ObjError};
 
 /// Records of the dnode table: 64 dnodes each.
@@ -23,13 +36,39 @@ pub struct SyncPolicy {
     pub cache: tarn_zio::CachePolicy,
 }
 
-/// What a sync did, for space accounting.
-#[derive(Default, Debug, Clone, Copy)]
+/// What a sync did: its space accounting, and the blocks the caller must free in the
+/// txg being synced.
+#[derive(Default, Debug, Clone)]
 pub struct SyncResult {
     pub allocated_physical: u64,
     pub allocated_logical: u64,
     pub freed_physical: u64,
     pub freed_logical: u64,
+    /// Blocks no tree points at any more: replaced by this sync, cut off by a truncate,
+    /// or of a freed object. Counted in `freed_*`.
+    pub freed: Vec<BlockPtr>,
+    /// Blocks written early for the intent log that no record adopted. Never counted as
+    /// allocated; the log may point at them until this txg commits.
+    pub orphans: Vec<BlockPtr>,
+}
+
+impl SyncResult {
+    /// Every block to free with this txg.
+    pub fn blocks_to_free(&self) -> impl Iterator<Item = &BlockPtr> {
+        self.freed.iter().chain(&self.orphans)
+    }
+
+    fn count_freed(&mut self) {
+        for bp in &self.freed {
+            self.freed_physical += bp.psize as u64;
+            self.freed_logical += bp.lsize as u64;
+        }
+    }
+
+    fn count_allocated(&mut self, psize: u64, lsize: u64) {
+        self.allocated_physical += psize;
+        self.allocated_logical += lsize;
+    }
 }
 
 pub struct ObjSet {
@@ -81,19 +120,11 @@ impl ObjSet {
             return Err(ObjError::NoObject(id));
         }
         let mut raw = [0u8; DNODE_SIZE];
-        let guard = self.meta.lock();
-        let n = crate::object::ObjState::read(
-            guard,
-            &self.ctx.zio,
-            &self.ctx.reclaim,
-            id * DNODE_SIZE as u64,
-            &mut raw,
-            tarn_zio::CachePolicy::All,
-        )?;
+        let n = self.meta.lock().read(&self.ctx, id * DNODE_SIZE as u64, &mut raw, tarn_zio::CachePolicy::All)?;
         if n < DNODE_SIZE {
             return Err(ObjError::NoObject(id));
         }
-        let dnode = Dnode::decode(&raw).map_err(|e| ObjError::Corrupt(e.to_string()))?.ok_or(ObjError::NoObject(id))?;
+        let dnode = Dnode::decode(&raw)?.ok_or(ObjError::NoObject(id))?;
         let mut cache = self.cache.write();
         let obj = cache.entry(id).or_insert_with(|| Arc::new(Object::new(id, dnode)));
         Ok(obj.clone())
@@ -101,7 +132,7 @@ impl ObjSet {
 
     /// The object `id` even if it was freed in a txg that has not synced yet (the intent
     /// log may still need bytes written to it before that).
-    pub fn get_including_freed(&self, id: u64) -> Result<Arc<Object>, ObjError> {
+    pub(crate) fn get_including_freed(&self, id: u64) -> Result<Arc<Object>, ObjError> {
         let cached = self.cache.read().get(&id).cloned();
         match cached {
             Some(o) => Ok(o),
@@ -109,13 +140,13 @@ impl ObjSet {
         }
     }
 
-    /// A new object in the open txg `txg`.
-    pub fn alloc(&self, dnode: Dnode) -> Arc<Object> {
+    /// A new object in the open txg, reachable by no name yet (see `FreshObject`).
+    pub fn alloc(&self, dnode: Dnode) -> FreshObject {
         let id = self.next_obj.fetch_add(1, Ordering::Relaxed);
         let obj = Arc::new(Object::new(id, dnode));
         self.cache.write().insert(id, obj.clone());
         self.dirty.lock().insert(id);
-        obj
+        FreshObject(obj)
     }
 
     /// Records that object `id` changed in the open txg.
@@ -123,18 +154,10 @@ impl ObjSet {
         self.dirty.lock().insert(id);
     }
 
-    /// Frees object `id` in the open txg: all its blocks and its dnode slot.
+    /// Frees object `obj` in the open txg `txg`: all its blocks and its dnode slot.
     pub fn free_object(&self, obj: &Object, txg: u64) {
-        let mut st = obj.lock();
-        st.open.records.clear();
-        st.open.free_object = true;
-        st.gone = true;
-        st.dir = None;
-        st.dir_dirty = false;
-        st.last_dirty_txg = txg;
-        st.open.txg = txg;
-        drop(st);
-        self.mark_dirty(obj.id);
+        obj.lock().free(txg);
+        self.mark_dirty(obj.id());
     }
 
     /// Freezes the open txg's changes (called with the txg barrier held).
@@ -154,38 +177,34 @@ impl ObjSet {
     }
 
     /// Writes the syncing txg's changes: records, indirect blocks, then the dnode table.
-    /// Returns the accounting; the new meta dnode is `meta_dnode()` afterwards.
+    /// Returns the accounting and the blocks to free; the new meta dnode is
+    /// `meta_dnode()` afterwards.
     pub fn sync(&self, txg: u64, policy: SyncPolicy) -> Result<SyncResult, ObjError> {
         let ids = std::mem::take(&mut *self.syncing.lock());
         let objects: Vec<Arc<Object>> = {
             let cache = self.cache.read();
             ids.iter().map(|id| cache[id].clone()).collect()
         };
-        let mut freed = Vec::new();
         let mut result = SyncResult::default();
         let refs: Vec<&Object> = objects.iter().map(|o| o.as_ref()).collect();
-        self.sync_objects(&refs, txg, policy, &mut freed, &mut result)?;
+        let dnodes = self.sync_objects(&refs, txg, policy, &mut result)?;
 
         // Every synced object's dnode goes into the dnode table, in this same txg.
         {
-            let mut meta = self.meta.lock();
-            for obj in &objects {
-                let st = obj.lock();
-                let mut raw = [0u8; DNODE_SIZE];
-                if !st.gone {
-                    st.syncing_dnode_bytes(&mut raw);
-                }
-                drop(st);
-                meta_write_syncing(&mut meta, &self.ctx, obj.id, &raw)?;
+            let mut meta = self.meta.lock_for_sync();
+            for (obj, raw) in objects.iter().zip(&dnodes) {
+                meta_write_syncing(&mut meta, &self.ctx, obj.id(), raw)?;
             }
         }
-        self.sync_objects(&[&self.meta], txg, SyncPolicy { compression: Compression::Lz4, ..policy }, &mut freed, &mut result)?;
+        // The dnode table's own dnode goes into the pool's root, not into a table.
+        self.sync_objects(&[&self.meta], txg, SyncPolicy { compression: Compression::Lz4, ..policy }, &mut result)?;
+        result.count_freed();
+        self.evict_freed(&objects, txg);
+        Ok(result)
+    }
 
-        for bp in &freed {
-            self.ctx.zio.free(bp);
-            result.freed_physical += bp.psize as u64;
-            result.freed_logical += bp.lsize as u64;
-        }
+    /// Drops from the cache the objects freed in txg `txg`.
+    fn evict_freed(&self, objects: &[Arc<Object>], txg: u64) {
         // Decide with each object's lock alone, then take the cache lock: writers hold an
         // object's lock while they add to the cache (create), so holding the cache lock
         // while waiting for an object lock would deadlock against them.
@@ -197,9 +216,12 @@ impl ObjSet {
                 // open-txg state: an object written in txg N and unlinked in N+1 while N
                 // syncs is gone already, but N+1 still has to quiesce and free it (it is in
                 // `dirty`), so it must stay cached until N+1's sync.
-                st.gone && st.last_dirty_txg <= txg && st.open.records.is_empty() && !self.dirty.lock().contains(&obj.id)
+                st.gone
+                    && st.last_dirty_txg <= txg
+                    && st.open.records.is_empty()
+                    && !self.dirty.lock().contains(&obj.id())
             })
-            .map(|obj| obj.id)
+            .map(|obj| obj.id())
             .collect();
         if !evict.is_empty() {
             let mut cache = self.cache.write();
@@ -207,46 +229,24 @@ impl ObjSet {
                 cache.remove(&id);
             }
         }
-        Ok(result)
     }
 
     /// Writes the data records of `objects` in one batch, then their indirect blocks.
+    /// Returns each object's dnode as this txg leaves it, for the dnode table.
     fn sync_objects(
         &self,
         objects: &[&Object],
         txg: u64,
         policy: SyncPolicy,
-        freed: &mut Vec<BlockPtr>,
         result: &mut SyncResult,
-    ) -> Result<(), ObjError> {
+    ) -> Result<Vec<[u8; DNODE_SIZE]>, ObjError> {
         let zio = &self.ctx.zio;
         let mut work: Vec<(usize, u64, Work)> = Vec::new();
-        let mut orphans: Vec<BlockPtr> = Vec::new();
         for (i, obj) in objects.iter().enumerate() {
-            let mut st = obj.lock();
-            // A truncate frees the cut-off blocks before this txg's records land, so a
-            // record written after the truncate in the same txg survives it.
-            let cut = if st.syncing.free_object { Some(0) } else { st.syncing.truncate_blocks };
-            if let Some(first) = cut {
-                st.tree.free_from(zio, first, freed)?;
-            }
-            let mut early = std::mem::take(&mut st.syncing.early);
-            orphans.append(&mut st.syncing.orphans);
-            for (&blkid, rec) in &st.syncing.records {
-                let hole = rec.is_empty() || rec.iter().all(|&b| b == 0);
-                let item = match early.remove(&blkid) {
-                    // Written in place by an fsync and unchanged since: adopt that block.
-                    Some((written, bp)) if !hole && Arc::ptr_eq(&written, rec) => Work::Adopt(bp),
-                    other => {
-                        orphans.extend(other.map(|(_, bp)| bp));
-                        if hole { Work::Hole } else { Work::Write(rec.clone()) }
-                    }
-                };
-                work.push((i, blkid, item));
-            }
-            orphans.extend(early.into_values().map(|(_, bp)| bp));
+            let mut st = obj.lock_for_sync();
+            plan_object(&mut st, zio, txg, i, &mut work, result)?;
         }
-        let block_type = |obj: &Object| if obj.id == 0 { BlockType::Dnodes } else { BlockType::Data };
+        let block_type = |obj: &Object| if obj.id() == 0 { BlockType::Dnodes } else { BlockType::Data };
         let ptrs = {
             let pending: Vec<PendingBlock> = work
                 .iter()
@@ -272,28 +272,62 @@ impl ObjSet {
                 Work::Hole => None,
             };
             if let Some(bp) = &bp {
-                result.allocated_physical += bp.psize as u64;
-                result.allocated_logical += bp.lsize as u64;
+                result.count_allocated(bp.psize as u64, bp.lsize as u64);
             }
-            let mut st = objects[i].lock();
+            let mut st = objects[i].lock_for_sync();
             if let Some(old) = st.tree.set(zio, blkid, bp)? {
-                freed.push(old);
+                result.freed.push(old);
             }
         }
-        // Early blocks nobody adopted: no tree points at them, and the log's pointers to
-        // them die with this txg's commit, which is when a free made now is released.
-        for bp in &orphans {
-            zio.free(bp);
-        }
+        let mut dnodes = Vec::with_capacity(objects.len());
         for obj in objects {
-            let mut st = obj.lock();
-            let (psize, lsize) = st.tree.sync(zio, txg, policy.checksum, freed)?;
+            let mut st = obj.lock_for_sync();
+            let (psize, lsize) = st.tree.sync(zio, txg, policy.checksum, &mut result.freed)?;
+            dnodes.push(st.synced_dnode_bytes());
             st.finish_sync();
-            result.allocated_physical += psize;
-            result.allocated_logical += lsize;
+            result.count_allocated(psize, lsize);
         }
-        Ok(())
+        Ok(dnodes)
     }
+}
+
+/// Plans the sync of one object (the `i`-th): frees what its truncates and frees cut off,
+/// then decides for each record of the syncing txg whether to write it, adopt the block
+/// written early for it, or leave a hole.
+fn plan_object(
+    st: &mut MutexGuard<'_, ObjState>,
+    zio: &tarn_zio::Zio,
+    txg: u64,
+    i: usize,
+    work: &mut Vec<(usize, u64, Work)>,
+    result: &mut SyncResult,
+) -> Result<(), ObjError> {
+    // A truncate frees the cut-off blocks before this txg's records land, so a record
+    // written after the truncate in the same txg survives it.
+    let cut = if st.syncing.free_object { Some(0) } else { st.syncing.truncate_blocks };
+    if let Some(first) = cut {
+        st.tree.free_from(zio, first, &mut result.freed)?;
+    }
+    let mut early = std::mem::take(&mut st.syncing.early);
+    result.orphans.append(&mut st.syncing.orphans);
+    for (&blkid, rec) in &st.syncing.records {
+        let hole = rec.is_empty() || rec.iter().all(|&b| b == 0);
+        let written_early = early.remove(&blkid);
+        let item = if hole {
+            result.orphans.extend(written_early.map(|(_, bp)| bp));
+            Work::Hole
+        } else {
+            match adoptable(written_early, rec, txg, &mut result.orphans) {
+                // Written in place by an fsync and unchanged since: adopt that block.
+                Some(bp) => Work::Adopt(bp),
+                None => Work::Write(rec.clone()),
+            }
+        };
+        work.push((i, blkid, item));
+    }
+    // Early blocks whose record left this txg's changes (a truncate or free).
+    result.orphans.extend(early.into_values().map(|(_, bp)| bp));
+    Ok(())
 }
 
 /// What the sync does with one record of the syncing txg.
@@ -305,12 +339,7 @@ enum Work {
 }
 
 /// Writes dnode bytes for object `id` into the dnode table's syncing records.
-fn meta_write_syncing(
-    meta: &mut crate::object::ObjState,
-    ctx: &Ctx,
-    id: u64,
-    raw: &[u8; DNODE_SIZE],
-) -> Result<(), ObjError> {
+fn meta_write_syncing(meta: &mut ObjState, ctx: &Ctx, id: u64, raw: &[u8; DNODE_SIZE]) -> Result<(), ObjError> {
     let off = id * DNODE_SIZE as u64;
     let blkid = off / META_BLKSZ as u64;
     let in_rec = (off % META_BLKSZ as u64) as usize;

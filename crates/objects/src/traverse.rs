@@ -11,17 +11,18 @@
 //! how many there were). A block that cannot be read, or whose bytes do not decode, is
 //! still visited (its pointer is as real as any), with the error; what it points to
 //! cannot be known and is not walked. A dnode that does not decode goes to the visitor's
-//! `bad_dnode`. The visitor steers with `Flow`: `Skip` leaves out what a block (or an
-//! object) points to, `Stop` ends the walk.
+//! `bad_dnode`. The visitor steers with `Flow`: from `enter` (before a block is read),
+//! `Skip` leaves out the block and its subtree; from `block` or `object`, `Skip` leaves
+//! out what a block (or an object) points to; `Stop` ends the walk.
 //!
-//! Users: import (claim every live block, rebuilding the space maps), scrub (read and
-//! verify every copy), the free of a destroyed dataset; later send, background scrub
-//! and the L2ARC rebuild.
+//! Users: import (claim every live block, rebuilding the space maps), the background
+//! scrub and resilver (resumed from a bookmark, pruned by birth txg through `enter`),
+//! the free of a destroyed dataset; later send and the L2ARC rebuild.
 //!
 //! Owns: the order of the walk and what is read on the way.
 //!
-//! Promises: each block reachable from the root through blocks that verify is visited
-//! exactly once, with its level, its index at that level (`blkid`: the record number at
+//! Promises: each block reachable from the root through blocks that verify, and not
+//! skipped by `enter`, is visited exactly once, with its level, its index at that level (`blkid`: the record number at
 //! level 0) and, inside an object set, its object (0 for the dnode table); no bytes that
 //! failed their checksum reach the visitor.
 //!
@@ -55,11 +56,7 @@ pub enum Start<'a> {
     ObjSet(&'a Dnode),
     /// One block tree: `nlevels` levels under `root` (the pool's root block is a tree of
     /// one level), of `object` if it is one.
-    Tree {
-        root: BlockPtr,
-        nlevels: u8,
-        object: Option<u64>,
-    },
+    Tree { root: BlockPtr, nlevels: u8, object: Option<u64> },
 }
 
 /// How the walk goes on after a visit.
@@ -114,9 +111,27 @@ impl Visit<'_> {
     }
 }
 
+/// A block the walk is about to read (or visit unread).
+#[derive(Debug)]
+pub struct Entering<'a> {
+    pub bp: &'a BlockPtr,
+    /// As `Visit::object`.
+    pub object: Option<u64>,
+    pub level: u8,
+    pub blkid: u64,
+}
+
 /// What a walk calls. A closure `FnMut(&Visit) -> Flow` is a visitor that walks every
 /// object and passes over dnodes that do not decode.
 pub trait Visitor {
+    /// Before a block is read: `Skip` leaves it and everything under it out of the walk
+    /// (not read, not visited), `Stop` ends the walk. A scrub resumes at a bookmark and
+    /// paces its reads here; a resilver passes over subtrees born before the txgs it
+    /// copies (a block is never born before a block under it).
+    fn enter(&mut self, _block: &Entering<'_>) -> Flow {
+        Flow::Continue
+    }
+
     /// Every block, once, after it was read (if it was).
     fn block(&mut self, visit: &Visit<'_>) -> Flow;
 
@@ -145,21 +160,11 @@ pub fn walk(zio: &Zio, start: Start<'_>, opts: Options, visitor: &mut dyn Visito
         Start::ObjSet(meta) => {
             let per_block = (u64::from(meta.blksz) / DNODE_SIZE as u64).max(1);
             match meta.root {
-                Some(root) => walker.block(
-                    &root,
-                    Some(0),
-                    top_level(meta.nlevels),
-                    0,
-                    Records::Dnodes { per_block },
-                ),
+                Some(root) => walker.block(&root, Some(0), top_level(meta.nlevels), 0, Records::Dnodes { per_block }),
                 None => ControlFlow::Continue(()),
             }
         }
-        Start::Tree {
-            root,
-            nlevels,
-            object,
-        } => walker.block(&root, object, top_level(nlevels), 0, Records::Data),
+        Start::Tree { root, nlevels, object } => walker.block(&root, object, top_level(nlevels), 0, Records::Data),
     };
     match flow {
         ControlFlow::Continue(()) => Walked::Completed,
@@ -199,23 +204,15 @@ fn go_on(flow: Flow) -> Step {
 
 impl Walker<'_> {
     /// Visits block `bp` (at `level`, index `blkid`, of `object`), then what it points to.
-    fn block(
-        &mut self,
-        bp: &BlockPtr,
-        object: Option<u64>,
-        level: u8,
-        blkid: u64,
-        records: Records,
-    ) -> Step {
-        let visit = |outcome| Visit {
-            bp,
-            object,
-            level,
-            blkid,
-            outcome,
-        };
-        let must_read =
-            level > 0 || matches!(records, Records::Dnodes { .. }) || self.opts.read_data;
+    fn block(&mut self, bp: &BlockPtr, object: Option<u64>, level: u8, blkid: u64, records: Records) -> Step {
+        let entering = Entering { bp, object, level, blkid };
+        match self.visitor.enter(&entering) {
+            Flow::Continue => {}
+            Flow::Skip => return ControlFlow::Continue(()),
+            Flow::Stop => return ControlFlow::Break(()),
+        }
+        let visit = |outcome| Visit { bp, object, level, blkid, outcome };
+        let must_read = level > 0 || matches!(records, Records::Dnodes { .. }) || self.opts.read_data;
         if !must_read {
             return go_on(self.visitor.block(&visit(Outcome::NotRead)));
         }
@@ -224,14 +221,9 @@ impl Walker<'_> {
             Err(e) => return go_on(self.visitor.block(&visit(Outcome::Failed(&e)))),
         };
         if level == 0 {
-            let flow = self.visitor.block(&visit(Outcome::Verified {
-                data: &data,
-                bad_copies,
-            }));
+            let flow = self.visitor.block(&visit(Outcome::Verified { data: &data, bad_copies }));
             return match (flow, records) {
-                (Flow::Continue, Records::Dnodes { per_block })
-                    if bp.block_type == BlockType::Dnodes =>
-                {
+                (Flow::Continue, Records::Dnodes { per_block }) if bp.block_type == BlockType::Dnodes => {
                     self.dnodes(&data, blkid, per_block)
                 }
                 _ => go_on(flow),
@@ -241,10 +233,7 @@ impl Walker<'_> {
             Ok(children) => children,
             Err(e) => return go_on(self.visitor.block(&visit(Outcome::Failed(&e)))),
         };
-        let flow = self.visitor.block(&visit(Outcome::Verified {
-            data: &data,
-            bad_copies,
-        }));
+        let flow = self.visitor.block(&visit(Outcome::Verified { data: &data, bad_copies }));
         if flow != Flow::Continue {
             return go_on(flow);
         }
@@ -274,9 +263,7 @@ impl Walker<'_> {
     fn object(&mut self, id: u64, dnode: &Dnode) -> Step {
         let flow = self.visitor.object(id, dnode);
         match (flow, dnode.root) {
-            (Flow::Continue, Some(root)) => {
-                self.block(&root, Some(id), top_level(dnode.nlevels), 0, Records::Data)
-            }
+            (Flow::Continue, Some(root)) => self.block(&root, Some(id), top_level(dnode.nlevels), 0, Records::Data),
             _ => go_on(flow),
         }
     }
@@ -310,26 +297,17 @@ mod tests {
 
     /// A pipeline over one image file, or a mirror of two.
     fn zio(dir: &tempfile::TempDir, sides: usize) -> (Zio, Vec<PathBuf>) {
-        let paths: Vec<PathBuf> = (0..sides)
-            .map(|i| dir.path().join(format!("d{i}.img")))
-            .collect();
+        let paths: Vec<PathBuf> = (0..sides).map(|i| dir.path().join(format!("d{i}.img"))).collect();
         let leaves: Vec<Leaf> = paths
             .iter()
             .enumerate()
             .map(|(i, p)| {
                 let dev = FileDevice::open_or_create(p, Some(16 << 20)).unwrap();
-                Leaf::new(
-                    i as u64 + 1,
-                    p.display().to_string(),
-                    Some(Arc::new(dev) as Arc<dyn BlockDevice>),
-                )
+                Leaf::new(i as u64 + 1, p.display().to_string(), Some(Arc::new(dev) as Arc<dyn BlockDevice>))
             })
             .collect();
         let asize = TopVdev::asize_of(16 << 20, 12);
-        let zio = Zio::new(VdevTree::new(
-            vec![TopVdev::new(0, 9, 12, asize, leaves)],
-            12,
-        ));
+        let zio = Zio::new(VdevTree::new(vec![TopVdev::new(0, 9, 12, asize, leaves)], 12));
         zio.finish_load();
         (zio, paths)
     }
@@ -370,15 +348,8 @@ mod tests {
         let mut records = BTreeMap::new();
         let mut dnodes: Vec<(u64, Dnode)> = Vec::new();
         for (obj, blkids) in [(1u64, vec![0u64, 1, 600]), (2, vec![0]), (70, vec![0])] {
-            let recs: Vec<(u64, BlockPtr)> = blkids
-                .iter()
-                .map(|&b| {
-                    (
-                        b,
-                        write(zio, &vec![(obj * 7 + b) as u8; 4096], BlockType::Data),
-                    )
-                })
-                .collect();
+            let recs: Vec<(u64, BlockPtr)> =
+                blkids.iter().map(|&b| (b, write(zio, &vec![(obj * 7 + b) as u8; 4096], BlockType::Data))).collect();
             records.extend(recs.iter().map(|&(b, bp)| ((obj, b), bp)));
             let (root, nlevels) = tree(zio, &recs);
             let mut d = Dnode::new(ObjType::File, 4096, 0o644, 1);
@@ -391,11 +362,8 @@ mod tests {
             let at = (*id as usize * DNODE_SIZE) % DNODE_BLOCK;
             d.encode(&mut blocks[*id as usize * DNODE_SIZE / DNODE_BLOCK][at..]);
         }
-        let table: Vec<(u64, BlockPtr)> = blocks
-            .iter()
-            .enumerate()
-            .map(|(i, b)| (i as u64, write(zio, b, BlockType::Dnodes)))
-            .collect();
+        let table: Vec<(u64, BlockPtr)> =
+            blocks.iter().enumerate().map(|(i, b)| (i as u64, write(zio, b, BlockType::Dnodes))).collect();
         let (root, nlevels) = tree(zio, &table);
         let mut meta = Dnode::new(ObjType::Meta, DNODE_BLOCK as u32, 0, 0);
         (meta.root, meta.nlevels) = (root, nlevels);
@@ -445,15 +413,10 @@ mod tests {
         let set = object_set(&zio);
         let seen = walk_all(&zio, Start::ObjSet(&set.meta), Options::default());
         let offsets: BTreeSet<u64> = seen.iter().map(|s| s.offset).collect();
-        assert_eq!(
-            offsets.len(),
-            seen.len(),
-            "no block is visited twice: {seen:#?}"
-        );
+        assert_eq!(offsets.len(), seen.len(), "no block is visited twice: {seen:#?}");
         // The table: one indirect block and two dnode blocks. Object 1: a level-2 top,
         // two level-1 blocks, three records. Objects 2 and 70: one record each.
-        let shape: BTreeSet<(Option<u64>, u8, u64)> =
-            seen.iter().map(|s| (s.object, s.level, s.blkid)).collect();
+        let shape: BTreeSet<(Option<u64>, u8, u64)> = seen.iter().map(|s| (s.object, s.level, s.blkid)).collect();
         let want: BTreeSet<(Option<u64>, u8, u64)> = [
             (Some(0), 1, 0),
             (Some(0), 0, 0),
@@ -470,25 +433,11 @@ mod tests {
         .into();
         assert_eq!((shape, seen.len()), (want, 11));
         for ((obj, blkid), bp) in &set.records {
-            let s = seen
-                .iter()
-                .find(|s| s.offset == bp.offset)
-                .expect("every record is visited");
+            let s = seen.iter().find(|s| s.offset == bp.offset).expect("every record is visited");
             assert_eq!((s.object, s.level, s.blkid), (Some(*obj), 0, *blkid));
         }
-        assert!(
-            seen.iter()
-                .all(|s| s.read == (s.level > 0 || s.object == Some(0))),
-            "data is not read unless asked"
-        );
-        let read_all = walk_all(
-            &zio,
-            Start::ObjSet(&set.meta),
-            Options {
-                read_data: true,
-                all_copies: false,
-            },
-        );
+        assert!(seen.iter().all(|s| s.read == (s.level > 0 || s.object == Some(0))), "data is not read unless asked");
+        let read_all = walk_all(&zio, Start::ObjSet(&set.meta), Options { read_data: true, all_copies: false });
         assert!(read_all.iter().all(|s| s.read && !s.failed));
     }
 
@@ -514,40 +463,55 @@ mod tests {
             }
         }
         let mut v = SkipOne(Vec::new(), Vec::new());
-        assert_eq!(
-            walk(&zio, Start::ObjSet(&set.meta), Options::default(), &mut v),
-            Walked::Completed
-        );
-        assert_eq!(
-            v.0,
-            vec![1, 2, 4, 70],
-            "every live object is offered, the free slot is not"
-        );
-        assert!(
-            !v.1.contains(&Some(1)),
-            "a skipped object's blocks are not visited"
-        );
+        assert_eq!(walk(&zio, Start::ObjSet(&set.meta), Options::default(), &mut v), Walked::Completed);
+        assert_eq!(v.0, vec![1, 2, 4, 70], "every live object is offered, the free slot is not");
+        assert!(!v.1.contains(&Some(1)), "a skipped object's blocks are not visited");
         assert_eq!(v.1.len(), 5);
 
         let mut visits = 0;
-        let walked = walk(
-            &zio,
-            Start::ObjSet(&set.meta),
-            Options::default(),
-            &mut |v: &Visit| {
-                visits += 1;
-                if v.object == Some(1) {
-                    Flow::Stop
-                } else {
-                    Flow::Continue
+        let walked = walk(&zio, Start::ObjSet(&set.meta), Options::default(), &mut |v: &Visit| {
+            visits += 1;
+            if v.object == Some(1) {
+                Flow::Stop
+            } else {
+                Flow::Continue
+            }
+        });
+        assert_eq!((walked, visits), (Walked::Stopped, 3), "the walk ends at the first block of object 1");
+    }
+
+    #[test]
+    fn enter_skips_a_block_and_its_subtree_before_reading_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (zio, _) = zio(&dir, 1);
+        let set = object_set(&zio);
+
+        /// Skips object 1's level-1 block 0 (records 0 and 1), stops at object 70.
+        struct Pruner(Vec<(Option<u64>, u8, u64)>);
+        impl Visitor for Pruner {
+            fn enter(&mut self, b: &Entering<'_>) -> Flow {
+                match (b.object, b.level, b.blkid) {
+                    (Some(1), 1, 0) => Flow::Skip,
+                    (Some(70), _, _) => Flow::Stop,
+                    _ => Flow::Continue,
                 }
-            },
+            }
+            fn block(&mut self, v: &Visit<'_>) -> Flow {
+                self.0.push((v.object, v.level, v.blkid));
+                Flow::Continue
+            }
+        }
+        let mut p = Pruner(Vec::new());
+        let walked = walk(&zio, Start::ObjSet(&set.meta), Options::default(), &mut p);
+        assert_eq!(walked, Walked::Stopped);
+        assert!(p.0.contains(&(Some(1), 0, 600)));
+        assert!(
+            !p.0.iter().any(|&(o, l, b)| o == Some(1) && l <= 1 && b <= 1 && (l, b) != (1, 1)),
+            "nothing under the skipped block is visited: {:?}",
+            p.0
         );
-        assert_eq!(
-            (walked, visits),
-            (Walked::Stopped, 3),
-            "the walk ends at the first block of object 1"
-        );
+        assert!(!p.0.iter().any(|&(o, _, _)| o == Some(70)));
+        assert_eq!(crate::tree::span(1), FANOUT);
     }
 
     #[test]
@@ -575,13 +539,7 @@ mod tests {
         walk(&zio, Start::ObjSet(&meta), Options::default(), &mut v);
         assert_eq!(
             v.0,
-            vec![(
-                1,
-                DnodeError::UnsupportedVersion {
-                    found: DNODE_VERSION + 1,
-                    supported: DNODE_VERSION
-                }
-            )]
+            vec![(1, DnodeError::UnsupportedVersion { found: DNODE_VERSION + 1, supported: DNODE_VERSION })]
         );
     }
 
@@ -591,39 +549,17 @@ mod tests {
         let (zio, sides) = zio(&dir, 2);
         let set = object_set(&zio);
         let damaged = set.records[&(1, 600)];
-        let side1 = std::fs::OpenOptions::new()
-            .write(true)
-            .open(&sides[1])
-            .unwrap();
-        side1
-            .write_all_at(&[0xee; 64], DATA_START + damaged.offset + 10)
-            .unwrap();
+        let side1 = std::fs::OpenOptions::new().write(true).open(&sides[1]).unwrap();
+        side1.write_all_at(&[0xee; 64], DATA_START + damaged.offset + 10).unwrap();
 
-        let opts = Options {
-            read_data: true,
-            all_copies: true,
-        };
+        let opts = Options { read_data: true, all_copies: true };
         let seen = walk_all(&zio, Start::ObjSet(&set.meta), opts);
         let bad: Vec<&Seen> = seen.iter().filter(|s| s.bad_copies > 0).collect();
-        assert_eq!(
-            bad.len(),
-            1,
-            "exactly the damaged block has a bad copy: {seen:#?}"
-        );
-        assert_eq!(
-            (bad[0].offset, bad[0].bad_copies, bad[0].failed),
-            (damaged.offset, 1, false)
-        );
-        assert_eq!(
-            zio.vdevs.tops[0].leaves[1].status().checksum_errors,
-            1,
-            "the bad side is counted"
-        );
+        assert_eq!(bad.len(), 1, "exactly the damaged block has a bad copy: {seen:#?}");
+        assert_eq!((bad[0].offset, bad[0].bad_copies, bad[0].failed), (damaged.offset, 1, false));
+        assert_eq!(zio.vdevs.tops[0].leaves[1].status().checksum_errors, 1, "the bad side is counted");
         let again = walk_all(&zio, Start::ObjSet(&set.meta), opts);
-        assert!(
-            again.iter().all(|s| s.bad_copies == 0),
-            "the bad side was rewritten from the good one"
-        );
+        assert!(again.iter().all(|s| s.bad_copies == 0), "the bad side was rewritten from the good one");
     }
 
     #[test]
@@ -634,40 +570,22 @@ mod tests {
         let record = set.records[&(2, 0)];
         let lone = walk_all(
             &zio,
-            Start::Tree {
-                root: record,
-                nlevels: 1,
-                object: None,
-            },
-            Options {
-                read_data: true,
-                all_copies: false,
-            },
+            Start::Tree { root: record, nlevels: 1, object: None },
+            Options { read_data: true, all_copies: false },
         );
         assert_eq!(lone.len(), 1);
         assert_eq!((lone[0].object, lone[0].read), (None, true));
 
         // Damage the dnode table's second block: object 70 cannot be found any more.
         let seen = walk_all(&zio, Start::ObjSet(&set.meta), Options::default());
-        let table_block = seen
-            .iter()
-            .find(|s| s.object == Some(0) && s.level == 0 && s.blkid == 1)
-            .unwrap()
-            .offset;
-        let dev = std::fs::OpenOptions::new()
-            .write(true)
-            .open(&sides[0])
-            .unwrap();
-        dev.write_all_at(&[0xee; 64], DATA_START + table_block)
-            .unwrap();
+        let table_block = seen.iter().find(|s| s.object == Some(0) && s.level == 0 && s.blkid == 1).unwrap().offset;
+        let dev = std::fs::OpenOptions::new().write(true).open(&sides[0]).unwrap();
+        dev.write_all_at(&[0xee; 64], DATA_START + table_block).unwrap();
         let seen = walk_all(&zio, Start::ObjSet(&set.meta), Options::default());
         let failed: Vec<&Seen> = seen.iter().filter(|s| s.failed).collect();
         assert_eq!(failed.len(), 1);
         assert_eq!(failed[0].offset, table_block);
-        assert!(
-            !seen.iter().any(|s| s.object == Some(70)),
-            "what a failed block points to is unknown"
-        );
+        assert!(!seen.iter().any(|s| s.object == Some(70)), "what a failed block points to is unknown");
         assert_eq!(seen.len(), 10);
     }
 }

@@ -19,10 +19,7 @@
 //! write a parent before its children.
 use std::collections::HashMap;
 
-use tarn_zio::{
-    BlockPtr, BlockType, CachePolicy, ChecksumKind, Compression, PendingBlock, Zio, ZioError,
-    BLKPTR_SIZE,
-};
+use tarn_zio::{BlockPtr, BlockType, CachePolicy, ChecksumKind, Compression, PendingBlock, Zio, ZioError, BLKPTR_SIZE};
 
 pub const IND_SHIFT: u8 = 15;
 const PTR_SHIFT: u32 = IND_SHIFT as u32 - 6;
@@ -37,19 +34,11 @@ struct Ind {
 
 impl Ind {
     fn empty() -> Ind {
-        Ind {
-            ptrs: vec![None; FANOUT as usize],
-            dirty: true,
-            disk: None,
-        }
+        Ind { ptrs: vec![None; FANOUT as usize], dirty: true, disk: None }
     }
 
     fn decode(bytes: &[u8], disk: BlockPtr) -> Result<Ind, ZioError> {
-        Ok(Ind {
-            ptrs: decode_indirect(bytes)?,
-            dirty: false,
-            disk: Some(disk),
-        })
+        Ok(Ind { ptrs: decode_indirect(bytes)?, dirty: false, disk: Some(disk) })
     }
 
     fn encode(&self) -> Vec<u8> {
@@ -75,21 +64,16 @@ pub struct BlockTree {
     ind: HashMap<(u8, u64), Ind>,
 }
 
-/// Blocks covered by one pointer at `level` (level 0: one record).
-/// Saturates for a level no real tree has (a level count read from a damaged or foreign
-/// dnode must not overflow the shift).
-fn span(level: u8) -> u64 {
-    1u64.checked_shl(PTR_SHIFT * level as u32)
-        .unwrap_or(u64::MAX)
+/// Blocks covered by one pointer at `level` (level 0: one record): the records under
+/// an indirect block of that level. Saturates for a level no real tree has (a level count
+/// read from a damaged or foreign dnode must not overflow the shift).
+pub fn span(level: u8) -> u64 {
+    1u64.checked_shl(PTR_SHIFT * level as u32).unwrap_or(u64::MAX)
 }
 
 impl BlockTree {
     pub fn new(root: Option<BlockPtr>, nlevels: u8) -> BlockTree {
-        BlockTree {
-            nlevels,
-            root,
-            ind: HashMap::new(),
-        }
+        BlockTree { nlevels, root, ind: HashMap::new() }
     }
 
     pub fn nlevels(&self) -> u8 {
@@ -160,12 +144,7 @@ impl BlockTree {
     }
 
     /// Points record `blkid` at `bp` (or makes it a hole); returns the pointer it replaced.
-    pub fn set(
-        &mut self,
-        zio: &Zio,
-        blkid: u64,
-        bp: Option<BlockPtr>,
-    ) -> Result<Option<BlockPtr>, ZioError> {
+    pub fn set(&mut self, zio: &Zio, blkid: u64, bp: Option<BlockPtr>) -> Result<Option<BlockPtr>, ZioError> {
         if self.nlevels == 0 {
             if bp.is_none() {
                 return Ok(None);
@@ -184,24 +163,13 @@ impl BlockTree {
         for level in (1..self.nlevels).rev() {
             self.ensure_dirty(zio, level, blkid >> (PTR_SHIFT * level as u32))?;
         }
-        let l1 = self
-            .ind
-            .get_mut(&(1, blkid >> PTR_SHIFT))
-            .expect("path ensured");
-        Ok(std::mem::replace(
-            &mut l1.ptrs[(blkid & (FANOUT - 1)) as usize],
-            bp,
-        ))
+        let l1 = self.ind.get_mut(&(1, blkid >> PTR_SHIFT)).expect("path ensured");
+        Ok(std::mem::replace(&mut l1.ptrs[(blkid & (FANOUT - 1)) as usize], bp))
     }
 
     /// Frees every record from `first` on (and indirect blocks left empty); the replaced
     /// pointers go to `freed`.
-    pub fn free_from(
-        &mut self,
-        zio: &Zio,
-        first: u64,
-        freed: &mut Vec<BlockPtr>,
-    ) -> Result<(), ZioError> {
+    pub fn free_from(&mut self, zio: &Zio, first: u64, freed: &mut Vec<BlockPtr>) -> Result<(), ZioError> {
         if self.nlevels == 0 || first >= self.capacity() {
             return Ok(());
         }
@@ -281,13 +249,7 @@ impl BlockTree {
     }
 
     /// Frees a whole subtree rooted at indirect block (level, idx), including itself.
-    fn free_subtree(
-        &mut self,
-        zio: &Zio,
-        level: u8,
-        idx: u64,
-        freed: &mut Vec<BlockPtr>,
-    ) -> Result<(), ZioError> {
+    fn free_subtree(&mut self, zio: &Zio, level: u8, idx: u64, freed: &mut Vec<BlockPtr>) -> Result<(), ZioError> {
         if !self.load_for_free(zio, level, idx) {
             return Ok(());
         }
@@ -316,12 +278,8 @@ impl BlockTree {
     ) -> Result<(u64, u64), ZioError> {
         let mut written = (0u64, 0u64);
         for level in 1..self.nlevels {
-            let mut dirty: Vec<u64> = self
-                .ind
-                .iter()
-                .filter(|((l, _), i)| *l == level && i.dirty)
-                .map(|((_, idx), _)| *idx)
-                .collect();
+            let mut dirty: Vec<u64> =
+                self.ind.iter().filter(|((l, _), i)| *l == level && i.dirty).map(|((_, idx), _)| *idx).collect();
             dirty.sort_unstable();
             let mut encoded = Vec::new();
             let mut written_idx = Vec::new();
@@ -352,10 +310,7 @@ impl BlockTree {
             let mut new_ptr: HashMap<u64, BlockPtr> = written_idx.into_iter().zip(ptrs).collect();
             for idx in dirty {
                 let bp = new_ptr.remove(&idx);
-                let ind = self
-                    .ind
-                    .get_mut(&(level, idx))
-                    .expect("dirty indirect present");
+                let ind = self.ind.get_mut(&(level, idx)).expect("dirty indirect present");
                 freed.extend(ind.disk.take());
                 ind.disk = bp;
                 ind.dirty = false;
@@ -377,10 +332,7 @@ impl BlockTree {
             .ind
             .get_mut(&(level + 1, idx >> PTR_SHIFT))
             .expect("a dirty indirect block's parent is loaded and dirty");
-        assert!(
-            parent.dirty,
-            "parent of a dirty indirect block must be dirty"
-        );
+        assert!(parent.dirty, "parent of a dirty indirect block must be dirty");
         parent.ptrs[(idx & (FANOUT - 1)) as usize] = bp;
     }
 }
@@ -389,14 +341,7 @@ impl BlockTree {
 pub(crate) fn decode_indirect(bytes: &[u8]) -> Result<Vec<Option<BlockPtr>>, ZioError> {
     let expected = (FANOUT as usize) * BLKPTR_SIZE;
     if bytes.len() != expected {
-        return Err(ZioError::BadLength {
-            what: "indirect",
-            len: bytes.len(),
-            expected,
-        });
+        return Err(ZioError::BadLength { what: "indirect", len: bytes.len(), expected });
     }
-    Ok(bytes
-        .chunks_exact(BLKPTR_SIZE)
-        .map(BlockPtr::decode)
-        .collect::<Result<Vec<_>, _>>()?)
+    Ok(bytes.chunks_exact(BLKPTR_SIZE).map(BlockPtr::decode).collect::<Result<Vec<_>, _>>()?)
 }

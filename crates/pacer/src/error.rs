@@ -15,9 +15,7 @@ pub enum PacerError {
     #[error("mountpoint {0} is not a directory: pass an empty directory as --mountpoint")]
     MountpointNotDir(PathBuf),
 
-    #[error(
-        "mountpoint {0} is busy: something is already mounted there; unmount it first (umount {0})"
-    )]
+    #[error("mountpoint {0} is busy: something is already mounted there; unmount it first (umount {0})")]
     MountpointBusy(PathBuf),
 
     #[error("cannot inspect mountpoint {path}: {source}")]
@@ -30,11 +28,7 @@ pub enum PacerError {
         "backing file {path} is {current} bytes, larger than --size {requested}: refusing to \
          shrink it (that would lose data); pass --size {current} or a new --backing path"
     )]
-    WouldShrink {
-        path: PathBuf,
-        current: u64,
-        requested: u64,
-    },
+    WouldShrink { path: PathBuf, current: u64, requested: u64 },
 
     #[error("backing {path} is not a regular file: pass an image file path as --backing")]
     BackingNotFile { path: PathBuf },
@@ -42,7 +36,9 @@ pub enum PacerError {
     #[error("cannot prepare backing file {path}: {source}")]
     Backing { path: PathBuf, source: io::Error },
 
-    #[error("cannot mount FUSE at {path}: {source} (is /dev/fuse usable and are you root or is fusermount3 installed?)")]
+    #[error(
+        "cannot mount FUSE at {path}: {source} (is /dev/fuse usable and are you root or is fusermount3 installed?)"
+    )]
     Mount { path: PathBuf, source: io::Error },
 
     #[error("cannot daemonize: {0}")]

@@ -18,9 +18,9 @@ use std::thread;
 use std::time::{Duration, SystemTime};
 
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
-    KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty,
-    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, WriteFlags,
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
+    LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
+    ReplyWrite, Request, WriteFlags,
 };
 
 use crate::pacer::Pacer;
@@ -46,15 +46,7 @@ impl PacedDisk {
     pub fn new(backing: File, size: u64, pacer: Arc<Pacer>, stats: Arc<Stats>) -> PacedDisk {
         // SAFETY: getuid/getgid cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-        PacedDisk {
-            backing,
-            size,
-            pacer,
-            stats,
-            uid,
-            gid,
-            born: SystemTime::now(),
-        }
+        PacedDisk { backing, size, pacer, stats, uid, gid, born: SystemTime::now() }
     }
 
     fn attr(&self, ino: INodeNo) -> FileAttr {
@@ -251,26 +243,12 @@ impl Filesystem for PacedDisk {
         }
     }
 
-    fn flush(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _lock_owner: LockOwner,
-        reply: ReplyEmpty,
-    ) {
+    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
         // close() is not a durability point; writes are already in the backing file.
         reply.ok();
     }
 
-    fn fsync(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        _datasync: bool,
-        reply: ReplyEmpty,
-    ) {
+    fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         if ino != DISK_INO {
             reply.ok();
             return;
@@ -303,9 +281,7 @@ impl Filesystem for PacedDisk {
         // Discard from the loop device arrives as PUNCH_HOLE|KEEP_SIZE: pass it on so
         // the sparse image stays thin. Nothing may change the disk's size.
         let keeps_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
-        let inside = offset
-            .checked_add(length)
-            .is_some_and(|end| end <= self.size);
+        let inside = offset.checked_add(length).is_some_and(|end| end <= self.size);
         if ino != DISK_INO || !(keeps_size || inside) {
             reply.error(Errno::EOPNOTSUPP);
             return;
@@ -324,14 +300,7 @@ impl Filesystem for PacedDisk {
         }
     }
 
-    fn readdir(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectory,
-    ) {
+    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
         if ino != INodeNo::ROOT {
             reply.error(Errno::ENOTDIR);
             return;

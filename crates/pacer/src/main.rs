@@ -94,20 +94,13 @@ fn main() -> ExitCode {
 /// (clap's first line names the flag and the problem), exit status 2.
 fn usage_error(err: clap::Error) -> ExitCode {
     use clap::error::ErrorKind;
-    if matches!(
-        err.kind(),
-        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
-    ) {
+    if matches!(err.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
         let _ = err.print();
         return ExitCode::SUCCESS;
     }
     let text = err.render().to_string();
     // clap's message is the first paragraph (a missing-flag error lists them below).
-    let paragraph: Vec<&str> = text
-        .lines()
-        .take_while(|l| !l.trim().is_empty())
-        .map(str::trim)
-        .collect();
+    let paragraph: Vec<&str> = text.lines().take_while(|l| !l.trim().is_empty()).map(str::trim).collect();
     let joined = paragraph.join(" ");
     let problem = joined.strip_prefix("error: ").unwrap_or(&joined);
     eprintln!("tarn-pacer: {problem} (see tarn-pacer --help)");
@@ -122,19 +115,10 @@ fn run(args: Args) -> Result<(), PacerError> {
     let stats_path = args.stats.as_ref().map(|p| absolute(p));
     let readiness = tarn_daemon::start(args.foreground, report)?;
     // From here on threads may exist: no more forking.
-    let limits = Limits {
-        iops: args.iops,
-        bandwidth: args.bandwidth,
-        max_io: args.max_io,
-        latency_us: args.latency_us,
-    };
+    let limits =
+        Limits { iops: args.iops, bandwidth: args.bandwidth, max_io: args.max_io, latency_us: args.latency_us };
     let stats = Arc::new(Stats::new());
-    let disk = fs::PacedDisk::new(
-        backing,
-        args.size,
-        Arc::new(Pacer::new(limits)),
-        stats.clone(),
-    );
+    let disk = fs::PacedDisk::new(backing, args.size, Arc::new(Pacer::new(limits)), stats.clone());
     let session = match mount(disk, &mountpoint) {
         Ok(session) => session,
         Err(err) => {
@@ -157,19 +141,14 @@ fn report(verdict: &Verdict) {
             return;
         }
         Verdict::Failed(msg) => PacerError::Startup(msg.to_string()),
-        Verdict::Died { pid } => PacerError::Startup(format!(
-            "daemon (pid {pid}) exited before the mount was ready"
-        )),
+        Verdict::Died { pid } => PacerError::Startup(format!("daemon (pid {pid}) exited before the mount was ready")),
     };
     eprintln!("tarn-pacer: {failure}");
 }
 
 /// Mount and start the worker threads; once this returns the kernel has our INIT reply
 /// and requests are being served, so the disk is usable.
-fn mount(
-    disk: fs::PacedDisk,
-    mountpoint: &std::path::Path,
-) -> Result<fuser::BackgroundSession, PacerError> {
+fn mount(disk: fs::PacedDisk, mountpoint: &std::path::Path) -> Result<fuser::BackgroundSession, PacerError> {
     let mut config = fuser::Config::default();
     config.mount_options = vec![
         MountOption::FSName("tarn-pacer".to_owned()),
@@ -180,10 +159,7 @@ fn mount(
     config.acl = SessionACL::All; // allow_other: the lab's database users reach the disk
     config.n_threads = Some(WORKERS);
     config.clone_fd = true;
-    let mount_err = |source| PacerError::Mount {
-        path: mountpoint.to_path_buf(),
-        source,
-    };
+    let mount_err = |source| PacerError::Mount { path: mountpoint.to_path_buf(), source };
     let session = fuser::Session::new(disk, mountpoint, &config).map_err(mount_err)?;
     session.spawn().map_err(mount_err)
 }
@@ -192,7 +168,5 @@ fn absolute(path: &std::path::Path) -> PathBuf {
     if path.is_absolute() {
         return path.to_path_buf();
     }
-    std::env::current_dir()
-        .map(|cwd| cwd.join(path))
-        .unwrap_or_else(|_| path.to_path_buf())
+    std::env::current_dir().map(|cwd| cwd.join(path)).unwrap_or_else(|_| path.to_path_buf())
 }

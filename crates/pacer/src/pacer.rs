@@ -58,11 +58,7 @@ impl Bucket {
         // 100 ms of tokens: enough to absorb a readahead or journal burst without
         // letting a one-second sample exceed the limit by more than 10 %.
         let burst = (rate / 10.0).max(1.0);
-        Some(Bucket {
-            rate,
-            burst,
-            level: burst,
-        })
+        Some(Bucket { rate, burst, level: burst })
     }
 
     /// Seconds after `now` until `need` tokens are there. A request larger than the
@@ -157,11 +153,7 @@ impl Pacer {
             }
         }
         tl.clock = grant;
-        Admission {
-            units,
-            throttle: Duration::from_secs_f64((grant - now).max(0.0)),
-            latency: self.latency,
-        }
+        Admission { units, throttle: Duration::from_secs_f64((grant - now).max(0.0)), latency: self.latency }
     }
 }
 
@@ -170,12 +162,7 @@ mod tests {
     use super::*;
 
     fn pacer(iops: u64, bandwidth: u64, max_io: u64) -> Pacer {
-        Pacer::new(Limits {
-            iops,
-            bandwidth,
-            max_io,
-            latency_us: 0,
-        })
+        Pacer::new(Limits { iops, bandwidth, max_io, latency_us: 0 })
     }
 
     #[test]
@@ -193,10 +180,7 @@ mod tests {
     fn unlimited_never_waits() {
         let p = pacer(0, 0, 0);
         for i in 0..10_000 {
-            assert_eq!(
-                p.admit_at(1 << 20, i as f64 * 1e-6).throttle,
-                Duration::ZERO
-            );
+            assert_eq!(p.admit_at(1 << 20, i as f64 * 1e-6).throttle, Duration::ZERO);
         }
     }
 
@@ -219,9 +203,7 @@ mod tests {
             p.admit_at(1, 0.0);
         }
         // After 10 idle seconds only 10 tokens (the burst) are available, not 1000.
-        let waits: Vec<f64> = (0..12)
-            .map(|_| p.admit_at(1, 10.0).throttle.as_secs_f64())
-            .collect();
+        let waits: Vec<f64> = (0..12).map(|_| p.admit_at(1, 10.0).throttle.as_secs_f64()).collect();
         assert!(waits[..10].iter().all(|w| *w == 0.0), "{waits:?}");
         assert!(waits[10] > 0.0 && waits[11] > waits[10], "{waits:?}");
     }
@@ -275,10 +257,7 @@ mod tests {
 
     #[test]
     fn latency_is_reported_separately() {
-        let p = Pacer::new(Limits {
-            latency_us: 1500,
-            ..Limits::default()
-        });
+        let p = Pacer::new(Limits { latency_us: 1500, ..Limits::default() });
         let a = p.admit(4096);
         assert_eq!(a.latency, Duration::from_micros(1500));
         assert_eq!(a.throttle, Duration::ZERO);

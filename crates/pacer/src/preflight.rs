@@ -27,29 +27,17 @@ pub fn check_fuse_device() -> Result<(), PacerError> {
 pub fn check_mountpoint(dir: &Path) -> Result<PathBuf, PacerError> {
     let meta = match fs::metadata(dir) {
         Ok(m) => m,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return Err(PacerError::MountpointMissing(dir.to_path_buf()))
-        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(PacerError::MountpointMissing(dir.to_path_buf())),
         // ENOTCONN: a dead FUSE mount (daemon killed) is still there.
         Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
             return Err(PacerError::MountpointBusy(dir.to_path_buf()))
         }
-        Err(source) => {
-            return Err(PacerError::MountpointIo {
-                path: dir.to_path_buf(),
-                source,
-            })
-        }
+        Err(source) => return Err(PacerError::MountpointIo { path: dir.to_path_buf(), source }),
     };
     if !meta.is_dir() {
         return Err(PacerError::MountpointNotDir(dir.to_path_buf()));
     }
-    let abs = dir
-        .canonicalize()
-        .map_err(|source| PacerError::MountpointIo {
-            path: dir.to_path_buf(),
-            source,
-        })?;
+    let abs = dir.canonicalize().map_err(|source| PacerError::MountpointIo { path: dir.to_path_buf(), source })?;
     if is_mount_point(&abs, meta.dev())? {
         return Err(PacerError::MountpointBusy(abs));
     }
@@ -60,45 +48,24 @@ pub fn check_mountpoint(dir: &Path) -> Result<PathBuf, PacerError> {
 /// is listed in /proc/self/mountinfo (a bind mount of the same device).
 fn is_mount_point(abs: &Path, dev: u64) -> Result<bool, PacerError> {
     let parent = abs.parent().unwrap_or(abs);
-    let parent_dev = fs::metadata(parent)
-        .map_err(|source| PacerError::MountpointIo {
-            path: parent.to_path_buf(),
-            source,
-        })?
-        .dev();
+    let parent_dev =
+        fs::metadata(parent).map_err(|source| PacerError::MountpointIo { path: parent.to_path_buf(), source })?.dev();
     Ok((parent != abs && parent_dev != dev) || tarn_daemon::mounts::is_listed(abs))
 }
 
 /// Open (creating or growing, sparse) the backing image so it is exactly `size` bytes.
 pub fn prepare_backing(path: &Path, size: u64) -> Result<File, PacerError> {
-    let io_err = |source| PacerError::Backing {
-        path: path.to_path_buf(),
-        source,
-    };
+    let io_err = |source| PacerError::Backing { path: path.to_path_buf(), source };
     match fs::metadata(path) {
-        Ok(meta) if !meta.is_file() => {
-            return Err(PacerError::BackingNotFile {
-                path: path.to_path_buf(),
-            })
-        }
+        Ok(meta) if !meta.is_file() => return Err(PacerError::BackingNotFile { path: path.to_path_buf() }),
         Ok(meta) if meta.len() > size => {
-            return Err(PacerError::WouldShrink {
-                path: path.to_path_buf(),
-                current: meta.len(),
-                requested: size,
-            })
+            return Err(PacerError::WouldShrink { path: path.to_path_buf(), current: meta.len(), requested: size })
         }
         Ok(_) => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(io_err(e)),
     }
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-        .map_err(io_err)?;
+    let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).map_err(io_err)?;
     let current = file.metadata().map_err(io_err)?.len();
     if current < size {
         // set_len only grows here (checked above), leaving a sparse tail.
@@ -131,20 +98,11 @@ mod tests {
     fn mountpoint_checks_name_the_problem() {
         let dir = tempfile::tempdir().expect("tempdir");
         let missing = dir.path().join("nope");
-        assert!(matches!(
-            check_mountpoint(&missing),
-            Err(PacerError::MountpointMissing(_))
-        ));
+        assert!(matches!(check_mountpoint(&missing), Err(PacerError::MountpointMissing(_))));
         let file = dir.path().join("file");
         fs::write(&file, b"x").expect("write");
-        assert!(matches!(
-            check_mountpoint(&file),
-            Err(PacerError::MountpointNotDir(_))
-        ));
+        assert!(matches!(check_mountpoint(&file), Err(PacerError::MountpointNotDir(_))));
         assert!(check_mountpoint(dir.path()).is_ok());
-        assert!(matches!(
-            check_mountpoint(Path::new("/proc")),
-            Err(PacerError::MountpointBusy(_))
-        ));
+        assert!(matches!(check_mountpoint(Path::new("/proc")), Err(PacerError::MountpointBusy(_))));
     }
 }

@@ -7,13 +7,7 @@
 
 /// Suffixes and their multipliers; every one is binary so `16K` is the 16 KiB I/O cap
 /// the cloud-disk articles mean.
-const UNITS: [(&str, u64); 5] = [
-    ("", 1),
-    ("k", 1 << 10),
-    ("m", 1 << 20),
-    ("g", 1 << 30),
-    ("t", 1 << 40),
-];
+const UNITS: [(&str, u64); 5] = [("", 1), ("k", 1 << 10), ("m", 1 << 20), ("g", 1 << 30), ("t", 1 << 40)];
 
 const ACCEPTED: &str = "a whole number with an optional K, M, G or T suffix (binary, \
                         optionally followed by iB), e.g. 4096, 16K, 8M, 4GiB";
@@ -21,29 +15,21 @@ const ACCEPTED: &str = "a whole number with an optional K, M, G or T suffix (bin
 /// Parse a size; `0` is allowed here (it means "unlimited" for rate flags).
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let trimmed = text.trim();
-    let split = trimmed
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(trimmed.len());
+    let split = trimmed.find(|c: char| !c.is_ascii_digit()).unwrap_or(trimmed.len());
     let (digits, suffix) = trimmed.split_at(split);
     if digits.is_empty() {
         return Err(format!("'{text}' is not a size: expected {ACCEPTED}"));
     }
     let multiplier = unit_multiplier(suffix)
         .ok_or_else(|| format!("'{text}' has an unknown suffix '{suffix}': expected {ACCEPTED}"))?;
-    let number: u64 = digits
-        .parse()
-        .map_err(|_| format!("'{text}' is too large"))?;
-    number
-        .checked_mul(multiplier)
-        .ok_or_else(|| format!("'{text}' is too large (over 2^64 bytes)"))
+    let number: u64 = digits.parse().map_err(|_| format!("'{text}' is too large"))?;
+    number.checked_mul(multiplier).ok_or_else(|| format!("'{text}' is too large (over 2^64 bytes)"))
 }
 
 /// Parse a size that must be positive (the disk size).
 pub fn parse_nonzero_size(text: &str) -> Result<u64, String> {
     match parse_size(text)? {
-        0 => Err(format!(
-            "'{text}' is zero: the disk needs a positive size, e.g. --size 4G"
-        )),
+        0 => Err(format!("'{text}' is zero: the disk needs a positive size, e.g. --size 4G")),
         n => Ok(n),
     }
 }
@@ -55,10 +41,7 @@ fn unit_multiplier(suffix: &str) -> Option<u64> {
     if base.is_empty() && !lower.is_empty() {
         return None; // "4iB" names no unit
     }
-    UNITS
-        .iter()
-        .find(|(name, _)| *name == base)
-        .map(|(_, mult)| *mult)
+    UNITS.iter().find(|(name, _)| *name == base).map(|(_, mult)| *mult)
 }
 
 #[cfg(test)]
@@ -87,10 +70,7 @@ mod tests {
     fn bad_suffixes_name_the_problem() {
         for bad in ["4X", "4iB", "4KB", "4 Gigs", "G", "", "-4K", "1.5G"] {
             let err = parse_size(bad).expect_err(bad);
-            assert!(
-                err.contains("size") || err.contains("suffix"),
-                "{bad}: {err}"
-            );
+            assert!(err.contains("size") || err.contains("suffix"), "{bad}: {err}");
         }
         assert!(parse_size("4Q").unwrap_err().contains("unknown suffix 'Q'"));
     }

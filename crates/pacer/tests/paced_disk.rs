@@ -31,10 +31,7 @@ const BURST_BYTES: f64 = BANDWIDTH as f64 / 10.0 + (1u64 << 20) as f64;
 // ---------------------------------------------------------------- small helpers
 
 fn run(cmd: &str, args: &[&str]) -> Result<String, String> {
-    let out = Command::new(cmd)
-        .args(args)
-        .output()
-        .map_err(|e| format!("cannot run {cmd}: {e}"))?;
+    let out = Command::new(cmd).args(args).output().map_err(|e| format!("cannot run {cmd}: {e}"))?;
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
     } else {
@@ -53,25 +50,15 @@ fn must(cmd: &str, args: &[&str]) -> String {
 /// The environment this test needs; missing pieces are failures, not skips.
 fn require_environment() {
     // SAFETY: geteuid cannot fail.
-    assert_eq!(
-        unsafe { libc::geteuid() },
-        0,
-        "this test needs root (loop devices, mount)"
-    );
-    assert!(
-        Path::new("/dev/fuse").exists(),
-        "/dev/fuse is missing: load the fuse module"
-    );
+    assert_eq!(unsafe { libc::geteuid() }, 0, "this test needs root (loop devices, mount)");
+    assert!(Path::new("/dev/fuse").exists(), "/dev/fuse is missing: load the fuse module");
     for tool in ["losetup", "mkfs.ext4", "mount", "umount"] {
         assert!(
             run("sh", &["-c", &format!("command -v {tool}")]).is_ok(),
             "{tool} is missing: install util-linux / e2fsprogs"
         );
     }
-    assert!(
-        Path::new("/dev/loop-control").exists(),
-        "/dev/loop-control is missing: load the loop module"
-    );
+    assert!(Path::new("/dev/loop-control").exists(), "/dev/loop-control is missing: load the loop module");
 }
 
 /// Our pacer daemon is still running as `pid` (not exited, and the pid not reused by
@@ -83,12 +70,7 @@ fn process_alive(pid: i32) -> bool {
     }
     // A zombie has exited; only its parent can reap it.
     match fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z'),
+        Ok(stat) => !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'),
         Err(_) => false,
     }
 }
@@ -108,17 +90,9 @@ struct PacerStats {
 
 fn json_field(json: &str, key: &str) -> u64 {
     let tag = format!("\"{key}\":");
-    let start = json
-        .find(&tag)
-        .unwrap_or_else(|| panic!("{key} missing in {json}"))
-        + tag.len();
-    let digits: String = json[start..]
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect();
-    digits
-        .parse()
-        .unwrap_or_else(|_| panic!("{key} not a number in {json}"))
+    let start = json.find(&tag).unwrap_or_else(|| panic!("{key} missing in {json}")) + tag.len();
+    let digits: String = json[start..].chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().unwrap_or_else(|_| panic!("{key} not a number in {json}"))
 }
 
 fn parse_stats(json: &str) -> PacerStats {
@@ -148,16 +122,9 @@ fn diskstats(dev: &str) -> DiskStats {
         .lines()
         .find(|l| l.split_whitespace().nth(2) == Some(name))
         .unwrap_or_else(|| panic!("{name} not in /proc/diskstats"));
-    let f: Vec<u64> = line
-        .split_whitespace()
-        .skip(3)
-        .map(|x| x.parse().unwrap_or(0))
-        .collect();
+    let f: Vec<u64> = line.split_whitespace().skip(3).map(|x| x.parse().unwrap_or(0)).collect();
     // reads completed, reads merged, sectors read, ms, writes completed, merged, sectors written
-    DiskStats {
-        ios: f[0] + f[4],
-        bytes: (f[2] + f[6]) * 512,
-    }
+    DiskStats { ios: f[0] + f[4], bytes: (f[2] + f[6]) * 512 }
 }
 
 // ---------------------------------------------------------------- the rig
@@ -184,53 +151,21 @@ impl Rig {
     /// mkfs on the plain image (fast, unpaced), then serve it paced and mount ext4.
     fn start(limits: &[&str]) -> Rig {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut rig = Rig {
-            dir,
-            pid: None,
-            loop_dev: None,
-            fs_mounted: false,
-        };
+        let mut rig = Rig { dir, pid: None, loop_dev: None, fs_mounted: false };
         fs::create_dir(rig.fuse_dir()).expect("mkdir mnt");
         fs::create_dir(rig.fs_dir()).expect("mkdir fs");
         let image = rig.dir.path().join("backing.img");
-        File::create(&image)
-            .and_then(|f| f.set_len(256 << 20))
-            .expect("create image");
+        File::create(&image).and_then(|f| f.set_len(256 << 20)).expect("create image");
         let image_s = image.to_string_lossy().into_owned();
-        must(
-            "mkfs.ext4",
-            &[
-                "-q",
-                "-F",
-                "-E",
-                "lazy_itable_init=0,lazy_journal_init=0,nodiscard",
-                &image_s,
-            ],
-        );
+        must("mkfs.ext4", &["-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0,nodiscard", &image_s]);
 
         let mnt = rig.fuse_dir().to_string_lossy().into_owned();
         let stats = rig.stats_path().to_string_lossy().into_owned();
-        let mut args = vec![
-            "--backing",
-            &image_s,
-            "--size",
-            "256M",
-            "--mountpoint",
-            &mnt,
-            "--stats",
-            &stats,
-        ];
+        let mut args = vec!["--backing", &image_s, "--size", "256M", "--mountpoint", &mnt, "--stats", &stats];
         args.extend_from_slice(limits);
-        let out = Command::new(BIN)
-            .args(&args)
-            .output()
-            .expect("run tarn-pacer");
+        let out = Command::new(BIN).args(&args).output().expect("run tarn-pacer");
         let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "tarn-pacer failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "tarn-pacer failed: {}", String::from_utf8_lossy(&out.stderr));
         let pid = stdout
             .lines()
             .last()
@@ -238,25 +173,16 @@ impl Rig {
             .and_then(|p| p.trim().parse().ok())
             .unwrap_or_else(|| panic!("no pid=N line in {stdout:?}"));
         rig.pid = Some(pid);
-        assert!(
-            is_listed(&rig.fuse_dir()),
-            "parent exited before the FUSE mount was there"
-        );
+        assert!(is_listed(&rig.fuse_dir()), "parent exited before the FUSE mount was there");
 
         let disk = rig.fuse_dir().join("disk");
         let meta = fs::metadata(&disk).expect("stat disk");
         assert_eq!(meta.len(), 256 << 20);
-        assert_eq!(
-            std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777,
-            0o600
-        );
+        assert_eq!(std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777, 0o600);
 
         let dev = must("losetup", &["--find", "--show", &disk.to_string_lossy()]);
         rig.loop_dev = Some(dev.clone());
-        must(
-            "mount",
-            &["-t", "ext4", &dev, &rig.fs_dir().to_string_lossy()],
-        );
+        must("mount", &["-t", "ext4", &dev, &rig.fs_dir().to_string_lossy()]);
         rig.fs_mounted = true;
         rig
     }
@@ -267,11 +193,7 @@ impl Rig {
 
     /// Wait until the pacer rewrites its stats file, so the snapshot is fresh.
     fn fresh_stats(&self) -> PacerStats {
-        let read = || {
-            fs::read_to_string(self.stats_path())
-                .map(|j| parse_stats(&j))
-                .ok()
-        };
+        let read = || fs::read_to_string(self.stats_path()).map(|j| parse_stats(&j)).ok();
         let first = read().map(|s| s.elapsed_ns);
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
@@ -282,10 +204,7 @@ impl Rig {
             }
             thread::sleep(Duration::from_millis(5));
         }
-        panic!(
-            "stats file {} not rewritten within 5 s",
-            self.stats_path().display()
-        );
+        panic!("stats file {} not rewritten within 5 s", self.stats_path().display());
     }
 }
 
@@ -326,8 +245,7 @@ fn direct_random_writes(path: &Path, threads: usize, secs: f64) -> u64 {
     let file_len: u64 = 16 << 20;
     let f = File::create(path).expect("create direct file");
     // SAFETY: fd is valid; preallocate so writes do not allocate blocks.
-    let rc =
-        unsafe { libc::posix_fallocate(std::os::fd::AsRawFd::as_raw_fd(&f), 0, file_len as i64) };
+    let rc = unsafe { libc::posix_fallocate(std::os::fd::AsRawFd::as_raw_fd(&f), 0, file_len as i64) };
     assert_eq!(rc, 0, "posix_fallocate");
     f.sync_all().expect("sync preallocated file");
     drop(f);
@@ -336,11 +254,7 @@ fn direct_random_writes(path: &Path, threads: usize, secs: f64) -> u64 {
         .map(|t| {
             let path = path.to_path_buf();
             thread::spawn(move || {
-                let f = OpenOptions::new()
-                    .write(true)
-                    .custom_flags(libc::O_DIRECT)
-                    .open(&path)
-                    .expect("open O_DIRECT");
+                let f = OpenOptions::new().write(true).custom_flags(libc::O_DIRECT).open(&path).expect("open O_DIRECT");
                 let mut raw = vec![0xa5u8; 8192];
                 let skew = raw.as_ptr().align_offset(4096);
                 let buf = &mut raw[skew..skew + 4096];
@@ -358,10 +272,7 @@ fn direct_random_writes(path: &Path, threads: usize, secs: f64) -> u64 {
             })
         })
         .collect();
-    handles
-        .into_iter()
-        .map(|h| h.join().expect("writer thread"))
-        .sum()
+    handles.into_iter().map(|h| h.join().expect("writer thread")).sum()
 }
 
 fn buffered_write_and_sync(path: &Path, bytes: usize) {
@@ -379,9 +290,7 @@ fn drop_caches() {
 
 fn read_all(path: &Path) -> usize {
     let mut buf = Vec::new();
-    File::open(path)
-        .and_then(|mut f| f.read_to_end(&mut buf))
-        .expect("read back");
+    File::open(path).and_then(|mut f| f.read_to_end(&mut buf)).expect("read back");
     buf.len()
 }
 
@@ -404,12 +313,7 @@ impl Phase {
         let secs = t0.elapsed().as_secs_f64();
         let d1 = diskstats(rig.dev());
         let p1 = rig.fresh_stats();
-        Phase {
-            name,
-            secs,
-            pacer: (p0, p1),
-            disk: (d0, d1),
-        }
+        Phase { name, secs, pacer: (p0, p1), disk: (d0, d1) }
     }
 
     fn pacer_window(&self) -> f64 {
@@ -446,33 +350,13 @@ impl Phase {
             p1.reads - p0.reads,
             p1.writes - p0.writes,
         );
-        assert!(
-            units <= max_units,
-            "{}: {units} units > {max_units:.0}",
-            self.name
-        );
-        assert!(
-            bytes <= max_bytes,
-            "{}: {bytes} bytes > {max_bytes:.0}",
-            self.name
-        );
-        assert!(
-            dios <= max_dios,
-            "{}: loop {dios} I/Os > {max_dios:.0}",
-            self.name
-        );
-        assert!(
-            dbytes <= max_dbytes,
-            "{}: loop {dbytes} bytes > {max_dbytes:.0}",
-            self.name
-        );
+        assert!(units <= max_units, "{}: {units} units > {max_units:.0}", self.name);
+        assert!(bytes <= max_bytes, "{}: {bytes} bytes > {max_bytes:.0}", self.name);
+        assert!(dios <= max_dios, "{}: loop {dios} I/Os > {max_dios:.0}", self.name);
+        assert!(dbytes <= max_dbytes, "{}: loop {dbytes} bytes > {max_dbytes:.0}", self.name);
         // The I/O really went through the pacer, and the pacer really held it back.
         assert!(units > 0.0, "{}: no I/O reached the pacer", self.name);
-        assert!(
-            p1.throttled_ns > p0.throttled_ns,
-            "{}: pacer never throttled",
-            self.name
-        );
+        assert!(p1.throttled_ns > p0.throttled_ns, "{}: pacer never throttled", self.name);
     }
 }
 
@@ -492,28 +376,17 @@ fn pacing_holds_under_ext4_for_direct_buffered_and_cold_reads() {
     assert!(throttled_iops <= IOPS as f64 * TOLERANCE + BURST_UNITS / a.secs);
 
     let buffered = rig.fs_dir().join("buffered");
-    let b = Phase::measure(&rig, "buffered + fsync", || {
-        buffered_write_and_sync(&buffered, data)
-    });
+    let b = Phase::measure(&rig, "buffered + fsync", || buffered_write_and_sync(&buffered, data));
     b.assert_limits();
-    assert!(
-        b.pacer.1.flushes > b.pacer.0.flushes,
-        "fsync never reached the pacer"
-    );
+    assert!(b.pacer.1.flushes > b.pacer.0.flushes, "fsync never reached the pacer");
     let written = b.pacer.1.write_bytes - b.pacer.0.write_bytes;
-    assert!(
-        written >= data as u64,
-        "only {written} of {data} buffered bytes reached the pacer"
-    );
+    assert!(written >= data as u64, "only {written} of {data} buffered bytes reached the pacer");
 
     drop_caches();
     let c = Phase::measure(&rig, "cold reads", || assert_eq!(read_all(&buffered), data));
     c.assert_limits();
     let read = c.pacer.1.read_bytes - c.pacer.0.read_bytes;
-    assert!(
-        read >= data as u64,
-        "only {read} of {data} bytes read reached the pacer"
-    );
+    assert!(read >= data as u64, "only {read} of {data} bytes read reached the pacer");
     drop(rig);
 
     let fast = Rig::start(&[]);
@@ -525,10 +398,7 @@ fn pacing_holds_under_ext4_for_direct_buffered_and_cold_reads() {
         "unthrottled O_DIRECT 4K: {fast_iops:.0} io/s vs throttled {throttled_iops:.0} io/s ({:.1}x)",
         fast_iops / throttled_iops
     );
-    assert!(
-        fast_iops > throttled_iops * 3.0,
-        "unthrottled disk is not clearly faster"
-    );
+    assert!(fast_iops > throttled_iops * 3.0, "unthrottled disk is not clearly faster");
 }
 
 #[test]
@@ -540,13 +410,7 @@ fn added_latency_delays_every_io_and_foreground_stays_attached() {
     let img = dir.path().join("b.img");
     let mut child = Command::new(BIN)
         .args(["--backing", &img.to_string_lossy(), "--size", "16M"])
-        .args([
-            "--mountpoint",
-            &mnt.to_string_lossy(),
-            "--latency-us",
-            "20000",
-            "--foreground",
-        ])
+        .args(["--mountpoint", &mnt.to_string_lossy(), "--latency-us", "20000", "--foreground"])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("start tarn-pacer");
@@ -574,24 +438,15 @@ fn added_latency_delays_every_io_and_foreground_stays_attached() {
     let stdout = child.stdout.take().expect("stdout");
     let mut guard = Stop(child, mnt.clone());
     std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).expect("read pid");
-    assert_eq!(
-        line.trim(),
-        format!("pid={}", guard.0.id()),
-        "foreground prints its own pid"
-    );
+    assert_eq!(line.trim(), format!("pid={}", guard.0.id()), "foreground prints its own pid");
     assert!(is_listed(&mnt), "mount not ready when pid was printed");
 
-    let f = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(mnt.join("disk"))
-        .expect("open disk");
+    let f = OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(mnt.join("disk")).expect("open disk");
     let mut raw = vec![0u8; 8192];
     let skew = raw.as_ptr().align_offset(4096);
     let t0 = Instant::now();
     for i in 0..10 {
-        f.read_exact_at(&mut raw[skew..skew + 4096], i * 4096)
-            .expect("read");
+        f.read_exact_at(&mut raw[skew..skew + 4096], i * 4096).expect("read");
     }
     let secs = t0.elapsed().as_secs_f64();
     println!("10 sequential reads with 20 ms added latency: {secs:.3} s");
@@ -616,10 +471,7 @@ fn added_latency_delays_every_io_and_foreground_stays_attached() {
 // ---------------------------------------------------------------- bad input
 
 fn pacer_fails(args: &[&str]) -> String {
-    let out = Command::new(BIN)
-        .args(args)
-        .output()
-        .expect("run tarn-pacer");
+    let out = Command::new(BIN).args(args).output().expect("run tarn-pacer");
     assert!(!out.status.success(), "tarn-pacer {args:?} should fail");
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
@@ -636,31 +488,12 @@ fn bad_input_is_refused_with_a_message_naming_it() {
     let err = pacer_fails(&["--backing", &img, "--size", "4X", "--mountpoint", &mnt]);
     assert!(err.contains("unknown suffix 'X'"), "{err}");
 
-    let err = pacer_fails(&[
-        "--backing",
-        &img,
-        "--size",
-        "1M",
-        "--mountpoint",
-        &mnt,
-        "--max-io",
-        "16Q",
-    ]);
-    assert!(
-        err.contains("--max-io") && err.contains("unknown suffix"),
-        "{err}"
-    );
+    let err = pacer_fails(&["--backing", &img, "--size", "1M", "--mountpoint", &mnt, "--max-io", "16Q"]);
+    assert!(err.contains("--max-io") && err.contains("unknown suffix"), "{err}");
 
-    let missing = dir
-        .path()
-        .join("no-such-dir")
-        .to_string_lossy()
-        .into_owned();
+    let missing = dir.path().join("no-such-dir").to_string_lossy().into_owned();
     let err = pacer_fails(&["--backing", &img, "--size", "1M", "--mountpoint", &missing]);
-    assert!(
-        err.contains("does not exist") && err.contains(&missing),
-        "{err}"
-    );
+    assert!(err.contains("does not exist") && err.contains(&missing), "{err}");
 
     let err = pacer_fails(&["--backing", &img, "--size", "1M"]);
     assert!(err.contains("--mountpoint"), "{err}");
@@ -668,15 +501,9 @@ fn bad_input_is_refused_with_a_message_naming_it() {
     let err = pacer_fails(&["--backing", &img, "--size", "1M", "--mountpoint", "/proc"]);
     assert!(err.contains("busy"), "{err}");
 
-    File::create(&img)
-        .and_then(|f| f.set_len(2 << 20))
-        .expect("image");
+    File::create(&img).and_then(|f| f.set_len(2 << 20)).expect("image");
     let err = pacer_fails(&["--backing", &img, "--size", "1M", "--mountpoint", &mnt]);
     assert!(err.contains("refusing to shrink"), "{err}");
-    assert_eq!(
-        fs::metadata(&img).expect("meta").len(),
-        2 << 20,
-        "image was changed"
-    );
+    assert_eq!(fs::metadata(&img).expect("meta").len(), 2 << 20, "image was changed");
     assert!(!is_listed(dir.path()));
 }

@@ -17,8 +17,8 @@
 //!
 //! Must never: write, or let a block it could not account for be counted free (its
 //! sectors would be handed out while a newer tarn's object still uses them).
-use std::sync::atomic::Ordering;
 
+use tarn_dataset::SpaceUsed;
 use tarn_objects::dnode::DnodeError;
 use tarn_objects::traverse::{self, Flow, Options, Start, Visit, Visitor};
 use tarn_objects::Dnode;
@@ -32,12 +32,7 @@ use crate::pool::Pool;
 impl Pool {
     /// Claims the root block, the log's blocks and every dataset's blocks, opening each
     /// dataset on the way (with its space counters).
-    pub(crate) fn claim_all(
-        &self,
-        mos: &Mos,
-        mos_bp: BlockPtr,
-        chained: Option<&Chained>,
-    ) -> Result<(), PoolError> {
+    pub(crate) fn claim_all(&self, mos: &Mos, mos_bp: BlockPtr, chained: Option<&Chained>) -> Result<(), PoolError> {
         let zio = &self.inner.ctx.zio;
         zio.claim(&mos_bp)?;
         for e in chained.iter().flat_map(|c| &c.blocks) {
@@ -46,18 +41,10 @@ impl Pool {
         for bp in chained.iter().flat_map(|c| &c.indirect) {
             zio.claim(bp)?;
         }
-        let refuse = |reason| PoolError::CannotImport {
-            pool: self.inner.name.clone(),
-            reason,
-        };
+        let refuse = |reason| PoolError::CannotImport { pool: self.inner.name.clone(), reason: Box::new(reason) };
         for rec in &mos.datasets {
             let dataset = rec.name.clone();
-            let meta = rec.meta().map_err(|source| {
-                refuse(ImportError::Record {
-                    dataset: dataset.clone(),
-                    source,
-                })
-            })?;
+            let meta = rec.meta().map_err(|source| refuse(ImportError::Record { dataset: dataset.clone(), source }))?;
             let ds = self.add_dataset(
                 &rec.name,
                 rec.id,
@@ -69,8 +56,7 @@ impl Pool {
             )?;
             let (physical, logical) = claim_dataset(zio, meta.as_ref())
                 .map_err(|source| refuse(ImportError::Metadata { dataset, source }))?;
-            ds.used_physical.store(physical, Ordering::Relaxed);
-            ds.used_logical.store(logical, Ordering::Relaxed);
+            ds.set_used(SpaceUsed { physical, logical });
         }
         Ok(())
     }
@@ -79,12 +65,7 @@ impl Pool {
 /// Marks every block of a dataset live; returns its (physical, logical) bytes.
 fn claim_dataset(zio: &Zio, meta: Option<&Dnode>) -> Result<(u64, u64), ClaimError> {
     let Some(meta) = meta else { return Ok((0, 0)) };
-    let mut claimer = Claimer {
-        zio,
-        physical: 0,
-        logical: 0,
-        first_error: None,
-    };
+    let mut claimer = Claimer { zio, physical: 0, logical: 0, first_error: None };
     traverse::walk(zio, Start::ObjSet(meta), Options::default(), &mut claimer);
     match claimer.first_error {
         Some(e) => Err(e),
@@ -103,11 +84,7 @@ impl Visitor for Claimer<'_> {
     fn block(&mut self, v: &Visit<'_>) -> Flow {
         // Whether or not it read: a block no copy of which verifies is still referenced.
         if let Err(source) = self.zio.claim(v.bp) {
-            self.first_error.get_or_insert(ClaimError::OutsideDevice {
-                vdev: v.bp.vdev,
-                offset: v.bp.offset,
-                source,
-            });
+            self.first_error.get_or_insert(ClaimError::OutsideDevice { vdev: v.bp.vdev, offset: v.bp.offset, source });
         }
         self.physical += v.bp.psize as u64;
         self.logical += v.bp.lsize as u64;
@@ -118,10 +95,7 @@ impl Visitor for Claimer<'_> {
         // A newer tarn's object: its blocks would be counted free and overwritten. Other
         // garbage in a verified block is a bug; the object is unreachable either way.
         if let DnodeError::UnsupportedVersion { .. } = error {
-            self.first_error.get_or_insert(ClaimError::NewerDnode {
-                object,
-                source: error.clone(),
-            });
+            self.first_error.get_or_insert(ClaimError::NewerDnode { object, source: error.clone() });
         }
         Flow::Continue
     }

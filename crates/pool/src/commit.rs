@@ -20,7 +20,8 @@
 //!   3. the intent log gives the head its chain continues from, and the log blocks no
 //!      longer needed after N commits are freed (deferred);
 //!   4. the MOS (the pool's root: datasets, their dnode-table roots, device error
-//!      counters, the log head) is written, and the previous MOS freed (deferred);
+//!      counters, the log head, the scan's record, the error log, the txgs mirror sides
+//!      missed) is written, and the previous MOS freed (deferred);
 //!   5. one flush of every device: every block N wrote is durable;
 //!   6. the uberblock of N is written to both labels of every device, each flushed. This
 //!      is the commit point;
@@ -73,21 +74,12 @@ impl SyncTarget for Inner {
         let mut datasets = Vec::new();
         for (name, (meta, ds)) in sets.iter() {
             if let Err(source) = ds.quiesce(txg) {
-                self.quiesce_error
-                    .lock()
-                    .get_or_insert(CommitError::Dataset {
-                        dataset: name.clone(),
-                        source,
-                    });
+                self.quiesce_error.lock().get_or_insert(CommitError::Dataset { dataset: name.clone(), source });
             }
             datasets.push((name.clone(), meta.clone(), ds.clone()));
         }
         let destroyed = std::mem::take(&mut *self.destroy_queue.lock());
-        *self.frozen.lock() = Some(Frozen {
-            datasets,
-            destroyed,
-            next_dataset_id: *self.next_dataset_id.lock(),
-        });
+        *self.frozen.lock() = Some(Frozen { datasets, destroyed, next_dataset_id: *self.next_dataset_id.lock() });
     }
 
     fn sync(&self, txg: u64) -> Result<(), CommitError> {
@@ -104,10 +96,12 @@ impl Inner {
     fn write_txg(&self, txg: u64, frozen: &Frozen) -> Result<(), CommitError> {
         let zio = &self.ctx.zio;
         for (name, _, ds) in &frozen.datasets {
-            ds.sync(txg).map_err(|source| CommitError::Dataset {
-                dataset: name.clone(),
-                source,
-            })?;
+            let synced = ds.sync(txg).map_err(|source| CommitError::Dataset { dataset: name.clone(), source })?;
+            // The txg's free list: zio's deferred frees, released only once this txg
+            // has committed (step 7).
+            for bp in synced.blocks_to_free() {
+                zio.free(bp);
+            }
         }
         for meta in &frozen.destroyed {
             self.free_destroyed(meta);
@@ -139,15 +133,10 @@ impl Inner {
     /// next import rebuilds the space maps.
     fn free_destroyed(&self, meta: &Dnode) {
         let zio = &self.ctx.zio;
-        traverse::walk(
-            zio,
-            Start::ObjSet(meta),
-            Options::default(),
-            &mut |v: &Visit| {
-                zio.free(v.bp);
-                Flow::Continue
-            },
-        );
+        traverse::walk(zio, Start::ObjSet(meta), Options::default(), &mut |v: &Visit| {
+            zio.free(v.bp);
+            Flow::Continue
+        });
     }
 
     /// The log head this txg's root names; the log blocks it no longer needs are freed.
@@ -188,8 +177,8 @@ impl Inner {
                 id: meta.id,
                 name: name.clone(),
                 props: meta.props.clone(),
-                meta_dnode: dnode_hex(&ds.os.meta_dnode()),
-                next_obj: ds.os.next_obj(),
+                meta_dnode: dnode_hex(&ds.meta_dnode()),
+                next_obj: ds.next_obj(),
                 unlinked: ds.unlinked_syncing(),
                 creation: meta.creation,
             })
@@ -201,12 +190,21 @@ impl Inner {
             .leaves()
             .map(|l| {
                 let s = l.status();
-                (
-                    l.guid.to_string(),
-                    [s.read_errors, s.write_errors, s.checksum_errors],
-                )
+                (l.guid.to_string(), [s.read_errors, s.write_errors, s.checksum_errors])
             })
             .collect();
+        let missed_txgs = self
+            .ctx
+            .zio
+            .vdevs
+            .leaves()
+            .filter_map(|l| l.missed_txgs().map(|(a, b)| (l.guid.to_string(), [a, b])))
+            .collect();
+        self.absorb_failed_reads();
+        let (errlog, errlog_last) = {
+            let log = self.errlog.lock();
+            (log.current.iter().copied().collect(), log.last.iter().copied().collect())
+        };
         Mos {
             version: MOS_VERSION,
             pool_name: self.name.clone(),
@@ -215,6 +213,10 @@ impl Inner {
             datasets,
             errors,
             zil: None,
+            scan: self.scan.record(),
+            errlog,
+            errlog_last,
+            missed_txgs,
         }
     }
 }

@@ -3,15 +3,16 @@
 //! Owns: the name rules, the dataset directory in memory (`Inner::datasets`), new
 //! dataset ids.
 //!
-//! Promises: a dataset and its root directory are created in one txg (a crash never
-//! leaves a dataset without a root); a destroyed dataset's space returns once the txg
-//! that drops it commits; a dataset with children is not destroyed, nor the pool's root
-//! dataset; names are checked before anything changes.
+//! Promises: a dataset, its root directory and its properties are created in one txg
+//! (a crash never leaves a dataset without a root), and only after every property given
+//! was checked; a destroyed dataset's space returns once the txg that drops it commits;
+//! a dataset with children is not destroyed, nor the pool's root dataset; names are
+//! checked before anything changes, by ZFS's rules except that `:` is refused (it
+//! separates a dataset from a path in `tarn put`, `ls` and `cat`).
 //!
 //! Must never: take the `datasets` lock before a txg hold (see `pool`), or free a
 //! destroyed dataset's blocks itself (the commit does, in the txg that drops it).
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use tarn_dataset::props::Effective;
@@ -20,6 +21,7 @@ use tarn_objects::{Dnode, ObjSet};
 
 use crate::error::PoolError;
 use crate::pool::{now_secs, Datasets, DsMeta, Pool};
+use crate::props::normalized;
 use crate::space::PoolSpace;
 
 #[derive(Clone, Debug, serde::Serialize)]
@@ -31,24 +33,48 @@ pub struct DatasetInfo {
     pub mountpoint: String,
 }
 
-/// Pool and dataset name components: a letter first, then letters, digits, `_.-:`.
+/// Longest pool or dataset name, as ZFS (255 bytes).
+pub const MAX_NAME: usize = 255;
+
+/// Pool names ZFS reserves (vdev words), and the prefixes it reserves with them.
+const RESERVED: [&str; 6] = ["mirror", "raidz", "draid", "spare", "log", "cache"];
+const RESERVED_PREFIXES: [&str; 4] = ["mirror", "raidz", "draid", "spare"];
+
+/// Checks a pool or dataset name by ZFS's rules: components of letters, digits and
+/// `_ - .` separated by `/`, none empty, `.` or `..`; the pool's starts with a letter
+/// and is not a vdev word (`mirror`, `log`…), a dataset's with a letter or a digit; at
+/// most 255 bytes. Unlike ZFS, `:` is refused: it separates a dataset from a path.
 pub fn check_name(name: &str) -> Result<(), PoolError> {
     let bad = |why: &str| Err(PoolError::BadName(name.to_string(), why.to_string()));
-    if name.is_empty() || name.len() > 200 {
-        return bad("names are 1 to 200 characters");
+    if name.is_empty() || name.len() > MAX_NAME {
+        return bad("names are 1 to 255 characters");
     }
-    for part in name.split('/') {
-        let mut chars = part.chars();
-        match chars.next() {
-            Some(c) if c.is_ascii_alphabetic() || (c.is_ascii_digit() && name.contains('/')) => {}
-            _ => return bad("each component starts with a letter"),
+    if name.contains(':') {
+        return bad("':' is not allowed: it separates a dataset from a path (POOL/DS:PATH)");
+    }
+    for (i, part) in name.split('/').enumerate() {
+        if part.is_empty() {
+            return bad("a name has no empty component (no leading, trailing or double '/')");
         }
-        if !chars.all(|c| c.is_ascii_alphanumeric() || "_.-:".contains(c)) {
-            return bad("use letters, digits and _ . - :");
+        if part == "." || part == ".." {
+            return bad("'.' and '..' are not names");
+        }
+        let first = part.chars().next().unwrap_or('-');
+        let starts_well = first.is_ascii_alphabetic() || (i > 0 && first.is_ascii_digit());
+        if !starts_well {
+            return bad(if i == 0 {
+                "a pool name starts with a letter"
+            } else {
+                "each dataset name starts with a letter or a digit"
+            });
+        }
+        if !part.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c)) {
+            return bad("use letters, digits and _ . -");
         }
     }
-    if ["mirror", "log", "cache", "spare"].contains(&name.split('/').next().unwrap_or("")) {
-        return bad("this word is reserved");
+    let pool = name.split('/').next().unwrap_or("");
+    if RESERVED.contains(&pool) || RESERVED_PREFIXES.iter().any(|p| pool.starts_with(p)) {
+        return bad("a pool name may not be or begin with a vdev word (mirror, raidz, draid, spare, log, cache)");
     }
     Ok(())
 }
@@ -57,14 +83,10 @@ pub fn check_name(name: &str) -> Result<(), PoolError> {
 /// commit.
 pub(crate) fn subtree_space(sets: &Datasets, ds: &str) -> (u64, u64) {
     let prefix = format!("{ds}/");
-    sets.iter()
-        .filter(|(k, _)| k.as_str() == ds || k.starts_with(&prefix))
-        .fold((0, 0), |(p, l), (_, (_, d))| {
-            (
-                p + d.used_physical.load(Ordering::Relaxed),
-                l + d.used_logical.load(Ordering::Relaxed),
-            )
-        })
+    sets.iter().filter(|(k, _)| k.as_str() == ds || k.starts_with(&prefix)).fold((0, 0), |(p, l), (_, (_, d))| {
+        let used = d.used();
+        (p + used.physical, l + used.logical)
+    })
 }
 
 impl Pool {
@@ -82,18 +104,22 @@ impl Pool {
     }
 
     pub fn create_dataset(&self, name: &str) -> Result<Arc<Dataset>, PoolError> {
+        self.create_dataset_with(name, &[])
+    }
+
+    /// Creates dataset `name` with local properties `props` (`zfs create -o`): every
+    /// name and value is checked first, and a refused one creates nothing.
+    pub fn create_dataset_with(&self, name: &str, props: &[(&str, &str)]) -> Result<Arc<Dataset>, PoolError> {
         check_name(name)?;
+        let mut local = BTreeMap::new();
+        for (prop, value) in props {
+            local.insert(prop.to_string(), normalized(prop, value)?);
+        }
         let Some((parent, _)) = name.rsplit_once('/') else {
-            return Err(PoolError::BadName(
-                name.into(),
-                "a dataset name is POOL/NAME".into(),
-            ));
+            return Err(PoolError::BadName(name.into(), "a dataset name is POOL/NAME".into()));
         };
         if !name.starts_with(&format!("{}/", self.inner.name)) {
-            return Err(PoolError::BadName(
-                name.into(),
-                format!("it is not in pool '{}'", self.inner.name),
-            ));
+            return Err(PoolError::BadName(name.into(), format!("it is not in pool '{}'", self.inner.name)));
         }
         if self.inner.datasets.read().contains_key(name) {
             return Err(PoolError::DatasetExists(name.into()));
@@ -107,10 +133,25 @@ impl Pool {
         // One txg holds both the new dataset and its root directory: a crash never
         // leaves a dataset without a root.
         let hold = self.inner.ctx.txg.hold(1024).map_err(FsError::from)?;
-        let ds = self.add_dataset(name, id, BTreeMap::new(), None, 1, Vec::new(), now_secs())?;
+        let ds = self.add_dataset(name, id, local, None, 1, Vec::new(), now_secs())?;
         ds.init_root()?;
         drop(hold);
         Ok(ds)
+    }
+
+    /// True if the pool holds anything a user made: a dataset besides the root, or an
+    /// entry in the root dataset's top directory (`pool destroy` asks for `-f` then).
+    pub fn holds_data(&self) -> Result<bool, PoolError> {
+        let sets = self.inner.datasets.read();
+        if sets.len() > 1 {
+            return Ok(true);
+        }
+        for (_, ds) in sets.values() {
+            if !ds.readdir(tarn_dataset::ROOT_ID)?.is_empty() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// Destroys a dataset with no children; its space returns once the txg commits.
@@ -120,20 +161,14 @@ impl Pool {
         }
         self.dataset(name)?;
         let prefix = format!("{name}/");
-        if self
-            .inner
-            .datasets
-            .read()
-            .keys()
-            .any(|k| k.starts_with(&prefix))
-        {
+        if self.inner.datasets.read().keys().any(|k| k.starts_with(&prefix)) {
             return Err(PoolError::HasChildren(name.into()));
         }
         self.sync()?;
         let hold = self.inner.ctx.txg.hold(1024).map_err(FsError::from)?;
         let removed = self.inner.datasets.write().remove(name);
         let (_, ds) = removed.ok_or_else(|| PoolError::NoSuchDataset(name.into()))?;
-        self.inner.destroy_queue.lock().push(ds.os.meta_dnode());
+        self.inner.destroy_queue.lock().push(ds.meta_dnode());
         drop(hold);
         self.sync()
     }
@@ -145,13 +180,7 @@ impl Pool {
             .map(|name| {
                 let (used, logicalused) = subtree_space(&sets, name);
                 let mountpoint = Self::resolve(&sets, name, "mountpoint").0;
-                DatasetInfo {
-                    name: name.clone(),
-                    used,
-                    logicalused,
-                    available: avail,
-                    mountpoint,
-                }
+                DatasetInfo { name: name.clone(), used, logicalused, available: avail, mountpoint }
             })
             .collect()
     }
@@ -171,28 +200,11 @@ impl Pool {
     ) -> Result<Arc<Dataset>, PoolError> {
         let ctx = &self.inner.ctx;
         let os = ObjSet::open(ctx.clone(), meta, next_obj);
-        let space = Arc::new(PoolSpace {
-            zio: ctx.zio.clone(),
-            txg: ctx.txg.clone(),
-        });
-        let meta = DsMeta {
-            id,
-            props,
-            creation,
-        };
+        let space = Arc::new(PoolSpace { zio: ctx.zio.clone(), txg: ctx.txg.clone() });
+        let meta = DsMeta { id, props, creation };
         let eff = Effective::from_values(|_| String::new());
-        let ds = Arc::new(Dataset::new(
-            id,
-            os,
-            eff,
-            space,
-            self.inner.zil.clone(),
-            unlinked,
-        ));
-        self.inner
-            .datasets
-            .write()
-            .insert(name.to_string(), (meta, ds.clone()));
+        let ds = Arc::new(Dataset::new(id, os, eff, space, self.inner.zil.clone(), unlinked));
+        self.inner.datasets.write().insert(name.to_string(), (meta, ds.clone()));
         self.refresh_effective();
         Ok(ds)
     }

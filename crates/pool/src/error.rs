@@ -31,11 +31,7 @@ pub enum PoolError {
     #[error(transparent)]
     Fs(#[from] FsError),
     #[error("{path}: device is part of pool '{pool}' ({state}); use -f to reuse it, which destroys that pool")]
-    InUse {
-        path: PathBuf,
-        pool: String,
-        state: String,
-    },
+    InUse { path: PathBuf, pool: String, state: String },
     /// The device was written by a newer tarn: it is someone's pool, never overwritten
     /// unasked.
     #[error("{source}; or use -f to reuse the device, which destroys what it holds")]
@@ -61,14 +57,21 @@ pub enum PoolError {
     NoLogDevices,
     #[error("ashift={0} is out of range; use 9 to 16 (12 for 4K sectors)")]
     BadAshift(u32),
+    /// `reason` is boxed: it is the largest error, and every `Result` carries its size.
     #[error("pool '{pool}' cannot be imported: {reason}")]
     CannotImport {
         pool: String,
         #[source]
-        reason: ImportError,
+        reason: Box<ImportError>,
     },
     #[error(transparent)]
     Property(#[from] PropError),
+    #[error("pool '{pool}': a {kind} is in progress; see `tarn pool status {pool}`")]
+    ScanInProgress { pool: String, kind: String },
+    #[error("pool '{0}': no scrub in progress")]
+    NoScrub(String),
+    #[error("{0} is given twice; each device can be used once")]
+    DuplicateDevice(PathBuf),
 }
 
 impl From<ObjError> for PoolError {
@@ -83,11 +86,7 @@ pub enum ImportError {
     #[error(
         "{path} is smaller than when it was added to the pool ({asize} bytes of data area, the pool needs {needed}); was it truncated?"
     )]
-    Truncated {
-        path: PathBuf,
-        asize: u64,
-        needed: u64,
-    },
+    Truncated { path: PathBuf, asize: u64, needed: u64 },
     #[error("{path} belongs to another pool ('{other}')")]
     ForeignDevice { path: PathBuf, other: String },
     #[error("the pool was destroyed")]
@@ -166,11 +165,7 @@ pub enum PropError {
     #[error("unknown property '{0}'; settable properties: {settable}", settable = settable_names())]
     Unknown(String),
     #[error("invalid value '{value}' for property '{name}': use {help}")]
-    InvalidValue {
-        name: String,
-        value: String,
-        help: &'static str,
-    },
+    InvalidValue { name: String, value: String, help: &'static str },
 }
 
 fn settable_names() -> String {

@@ -17,28 +17,36 @@
 //! Rooms: `pool` (the handle and the state the rooms share), `lifecycle` (create, import,
 //! export, destroy), `claim` (the import walk), `commit` (the txg sync; its header is the
 //! theory of operation of a commit), `mos`, `datasets`, `props`, `space`, `status`,
-//! `scrub`, `replay`, `scan` (finding pools on devices), `error`.
+//! `iostat`, `scrub` (scrub and resilver in the background; its header is the theory of
+//! operation of a scan) and `scanwalk` (one slice of it), `errlog` (permanent errors and
+//! the files they hit), `replay`, `scan` (finding pools on devices), `error`.
 
 mod claim;
 mod commit;
 mod datasets;
+mod errlog;
 mod error;
+mod iostat;
 mod lifecycle;
 mod mos;
 mod pool;
 mod props;
 mod replay;
 mod scan;
+mod scanwalk;
 mod scrub;
 mod space;
 mod status;
 
-pub use datasets::DatasetInfo;
+pub use datasets::{check_name, DatasetInfo};
+pub use errlog::ErrKey;
 pub use error::{ClaimError, CommitError, ImportError, PoolError, PropError, RootError};
+pub use iostat::{LeafIostat, PoolIostat, VdevIostat};
 pub use lifecycle::{CreateOptions, ImportOptions, VdevSpec};
 pub use mos::{HexError, Mos, MosError, RecordError, MOS_VERSION};
 pub use pool::Pool;
 pub use props::PropRow;
-pub use scan::{discover, Discovered};
-pub use scrub::ScrubResult;
+pub use scan::{discover, Discovered, Discovery, Unusable};
+pub use scrub::{Bookmark, ScanKind, ScanPace, ScanRecord, ScanState, ScanStatus, ScrubResult, DEFAULT_SCAN_RATE};
 pub use status::{PoolStats, PoolStatus, TopStatus};
+pub use tarn_vdev::{IoSnapshot, LeafHealth, VdevError};

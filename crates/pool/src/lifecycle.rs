@@ -4,20 +4,25 @@
 //! Theory of operation (import). Read both labels of every device given; refuse a
 //! device that shrank, one of another pool, a destroyed pool, or a data vdev with no
 //! device left. Take the config from the label with the newest uberblock and build the
-//! vdev tree from it (a missing log device is allowed and reported). Try the uberblocks
-//! newest first until one's root block (the MOS) reads and verifies — unless it is of a
-//! newer format, which stops the import. Read the intent log chain the root names.
-//! Then rebuild the free space from the tree (`claim`): the MOS, the log blocks, every
-//! block of every dataset; everything else is free. Mark the labels active, start the
-//! sync thread, replay the log and commit it, and reclaim objects that were unlinked but
-//! open when the pool went down.
+//! vdev tree from it (a missing log device is allowed and reported; each device is
+//! known by the path it was opened from). Try the uberblocks newest first until one's
+//! root block (the MOS) reads and verifies — unless it is of a newer format, which stops
+//! the import. A mirror side whose newest uberblock is older than that root missed the
+//! txgs between (it was away): they are its missed range (DTL), as are the ranges the
+//! MOS still records. Read the intent log chain the root names. Then rebuild the free
+//! space from the tree (`claim`): the MOS, the log blocks, every block of every dataset;
+//! everything else is free. Mark the labels active (with the paths the devices were
+//! opened from), start the sync thread, replay the log and commit it, reclaim objects
+//! that were unlinked but open when the pool went down, and start the resilver of the
+//! sides that missed txgs.
 //!
 //! Owns: `CreateOptions`, `ImportOptions`, `VdevSpec`; the labels' state (active,
 //! exported, destroyed) and config.
 //!
-//! Promises: a refused import or create writes nothing; the devices of another pool,
-//! of a newer format, or in use are refused by name (`-f` overrides only a pool that is
-//! not imported); close, export and destroy commit everything first.
+//! Promises: a refused import or create writes nothing, and a failed create leaves no
+//! image file it made; the devices of another pool, of a newer format, in use, or given
+//! twice are refused by name (`-f` overrides only a pool that is not imported); close,
+//! export and destroy stop the scan at a bookmark and commit everything first.
 //!
 //! Must never: import a device whose label it cannot read, reuse a device of a newer
 //! format unasked, or mark labels exported before the last commit is durable.
@@ -27,11 +32,12 @@ use std::sync::Arc;
 
 use tarn_txg::TxgConfig;
 use tarn_vdev::{
-    read_device_labels, BlockDevice, DeviceLabels, FileDevice, Label, LabelState, Leaf, LeafHealth,
-    TopConfig, TopVdev, TreeConfig, Uberblock, VdevError, VdevTree,
+    read_device_labels, BlockDevice, DeviceLabels, FileDevice, Label, LabelState, Leaf, LeafHealth, TopConfig, TopVdev,
+    TreeConfig, Uberblock, VdevError, VdevTree,
 };
 use tarn_zio::{BlockPtr, Zio};
 
+use crate::errlog::ErrLog;
 use crate::error::{ImportError, PoolError, RootError};
 use crate::mos::{Mos, MosError};
 use crate::pool::{hostname, now_secs, random_guid, Pool};
@@ -58,13 +64,7 @@ pub struct CreateOptions {
 
 impl Default for CreateOptions {
     fn default() -> Self {
-        CreateOptions {
-            ashift: 12,
-            size: None,
-            force: false,
-            txg: TxgConfig::default(),
-            logs: Vec::new(),
-        }
+        CreateOptions { ashift: 12, size: None, force: false, txg: TxgConfig::default(), logs: Vec::new() }
     }
 }
 
@@ -78,29 +78,25 @@ impl Pool {
     pub fn create(name: &str, specs: &[VdevSpec], opts: &CreateOptions) -> Result<Pool, PoolError> {
         crate::datasets::check_name(name)?;
         if name.contains('/') {
-            return Err(PoolError::BadName(
-                name.into(),
-                "a pool name has no '/'".into(),
-            ));
+            return Err(PoolError::BadName(name.into(), "a pool name has no '/'".into()));
         }
         if specs.is_empty() {
             return Err(PoolError::NoDevices);
         }
-        if !(9..=16).contains(&opts.ashift) {
+        if !tarn_vdev::ASHIFT_RANGE.contains(&opts.ashift) {
             return Err(PoolError::BadAshift(opts.ashift));
         }
+        check_distinct(specs.iter().chain(&opts.logs), &[])?;
+        let mut images = NewImages::default();
         let mut tops = Vec::new();
-        let mut tree_cfg = TreeConfig {
-            tops: Vec::new(),
-            logs: Vec::new(),
-        };
+        let mut tree_cfg = TreeConfig { tops: Vec::new(), logs: Vec::new() };
         for spec in specs {
-            let (top, cfg) = new_top(tops.len(), spec, opts)?;
+            let (top, cfg) = new_top(tops.len(), spec, opts, &mut images)?;
             tops.push(top);
             tree_cfg.tops.push(cfg);
         }
         for spec in &opts.logs {
-            let (top, cfg) = new_top(tops.len(), spec, opts)?;
+            let (top, cfg) = new_top(tops.len(), spec, opts, &mut images)?;
             tops.push(top.as_log());
             tree_cfg.logs.push(cfg);
         }
@@ -121,60 +117,47 @@ impl Pool {
         let zio = Arc::new(Zio::new(vdevs));
         zio.finish_load();
         let pool = Pool::assemble(label, zio, 0, opts.txg.clone(), 1, 1);
-        pool.add_dataset(name, 1, BTreeMap::new(), None, 1, Vec::new(), now_secs())?
-            .init_root()?;
+        pool.add_dataset(name, 1, BTreeMap::new(), None, 1, Vec::new(), now_secs())?.init_root()?;
         pool.start();
         pool.sync()?;
+        images.keep();
         Ok(pool)
     }
 
     /// Opens the pool on `devices` (one handle per device found), at its newest
     /// uberblock whose root verifies.
-    pub fn import(
-        devices: Vec<Arc<dyn BlockDevice>>,
-        opts: &ImportOptions,
-    ) -> Result<Pool, PoolError> {
+    pub fn import(devices: Vec<Arc<dyn BlockDevice>>, opts: &ImportOptions) -> Result<Pool, PoolError> {
         let labels = read_all_labels(&devices)?;
         let label = choose_label(&labels)?;
-        let refuse = |reason: ImportError| PoolError::CannotImport {
-            pool: label.pool_name.clone(),
-            reason,
-        };
-        let by_guid: BTreeMap<u64, Arc<dyn BlockDevice>> = labels
-            .iter()
-            .map(|(d, l)| (l.label.vdev_guid, d.clone()))
-            .collect();
+        let refuse =
+            |reason: ImportError| PoolError::CannotImport { pool: label.pool_name.clone(), reason: Box::new(reason) };
+        let by_guid: BTreeMap<u64, Arc<dyn BlockDevice>> =
+            labels.iter().map(|(d, l)| (l.label.vdev_guid, d.clone())).collect();
+        let opened_label = with_opened_paths(&label, &by_guid);
         let (vdevs, missing_logs) = build_tree(&label, &by_guid).map_err(refuse)?;
         let was_exported = label.state == LabelState::Exported;
-        let mut ubs: Vec<Uberblock> = labels
-            .iter()
-            .flat_map(|(_, l)| l.uberblocks.clone())
-            .collect();
+        let mut ubs: Vec<Uberblock> = labels.iter().flat_map(|(_, l)| l.uberblocks.clone()).collect();
         ubs.sort_by_key(|u| std::cmp::Reverse(u.txg));
         ubs.dedup_by_key(|u| u.txg);
         let zio = Arc::new(Zio::new(vdevs));
         let (ub, mos, mos_bp) = newest_loadable(&zio, &ubs).map_err(|e| refuse(e.into()))?;
         let chained = match &mos.zil {
-            Some(head) => Some(
-                tarn_zil::read_chain(&zio, label.pool_guid, head, ub.txg)
-                    .map_err(|e| refuse(e.into()))?,
-            ),
+            Some(head) => {
+                Some(tarn_zil::read_chain(&zio, label.pool_guid, head, ub.txg).map_err(|e| refuse(e.into()))?)
+            }
             None => None,
         };
         let zil_seq = chained.as_ref().map_or(1, |c| c.end_seq + 1);
-        let pool = Pool::assemble(
-            label,
-            zio.clone(),
-            ub.txg,
-            opts.txg.clone(),
-            mos.next_dataset_id,
-            zil_seq,
-        );
+        note_missed_txgs(&zio.vdevs, &labels, ub.txg, &mos);
+        let rewrite_labels = label.state != LabelState::Active || opened_label.tree != label.tree;
+        let pool = Pool::assemble(opened_label, zio.clone(), ub.txg, opts.txg.clone(), mos.next_dataset_id, zil_seq);
         *pool.inner.mos_bp.lock() = Some(mos_bp);
         restore_error_counters(&zio.vdevs, &mos);
+        pool.inner.scan.restore(mos.scan.clone());
+        *pool.inner.errlog.lock() = ErrLog::restore(&mos.errlog, &mos.errlog_last);
         pool.claim_all(&mos, mos_bp, chained.as_ref())?;
         zio.finish_load();
-        if pool.inner.label.state != LabelState::Active {
+        if rewrite_labels {
             let mut active = pool.inner.label.clone();
             active.state = LabelState::Active;
             active.hostname = hostname();
@@ -188,6 +171,7 @@ impl Pool {
         for (_, ds) in pool.inner.datasets.read().values() {
             ds.reclaim_unlinked()?;
         }
+        pool.resilver_if_needed();
         Ok(pool)
     }
 
@@ -203,12 +187,7 @@ impl Pool {
     /// Paths of every device in the pool's config.
     pub fn device_paths(&self) -> Vec<PathBuf> {
         let tree = &self.inner.label.tree;
-        tree.tops
-            .iter()
-            .chain(&tree.logs)
-            .flat_map(|t| t.leaves())
-            .map(|(_, p)| PathBuf::from(p))
-            .collect()
+        tree.tops.iter().chain(&tree.logs).flat_map(|t| t.leaves()).map(|(_, p)| PathBuf::from(p)).collect()
     }
 
     /// Says plainly what a missing log device means for this import.
@@ -228,7 +207,9 @@ impl Pool {
 
     /// Commits, stops the sync thread, and (if `export`) marks the labels exported.
     pub(crate) fn shutdown(&self, export: bool) -> Result<(), PoolError> {
-        let synced = self.sync();
+        // The scan stops at a bookmark first, and a commit records where (with nothing
+        // else dirty, `sync` alone would not write the MOS).
+        let synced = if self.pause_scan() { self.force_txg() } else { self.sync() };
         self.inner.ctx.txg.close();
         if let Some(t) = self.sync_thread.lock().take() {
             let _ = t.join();
@@ -254,28 +235,21 @@ impl Pool {
 
     /// Adds separate log devices (`zpool add POOL log DEV`): commits, closes the pool and
     /// writes the new configuration to every label; the next import uses the log.
-    pub fn add_logs(
-        self,
-        specs: &[VdevSpec],
-        force: bool,
-        size: Option<u64>,
-    ) -> Result<(), PoolError> {
+    pub fn add_logs(self, specs: &[VdevSpec], force: bool, size: Option<u64>) -> Result<(), PoolError> {
         if specs.is_empty() {
             return Err(PoolError::NoLogDevices);
         }
         let zio = &self.inner.ctx.zio;
-        let opts = CreateOptions {
-            ashift: zio.vdevs.ashift,
-            force,
-            size,
-            ..Default::default()
-        };
+        let opts = CreateOptions { ashift: zio.vdevs.ashift, force, size, ..Default::default() };
         let mut label = self.inner.label.clone();
         let mut added = Vec::new();
+        check_distinct(specs.iter(), &self.device_paths())?;
+        let mut images = NewImages::default();
         // Open (or create) every new device before touching the pool, so a bad one
         // changes nothing.
         for spec in specs {
-            let (top, cfg) = new_top(zio.vdevs.tops.len() + added.len(), spec, &opts)?;
+            let index = zio.vdevs.tops.len() + added.len();
+            let (top, cfg) = new_top(index, spec, &opts, &mut images)?;
             label.tree.logs.push(cfg);
             added.push(top.as_log());
         }
@@ -283,6 +257,7 @@ impl Pool {
         // Every device, old and new, gets the new config (label 0 everywhere, then 1).
         zio.vdevs.write_labels(&label)?;
         VdevTree::new(added, zio.vdevs.ashift).write_labels(&label)?;
+        images.keep();
         Ok(())
     }
 
@@ -297,6 +272,7 @@ impl Pool {
 
     /// Stops without committing: what a crash would leave (tests only).
     pub fn abandon(self) {
+        let _ = self.pause_scan();
         let ctx = &self.inner.ctx;
         ctx.txg.close();
         // The sync thread may commit the open txg on close; a crash would not. Tests that
@@ -318,15 +294,8 @@ fn read_all_labels(devices: &[Arc<dyn BlockDevice>]) -> Result<Vec<Labelled>, Po
         let l = read_device_labels(dev.as_ref())?;
         let asize = TopVdev::asize_of(dev.size(), l.label.ashift);
         if asize < l.label.asize {
-            let reason = ImportError::Truncated {
-                path: dev.path().into(),
-                asize,
-                needed: l.label.asize,
-            };
-            return Err(PoolError::CannotImport {
-                pool: l.label.pool_name.clone(),
-                reason,
-            });
+            let reason = ImportError::Truncated { path: dev.path().into(), asize, needed: l.label.asize };
+            return Err(PoolError::CannotImport { pool: l.label.pool_name.clone(), reason: Box::new(reason) });
         }
         labels.push((dev.clone(), l));
     }
@@ -340,29 +309,72 @@ fn choose_label(labels: &[Labelled]) -> Result<Label, PoolError> {
         return Err(PoolError::NoDevices);
     };
     let pool = first.label.pool_name.clone();
-    if let Some((dev, other)) = labels
-        .iter()
-        .find(|(_, l)| l.label.pool_guid != first.label.pool_guid)
-    {
-        let reason = ImportError::ForeignDevice {
-            path: dev.path().into(),
-            other: other.label.pool_name.clone(),
-        };
-        return Err(PoolError::CannotImport { pool, reason });
+    if let Some((dev, other)) = labels.iter().find(|(_, l)| l.label.pool_guid != first.label.pool_guid) {
+        let reason = ImportError::ForeignDevice { path: dev.path().into(), other: other.label.pool_name.clone() };
+        return Err(PoolError::CannotImport { pool, reason: Box::new(reason) });
     }
-    let newest = labels
-        .iter()
-        .max_by_key(|(_, l)| l.uberblocks.iter().map(|u| u.txg).max());
-    let label = newest
-        .map(|(_, l)| l.label.clone())
-        .unwrap_or_else(|| first.label.clone());
+    let newest = labels.iter().max_by_key(|(_, l)| l.uberblocks.iter().map(|u| u.txg).max());
+    let label = newest.map(|(_, l)| l.label.clone()).unwrap_or_else(|| first.label.clone());
     if label.state == LabelState::Destroyed {
-        return Err(PoolError::CannotImport {
-            pool,
-            reason: ImportError::Destroyed,
-        });
+        return Err(PoolError::CannotImport { pool, reason: Box::new(ImportError::Destroyed) });
     }
     Ok(label)
+}
+
+/// Image files a create made: removed again unless the create succeeds (`keep`), so a
+/// failed create leaves nothing a retry would trip over.
+#[derive(Default)]
+struct NewImages(Vec<PathBuf>);
+
+impl NewImages {
+    fn keep(mut self) {
+        self.0.clear();
+    }
+}
+
+impl Drop for NewImages {
+    fn drop(&mut self) {
+        for path in &self.0 {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// The paths of a vdev spec.
+fn spec_paths(spec: &VdevSpec) -> &[PathBuf] {
+    match spec {
+        VdevSpec::Disk(p) => std::slice::from_ref(p),
+        VdevSpec::Mirror(ps) => ps,
+    }
+}
+
+/// Refuses a device named twice (in the new specs, or already in the pool): opening it
+/// a second time would find it locked by this very process.
+fn check_distinct<'a>(specs: impl Iterator<Item = &'a VdevSpec>, in_pool: &[PathBuf]) -> Result<(), PoolError> {
+    let key = |p: &Path| device_key(p);
+    let mut seen: std::collections::BTreeSet<PathBuf> = in_pool.iter().map(|p| key(p)).collect();
+    for path in specs.flat_map(spec_paths) {
+        if !seen.insert(key(path)) {
+            return Err(PoolError::DuplicateDevice(path.clone()));
+        }
+    }
+    Ok(())
+}
+
+/// What identifies a device path: the path with links and `.` resolved, also for an
+/// image file not created yet (its directory resolved, then its name).
+fn device_key(p: &Path) -> PathBuf {
+    if let Ok(resolved) = std::fs::canonicalize(p) {
+        return resolved;
+    }
+    let dir = match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    match (std::fs::canonicalize(dir), p.file_name()) {
+        (Ok(dir), Some(name)) => dir.join(name),
+        _ => p.to_path_buf(),
+    }
 }
 
 /// Opens (or creates) the devices of one top-level vdev for a new pool or log.
@@ -370,6 +382,7 @@ fn new_top(
     index: usize,
     spec: &VdevSpec,
     opts: &CreateOptions,
+    images: &mut NewImages,
 ) -> Result<(TopVdev, TopConfig), PoolError> {
     let paths = match spec {
         VdevSpec::Disk(p) => vec![p.clone()],
@@ -378,55 +391,42 @@ fn new_top(
     let mut leaves = Vec::new();
     let mut asize = u64::MAX;
     for path in &paths {
-        let dev = open_for_create(path, opts)?;
+        let dev = open_for_create(path, opts, images)?;
         asize = asize.min(TopVdev::asize_of(dev.size(), opts.ashift));
-        leaves.push(Leaf::new(
-            random_guid(),
-            path.display().to_string(),
-            Some(dev),
-        ));
+        leaves.push(Leaf::new(random_guid(), path.display().to_string(), Some(dev)));
     }
     let guid = random_guid();
     let cfg = match spec {
-        VdevSpec::Disk(_) => TopConfig::Disk {
-            guid: leaves[0].guid,
-            path: leaves[0].path.clone(),
-        },
-        VdevSpec::Mirror(_) => TopConfig::Mirror {
-            guid,
-            children: leaves.iter().map(|l| (l.guid, l.path.clone())).collect(),
-        },
+        VdevSpec::Disk(_) => TopConfig::Disk { guid: leaves[0].guid, path: leaves[0].path.clone() },
+        VdevSpec::Mirror(_) => {
+            TopConfig::Mirror { guid, children: leaves.iter().map(|l| (l.guid, l.path.clone())).collect() }
+        }
     };
-    Ok((
-        TopVdev::new(index, cfg.guid(), opts.ashift, asize, leaves),
-        cfg,
-    ))
+    Ok((TopVdev::new(index, cfg.guid(), opts.ashift, asize, leaves), cfg))
 }
 
-fn open_for_create(path: &Path, opts: &CreateOptions) -> Result<Arc<dyn BlockDevice>, PoolError> {
-    let dev = FileDevice::open_or_create(path, opts.size)?;
+fn open_for_create(
+    path: &Path,
+    opts: &CreateOptions,
+    images: &mut NewImages,
+) -> Result<Arc<dyn BlockDevice>, PoolError> {
+    let existed = path.exists();
+    let dev = FileDevice::open_or_create(path, opts.size);
+    if !existed && path.exists() {
+        images.0.push(path.to_path_buf());
+    }
+    let dev = dev?;
     if dev.size() < MIN_DEVICE {
-        return Err(PoolError::TooSmall {
-            path: path.into(),
-            size: dev.size(),
-            min: MIN_DEVICE,
-        });
+        return Err(PoolError::TooSmall { path: path.into(), size: dev.size(), min: MIN_DEVICE });
     }
     if !opts.force {
         match read_device_labels(&dev) {
             Ok(labels) if labels.label.state != LabelState::Destroyed => {
                 let state = format!("{:?}", labels.label.state).to_lowercase();
-                return Err(PoolError::InUse {
-                    path: path.into(),
-                    pool: labels.label.pool_name,
-                    state,
-                });
+                return Err(PoolError::InUse { path: path.into(), pool: labels.label.pool_name, state });
             }
             // A newer tarn's device is someone's pool too: never overwrite it unasked.
-            Err(
-                e @ (VdevError::UnsupportedVersion { .. }
-                | VdevError::UnsupportedUberblockVersion { .. }),
-            ) => {
+            Err(e @ (VdevError::UnsupportedVersion { .. } | VdevError::UnsupportedUberblockVersion { .. })) => {
                 return Err(PoolError::NewerFormat { source: e });
             }
             _ => {}
@@ -444,12 +444,7 @@ fn build_tree(
 ) -> Result<(VdevTree, Vec<String>), ImportError> {
     let mut tops = Vec::new();
     let mut missing_logs = Vec::new();
-    let configs = label
-        .tree
-        .tops
-        .iter()
-        .map(|t| (t, false))
-        .chain(label.tree.logs.iter().map(|t| (t, true)));
+    let configs = label.tree.tops.iter().map(|t| (t, false)).chain(label.tree.logs.iter().map(|t| (t, true)));
     for (index, (top, is_log)) in configs.enumerate() {
         let mut leaves = Vec::new();
         let mut asize = u64::MAX;
@@ -458,15 +453,14 @@ fn build_tree(
             if let Some(d) = &dev {
                 asize = asize.min(TopVdev::asize_of(d.size(), label.ashift));
             }
+            // Known by the path it was opened from, not the one recorded at create.
+            let path = dev.as_ref().map_or(path, |d| d.path().display().to_string());
             leaves.push(Leaf::new(guid, path, dev));
         }
         if leaves.iter().all(|l| l.health() == LeafHealth::Unavail) {
             let missing: Vec<String> = leaves.iter().map(|l| l.path.clone()).collect();
             if !is_log {
-                return Err(ImportError::MissingVdev {
-                    index,
-                    missing: missing.join(", "),
-                });
+                return Err(ImportError::MissingVdev { index, missing: missing.join(", ") });
             }
             missing_logs.extend(missing);
             asize = 0;
@@ -488,25 +482,71 @@ fn newest_loadable(zio: &Zio, ubs: &[Uberblock]) -> Result<(Uberblock, Mos, Bloc
         let bytes = match zio.read(&bp) {
             Ok(b) => b,
             Err(source) => {
-                last_err = RootError::Unreadable {
-                    txg: ub.txg,
-                    source,
-                };
+                last_err = RootError::Unreadable { txg: ub.txg, source };
                 continue;
             }
         };
         match Mos::decode(&bytes) {
             Ok(mos) => return Ok((ub.clone(), mos, bp)),
             Err(e @ MosError::UnsupportedVersion { .. }) => return Err(RootError::Newer(e)),
-            Err(source) => {
-                last_err = RootError::Malformed {
-                    txg: ub.txg,
-                    source,
-                }
-            }
+            Err(source) => last_err = RootError::Malformed { txg: ub.txg, source },
         }
     }
     Err(last_err)
+}
+
+/// The label with each device's path replaced by the one it was opened from (devices
+/// move: `/dev/sdb` becomes `/dev/sdc`, an image is copied elsewhere).
+fn with_opened_paths(label: &Label, by_guid: &BTreeMap<u64, Arc<dyn BlockDevice>>) -> Label {
+    let opened = |(guid, path): &(u64, String)| {
+        let path = by_guid.get(guid).map_or_else(|| path.clone(), |d| d.path().display().to_string());
+        (*guid, path)
+    };
+    let retarget = |top: &TopConfig| match top {
+        TopConfig::Disk { guid, path } => {
+            let (guid, path) = opened(&(*guid, path.clone()));
+            TopConfig::Disk { guid, path }
+        }
+        TopConfig::Mirror { guid, children } => {
+            TopConfig::Mirror { guid: *guid, children: children.iter().map(opened).collect() }
+        }
+    };
+    let mut out = label.clone();
+    out.tree.tops = label.tree.tops.iter().map(retarget).collect();
+    out.tree.logs = label.tree.logs.iter().map(retarget).collect();
+    out
+}
+
+/// Records the txgs each mirror side missed: those after its newest uberblock up to the
+/// root imported (only where a side of the same vdev has them all, to copy from), and
+/// those the MOS says a resilver has not copied yet.
+fn note_missed_txgs(vdevs: &VdevTree, labels: &[Labelled], txg: u64, mos: &Mos) {
+    let newest: BTreeMap<u64, u64> = labels
+        .iter()
+        .map(|(_, l)| {
+            let t = l.uberblocks.iter().map(|u| u.txg).max().unwrap_or(0);
+            (l.label.vdev_guid, t)
+        })
+        .collect();
+    for top in &vdevs.tops {
+        let current = |l: &Leaf| newest.get(&l.guid).is_some_and(|t| *t >= txg);
+        if !top.leaves.iter().any(current) {
+            continue;
+        }
+        for leaf in &top.leaves {
+            match newest.get(&leaf.guid) {
+                Some(&t) if t < txg => leaf.add_missed_txgs(t + 1, txg),
+                _ => {}
+            }
+        }
+    }
+    for leaf in vdevs.leaves() {
+        if let Some([first, last]) = mos.missed_txgs.get(&leaf.guid.to_string()) {
+            if first <= last {
+                leaf.add_missed_txgs(*first, *last);
+            }
+        }
+    }
 }
 
 fn restore_error_counters(vdevs: &VdevTree, mos: &Mos) {

@@ -1,6 +1,8 @@
 //! The MOS (meta object set, after ZFS's name): the pool's root block, written every txg
 //! and pointed to by the uberblock. It holds the dataset directory — names, local
-//! properties, each dataset's dnode-table root — and the per-device error counters.
+//! properties, each dataset's dnode-table root — the per-device error counters, the
+//! last or current scan (scrub or resilver), the error log, and the txgs each mirror
+//! side missed.
 //! Stored as versioned JSON inside a checksummed block (docs/FORMAT.md).
 //!
 //! Owns: the MOS's fields, its encoding and its version.
@@ -16,9 +18,13 @@ use serde::{Deserialize, Serialize};
 use tarn_objects::dnode::DnodeError;
 use tarn_objects::{Dnode, DNODE_SIZE};
 
-/// Version 2 added `zil` (the intent log's head). Version 1 roots are read as having
-/// an empty log.
-pub const MOS_VERSION: u32 = 2;
+use crate::errlog::ErrKey;
+use crate::scrub::ScanRecord;
+
+/// Version 2 added `zil` (the intent log's head). Version 3 added `scan`, `errlog`,
+/// `errlog_last` and `missed_txgs`. Older roots are read as having an empty log, no
+/// scan, an empty error log and no side missing txgs.
+pub const MOS_VERSION: u32 = 3;
 const OLDEST_READABLE: u32 = 1;
 
 /// Why a block is not a pool root this build can read.
@@ -62,6 +68,21 @@ pub struct Mos {
     /// Where intent-log replay starts (version 2 on).
     #[serde(default)]
     pub zil: Option<tarn_zil::LogHead>,
+    /// The last scan, or the one in progress with where it resumes (version 3 on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scan: Option<ScanRecord>,
+    /// Blocks no copy of which verified: found since the scrub in progress started, or
+    /// since the last scrub finished (version 3 on).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errlog: Vec<ErrKey>,
+    /// While a scrub is in progress: the errors known before it started, dropped when it
+    /// finishes (version 3 on).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errlog_last: Vec<ErrKey>,
+    /// Leaf guid → [first, last] txgs whose writes that mirror side missed, until a
+    /// resilver copies them (version 3 on).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub missed_txgs: BTreeMap<String, [u64; 2]>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -105,10 +126,7 @@ fn from_hex(s: &str) -> Result<Vec<u8>, HexError> {
         c @ b'A'..=b'F' => Ok(c - b'A' + 10),
         _ => Err(HexError::BadDigit(i)),
     };
-    (0..digits.len())
-        .step_by(2)
-        .map(|i| Ok(nibble(i)? << 4 | nibble(i + 1)?))
-        .collect()
+    (0..digits.len()).step_by(2).map(|i| Ok(nibble(i)? << 4 | nibble(i + 1)?)).collect()
 }
 
 impl Mos {
@@ -123,10 +141,7 @@ impl Mos {
         }
         let v: VersionOnly = serde_json::from_slice(bytes).map_err(MosError::Malformed)?;
         if !(OLDEST_READABLE..=MOS_VERSION).contains(&v.version) {
-            return Err(MosError::UnsupportedVersion {
-                found: v.version,
-                supported: MOS_VERSION,
-            });
+            return Err(MosError::UnsupportedVersion { found: v.version, supported: MOS_VERSION });
         }
         serde_json::from_slice(bytes).map_err(MosError::Malformed)
     }
@@ -145,7 +160,22 @@ mod tests {
             datasets: Vec::new(),
             errors: BTreeMap::new(),
             zil: None,
+            scan: None,
+            errlog: Vec::new(),
+            errlog_last: Vec::new(),
+            missed_txgs: BTreeMap::new(),
         }
+    }
+
+    #[test]
+    fn a_version_2_root_has_no_scan_error_log_or_missed_txgs() {
+        let mut v2 = serde_json::to_value(sample(2)).unwrap();
+        let obj = v2.as_object_mut().unwrap();
+        for key in ["scan", "errlog", "errlog_last", "missed_txgs"] {
+            obj.remove(key);
+        }
+        let mos = Mos::decode(&serde_json::to_vec(&v2).unwrap()).unwrap();
+        assert!(mos.scan.is_none() && mos.errlog.is_empty() && mos.missed_txgs.is_empty());
     }
 
     #[test]
@@ -165,14 +195,8 @@ mod tests {
             "{err:?}"
         );
         let msg = err.to_string();
-        assert!(
-            msg.contains("not supported") && msg.contains("upgrade tarn"),
-            "{msg}"
-        );
-        assert!(matches!(
-            Mos::decode(b"{\"version\":2,"),
-            Err(MosError::Malformed(_))
-        ));
+        assert!(msg.contains("not supported") && msg.contains("upgrade tarn"), "{msg}");
+        assert!(matches!(Mos::decode(b"{\"version\":2,"), Err(MosError::Malformed(_))));
     }
 
     #[test]
@@ -180,11 +204,7 @@ mod tests {
         assert_eq!(from_hex("00ff7A"), Ok(vec![0, 255, 0x7a]));
         assert_eq!(from_hex("abc"), Err(HexError::OddLength));
         assert_eq!(from_hex("0g"), Err(HexError::BadDigit(1)));
-        assert_eq!(
-            from_hex("0é0"),
-            Err(HexError::BadDigit(1)),
-            "a multi-byte character is an error, not a panic"
-        );
+        assert_eq!(from_hex("0é0"), Err(HexError::BadDigit(1)), "a multi-byte character is an error, not a panic");
     }
 
     #[test]
@@ -203,9 +223,6 @@ mod tests {
         rec.meta_dnode.truncate(10);
         assert!(matches!(rec.meta(), Err(RecordError::Size(5))));
         rec.meta_dnode.push('x');
-        assert!(matches!(
-            rec.meta(),
-            Err(RecordError::Hex(HexError::OddLength))
-        ));
+        assert!(matches!(rec.meta(), Err(RecordError::Hex(HexError::OddLength))));
     }
 }

@@ -2,10 +2,11 @@
 //!
 //! Owns: `Inner` — the pool's identity and label, the object context (pipeline, txg
 //! engine, reclaim lock), the datasets and their MOS records, what the next commit must
-//! write (destroyed datasets, the frozen view of the syncing txg), the intent log — and
-//! the sync thread's handle. The operations live in rooms of their own: `lifecycle`
-//! (create, import, export, destroy), `commit` (the txg sync), `datasets`, `props`,
-//! `status`, `scrub`, `space`, `replay`.
+//! write (destroyed datasets, the frozen view of the syncing txg), the intent log, the
+//! scan and the error log — and the sync thread's handle. The operations live in rooms
+//! of their own: `lifecycle` (create, import, export, destroy), `commit` (the txg sync),
+//! `datasets`, `props`, `status`, `iostat`, `scrub` and `scanwalk`, `errlog`, `space`,
+//! `replay`.
 //!
 //! Promises: one `Inner` per open pool, shared by the handle and the sync thread; the
 //! sync thread is stopped (after a last commit) when the handle is closed or dropped.
@@ -23,7 +24,9 @@ use tarn_vdev::Label;
 use tarn_zil::Zil;
 use tarn_zio::{BlockPtr, Zio};
 
+use crate::errlog::ErrLog;
 use crate::error::CommitError;
+use crate::scrub::ScanCtl;
 
 /// Local state of one dataset kept in the MOS.
 #[derive(Clone, Debug)]
@@ -63,6 +66,12 @@ pub(crate) struct Inner {
     pub(crate) opened_at_txg: u64,
     /// What import found in the intent log, for the user.
     pub(crate) replay_report: Mutex<Option<String>>,
+    /// The scan (scrub or resilver): its record and its thread.
+    pub(crate) scan: ScanCtl,
+    pub(crate) errlog: Mutex<ErrLog>,
+    /// When the pool was opened (`tarn_vdev::iostat::now_ns`): iostat's first report
+    /// covers the time since.
+    pub(crate) opened_ns: u64,
 }
 
 pub struct Pool {
@@ -73,9 +82,7 @@ pub struct Pool {
 /// `TARN_ARC_MAX=SIZE` sets the ARC budget, as the zfs_arc_max module parameter does for
 /// ZFS (default: a quarter of the machine's memory).
 fn arc_max_from_env() -> Option<u64> {
-    std::env::var("TARN_ARC_MAX")
-        .ok()
-        .and_then(|v| props::parse_size(&v))
+    std::env::var("TARN_ARC_MAX").ok().and_then(|v| props::parse_size(&v))
 }
 
 pub(crate) fn random_guid() -> u64 {
@@ -83,16 +90,11 @@ pub(crate) fn random_guid() -> u64 {
 }
 
 pub(crate) fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default()
 }
 
 pub(crate) fn now_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
 impl Pool {
@@ -115,11 +117,7 @@ impl Pool {
         let txg = Arc::new(TxgEngine::new(last_txg, txg_cfg));
         let zil = Arc::new(Zil::new(zio.clone(), label.pool_guid, zil_seq));
         zio.start_prefetch();
-        let ctx = Arc::new(Ctx {
-            zio,
-            txg,
-            reclaim: RwLock::new(()),
-        });
+        let ctx = Arc::new(Ctx { zio, txg, reclaim: RwLock::new(()) });
         Pool {
             inner: Arc::new(Inner {
                 name: label.pool_name.clone(),
@@ -135,6 +133,9 @@ impl Pool {
                 zil,
                 opened_at_txg: last_txg,
                 replay_report: Mutex::new(None),
+                scan: ScanCtl::default(),
+                errlog: Mutex::new(ErrLog::default()),
+                opened_ns: tarn_vdev::iostat::now_ns(),
             }),
             sync_thread: Mutex::new(None),
         }

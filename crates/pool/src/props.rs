@@ -25,25 +25,29 @@ pub struct PropRow {
     pub raw: Option<String>,
 }
 
+/// The value to store for a local setting of `name` to `value`; refuses unknown names,
+/// read-only properties and invalid values, naming what is allowed.
+pub(crate) fn normalized(name: &str, value: &str) -> Result<String, PropError> {
+    if READONLY.contains(&name) {
+        return Err(PropError::ReadOnly(name.into()));
+    }
+    let def = props::find(name).ok_or_else(|| PropError::Unknown(name.into()))?;
+    (def.validate)(value).ok_or_else(|| PropError::InvalidValue {
+        name: name.into(),
+        value: value.into(),
+        help: def.help,
+    })
+}
+
 impl Pool {
     /// Sets a property locally on `ds`; refuses unknown names, read-only properties and
     /// invalid values, naming what is allowed.
     pub fn set_property(&self, ds: &str, name: &str, value: &str) -> Result<(), PoolError> {
-        if READONLY.contains(&name) {
-            return Err(PropError::ReadOnly(name.into()).into());
-        }
-        let def = props::find(name).ok_or_else(|| PropError::Unknown(name.into()))?;
-        let norm = (def.validate)(value).ok_or_else(|| PropError::InvalidValue {
-            name: name.into(),
-            value: value.into(),
-            help: def.help,
-        })?;
+        let norm = normalized(name, value)?;
         let hold = self.inner.ctx.txg.hold(1024).map_err(FsError::from)?;
         {
             let mut sets = self.inner.datasets.write();
-            let (meta, _) = sets
-                .get_mut(ds)
-                .ok_or_else(|| PoolError::NoSuchDataset(ds.into()))?;
+            let (meta, _) = sets.get_mut(ds).ok_or_else(|| PoolError::NoSuchDataset(ds.into()))?;
             meta.props.insert(name.to_string(), norm);
         }
         drop(hold);
@@ -57,9 +61,7 @@ impl Pool {
         let hold = self.inner.ctx.txg.hold(1024).map_err(FsError::from)?;
         {
             let mut sets = self.inner.datasets.write();
-            let (meta, _) = sets
-                .get_mut(ds)
-                .ok_or_else(|| PoolError::NoSuchDataset(ds.into()))?;
+            let (meta, _) = sets.get_mut(ds).ok_or_else(|| PoolError::NoSuchDataset(ds.into()))?;
             meta.props.remove(name);
         }
         drop(hold);
@@ -74,11 +76,7 @@ impl Pool {
             return Err(PoolError::NoSuchDataset(ds.into()));
         };
         let (used, logical) = subtree_space(&sets, ds);
-        let ratio = if used == 0 {
-            1.0
-        } else {
-            logical as f64 / used as f64
-        };
+        let ratio = if used == 0 { 1.0 } else { logical as f64 / used as f64 };
         let row = |property: &str, value: String, raw: Option<String>| PropRow {
             property: property.into(),
             value,
@@ -90,30 +88,13 @@ impl Pool {
             row("type", "filesystem".into(), None),
             row("creation", meta.creation.to_string(), None),
             row("used", format_size(used), Some(used.to_string())),
-            row(
-                "available",
-                format_size(available),
-                Some(available.to_string()),
-            ),
-            row(
-                "logicalused",
-                format_size(logical),
-                Some(logical.to_string()),
-            ),
-            row(
-                "compressratio",
-                format!("{ratio:.2}x"),
-                Some(format!("{ratio:.4}")),
-            ),
+            row("available", format_size(available), Some(available.to_string())),
+            row("logicalused", format_size(logical), Some(logical.to_string())),
+            row("compressratio", format!("{ratio:.2}x"), Some(format!("{ratio:.4}"))),
         ];
         for def in props::PROPS {
             let (value, source) = Self::resolve(&sets, ds, def.name);
-            rows.push(PropRow {
-                property: def.name.into(),
-                value,
-                source,
-                raw: None,
-            });
+            rows.push(PropRow { property: def.name.into(), value, source, raw: None });
         }
         if let Some(w) = which {
             if props::find(w).is_none() && !READONLY.contains(&w) {
@@ -129,11 +110,7 @@ impl Pool {
         let mut cur = ds;
         loop {
             if let Some(v) = sets.get(cur).and_then(|(meta, _)| meta.props.get(name)) {
-                let source = if cur == ds {
-                    "local".to_string()
-                } else {
-                    format!("inherited from {cur}")
-                };
+                let source = if cur == ds { "local".to_string() } else { format!("inherited from {cur}") };
                 return (v.clone(), source);
             }
             match cur.rsplit_once('/') {

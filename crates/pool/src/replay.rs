@@ -57,44 +57,20 @@ impl Pool {
     }
 
     fn dataset_by_id(&self, id: u64) -> Option<std::sync::Arc<Dataset>> {
-        self.inner
-            .datasets
-            .read()
-            .values()
-            .find(|(m, _)| m.id == id)
-            .map(|(_, d)| d.clone())
+        self.inner.datasets.read().values().find(|(m, _)| m.id == id).map(|(_, d)| d.clone())
     }
 
     fn replay_one(&self, r: &Record, ids: &mut IdMap) -> Result<(), FsError> {
         let Some(ds) = self.dataset_by_id(r.dataset) else {
-            return Err(FsError::Invalid(format!(
-                "dataset {} no longer exists",
-                r.dataset
-            )));
+            return Err(FsError::Invalid(format!("dataset {} no longer exists", r.dataset)));
         };
         let id = |obj: u64| ids.get(&(r.dataset, obj)).copied().unwrap_or(obj);
         match &r.op {
             Op::Write { obj, offset, data } => ds.write(id(*obj), *offset, data).map(|_| ()),
-            Op::Truncate { obj, size } => ds
-                .setattr(
-                    id(*obj),
-                    &SetAttr {
-                        size: Some(*size),
-                        ..Default::default()
-                    },
-                )
-                .map(|_| ()),
-            Op::Create {
-                parent,
-                obj,
-                kind,
-                mode,
-                uid,
-                gid,
-                rdev,
-                name,
-                target,
-            } => {
+            Op::Truncate { obj, size } => {
+                ds.setattr(id(*obj), &SetAttr { size: Some(*size), ..Default::default() }).map(|_| ())
+            }
+            Op::Create { parent, obj, kind, mode, uid, gid, rdev, name, target } => {
                 let what = match kind {
                     2 => NewObject::Dir,
                     3 => NewObject::Symlink(target),
@@ -105,42 +81,20 @@ impl Pool {
                 ids.insert((r.dataset, *obj), attr.ino);
                 Ok(())
             }
-            Op::Remove {
-                parent,
-                name,
-                is_dir,
-            } => {
+            Op::Remove { parent, name, is_dir } => {
                 if *is_dir {
                     ds.rmdir(id(*parent), name)
                 } else {
                     ds.unlink(id(*parent), name)
                 }
             }
-            Op::Rename {
-                sdir,
-                sname,
-                ddir,
-                dname,
-                noreplace,
-            } => ds.rename(id(*sdir), sname, id(*ddir), dname, *noreplace),
+            Op::Rename { sdir, sname, ddir, dname, noreplace } => {
+                ds.rename(id(*sdir), sname, id(*ddir), dname, *noreplace)
+            }
             Op::Link { obj, dir, name } => ds.link(id(*obj), id(*dir), name).map(|_| ()),
-            Op::SetAttr {
-                obj,
-                mode,
-                uid,
-                gid,
-                atime,
-                mtime,
-            } => {
+            Op::SetAttr { obj, mode, uid, gid, atime, mtime } => {
                 let ts = |t: &Option<(i64, u32)>| t.map(|(sec, nsec)| Timespec { sec, nsec });
-                let set = SetAttr {
-                    mode: *mode,
-                    uid: *uid,
-                    gid: *gid,
-                    size: None,
-                    atime: ts(atime),
-                    mtime: ts(mtime),
-                };
+                let set = SetAttr { mode: *mode, uid: *uid, gid: *gid, size: None, atime: ts(atime), mtime: ts(mtime) };
                 ds.setattr(id(*obj), &set).map(|_| ())
             }
             Op::PunchHole { obj, offset, len } => ds.punch_hole(id(*obj), *offset, *len),
@@ -182,11 +136,7 @@ fn replay_summary(chained: &Chained, committed_txg: u64, failed: &[String]) -> O
         ));
     }
     if !failed.is_empty() {
-        msg.push_str(&format!(
-            "; {} could not be applied, first: {}",
-            failed.len(),
-            failed[0]
-        ));
+        msg.push_str(&format!("; {} could not be applied, first: {}", failed.len(), failed[0]));
     }
     Some(msg)
 }

@@ -1,9 +1,12 @@
 //! Finding pools on devices: read every candidate's labels and group them by pool.
 //!
-//! Owns: which paths are candidates (regular files and block devices) and the grouping.
+//! Owns: which paths are candidates (regular files and block devices), the grouping, and
+//! which devices are reported as unusable.
 //!
 //! Promises: only reads (a device is opened, its labels read, and closed); a file that
-//! is not a tarn device, or cannot be opened, is skipped.
+//! is not a tarn device, or cannot be opened (in use, no permission), is skipped; a tarn
+//! device this build cannot use (a newer format version, a label field that makes no
+//! sense) is reported with the reason, never silently left out.
 //!
 //! Must never: write, or open a character device (opening one may block or act).
 use std::collections::BTreeMap;
@@ -23,12 +26,39 @@ pub struct Discovered {
     pub txg: u64,
 }
 
+/// A tarn device that cannot be imported by this build, and why.
+#[derive(Debug, Clone)]
+pub struct Unusable {
+    pub path: PathBuf,
+    pub reason: String,
+}
+
+/// What a search of devices found.
+#[derive(Debug, Clone, Default)]
+pub struct Discovery {
+    pub pools: Vec<Discovered>,
+    pub unusable: Vec<Unusable>,
+}
+
 /// Reads the labels of every file or block device under `dirs` (or the given paths) and
-/// groups them by pool guid. Unreadable and non-tarn files are skipped.
-pub fn discover(paths: &[PathBuf]) -> Vec<Discovered> {
+/// groups them by pool guid. Unreadable and non-tarn files are skipped; tarn devices of
+/// a format this build does not know, or with a nonsensical label, are `unusable`.
+pub fn discover(paths: &[PathBuf]) -> Discovery {
     let mut found: BTreeMap<u64, Discovered> = BTreeMap::new();
+    let mut unusable = Vec::new();
     for path in candidates(paths) {
-        let Ok(labels) = probe(&path) else { continue };
+        let labels = match probe(&path) {
+            Ok(labels) => labels,
+            Err(
+                e @ (VdevError::UnsupportedVersion { .. }
+                | VdevError::UnsupportedUberblockVersion { .. }
+                | VdevError::BadLabel { .. }),
+            ) => {
+                unusable.push(Unusable { path, reason: e.to_string() });
+                continue;
+            }
+            Err(_) => continue,
+        };
         let txg = labels.uberblocks.iter().map(|u| u.txg).max().unwrap_or(0);
         let label = labels.label;
         let entry = found.entry(label.pool_guid).or_insert_with(|| Discovered {
@@ -45,7 +75,7 @@ pub fn discover(paths: &[PathBuf]) -> Vec<Discovered> {
             entry.label = label;
         }
     }
-    found.into_values().collect()
+    Discovery { pools: found.into_values().collect(), unusable }
 }
 
 fn probe(path: &Path) -> Result<tarn_vdev::DeviceLabels, VdevError> {
@@ -58,11 +88,7 @@ fn candidates(paths: &[PathBuf]) -> Vec<PathBuf> {
     for p in paths {
         if p.is_dir() {
             if let Ok(rd) = std::fs::read_dir(p) {
-                let mut v: Vec<PathBuf> = rd
-                    .flatten()
-                    .map(|e| e.path())
-                    .filter(|p| is_device_candidate(p))
-                    .collect();
+                let mut v: Vec<PathBuf> = rd.flatten().map(|e| e.path()).filter(|p| is_device_candidate(p)).collect();
                 v.sort();
                 out.extend(v);
             }

@@ -1,13 +1,15 @@
 //! What the pool says about itself: status (health of every device, space, the last
-//! committed txg, why it is suspended), the engine counters (`tarn stats`), the ARC's
-//! budget at run time, and clearing the error counters.
+//! committed txg, why it is suspended, the scan, the data errors and with `-v` the files
+//! they hit), the engine counters (`tarn stats`), the ARC's budget at run time, and
+//! clearing the error counters and the error log.
 //!
 //! Owns: `PoolStatus`, `TopStatus`, `PoolStats` — the shapes the CLI and the stats
 //! publisher serialise.
 //!
 //! Promises: asking never changes the pool (status does not join the open txg, so it
-//! does not make an empty txg commit); `clear_errors` persists the cleared counters with
-//! a commit.
+//! does not make an empty txg commit); the state is DEGRADED when a device is faulted or
+//! unavailable, SUSPENDED when a commit failed; `clear_errors` persists the cleared
+//! counters and the emptied error log with a commit.
 //!
 //! Must never: take a lock the sync thread holds for long (status is called while the
 //! pool is busy), or report a device healthy that is not.
@@ -18,9 +20,11 @@ use tarn_vdev::{LeafHealth, LeafStatus, TopVdev};
 
 use crate::datasets::subtree_space;
 use crate::error::PoolError;
+use crate::iostat::vdev_name;
 use crate::pool::{now_secs, Pool};
+use crate::scrub::ScanStatus;
 
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct TopStatus {
     pub name: String,
     /// A separate intent-log device.
@@ -29,7 +33,7 @@ pub struct TopStatus {
     pub leaves: Vec<LeafStatus>,
 }
 
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct PoolStatus {
     pub name: String,
     pub guid: u64,
@@ -41,6 +45,15 @@ pub struct PoolStatus {
     pub ashift: u32,
     pub vdevs: Vec<TopStatus>,
     pub suspended: Option<String>,
+    /// The last scan, or the one under way.
+    #[serde(default)]
+    pub scan: Option<ScanStatus>,
+    /// Blocks no copy of which verified (the error log).
+    #[serde(default)]
+    pub data_errors: u64,
+    /// The files those blocks belong to (`status_verbose` only).
+    #[serde(default)]
+    pub error_files: Vec<String>,
 }
 
 /// Engine counters of one pool (what `tarn stats` shows).
@@ -63,10 +76,7 @@ fn get(a: &AtomicU64) -> u64 {
 
 fn top_status(top: &TopVdev) -> TopStatus {
     let leaves: Vec<LeafStatus> = top.leaves.iter().map(|l| l.status()).collect();
-    let online = leaves
-        .iter()
-        .filter(|l| l.health == LeafHealth::Online)
-        .count();
+    let online = leaves.iter().filter(|l| l.health == LeafHealth::Online).count();
     let health = if online == leaves.len() {
         "ONLINE"
     } else if online > 0 {
@@ -74,17 +84,7 @@ fn top_status(top: &TopVdev) -> TopStatus {
     } else {
         "UNAVAIL"
     };
-    let name = if top.is_mirror() {
-        format!("mirror-{}", top.index)
-    } else {
-        leaves[0].path.clone()
-    };
-    TopStatus {
-        name,
-        log: top.is_log,
-        health: health.into(),
-        leaves,
-    }
+    TopStatus { name: vdev_name(top), log: top.is_log, health: health.into(), leaves }
 }
 
 impl Pool {
@@ -113,7 +113,18 @@ impl Pool {
             ashift: zio.vdevs.ashift,
             vdevs,
             suspended,
+            scan: self.scan(),
+            data_errors: self.data_errors(),
+            error_files: Vec::new(),
         }
+    }
+
+    /// `status` with the files that have permanent errors, by name (`zpool status -v`).
+    pub fn status_verbose(&self) -> PoolStatus {
+        let mut status = self.status();
+        status.error_files = self.error_files();
+        status.data_errors = self.data_errors();
+        status
     }
 
     /// Every engine counter, for `tarn stats` and Prometheus.
@@ -158,20 +169,11 @@ impl Pool {
             },
             io: BTreeMap::from([
                 ("blocks_written".to_string(), get(&s.blocks_written)),
-                (
-                    "logical_bytes_written".to_string(),
-                    get(&s.logical_bytes_written),
-                ),
-                (
-                    "physical_bytes_written".to_string(),
-                    get(&s.physical_bytes_written),
-                ),
+                ("logical_bytes_written".to_string(), get(&s.logical_bytes_written)),
+                ("physical_bytes_written".to_string(), get(&s.physical_bytes_written)),
                 ("runs_written".to_string(), get(&s.runs_written)),
                 ("blocks_read".to_string(), get(&s.blocks_read)),
-                (
-                    "physical_bytes_read".to_string(),
-                    get(&s.physical_bytes_read),
-                ),
+                ("physical_bytes_read".to_string(), get(&s.physical_bytes_read)),
                 ("checksum_errors".to_string(), get(&s.checksum_errors)),
             ]),
         }
@@ -188,11 +190,14 @@ impl Pool {
         self.inner.ctx.zio.hot.set_max(bytes / tarn_zio::HOT_SHARE);
     }
 
-    /// Resets every device's error counters (`zpool clear`).
+    /// Resets every device's error counters and empties the error log (`zpool clear`);
+    /// blocks still damaged are found again by the next scrub or read.
     pub fn clear_errors(&self) -> Result<(), PoolError> {
         for leaf in self.inner.ctx.zio.vdevs.leaves() {
             leaf.clear_counters();
         }
+        self.inner.ctx.zio.take_failed_reads();
+        self.inner.errlog.lock().clear();
         self.force_txg()
     }
 }

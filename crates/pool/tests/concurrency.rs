@@ -64,14 +64,8 @@ impl BlockDevice for GatedDevice {
 
 fn gated_pool(dir: &Path, txg: TxgConfig) -> (Pool, Arc<GatedDevice>, PathBuf) {
     let img = dir.join("d0.img");
-    let opts = CreateOptions {
-        size: Some(256 << 20),
-        ..Default::default()
-    };
-    Pool::create("tank", &[VdevSpec::Disk(img.clone())], &opts)
-        .unwrap()
-        .export()
-        .unwrap();
+    let opts = CreateOptions { size: Some(256 << 20), ..Default::default() };
+    Pool::create("tank", &[VdevSpec::Disk(img.clone())], &opts).unwrap().export().unwrap();
     let dev = Arc::new(GatedDevice {
         inner: FileDevice::open(&img).unwrap(),
         closed: Mutex::new(false),
@@ -80,11 +74,7 @@ fn gated_pool(dir: &Path, txg: TxgConfig) -> (Pool, Arc<GatedDevice>, PathBuf) {
         gate_writes: AtomicBool::new(false),
         waiting_writes: AtomicUsize::new(0),
     });
-    let pool = Pool::import(
-        vec![dev.clone() as Arc<dyn BlockDevice>],
-        &ImportOptions { txg },
-    )
-    .unwrap();
+    let pool = Pool::import(vec![dev.clone() as Arc<dyn BlockDevice>], &ImportOptions { txg }).unwrap();
     (pool, dev, img)
 }
 
@@ -101,17 +91,9 @@ fn wait_until(what: &str, cond: impl Fn() -> bool) {
 #[test]
 fn writes_and_reads_proceed_while_a_txg_is_stuck_in_sync() {
     let dir = tempfile::tempdir().unwrap();
-    let (pool, dev, _) = gated_pool(
-        dir.path(),
-        TxgConfig {
-            timeout: Duration::from_secs(3600),
-            ..Default::default()
-        },
-    );
+    let (pool, dev, _) = gated_pool(dir.path(), TxgConfig { timeout: Duration::from_secs(3600), ..Default::default() });
     let ds = pool.dataset("tank").unwrap();
-    let a = ds
-        .create(ROOT_ID, b"a", NewObject::File, 0o644, 0, 0)
-        .unwrap();
+    let a = ds.create(ROOT_ID, b"a", NewObject::File, 0o644, 0, 0).unwrap();
     ds.write(a.ino, 0, &[1u8; 65536]).unwrap();
 
     dev.set_closed(true);
@@ -120,23 +102,16 @@ fn writes_and_reads_proceed_while_a_txg_is_stuck_in_sync() {
         let pool = pool.clone();
         std::thread::spawn(move || pool.sync().unwrap())
     };
-    wait_until("the sync reaches its flush", || {
-        dev.waiting_flushes.load(Ordering::SeqCst) > 0
-    });
+    wait_until("the sync reaches its flush", || dev.waiting_flushes.load(Ordering::SeqCst) > 0);
 
     // The txg is syncing and cannot finish; new work goes to the next txg meanwhile.
     ds.write(a.ino, 4096, &[2u8; 16384]).unwrap();
-    let b = ds
-        .create(ROOT_ID, b"b", NewObject::File, 0o644, 0, 0)
-        .unwrap();
+    let b = ds.create(ROOT_ID, b"b", NewObject::File, 0o644, 0, 0).unwrap();
     ds.write(b.ino, 0, b"written during the sync").unwrap();
     let mut buf = vec![0u8; 65536];
     ds.read(a.ino, 0, &mut buf).unwrap();
     assert!(buf[..4096].iter().all(|&x| x == 1) && buf[4096..20480].iter().all(|&x| x == 2));
-    assert!(
-        !syncer.is_finished(),
-        "the sync was held at its flush the whole time"
-    );
+    assert!(!syncer.is_finished(), "the sync was held at its flush the whole time");
 
     dev.set_closed(false);
     syncer.join().unwrap();
@@ -156,16 +131,10 @@ fn writes_and_reads_proceed_while_a_txg_is_stuck_in_sync() {
 #[test]
 fn a_writer_waits_only_once_dirty_data_passes_its_limit() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = TxgConfig {
-        timeout: Duration::from_secs(3600),
-        dirty_max: 4 << 20,
-        dirty_sync: 1 << 20,
-    };
+    let cfg = TxgConfig { timeout: Duration::from_secs(3600), dirty_max: 4 << 20, dirty_sync: 1 << 20 };
     let (pool, dev, _) = gated_pool(dir.path(), cfg);
     let ds = pool.dataset("tank").unwrap();
-    let f = ds
-        .create(ROOT_ID, b"f", NewObject::File, 0o644, 0, 0)
-        .unwrap();
+    let f = ds.create(ROOT_ID, b"f", NewObject::File, 0o644, 0, 0).unwrap();
     dev.set_closed(true);
     let (tx, rx) = mpsc::channel();
     let done = Arc::new(AtomicBool::new(false));
@@ -182,24 +151,14 @@ fn a_writer_waits_only_once_dirty_data_passes_its_limit() {
         })
     };
     // Below the limit the writer runs freely, although the sync it started cannot end.
-    let first: Vec<u64> = (0..8)
-        .map(|_| rx.recv_timeout(Duration::from_secs(30)).unwrap())
-        .collect();
+    let first: Vec<u64> = (0..8).map(|_| rx.recv_timeout(Duration::from_secs(30)).unwrap()).collect();
     assert_eq!(first, (0..8).collect::<Vec<_>>());
-    wait_until("a sync is stuck at its flush", || {
-        dev.waiting_flushes.load(Ordering::SeqCst) > 0
-    });
+    wait_until("a sync is stuck at its flush", || dev.waiting_flushes.load(Ordering::SeqCst) > 0);
     // Past 4 MiB of dirty data it must stop: 16 MiB cannot be written while the gate holds.
     std::thread::sleep(Duration::from_millis(300));
     let written = 8 + rx.try_iter().count();
-    assert!(
-        written < 64 && !done.load(Ordering::SeqCst),
-        "writer should be throttled, wrote {written} chunks"
-    );
-    assert!(
-        written * (256 << 10) <= (4 << 20) + (256 << 10) * 2,
-        "dirty data stayed near the limit: {written} chunks"
-    );
+    assert!(written < 64 && !done.load(Ordering::SeqCst), "writer should be throttled, wrote {written} chunks");
+    assert!(written * (256 << 10) <= (4 << 20) + (256 << 10) * 2, "dirty data stayed near the limit: {written} chunks");
     dev.set_closed(false);
     writer.join().unwrap();
     pool.sync().unwrap();
@@ -212,16 +171,8 @@ fn a_writer_waits_only_once_dirty_data_passes_its_limit() {
 fn many_threads_write_and_read_their_own_files_across_syncs() {
     let dir = tempfile::tempdir().unwrap();
     let img = dir.path().join("d0.img");
-    let cfg = TxgConfig {
-        timeout: Duration::from_millis(50),
-        dirty_max: 8 << 20,
-        dirty_sync: 2 << 20,
-    };
-    let opts = CreateOptions {
-        size: Some(512 << 20),
-        txg: cfg,
-        ..Default::default()
-    };
+    let cfg = TxgConfig { timeout: Duration::from_millis(50), dirty_max: 8 << 20, dirty_sync: 2 << 20 };
+    let opts = CreateOptions { size: Some(512 << 20), txg: cfg, ..Default::default() };
     let pool = Pool::create("tank", &[VdevSpec::Disk(img.clone())], &opts).unwrap();
     pool.set_property("tank", "recordsize", "16K").unwrap();
     let ds = pool.dataset("tank").unwrap();
@@ -230,15 +181,11 @@ fn many_threads_write_and_read_their_own_files_across_syncs() {
             let ds = ds.clone();
             std::thread::spawn(move || {
                 let name = format!("t{t}");
-                let f = ds
-                    .create(ROOT_ID, name.as_bytes(), NewObject::File, 0o644, 0, 0)
-                    .unwrap();
+                let f = ds.create(ROOT_ID, name.as_bytes(), NewObject::File, 0o644, 0, 0).unwrap();
                 let mut model = vec![0u8; 1 << 20];
                 let mut x = t as u64 + 1;
                 for round in 0..300u64 {
-                    x = x
-                        .wrapping_mul(6364136223846793005)
-                        .wrapping_add(1442695040888963407);
+                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
                     let off = (x >> 33) % (model.len() as u64 - 20000);
                     let len = 1 + (x >> 20) as usize % 20000;
                     let byte = (round as u8).wrapping_add(t);
@@ -249,10 +196,7 @@ fn many_threads_write_and_read_their_own_files_across_syncs() {
                     }
                     let mut back = vec![0u8; len];
                     ds.read(f.ino, off, &mut back).unwrap();
-                    assert!(
-                        back.iter().all(|&b| b == byte),
-                        "thread {t} read back its own write"
-                    );
+                    assert!(back.iter().all(|&b| b == byte), "thread {t} read back its own write");
                 }
                 (f.ino, model)
             })
@@ -278,17 +222,9 @@ fn many_threads_write_and_read_their_own_files_across_syncs() {
 #[test]
 fn a_file_unlinked_while_its_last_write_syncs_is_freed_by_the_next_txg() {
     let dir = tempfile::tempdir().unwrap();
-    let (pool, dev, _) = gated_pool(
-        dir.path(),
-        TxgConfig {
-            timeout: Duration::from_secs(3600),
-            ..Default::default()
-        },
-    );
+    let (pool, dev, _) = gated_pool(dir.path(), TxgConfig { timeout: Duration::from_secs(3600), ..Default::default() });
     let ds = pool.dataset("tank").unwrap();
-    let a = ds
-        .create(ROOT_ID, b"a", NewObject::File, 0o644, 0, 0)
-        .unwrap();
+    let a = ds.create(ROOT_ID, b"a", NewObject::File, 0o644, 0, 0).unwrap();
     ds.write(a.ino, 0, &[1u8; 16384]).unwrap();
 
     // Hold txg N at its first data write: before it decides which objects leave the cache.
@@ -299,9 +235,7 @@ fn a_file_unlinked_while_its_last_write_syncs_is_freed_by_the_next_txg() {
         let pool = pool.clone();
         std::thread::spawn(move || pool.sync().unwrap())
     };
-    wait_until("the sync reaches its first write", || {
-        dev.waiting_writes.load(Ordering::SeqCst) > 0
-    });
+    wait_until("the sync reaches its first write", || dev.waiting_writes.load(Ordering::SeqCst) > 0);
     ds.unlink(ROOT_ID, b"a").unwrap();
     dev.set_closed(false);
     syncer.join().unwrap();
@@ -315,9 +249,7 @@ fn a_file_unlinked_while_its_last_write_syncs_is_freed_by_the_next_txg() {
     wait_until("the next txg commits", || next.is_finished());
     next.join().unwrap();
     assert!(ds.lookup(ROOT_ID, b"a").is_err());
-    let b = ds
-        .create(ROOT_ID, b"b", NewObject::File, 0o644, 0, 0)
-        .unwrap();
+    let b = ds.create(ROOT_ID, b"b", NewObject::File, 0o644, 0, 0).unwrap();
     ds.write(b.ino, 0, b"after").unwrap();
     pool.sync().unwrap();
 }

@@ -26,29 +26,17 @@ type Files = BTreeMap<String, Vec<u8>>;
 
 /// Only explicit syncs commit, so the test knows every committed state.
 fn manual_txgs() -> TxgConfig {
-    TxgConfig {
-        timeout: Duration::from_secs(3600),
-        ..Default::default()
-    }
+    TxgConfig { timeout: Duration::from_secs(3600), ..Default::default() }
 }
 
 /// A small pool (one disk, or a 2-way mirror) made on files, closed, and loaded into
 /// memory: one image per device.
 fn base_images(mirror: bool) -> Vec<Vec<u8>> {
     let dir = tempfile::tempdir().unwrap();
-    let paths: Vec<PathBuf> = (0..if mirror { 2 } else { 1 })
-        .map(|i| dir.path().join(format!("base{i}.img")))
-        .collect();
-    let spec = if mirror {
-        VdevSpec::Mirror(paths.clone())
-    } else {
-        VdevSpec::Disk(paths[0].clone())
-    };
-    let opts = CreateOptions {
-        size: Some(64 << 20),
-        txg: manual_txgs(),
-        ..Default::default()
-    };
+    let paths: Vec<PathBuf> =
+        (0..if mirror { 2 } else { 1 }).map(|i| dir.path().join(format!("base{i}.img"))).collect();
+    let spec = if mirror { VdevSpec::Mirror(paths.clone()) } else { VdevSpec::Disk(paths[0].clone()) };
+    let opts = CreateOptions { size: Some(64 << 20), txg: manual_txgs(), ..Default::default() };
     let pool = Pool::create("tank", &[spec], &opts).unwrap();
     pool.set_property("tank", "recordsize", "16K").unwrap();
     pool.close().unwrap();
@@ -64,10 +52,7 @@ struct Model<'a> {
 impl Model<'_> {
     fn dir_and_name(&self, path: &str) -> (u64, Vec<u8>) {
         match path.rsplit_once('/') {
-            Some((d, n)) => (
-                self.ds.lookup(ROOT_ID, d.as_bytes()).unwrap().ino,
-                n.as_bytes().to_vec(),
-            ),
+            Some((d, n)) => (self.ds.lookup(ROOT_ID, d.as_bytes()).unwrap().ino, n.as_bytes().to_vec()),
             None => (ROOT_ID, path.as_bytes().to_vec()),
         }
     }
@@ -82,10 +67,7 @@ impl Model<'_> {
     fn write(&mut self, path: &str, off: usize, data: &[u8]) {
         let ino = self.ino(path).unwrap_or_else(|| {
             let (d, n) = self.dir_and_name(path);
-            self.ds
-                .create(d, &n, NewObject::File, 0o644, 0, 0)
-                .unwrap()
-                .ino
+            self.ds.create(d, &n, NewObject::File, 0o644, 0, 0).unwrap().ino
         });
         self.ds.write(ino, off as u64, data).unwrap();
         let f = self.files.entry(path.to_string()).or_default();
@@ -96,15 +78,7 @@ impl Model<'_> {
     }
     fn truncate(&mut self, path: &str, size: usize) {
         let ino = self.ino(path).unwrap();
-        self.ds
-            .setattr(
-                ino,
-                &SetAttr {
-                    size: Some(size as u64),
-                    ..Default::default()
-                },
-            )
-            .unwrap();
+        self.ds.setattr(ino, &SetAttr { size: Some(size as u64), ..Default::default() }).unwrap();
         self.files.get_mut(path).unwrap().resize(size, 0);
     }
     fn unlink(&mut self, path: &str) {
@@ -140,36 +114,19 @@ struct Committed {
 /// (state 0 is the base image's).
 fn record_workload(devs: &[Arc<RecDevice>], random_txgs: usize) -> Vec<Committed> {
     let dev = &devs[0];
-    let handles: Vec<Arc<dyn BlockDevice>> = devs
-        .iter()
-        .map(|d| d.clone() as Arc<dyn BlockDevice>)
-        .collect();
+    let handles: Vec<Arc<dyn BlockDevice>> = devs.iter().map(|d| d.clone() as Arc<dyn BlockDevice>).collect();
     let pool = Pool::import(handles, &ImportOptions { txg: manual_txgs() }).unwrap();
     let ds = pool.dataset("tank").unwrap();
-    let mut states = vec![Committed {
-        files: Files::new(),
-        end: dev.events(),
-    }];
-    let mut m = Model {
-        ds: &ds,
-        files: Files::new(),
-    };
+    let mut states = vec![Committed { files: Files::new(), end: dev.events() }];
+    let mut m = Model { ds: &ds, files: Files::new() };
     let mut rng = StdRng::seed_from_u64(7);
     let commit = |m: &Model, pool: &Pool, states: &mut Vec<Committed>| {
         pool.sync().unwrap();
-        assert_eq!(
-            common::read_tree(m.ds).unwrap(),
-            m.files,
-            "live pool differs from the model"
-        );
-        states.push(Committed {
-            files: m.files.clone(),
-            end: dev.events(),
-        });
+        assert_eq!(common::read_tree(m.ds).unwrap(), m.files, "live pool differs from the model");
+        states.push(Committed { files: m.files.clone(), end: dev.events() });
     };
 
-    ds.create(ROOT_ID, b"d", NewObject::Dir, 0o755, 0, 0)
-        .unwrap();
+    ds.create(ROOT_ID, b"d", NewObject::Dir, 0o755, 0, 0).unwrap();
     m.write("a", 0, &common::noise(1, 100_000));
     m.write("b", 0, &common::pattern(2, 40_000));
     m.write("d/c", 0, &common::noise(3, 5_000));
@@ -201,11 +158,7 @@ fn record_workload(devs: &[Arc<RecDevice>], random_txgs: usize) -> Vec<Committed
         for _ in 0..6 {
             let name = names[rng.gen_range(0..names.len())];
             let len = rng.gen_range(1..60_000);
-            let off = if rng.gen_bool(0.5) {
-                rng.gen_range(0..40) * 4096
-            } else {
-                rng.gen_range(0..250_000)
-            };
+            let off = if rng.gen_bool(0.5) { rng.gen_range(0..40) * 4096 } else { rng.gen_range(0..250_000) };
             let seed = rng.gen();
             match rng.gen_range(0..10) {
                 0 if m.files.contains_key(name) => m.truncate(name, rng.gen_range(0..150_000)),
@@ -242,41 +195,27 @@ fn check_cut(
     sync_of: &[usize],
     cut: &Cut,
 ) -> usize {
-    let images: Vec<Arc<OverlayDevice>> = bases
-        .iter()
-        .enumerate()
-        .map(|(i, b)| Arc::new(OverlayDevice::new(b.clone(), &format!("crash{i}"))))
-        .collect();
+    let images: Vec<Arc<OverlayDevice>> =
+        bases.iter().enumerate().map(|(i, b)| Arc::new(OverlayDevice::new(b.clone(), &format!("crash{i}")))).collect();
     let size = bases[0].len() as u64;
     let mut newest = 0usize;
     for &(i, n) in &cut.applied {
         if let (d, Ev::Write { off, data }) = &events[i] {
             let n = n.min(data.len());
             images[*d].write_at(&data[..n], *off).unwrap();
-            if is_uberblock_write(*off, size)
-                && n >= tarn_vdev::Uberblock::encode(&dummy_ub()).len()
-            {
+            if is_uberblock_write(*off, size) && n >= tarn_vdev::Uberblock::encode(&dummy_ub()).len() {
                 newest = newest.max(sync_of[i]);
             }
         }
     }
-    let devs: Vec<Arc<dyn BlockDevice>> = images
-        .into_iter()
-        .map(|d| d as Arc<dyn BlockDevice>)
-        .collect();
+    let devs: Vec<Arc<dyn BlockDevice>> = images.into_iter().map(|d| d as Arc<dyn BlockDevice>).collect();
     let pool = Pool::import(devs, &ImportOptions { txg: manual_txgs() })
         .unwrap_or_else(|e| panic!("{}: import failed: {e}", cut.what));
     let ds = pool.dataset("tank").unwrap();
-    let found =
-        common::read_tree(&ds).unwrap_or_else(|e| panic!("{}: reading files: {e}", cut.what));
+    let found = common::read_tree(&ds).unwrap_or_else(|e| panic!("{}: reading files: {e}", cut.what));
     let want = &states[newest].files;
     if &found != want {
-        let matches: Vec<usize> = states
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.files == found)
-            .map(|(i, _)| i)
-            .collect();
+        let matches: Vec<usize> = states.iter().enumerate().filter(|(_, s)| s.files == found).map(|(i, _)| i).collect();
         panic!(
             "{}: files are not those of committed state {newest} (they match states {matches:?})\nfound: {}\nwant:  {}",
             cut.what,
@@ -286,24 +225,13 @@ fn check_cut(
     }
     drop(ds);
     let scrub = pool.scrub().unwrap();
-    assert_eq!(
-        (scrub.errors, scrub.checksum_errors_seen),
-        (0, 0),
-        "{}: scrub found damage",
-        cut.what
-    );
+    assert_eq!((scrub.errors, scrub.checksum_errors_seen), (0, 0), "{}: scrub found damage", cut.what);
     pool.close().unwrap();
     newest
 }
 
 fn dummy_ub() -> tarn_vdev::Uberblock {
-    tarn_vdev::Uberblock {
-        txg: 0,
-        pool_guid: 0,
-        guid_sum: 0,
-        timestamp: 0,
-        root: [0; 64],
-    }
+    tarn_vdev::Uberblock { txg: 0, pool_guid: 0, guid_sum: 0, timestamp: 0, root: [0; 64] }
 }
 
 #[test]
@@ -330,30 +258,14 @@ fn crash_cuts(mirror: bool) {
     let events: Vec<(usize, Ev)> = log.lock().clone();
     let n = events.len();
     // Which committed state an event's txg produces.
-    let sync_of: Vec<usize> = (0..n)
-        .map(|i| {
-            states
-                .iter()
-                .position(|s| s.end > i)
-                .unwrap_or(states.len())
-        })
-        .collect();
-    let flushes: Vec<usize> = (0..n)
-        .filter(|&i| matches!(events[i].1, Ev::Flush))
-        .collect();
-    let writes: Vec<usize> = (0..n)
-        .filter(|&i| matches!(events[i].1, Ev::Write { .. }))
-        .collect();
+    let sync_of: Vec<usize> = (0..n).map(|i| states.iter().position(|s| s.end > i).unwrap_or(states.len())).collect();
+    let flushes: Vec<usize> = (0..n).filter(|&i| matches!(events[i].1, Ev::Flush)).collect();
+    let writes: Vec<usize> = (0..n).filter(|&i| matches!(events[i].1, Ev::Write { .. })).collect();
     let ubs = writes
         .iter()
-        .filter(
-            |&&i| matches!(&events[i].1, Ev::Write { off, .. } if is_uberblock_write(*off, size)),
-        )
+        .filter(|&&i| matches!(&events[i].1, Ev::Write { off, .. } if is_uberblock_write(*off, size)))
         .count();
-    assert!(
-        ubs >= 2 * bases.len() * (states.len() - 1),
-        "expected two uberblock writes per device per txg, saw {ubs}"
-    );
+    assert!(ubs >= 2 * bases.len() * (states.len() - 1), "expected two uberblock writes per device per txg, saw {ubs}");
     println!(
         "{n} events ({} writes, {} flushes, {ubs} uberblock writes), {} committed states",
         writes.len(),
@@ -365,24 +277,16 @@ fn crash_cuts(mirror: bool) {
     let mut cuts = Vec::new();
     // Every prefix: at each flush and between flushes.
     for i in 0..=n {
-        cuts.push(Cut {
-            what: format!("prefix of {i} events"),
-            applied: (0..i).map(|k| (k, usize::MAX)).collect(),
-        });
+        cuts.push(Cut { what: format!("prefix of {i} events"), applied: (0..i).map(|k| (k, usize::MAX)).collect() });
     }
     // The last write torn: only part of its bytes reached the disk.
     for &w in &writes {
-        let Ev::Write { data, .. } = &events[w].1 else {
-            unreachable!()
-        };
+        let Ev::Write { data, .. } = &events[w].1 else { unreachable!() };
         for _ in 0..3 {
             let t = rng.gen_range(1..data.len().max(2));
             let mut applied: Vec<(usize, usize)> = (0..w).map(|k| (k, usize::MAX)).collect();
             applied.push((w, t));
-            cuts.push(Cut {
-                what: format!("{w} events then {t} of {} bytes of event {w}", data.len()),
-                applied,
-            });
+            cuts.push(Cut { what: format!("{w} events then {t} of {} bytes of event {w}", data.len()), applied });
         }
     }
     // Writes since the last flush in a random subset (reordered by a cache), the last
@@ -397,29 +301,13 @@ fn crash_cuts(mirror: bool) {
         }
         for trial in 0..8 {
             let mut applied: Vec<(usize, usize)> = (0..s).map(|k| (k, usize::MAX)).collect();
-            let subset: Vec<usize> = pending
-                .iter()
-                .copied()
-                .filter(|_| rng.gen_bool(0.5))
-                .collect();
+            let subset: Vec<usize> = pending.iter().copied().filter(|_| rng.gen_bool(0.5)).collect();
             for (j, &w) in subset.iter().enumerate() {
-                let Ev::Write { data, .. } = &events[w].1 else {
-                    unreachable!()
-                };
+                let Ev::Write { data, .. } = &events[w].1 else { unreachable!() };
                 let torn = trial % 2 == 1 && j + 1 == subset.len();
-                applied.push((
-                    w,
-                    if torn {
-                        rng.gen_range(1..data.len().max(2))
-                    } else {
-                        usize::MAX
-                    },
-                ));
+                applied.push((w, if torn { rng.gen_range(1..data.len().max(2)) } else { usize::MAX }));
             }
-            cuts.push(Cut {
-                what: format!("flush interval {s}..{end}, subset {subset:?} (trial {trial})"),
-                applied,
-            });
+            cuts.push(Cut { what: format!("flush interval {s}..{end}, subset {subset:?} (trial {trial})"), applied });
         }
     }
     println!("{} images to import", cuts.len());
@@ -429,11 +317,7 @@ fn crash_cuts(mirror: bool) {
     for cut in &cuts {
         seen.insert(check_cut(&shared, &events, &states, &sync_of, cut));
     }
-    assert_eq!(
-        seen.len(),
-        states.len(),
-        "the cuts should land in every committed state"
-    );
+    assert_eq!(seen.len(), states.len(), "the cuts should land in every committed state");
     println!("checked in {:.1}s", started.elapsed().as_secs_f64());
 }
 
@@ -453,29 +337,15 @@ fn region_data(seq: u64, len: usize) -> Vec<u8> {
 fn child_main(img: &Path, log: &Path, iter: u64) {
     let pool = Pool::import_paths(
         &[img.to_path_buf()],
-        &ImportOptions {
-            txg: TxgConfig {
-                timeout: Duration::from_millis(200),
-                ..Default::default()
-            },
-        },
+        &ImportOptions { txg: TxgConfig { timeout: Duration::from_millis(200), ..Default::default() } },
     )
     .expect("child: import");
     // Every other child writes data in place at fsync and logs pointers (throughput);
     // the others copy small writes into the log (writes of 32 KiB or more go in place).
-    let logbias = if iter.is_multiple_of(2) {
-        "throughput"
-    } else {
-        "latency"
-    };
-    pool.set_property("tank", "logbias", logbias)
-        .expect("child: set logbias");
+    let logbias = if iter.is_multiple_of(2) { "throughput" } else { "latency" };
+    pool.set_property("tank", "logbias", logbias).expect("child: set logbias");
     let ds = pool.dataset("tank").unwrap();
-    let mut out = std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .open(log)
-        .unwrap();
+    let mut out = std::fs::OpenOptions::new().append(true).create(true).open(log).unwrap();
     let mut rng = StdRng::seed_from_u64(iter * 977 + std::process::id() as u64);
     let mut mine: Vec<Region> = Vec::new();
     let mut seq = iter * 1_000_000;
@@ -488,25 +358,16 @@ fn child_main(img: &Path, log: &Path, iter: u64) {
             let name = format!("it{iter}-f{}", rng.gen_range(0..3));
             let len = rng.gen_range(1..40_000);
             // Regions never overlap: each has its own 48 KiB slot.
-            let r = (
-                name,
-                mine.len() as u64 * 49_152 + rng.gen_range(0..4096),
-                len,
-            );
+            let r = (name, mine.len() as u64 * 49_152 + rng.gen_range(0..4096), len);
             mine.push(r.clone());
             r
         };
         let (name, off, len) = &region;
         // One write(2) per line, so a kill leaves at most the last line partial.
-        out.write_all(format!("W {seq} {name} {off} {len}\n").as_bytes())
-            .unwrap();
+        out.write_all(format!("W {seq} {name} {off} {len}\n").as_bytes()).unwrap();
         let ino = match ds.lookup(ROOT_ID, name.as_bytes()) {
             Ok(a) => a.ino,
-            Err(_) => {
-                ds.create(ROOT_ID, name.as_bytes(), NewObject::File, 0o644, 0, 0)
-                    .unwrap()
-                    .ino
-            }
+            Err(_) => ds.create(ROOT_ID, name.as_bytes(), NewObject::File, 0o644, 0, 0).unwrap().ino,
         };
         ds.write(ino, *off, &region_data(seq, *len)).unwrap();
         if rng.gen_bool(0.7) {
@@ -563,14 +424,8 @@ fn sigkill_loop_keeps_every_acknowledged_write() {
     let dir = tempfile::tempdir().unwrap();
     let img = dir.path().join("k.img");
     let log = dir.path().join("acks.log");
-    let opts = CreateOptions {
-        size: Some(256 << 20),
-        ..Default::default()
-    };
-    Pool::create("tank", &[VdevSpec::Disk(img.clone())], &opts)
-        .unwrap()
-        .close()
-        .unwrap();
+    let opts = CreateOptions { size: Some(256 << 20), ..Default::default() };
+    Pool::create("tank", &[VdevSpec::Disk(img.clone())], &opts).unwrap().close().unwrap();
     let exe = std::env::current_exe().unwrap();
     let mut rng = StdRng::seed_from_u64(99);
     let mut total_acks = 0;
@@ -599,14 +454,10 @@ fn sigkill_loop_keeps_every_acknowledged_write() {
                 break;
             }
             if let Ok(Some(status)) = child.try_wait() {
-                let err =
-                    std::fs::read_to_string(dir.path().join(format!("child{iter}.err"))).unwrap();
+                let err = std::fs::read_to_string(dir.path().join(format!("child{iter}.err"))).unwrap();
                 panic!("child {iter} exited on its own ({status}): {err}");
             }
-            assert!(
-                Instant::now() < deadline,
-                "child {iter} acknowledged only {acks} writes in 60 s"
-            );
+            assert!(Instant::now() < deadline, "child {iter} acknowledged only {acks} writes in 60 s");
             std::thread::sleep(Duration::from_millis(2));
         }
         std::thread::sleep(Duration::from_millis(rng.gen_range(0..120)));
@@ -615,12 +466,7 @@ fn sigkill_loop_keeps_every_acknowledged_write() {
         // End a line the kill cut short, so the next child's first line stands alone.
         let text = std::fs::read(&log).unwrap();
         if text.last().is_some_and(|&b| b != b'\n') {
-            std::fs::OpenOptions::new()
-                .append(true)
-                .open(&log)
-                .unwrap()
-                .write_all(b"\n")
-                .unwrap();
+            std::fs::OpenOptions::new().append(true).open(&log).unwrap().write_all(b"\n").unwrap();
         }
 
         let pool = Pool::import_paths(std::slice::from_ref(&img), &ImportOptions::default())
@@ -636,13 +482,8 @@ fn sigkill_loop_keeps_every_acknowledged_write() {
                 .unwrap_or_else(|e| panic!("iteration {iter}: {name} lost: {e}"))
                 .ino;
             let mut buf = vec![0u8; len];
-            assert_eq!(
-                ds.read(ino, off, &mut buf).unwrap(),
-                len,
-                "iteration {iter}: {name} too short"
-            );
-            let ok =
-                buf == region_data(ack, len) || later.iter().any(|&s| buf == region_data(s, len));
+            assert_eq!(ds.read(ino, off, &mut buf).unwrap(), len, "iteration {iter}: {name} too short");
+            let ok = buf == region_data(ack, len) || later.iter().any(|&s| buf == region_data(s, len));
             assert!(ok, "iteration {iter}: {name} at {off}+{len}: acknowledged write {ack} is not there (later in-flight writes: {later:?})");
         }
         total_acks = acked;

@@ -16,37 +16,13 @@ const NAMES: [&str; 5] = ["a", "b", "c", "d/e", "d/f"];
 
 #[derive(Debug, Clone)]
 enum Op {
-    Write {
-        f: usize,
-        off: u64,
-        len: usize,
-        seed: u64,
-        compressible: bool,
-    },
-    Truncate {
-        f: usize,
-        size: u64,
-    },
-    Punch {
-        f: usize,
-        off: u64,
-        len: u64,
-    },
-    Read {
-        f: usize,
-        off: u64,
-        len: usize,
-    },
-    Rename {
-        from: usize,
-        to: usize,
-    },
-    Remove {
-        f: usize,
-    },
-    Create {
-        f: usize,
-    },
+    Write { f: usize, off: u64, len: usize, seed: u64, compressible: bool },
+    Truncate { f: usize, size: u64 },
+    Punch { f: usize, off: u64, len: u64 },
+    Read { f: usize, off: u64, len: usize },
+    Rename { from: usize, to: usize },
+    Remove { f: usize },
+    Create { f: usize },
     Sync,
     Reimport,
 }
@@ -89,12 +65,7 @@ fn op() -> impl Strategy<Value = Op> {
 /// (parent directory inode, leaf name) of a model path.
 fn locate(ds: &Dataset, path: &str) -> (u64, Vec<u8>) {
     match path.split_once('/') {
-        Some((d, n)) => (
-            ds.lookup(ROOT_ID, d.as_bytes())
-                .expect("directory d exists")
-                .ino,
-            n.as_bytes().to_vec(),
-        ),
+        Some((d, n)) => (ds.lookup(ROOT_ID, d.as_bytes()).expect("directory d exists").ino, n.as_bytes().to_vec()),
         None => (ROOT_ID, path.as_bytes().to_vec()),
     }
 }
@@ -104,27 +75,15 @@ fn ino_of(ds: &Dataset, path: &str) -> Result<u64, FsError> {
     Ok(ds.lookup(dir, &name)?.ino)
 }
 
-fn verify(
-    ds: &Dataset,
-    model: &BTreeMap<String, Vec<u8>>,
-    when: &str,
-) -> Result<(), TestCaseError> {
-    let found = common::read_tree(ds)
-        .map_err(|e| TestCaseError::fail(format!("{when}: reading files: {e}")))?;
-    prop_assert_eq!(
-        found.keys().collect::<Vec<_>>(),
-        model.keys().collect::<Vec<_>>(),
-        "{}: names differ",
-        when
-    );
+fn verify(ds: &Dataset, model: &BTreeMap<String, Vec<u8>>, when: &str) -> Result<(), TestCaseError> {
+    let found = common::read_tree(ds).map_err(|e| TestCaseError::fail(format!("{when}: reading files: {e}")))?;
+    prop_assert_eq!(found.keys().collect::<Vec<_>>(), model.keys().collect::<Vec<_>>(), "{}: names differ", when);
     for (name, want) in model {
         let got = &found[name];
         prop_assert_eq!(got.len(), want.len(), "{}: size of {}", when, name);
         if got != want {
             let at = got.iter().zip(want).position(|(a, b)| a != b).unwrap();
-            return Err(TestCaseError::fail(format!(
-                "{when}: {name} differs first at byte {at}"
-            )));
+            return Err(TestCaseError::fail(format!("{when}: {name} differs first at byte {at}")));
         }
     }
     Ok(())
@@ -139,35 +98,19 @@ struct Config {
 fn run(cfg: Config, ops: Vec<Op>) -> Result<(), TestCaseError> {
     let dir = tempfile::tempdir().unwrap();
     let img = dir.path().join("d0.img");
-    let txg = TxgConfig {
-        timeout: Duration::from_millis(cfg.timeout_ms),
-        ..Default::default()
-    };
-    let opts = CreateOptions {
-        size: Some(256 << 20),
-        txg: txg.clone(),
-        ..Default::default()
-    };
+    let txg = TxgConfig { timeout: Duration::from_millis(cfg.timeout_ms), ..Default::default() };
+    let opts = CreateOptions { size: Some(256 << 20), txg: txg.clone(), ..Default::default() };
     let mut pool = Pool::create("tank", &[VdevSpec::Disk(img.clone())], &opts).unwrap();
     let mut ds = pool.create_dataset("tank/db").unwrap();
-    pool.set_property("tank/db", "recordsize", cfg.recordsize)
-        .unwrap();
-    pool.set_property("tank/db", "compression", cfg.compression)
-        .unwrap();
-    ds.create(ROOT_ID, b"d", NewObject::Dir, 0o755, 0, 0)
-        .unwrap();
+    pool.set_property("tank/db", "recordsize", cfg.recordsize).unwrap();
+    pool.set_property("tank/db", "compression", cfg.compression).unwrap();
+    ds.create(ROOT_ID, b"d", NewObject::Dir, 0o755, 0, 0).unwrap();
     let mut model: BTreeMap<String, Vec<u8>> = BTreeMap::new();
 
     for (step, op) in ops.into_iter().enumerate() {
         let when = format!("step {step} ({op:?})");
         match op {
-            Op::Write {
-                f,
-                off,
-                len,
-                seed,
-                compressible,
-            } => {
+            Op::Write { f, off, len, seed, compressible } => {
                 let name = NAMES[f];
                 let ino = match ino_of(&ds, name) {
                     Ok(ino) => ino,
@@ -177,11 +120,7 @@ fn run(cfg: Config, ops: Vec<Op>) -> Result<(), TestCaseError> {
                     }
                     Err(e) => return Err(TestCaseError::fail(format!("{when}: lookup: {e}"))),
                 };
-                let data = if compressible {
-                    common::pattern(seed, len)
-                } else {
-                    common::noise(seed, len)
-                };
+                let data = if compressible { common::pattern(seed, len) } else { common::noise(seed, len) };
                 prop_assert_eq!(ds.write(ino, off, &data).unwrap(), len);
                 let m = model.entry(name.to_string()).or_default();
                 let end = off as usize + len;
@@ -194,20 +133,9 @@ fn run(cfg: Config, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 let name = NAMES[f];
                 match ino_of(&ds, name) {
                     Ok(ino) => {
-                        let a = ds
-                            .setattr(
-                                ino,
-                                &SetAttr {
-                                    size: Some(size),
-                                    ..Default::default()
-                                },
-                            )
-                            .unwrap();
+                        let a = ds.setattr(ino, &SetAttr { size: Some(size), ..Default::default() }).unwrap();
                         prop_assert_eq!(a.size, size);
-                        model
-                            .get_mut(name)
-                            .expect("model has the file")
-                            .resize(size as usize, 0);
+                        model.get_mut(name).expect("model has the file").resize(size as usize, 0);
                     }
                     Err(FsError::NotFound) => {
                         prop_assert!(!model.contains_key(name), "{}: file vanished", when)
@@ -256,12 +184,9 @@ fn run(cfg: Config, ops: Vec<Op>) -> Result<(), TestCaseError> {
                         r.map_err(|e| TestCaseError::fail(format!("{when}: {e}")))?;
                         model.insert(NAMES[to].to_string(), content);
                     }
-                    None => prop_assert!(
-                        matches!(r, Err(FsError::NotFound)),
-                        "{}: rename of a missing file: {:?}",
-                        when,
-                        r
-                    ),
+                    None => {
+                        prop_assert!(matches!(r, Err(FsError::NotFound)), "{}: rename of a missing file: {:?}", when, r)
+                    }
                 }
             }
             Op::Remove { f } => {
@@ -269,12 +194,9 @@ fn run(cfg: Config, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 let r = ds.unlink(d, &n);
                 match model.remove(NAMES[f]) {
                     Some(_) => r.map_err(|e| TestCaseError::fail(format!("{when}: {e}")))?,
-                    None => prop_assert!(
-                        matches!(r, Err(FsError::NotFound)),
-                        "{}: unlink of a missing file: {:?}",
-                        when,
-                        r
-                    ),
+                    None => {
+                        prop_assert!(matches!(r, Err(FsError::NotFound)), "{}: unlink of a missing file: {:?}", when, r)
+                    }
                 }
             }
             Op::Create { f } => {
@@ -296,11 +218,7 @@ fn run(cfg: Config, ops: Vec<Op>) -> Result<(), TestCaseError> {
             Op::Reimport => {
                 drop(ds);
                 pool.export().unwrap();
-                pool = Pool::import_paths(
-                    std::slice::from_ref(&img),
-                    &ImportOptions { txg: txg.clone() },
-                )
-                .unwrap();
+                pool = Pool::import_paths(std::slice::from_ref(&img), &ImportOptions { txg: txg.clone() }).unwrap();
                 ds = pool.dataset("tank/db").unwrap();
                 verify(&ds, &model, &format!("after import at {when}"))?;
             }
@@ -374,15 +292,8 @@ fn every_configuration_round_trips_a_dense_workload() {
             ops.push(Op::Rename { from: 0, to: 3 });
             ops.push(Op::Remove { f: 1 });
             ops.push(Op::Reimport);
-            run(
-                Config {
-                    recordsize: rs,
-                    compression: comp,
-                    timeout_ms: 3_600_000,
-                },
-                ops,
-            )
-            .unwrap_or_else(|e| panic!("recordsize={rs} compression={comp}: {e}"));
+            run(Config { recordsize: rs, compression: comp, timeout_ms: 3_600_000 }, ops)
+                .unwrap_or_else(|e| panic!("recordsize={rs} compression={comp}: {e}"));
         }
     }
 }

@@ -6,15 +6,10 @@ use tarn_pool::{CreateOptions, ImportOptions, Pool, VdevSpec};
 fn write_export_import_read() {
     let dir = tempfile::tempdir().unwrap();
     let img = dir.path().join("d0.img");
-    let opts = CreateOptions {
-        size: Some(256 << 20),
-        ..Default::default()
-    };
+    let opts = CreateOptions { size: Some(256 << 20), ..Default::default() };
     let pool = Pool::create("tank", &[VdevSpec::Disk(img.clone())], &opts).unwrap();
     let ds = pool.dataset("tank").unwrap();
-    let f = ds
-        .create(ROOT_ID, b"hello", NewObject::File, 0o644, 0, 0)
-        .unwrap();
+    let f = ds.create(ROOT_ID, b"hello", NewObject::File, 0o644, 0, 0).unwrap();
     let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
     ds.write(f.ino, 0, &data).unwrap();
     let mut back = vec![0u8; data.len()];
@@ -43,24 +38,12 @@ fn write_export_import_read() {
 fn a_file_extended_before_writing_gets_recordsize_blocks() {
     let dir = tempfile::tempdir().unwrap();
     let img = dir.path().join("d0.img");
-    let opts = CreateOptions {
-        size: Some(256 << 20),
-        ..Default::default()
-    };
+    let opts = CreateOptions { size: Some(256 << 20), ..Default::default() };
     let pool = Pool::create("tank", &[VdevSpec::Disk(img)], &opts).unwrap();
     pool.set_property("tank", "recordsize", "16K").unwrap();
     let ds = pool.dataset("tank").unwrap();
-    let f = ds
-        .create(ROOT_ID, b"t.ibd", NewObject::File, 0o644, 0, 0)
-        .unwrap();
-    ds.setattr(
-        f.ino,
-        &tarn_dataset::SetAttr {
-            size: Some(4 << 20),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let f = ds.create(ROOT_ID, b"t.ibd", NewObject::File, 0o644, 0, 0).unwrap();
+    ds.setattr(f.ino, &tarn_dataset::SetAttr { size: Some(4 << 20), ..Default::default() }).unwrap();
     ds.write(f.ino, 64 << 10, &[7u8; 16384]).unwrap();
     assert_eq!(ds.getattr(f.ino).unwrap().blksize, 16384);
     pool.sync().unwrap();
@@ -75,30 +58,16 @@ fn a_file_extended_before_writing_gets_recordsize_blocks() {
 fn random_page_updates_do_not_strand_space() {
     let dir = tempfile::tempdir().unwrap();
     let img = dir.path().join("d0.img");
-    let opts = CreateOptions {
-        size: Some(512 << 20),
-        ..Default::default()
-    };
+    let opts = CreateOptions { size: Some(512 << 20), ..Default::default() };
     let pool = Pool::create("tank", &[VdevSpec::Disk(img)], &opts).unwrap();
     pool.set_property("tank", "recordsize", "16K").unwrap();
     let ds = pool.dataset("tank").unwrap();
-    let f = ds
-        .create(ROOT_ID, b"t.ibd", NewObject::File, 0o644, 0, 0)
-        .unwrap();
-    ds.setattr(
-        f.ino,
-        &tarn_dataset::SetAttr {
-            size: Some(3000 * 16384),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let f = ds.create(ROOT_ID, b"t.ibd", NewObject::File, 0o644, 0, 0).unwrap();
+    ds.setattr(f.ino, &tarn_dataset::SetAttr { size: Some(3000 * 16384), ..Default::default() }).unwrap();
     let mut x = 7u64;
     let mut page = vec![0u8; 16384];
     let next = |x: &mut u64| {
-        *x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
+        *x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         *x >> 33
     };
     for round in 0..8 {
@@ -114,10 +83,7 @@ fn random_page_updates_do_not_strand_space() {
     }
     let s = pool.stats();
     let (sectors, live) = (s.space["allocated_sector_bytes"], s.space["live_bytes"]);
-    assert!(
-        live as f64 / sectors as f64 > 0.75,
-        "live {live} of {sectors} allocated sector bytes"
-    );
+    assert!(live as f64 / sectors as f64 > 0.75, "live {live} of {sectors} allocated sector bytes");
 }
 
 /// Reading a file in order makes tarn read ahead: later reads find their records already
@@ -127,16 +93,11 @@ fn random_page_updates_do_not_strand_space() {
 fn sequential_reads_are_prefetched_and_counted_apart() {
     let dir = tempfile::tempdir().unwrap();
     let img = dir.path().join("d0.img");
-    let opts = CreateOptions {
-        size: Some(256 << 20),
-        ..Default::default()
-    };
+    let opts = CreateOptions { size: Some(256 << 20), ..Default::default() };
     let pool = Pool::create("tank", &[VdevSpec::Disk(img.clone())], &opts).unwrap();
     pool.set_property("tank", "recordsize", "16K").unwrap();
     let ds = pool.dataset("tank").unwrap();
-    let f = ds
-        .create(ROOT_ID, b"scan", NewObject::File, 0o644, 0, 0)
-        .unwrap();
+    let f = ds.create(ROOT_ID, b"scan", NewObject::File, 0o644, 0, 0).unwrap();
     let page: Vec<u8> = (0..16384u32).map(|i| (i % 13) as u8).collect();
     for p in 0..512u64 {
         ds.write(f.ino, p * 16384, &page).unwrap();
@@ -150,25 +111,15 @@ fn sequential_reads_are_prefetched_and_counted_apart() {
     for p in (0..64u64).map(|i| (i * 7919) % 512) {
         ds.read(ino, p * 16384, &mut buf).unwrap();
     }
-    assert_eq!(
-        pool.arc_stats().prefetch_reads,
-        0,
-        "random reads do not read ahead"
-    );
+    assert_eq!(pool.arc_stats().prefetch_reads, 0, "random reads do not read ahead");
     for p in 0..512u64 {
         ds.read(ino, p * 16384, &mut buf).unwrap();
         assert_eq!(buf, page);
         std::thread::sleep(std::time::Duration::from_micros(200));
     }
     let s = pool.arc_stats();
-    assert!(
-        s.prefetch_reads > 100,
-        "a sequential scan read ahead: {s:?}"
-    );
-    assert!(
-        s.prefetch_hits > 100,
-        "and the scan found those blocks in the ARC: {s:?}"
-    );
+    assert!(s.prefetch_reads > 100, "a sequential scan read ahead: {s:?}");
+    assert!(s.prefetch_hits > 100, "and the scan found those blocks in the ARC: {s:?}");
 }
 
 /// A record read again while in the ARC is kept decompressed as well: the third read of a
@@ -177,16 +128,11 @@ fn sequential_reads_are_prefetched_and_counted_apart() {
 fn hot_records_are_served_from_decompressed_copies() {
     let dir = tempfile::tempdir().unwrap();
     let img = dir.path().join("d0.img");
-    let opts = CreateOptions {
-        size: Some(128 << 20),
-        ..Default::default()
-    };
+    let opts = CreateOptions { size: Some(128 << 20), ..Default::default() };
     let pool = Pool::create("tank", &[VdevSpec::Disk(img.clone())], &opts).unwrap();
     pool.set_property("tank", "recordsize", "16K").unwrap();
     let ds = pool.dataset("tank").unwrap();
-    let f = ds
-        .create(ROOT_ID, b"hot", NewObject::File, 0o644, 0, 0)
-        .unwrap();
+    let f = ds.create(ROOT_ID, b"hot", NewObject::File, 0o644, 0, 0).unwrap();
     let page: Vec<u8> = (0..16384u32).map(|i| (i % 29) as u8).collect();
     ds.write(f.ino, 0, &page).unwrap();
     ds.write(f.ino, 16384, &page).unwrap();
@@ -210,25 +156,12 @@ fn hot_records_are_served_from_decompressed_copies() {
 fn a_directory_with_100k_entries() {
     let dir = tempfile::tempdir().unwrap();
     let img = dir.path().join("d0.img");
-    let opts = CreateOptions {
-        size: Some(512 << 20),
-        ..Default::default()
-    };
+    let opts = CreateOptions { size: Some(512 << 20), ..Default::default() };
     let pool = Pool::create("tank", &[VdevSpec::Disk(img.clone())], &opts).unwrap();
     let ds = pool.dataset("tank").unwrap();
-    let d = ds
-        .create(ROOT_ID, b"big", NewObject::Dir, 0o755, 0, 0)
-        .unwrap();
+    let d = ds.create(ROOT_ID, b"big", NewObject::Dir, 0o755, 0, 0).unwrap();
     for i in 0..100_000u32 {
-        ds.create(
-            d.ino,
-            format!("f{i:06}").as_bytes(),
-            NewObject::File,
-            0o644,
-            0,
-            0,
-        )
-        .unwrap();
+        ds.create(d.ino, format!("f{i:06}").as_bytes(), NewObject::File, 0o644, 0, 0).unwrap();
     }
     drop(ds);
     pool.export().unwrap();
@@ -246,25 +179,17 @@ fn a_directory_with_100k_entries() {
 #[test]
 fn written_blocks_are_read_back_from_the_arc_as_primarycache_allows() {
     let dir = tempfile::tempdir().unwrap();
-    let opts = CreateOptions {
-        size: Some(256 << 20),
-        ..Default::default()
-    };
+    let opts = CreateOptions { size: Some(256 << 20), ..Default::default() };
     let pool = Pool::create("tank", &[VdevSpec::Disk(dir.path().join("d0.img"))], &opts).unwrap();
     pool.create_dataset("tank/all").unwrap();
     pool.create_dataset("tank/meta").unwrap();
-    pool.set_property("tank/meta", "primarycache", "metadata")
-        .unwrap();
-    let data: Vec<u8> = (0..40 * 16384u32)
-        .map(|i| (i % 251) as u8 ^ (i / 4096) as u8)
-        .collect();
+    pool.set_property("tank/meta", "primarycache", "metadata").unwrap();
+    let data: Vec<u8> = (0..40 * 16384u32).map(|i| (i % 251) as u8 ^ (i / 4096) as u8).collect();
     let mut reads = Vec::new();
     for name in ["tank/all", "tank/meta"] {
         pool.set_property(name, "recordsize", "16K").unwrap();
         let ds = pool.dataset(name).unwrap();
-        let f = ds
-            .create(ROOT_ID, b"t.ibd", NewObject::File, 0o644, 0, 0)
-            .unwrap();
+        let f = ds.create(ROOT_ID, b"t.ibd", NewObject::File, 0o644, 0, 0).unwrap();
         ds.write(f.ino, 0, &data).unwrap();
         pool.sync().unwrap();
         let before = pool.stats().io["blocks_read"];
@@ -273,14 +198,7 @@ fn written_blocks_are_read_back_from_the_arc_as_primarycache_allows() {
         assert!(back == data);
         reads.push(pool.stats().io["blocks_read"] - before);
     }
-    assert_eq!(
-        reads[0], 0,
-        "primarycache=all: the 40 records just written come from the ARC"
-    );
-    assert!(
-        reads[1] >= 40,
-        "primarycache=metadata: data is read from disk ({} block reads)",
-        reads[1]
-    );
+    assert_eq!(reads[0], 0, "primarycache=all: the 40 records just written come from the ARC");
+    assert!(reads[1] >= 40, "primarycache=metadata: data is read from disk ({} block reads)", reads[1]);
     assert!(pool.arc_stats().written_blocks >= 40);
 }

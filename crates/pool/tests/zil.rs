@@ -53,8 +53,7 @@ impl BlockDevice for MemDevice {
             return Ok(());
         }
         let mut events = self.events.lock().unwrap();
-        self.data.lock().unwrap()[offset as usize..offset as usize + buf.len()]
-            .copy_from_slice(buf);
+        self.data.lock().unwrap()[offset as usize..offset as usize + buf.len()].copy_from_slice(buf);
         events.push(Event::Write(offset, buf.to_vec()));
         Ok(())
     }
@@ -77,10 +76,7 @@ const SIZE: u64 = 80 << 20;
 /// A freshly created pool's image, exported, as bytes.
 fn fresh_image(dir: &Path) -> Vec<u8> {
     let img = dir.join("d0.img");
-    let opts = CreateOptions {
-        size: Some(SIZE),
-        ..Default::default()
-    };
+    let opts = CreateOptions { size: Some(SIZE), ..Default::default() };
     let pool = Pool::create("tank", &[VdevSpec::Disk(img.clone())], &opts).unwrap();
     pool.set_property("tank", "recordsize", "16K").unwrap();
     pool.export().unwrap();
@@ -88,17 +84,14 @@ fn fresh_image(dir: &Path) -> Vec<u8> {
 }
 
 fn import(dev: Arc<MemDevice>) -> Pool {
-    Pool::import(vec![dev as Arc<dyn BlockDevice>], &ImportOptions::default())
-        .expect("image imports")
+    Pool::import(vec![dev as Arc<dyn BlockDevice>], &ImportOptions::default()).expect("image imports")
 }
 
 fn read_file(pool: &Pool, name: &[u8]) -> Option<Vec<u8>> {
     let ds = pool.dataset("tank").unwrap();
     let a = ds.lookup(ROOT_ID, name).ok()?;
     let mut buf = vec![0u8; a.size as usize];
-    let n = ds
-        .read(a.ino, 0, &mut buf)
-        .expect("acknowledged data reads back");
+    let n = ds.read(a.ino, 0, &mut buf).expect("acknowledged data reads back");
     buf.truncate(n);
     Some(buf)
 }
@@ -107,57 +100,32 @@ fn read_file(pool: &Pool, name: &[u8]) -> Option<Vec<u8>> {
 fn fsynced_writes_survive_power_loss_before_any_txg_commit() {
     let dir = tempfile::tempdir().unwrap();
     let dev = MemDevice::new(fresh_image(dir.path()));
-    let never = TxgConfig {
-        timeout: Duration::from_secs(3600),
-        ..Default::default()
-    };
-    let pool = Pool::import(
-        vec![dev.clone() as Arc<dyn BlockDevice>],
-        &ImportOptions { txg: never },
-    )
-    .unwrap();
+    let never = TxgConfig { timeout: Duration::from_secs(3600), ..Default::default() };
+    let pool = Pool::import(vec![dev.clone() as Arc<dyn BlockDevice>], &ImportOptions { txg: never }).unwrap();
     let ds = pool.dataset("tank").unwrap();
     let synced_txg = pool.txg().synced();
-    let f = ds
-        .create(ROOT_ID, b"redo", NewObject::File, 0o644, 0, 0)
-        .unwrap();
+    let f = ds.create(ROOT_ID, b"redo", NewObject::File, 0o644, 0, 0).unwrap();
     let payload: Vec<u8> = (0..100_000u32).map(|i| (i % 253) as u8).collect();
     ds.write(f.ino, 0, &payload).unwrap();
     ds.fsync(f.ino).unwrap();
-    let d = ds
-        .create(ROOT_ID, b"tmp", NewObject::File, 0o644, 0, 0)
-        .unwrap();
+    let d = ds.create(ROOT_ID, b"tmp", NewObject::File, 0o644, 0, 0).unwrap();
     ds.write(d.ino, 0, b"renamed into place").unwrap();
     // The careful pattern: fsync the new file, rename it over, fsync the directory.
     ds.fsync(d.ino).unwrap();
-    ds.rename(ROOT_ID, b"tmp", ROOT_ID, b"final", false)
-        .unwrap();
+    ds.rename(ROOT_ID, b"tmp", ROOT_ID, b"final", false).unwrap();
     ds.fsync(ROOT_ID).unwrap();
-    assert_eq!(
-        pool.txg().synced(),
-        synced_txg,
-        "fsync did not need a txg commit"
-    );
+    assert_eq!(pool.txg().synced(), synced_txg, "fsync did not need a txg commit");
     // Power loss: nothing more reaches the device.
     dev.dead.store(true, std::sync::atomic::Ordering::SeqCst);
     drop(ds);
     drop(pool);
     dev.dead.store(false, std::sync::atomic::Ordering::SeqCst);
     let pool = import(dev);
-    assert!(
-        read_file(&pool, b"redo").as_deref() == Some(&payload[..]),
-        "fsynced file is back, whole"
-    );
-    assert_eq!(
-        read_file(&pool, b"final").as_deref(),
-        Some(&b"renamed into place"[..])
-    );
+    assert!(read_file(&pool, b"redo").as_deref() == Some(&payload[..]), "fsynced file is back, whole");
+    assert_eq!(read_file(&pool, b"final").as_deref(), Some(&b"renamed into place"[..]));
     assert_eq!(read_file(&pool, b"tmp"), None);
     let report = pool.replay_report().expect("import says what it replayed");
-    assert!(
-        report.contains("replayed") && report.contains("intent-log records"),
-        "{report}"
-    );
+    assert!(report.contains("replayed") && report.contains("intent-log records"), "{report}");
 }
 
 /// What was acknowledged, and when (the length of the device's event stream then).
@@ -197,25 +165,13 @@ fn acknowledged_bytes_survive_cuts(logbias: &str, page_len: usize, fsync_every: 
     let dir = tempfile::tempdir().unwrap();
     let initial = fresh_image(dir.path());
     let dev = MemDevice::new(initial.clone());
-    let cfg = TxgConfig {
-        timeout: Duration::from_millis(txg_ms),
-        dirty_max: 64 << 20,
-        dirty_sync: 8 << 20,
-    };
-    let pool = Pool::import(
-        vec![dev.clone() as Arc<dyn BlockDevice>],
-        &ImportOptions { txg: cfg },
-    )
-    .unwrap();
+    let cfg = TxgConfig { timeout: Duration::from_millis(txg_ms), dirty_max: 64 << 20, dirty_sync: 8 << 20 };
+    let pool = Pool::import(vec![dev.clone() as Arc<dyn BlockDevice>], &ImportOptions { txg: cfg }).unwrap();
     pool.set_property("tank", "logbias", logbias).unwrap();
     let start = dev.events_len();
     let ds = pool.dataset("tank").unwrap();
-    let log = ds
-        .create(ROOT_ID, b"log", NewObject::File, 0o644, 0, 0)
-        .unwrap();
-    let data = ds
-        .create(ROOT_ID, b"data", NewObject::File, 0o644, 0, 0)
-        .unwrap();
+    let log = ds.create(ROOT_ID, b"log", NewObject::File, 0o644, 0, 0).unwrap();
+    let data = ds.create(ROOT_ID, b"data", NewObject::File, 0o644, 0, 0).unwrap();
     let mut acks = Vec::new();
     let mut log_model = Vec::new();
     let mut pages = Vec::new();
@@ -227,22 +183,13 @@ fn acknowledged_bytes_survive_cuts(logbias: &str, page_len: usize, fsync_every: 
         ds.write(log.ino, log_model.len() as u64, &rec).unwrap();
         log_model.extend_from_slice(&rec);
         let page = (round * 37) % (200 * 16384 / page_len as u64);
-        ds.write(
-            data.ino,
-            page * page_len as u64,
-            &vec![round as u8 + 1; page_len],
-        )
-        .unwrap();
+        ds.write(data.ino, page * page_len as u64, &vec![round as u8 + 1; page_len]).unwrap();
         pages.push((page, round as u8 + 1));
         if round % fsync_every == fsync_every - 1 {
             // fsync is per file (as in POSIX and ZFS): both files are made durable.
             ds.fsync(data.ino).unwrap();
             ds.fsync(log.ino).unwrap();
-            acks.push(Ack {
-                at: dev.events_len(),
-                log_len: log_model.len(),
-                pages: pages.clone(),
-            });
+            acks.push(Ack { at: dev.events_len(), log_len: log_model.len(), pages: pages.clone() });
         }
         if round % 20 == 7 {
             std::thread::sleep(Duration::from_millis(50)); // let a txg commit land mid-run
@@ -255,11 +202,7 @@ fn acknowledged_bytes_survive_cuts(logbias: &str, page_len: usize, fsync_every: 
             "the writes were logged as pointers to blocks written in place"
         );
     } else {
-        assert_eq!(
-            pool.stats().zil["indirect_records"],
-            0,
-            "the writes were copied into the log"
-        );
+        assert_eq!(pool.stats().zil["indirect_records"], 0, "the writes were copied into the log");
     }
     drop(ds);
     pool.export().unwrap();
@@ -267,9 +210,8 @@ fn acknowledged_bytes_survive_cuts(logbias: &str, page_len: usize, fsync_every: 
     assert!(acks.len() as u64 >= rounds / fsync_every);
 
     // Cut points: every flush, a point between flushes, and the end.
-    let mut cuts: Vec<usize> = (start..=events.len())
-        .filter(|&i| i == events.len() || matches!(events[i], Event::Flush))
-        .collect();
+    let mut cuts: Vec<usize> =
+        (start..=events.len()).filter(|&i| i == events.len() || matches!(events[i], Event::Flush)).collect();
     cuts.extend((start..events.len()).step_by(7));
     cuts.sort_unstable();
     cuts.dedup();
@@ -279,10 +221,7 @@ fn acknowledged_bytes_survive_cuts(logbias: &str, page_len: usize, fsync_every: 
         // Variants: in order; last write torn; unflushed writes in a random subset.
         for variant in 0..3 {
             let mut image = initial.clone();
-            let last_flush = events[..cut]
-                .iter()
-                .rposition(|e| matches!(e, Event::Flush))
-                .map_or(0, |p| p + 1);
+            let last_flush = events[..cut].iter().rposition(|e| matches!(e, Event::Flush)).map_or(0, |p| p + 1);
             for (i, e) in events[..cut].iter().enumerate() {
                 let Event::Write(off, bytes) = e else {
                     continue;
@@ -295,21 +234,14 @@ fn acknowledged_bytes_survive_cuts(logbias: &str, page_len: usize, fsync_every: 
                     2 if unflushed => rng.is_multiple_of(2),
                     _ => true,
                 };
-                let len = if variant == 1 && i + 1 == cut {
-                    bytes.len() / 2
-                } else {
-                    bytes.len()
-                };
+                let len = if variant == 1 && i + 1 == cut { bytes.len() / 2 } else { bytes.len() };
                 if keep {
                     image[*off as usize..*off as usize + len].copy_from_slice(&bytes[..len]);
                 }
             }
             let pool = import(MemDevice::new(image));
             let scrub = pool.scrub().unwrap();
-            assert_eq!(
-                scrub.errors, 0,
-                "cut {cut} variant {variant}: the pool verifies"
-            );
+            assert_eq!(scrub.errors, 0, "cut {cut} variant {variant}: the pool verifies");
             // Every fsync that returned before the crash instant must be honoured, whatever
             // happened to the writes not yet flushed.
             let acked: Vec<&Ack> = acks.iter().filter(|a| a.at <= cut).collect();
@@ -321,11 +253,7 @@ fn acknowledged_bytes_survive_cuts(logbias: &str, page_len: usize, fsync_every: 
                     got.len(),
                     a.log_len
                 );
-                assert_eq!(
-                    &got[..a.log_len],
-                    &log_model[..a.log_len],
-                    "cut {cut} v{variant}: acked log bytes"
-                );
+                assert_eq!(&got[..a.log_len], &log_model[..a.log_len], "cut {cut} v{variant}: acked log bytes");
                 let d = read_file(&pool, b"data").expect("data file exists");
                 // Each acked page holds its last acked value, or a value written to it
                 // later (an unacknowledged write may survive, in whole records).
@@ -334,21 +262,12 @@ fn acknowledged_bytes_survive_cuts(logbias: &str, page_len: usize, fsync_every: 
                     last_acked.insert(page, byte);
                 }
                 for (&page, &byte) in &last_acked {
-                    let later: Vec<u8> = pages[a.pages.len()..]
-                        .iter()
-                        .filter(|(p, _)| *p == page)
-                        .map(|(_, b)| *b)
-                        .collect();
-                    for chunk in
-                        d[page as usize * page_len..(page as usize + 1) * page_len].chunks(16384)
-                    {
-                        let ok = chunk.iter().all(|&b| b == chunk[0])
-                            && (chunk[0] == byte || later.contains(&chunk[0]));
-                        assert!(
-                            ok,
-                            "cut {cut} v{variant}: acked page {page} holds {} instead of {byte}",
-                            chunk[0]
-                        );
+                    let later: Vec<u8> =
+                        pages[a.pages.len()..].iter().filter(|(p, _)| *p == page).map(|(_, b)| *b).collect();
+                    for chunk in d[page as usize * page_len..(page as usize + 1) * page_len].chunks(16384) {
+                        let ok =
+                            chunk.iter().all(|&b| b == chunk[0]) && (chunk[0] == byte || later.contains(&chunk[0]));
+                        assert!(ok, "cut {cut} v{variant}: acked page {page} holds {} instead of {byte}", chunk[0]);
                     }
                 }
             }
@@ -368,15 +287,8 @@ fn noise(len: usize, seed: u64) -> Vec<u8> {
 }
 
 fn never_commit_pool(dir: &Path) -> Pool {
-    let never = TxgConfig {
-        timeout: Duration::from_secs(3600),
-        ..Default::default()
-    };
-    let opts = CreateOptions {
-        size: Some(SIZE),
-        txg: never,
-        ..Default::default()
-    };
+    let never = TxgConfig { timeout: Duration::from_secs(3600), ..Default::default() };
+    let opts = CreateOptions { size: Some(SIZE), txg: never, ..Default::default() };
     Pool::create("tank", &[VdevSpec::Disk(dir.join("d0.img"))], &opts).unwrap()
 }
 
@@ -390,83 +302,44 @@ fn logbias_chooses_between_copying_into_the_log_and_writing_in_place() {
     let pool = never_commit_pool(dir.path());
     pool.create_dataset("tank/lat").unwrap();
     pool.create_dataset("tank/thr").unwrap();
-    pool.set_property("tank/thr", "logbias", "throughput")
-        .unwrap();
+    pool.set_property("tank/thr", "logbias", "throughput").unwrap();
     pool.sync().unwrap();
     let zil = |p: &Pool, k: &str| p.stats().zil[k];
     let io = |p: &Pool, k: &str| p.stats().io[k];
 
     let ds = pool.dataset("tank/lat").unwrap();
-    let f = ds
-        .create(ROOT_ID, b"f", NewObject::File, 0o644, 0, 0)
-        .unwrap();
-    let (txg0, log0, ind0) = (
-        pool.txg().synced(),
-        zil(&pool, "bytes_written"),
-        zil(&pool, "indirect_records"),
-    );
+    let f = ds.create(ROOT_ID, b"f", NewObject::File, 0o644, 0, 0).unwrap();
+    let (txg0, log0, ind0) = (pool.txg().synced(), zil(&pool, "bytes_written"), zil(&pool, "indirect_records"));
     for i in 0..4u64 {
         ds.write(f.ino, i * 8192, &noise(8192, i)).unwrap(); // small: below the immediate-write size
     }
     ds.fsync(f.ino).unwrap();
     assert_eq!(pool.txg().synced(), txg0, "latency: no txg commit");
-    assert!(
-        zil(&pool, "bytes_written") - log0 >= 32768,
-        "latency: the data went to the log"
-    );
-    assert_eq!(
-        zil(&pool, "indirect_records"),
-        ind0,
-        "latency: no pointers logged"
-    );
+    assert!(zil(&pool, "bytes_written") - log0 >= 32768, "latency: the data went to the log");
+    assert_eq!(zil(&pool, "indirect_records"), ind0, "latency: no pointers logged");
     pool.sync().unwrap(); // what follows measures the next txg alone
     drop(ds);
 
     let ds = pool.dataset("tank/thr").unwrap();
-    let f = ds
-        .create(ROOT_ID, b"f", NewObject::File, 0o644, 0, 0)
-        .unwrap();
+    let f = ds.create(ROOT_ID, b"f", NewObject::File, 0o644, 0, 0).unwrap();
     let data = noise(65536, 99);
-    let (txg0, log0, ind0) = (
-        pool.txg().synced(),
-        zil(&pool, "bytes_written"),
-        zil(&pool, "indirect_records"),
-    );
+    let (txg0, log0, ind0) = (pool.txg().synced(), zil(&pool, "bytes_written"), zil(&pool, "indirect_records"));
     let phys0 = io(&pool, "physical_bytes_written");
     for i in 0..8 {
-        ds.write(
-            f.ino,
-            i * 8192,
-            &data[i as usize * 8192..(i as usize + 1) * 8192],
-        )
-        .unwrap();
+        ds.write(f.ino, i * 8192, &data[i as usize * 8192..(i as usize + 1) * 8192]).unwrap();
     }
     ds.fsync(f.ino).unwrap();
-    assert_eq!(
-        pool.txg().synced(),
-        txg0,
-        "throughput: fsync did not wait for a txg"
-    );
+    assert_eq!(pool.txg().synced(), txg0, "throughput: fsync did not wait for a txg");
     assert!(
         zil(&pool, "bytes_written") - log0 <= 4096,
         "throughput: the data did not go through the log (one 4 KiB log block)"
     );
-    assert_eq!(
-        zil(&pool, "indirect_records") - ind0,
-        8,
-        "throughput: one pointer per write"
-    );
-    assert!(
-        io(&pool, "physical_bytes_written") - phys0 >= 65536,
-        "throughput: the four records were written in place"
-    );
+    assert_eq!(zil(&pool, "indirect_records") - ind0, 8, "throughput: one pointer per write");
+    assert!(io(&pool, "physical_bytes_written") - phys0 >= 65536, "throughput: the four records were written in place");
     let phys1 = io(&pool, "physical_bytes_written");
     pool.sync().unwrap();
     let synced_bytes = io(&pool, "physical_bytes_written") - phys1;
-    assert!(
-        synced_bytes < 32768,
-        "the txg adopted the blocks written in place; it wrote {synced_bytes} bytes"
-    );
+    assert!(synced_bytes < 32768, "the txg adopted the blocks written in place; it wrote {synced_bytes} bytes");
     drop((ds, f));
     pool.export().unwrap();
     let pool = Pool::import_paths(&[dir.path().join("d0.img")], &ImportOptions::default()).unwrap();
@@ -486,37 +359,23 @@ fn a_bulk_fsync_of_small_writes_goes_in_place_without_a_log_device() {
     let pool = never_commit_pool(dir.path());
     pool.set_property("tank", "recordsize", "16K").unwrap();
     let ds = pool.dataset("tank").unwrap();
-    let f = ds
-        .create(ROOT_ID, b"t.ibd", NewObject::File, 0o644, 0, 0)
-        .unwrap();
+    let f = ds.create(ROOT_ID, b"t.ibd", NewObject::File, 0o644, 0, 0).unwrap();
     let zil = |k: &str| pool.stats().zil[k];
     let (log0, ind0) = (zil("bytes_written"), zil("indirect_records"));
     for page in 0..4u64 {
         ds.write(f.ino, page * 16384, &noise(16384, page)).unwrap();
     }
     ds.fsync(f.ino).unwrap();
-    assert_eq!(
-        zil("indirect_records"),
-        ind0,
-        "64 KiB of pages: copied into the log"
-    );
+    assert_eq!(zil("indirect_records"), ind0, "64 KiB of pages: copied into the log");
     assert!(zil("bytes_written") - log0 >= 65536);
     let (log0, ind0) = (zil("bytes_written"), zil("indirect_records"));
     let pages = tarn_zil::BULK_IN_PLACE / 16384 + 8;
     for page in 0..pages {
-        ds.write(f.ino, page * 16384, &noise(16384, page + 100))
-            .unwrap();
+        ds.write(f.ino, page * 16384, &noise(16384, page + 100)).unwrap();
     }
     ds.fsync(f.ino).unwrap();
-    assert_eq!(
-        zil("indirect_records") - ind0,
-        pages,
-        "a bulk fsync: every page in place"
-    );
-    assert!(
-        zil("bytes_written") - log0 < 16384,
-        "only pointers went to the log"
-    );
+    assert_eq!(zil("indirect_records") - ind0, pages, "a bulk fsync: every page in place");
+    assert!(zil("bytes_written") - log0 < 16384, "only pointers went to the log");
 }
 
 /// A record fsynced (written in place), changed again, and fsynced again leaves a block
@@ -531,9 +390,7 @@ fn blocks_written_in_place_and_superseded_are_freed() {
     pool.sync().unwrap();
     let allocated = |p: &Pool| p.stats().space["allocated_sector_bytes"];
     let base = allocated(&pool);
-    let f = ds
-        .create(ROOT_ID, b"page", NewObject::File, 0o644, 0, 0)
-        .unwrap();
+    let f = ds.create(ROOT_ID, b"page", NewObject::File, 0o644, 0, 0).unwrap();
     for round in 0..20u64 {
         ds.write(f.ino, 0, &noise(16384, round + 1)).unwrap();
         ds.fsync(f.ino).unwrap();
@@ -544,20 +401,14 @@ fn blocks_written_in_place_and_superseded_are_freed() {
     pool.sync().unwrap();
     pool.sync().unwrap(); // frees of the first sync are released after the second
     let used = allocated(&pool) - base;
-    assert!(
-        used < 3 * 16384,
-        "20 versions of one 16 KiB page written in place, {used} bytes still allocated"
-    );
+    assert!(used < 3 * 16384, "20 versions of one 16 KiB page written in place, {used} bytes still allocated");
     let mut back = vec![0u8; 16384];
     ds.read(f.ino, 0, &mut back).unwrap();
     assert!(back == last, "the file holds the last version");
     ds.unlink(ROOT_ID, b"page").unwrap();
     pool.sync().unwrap();
     pool.sync().unwrap();
-    assert!(
-        allocated(&pool) <= base + 8192,
-        "after unlink the pool is back to its base allocation"
-    );
+    assert!(allocated(&pool) <= base + 8192, "after unlink the pool is back to its base allocation");
 }
 
 /// Power loss after a throughput-mode fsync, before any txg: replay reads the data from
@@ -566,22 +417,13 @@ fn blocks_written_in_place_and_superseded_are_freed() {
 fn data_written_in_place_is_replayed_after_power_loss() {
     let dir = tempfile::tempdir().unwrap();
     let dev = MemDevice::new(fresh_image(dir.path()));
-    let never = TxgConfig {
-        timeout: Duration::from_secs(3600),
-        ..Default::default()
-    };
-    let pool = Pool::import(
-        vec![dev.clone() as Arc<dyn BlockDevice>],
-        &ImportOptions { txg: never },
-    )
-    .unwrap();
+    let never = TxgConfig { timeout: Duration::from_secs(3600), ..Default::default() };
+    let pool = Pool::import(vec![dev.clone() as Arc<dyn BlockDevice>], &ImportOptions { txg: never }).unwrap();
     pool.set_property("tank", "logbias", "throughput").unwrap();
     pool.sync().unwrap();
     let ds = pool.dataset("tank").unwrap();
     let synced_txg = pool.txg().synced();
-    let f = ds
-        .create(ROOT_ID, b"table.ibd", NewObject::File, 0o644, 0, 0)
-        .unwrap();
+    let f = ds.create(ROOT_ID, b"table.ibd", NewObject::File, 0o644, 0, 0).unwrap();
     let mut model = vec![0u8; 10 * 16384];
     for (i, page) in [3usize, 0, 7, 3, 9].iter().enumerate() {
         let bytes = noise(16384, i as u64 + 10);
@@ -589,8 +431,7 @@ fn data_written_in_place_is_replayed_after_power_loss() {
         model[page * 16384..(page + 1) * 16384].copy_from_slice(&bytes);
         ds.fsync(f.ino).unwrap();
     }
-    ds.write(f.ino, 100, b"a small change inside page 0")
-        .unwrap();
+    ds.write(f.ino, 100, b"a small change inside page 0").unwrap();
     model[100..128].copy_from_slice(b"a small change inside page 0");
     ds.fsync(f.ino).unwrap();
     assert_eq!(pool.txg().synced(), synced_txg, "no txg committed");
@@ -599,10 +440,7 @@ fn data_written_in_place_is_replayed_after_power_loss() {
     drop(pool);
     dev.dead.store(false, std::sync::atomic::Ordering::SeqCst);
     let pool = import(dev);
-    assert!(
-        read_file(&pool, b"table.ibd").as_deref() == Some(&model[..]),
-        "every fsynced page is back"
-    );
+    assert!(read_file(&pool, b"table.ibd").as_deref() == Some(&model[..]), "every fsynced page is back");
     assert_eq!(pool.scrub().unwrap().errors, 0);
 }
 
@@ -612,41 +450,23 @@ fn data_written_in_place_is_replayed_after_power_loss() {
 fn fsync_of_one_file_logs_only_that_file_and_the_namespace() {
     let dir = tempfile::tempdir().unwrap();
     let img = dir.path().join("d0.img");
-    let never = TxgConfig {
-        timeout: Duration::from_secs(3600),
-        ..Default::default()
-    };
-    let opts = CreateOptions {
-        size: Some(SIZE),
-        txg: never,
-        ..Default::default()
-    };
+    let never = TxgConfig { timeout: Duration::from_secs(3600), ..Default::default() };
+    let opts = CreateOptions { size: Some(SIZE), txg: never, ..Default::default() };
     let pool = Pool::create("tank", &[VdevSpec::Disk(img)], &opts).unwrap();
     let ds = pool.dataset("tank").unwrap();
-    let data = ds
-        .create(ROOT_ID, b"table.ibd", NewObject::File, 0o644, 0, 0)
-        .unwrap();
-    let redo = ds
-        .create(ROOT_ID, b"redo", NewObject::File, 0o644, 0, 0)
-        .unwrap();
+    let data = ds.create(ROOT_ID, b"table.ibd", NewObject::File, 0o644, 0, 0).unwrap();
+    let redo = ds.create(ROOT_ID, b"redo", NewObject::File, 0o644, 0, 0).unwrap();
     ds.write(data.ino, 0, &vec![9u8; 1 << 20]).unwrap();
     let before = pool.stats().zil["bytes_written"];
     ds.write(redo.ino, 0, &[1u8; 700]).unwrap();
     ds.fsync(redo.ino).unwrap();
     let logged = pool.stats().zil["bytes_written"] - before;
-    assert!(
-        logged < 64 << 10,
-        "the redo fsync logged {logged} bytes; the 1 MiB of table data is not its business"
-    );
+    assert!(logged < 64 << 10, "the redo fsync logged {logged} bytes; the 1 MiB of table data is not its business");
     let ind = pool.stats().zil["indirect_records"];
     ds.fsync(data.ino).unwrap();
     // 1 MiB in one write is above the immediate-write size: logged as pointers to its 8
     // records (the default 128 KiB recordsize) written in place.
-    assert_eq!(
-        pool.stats().zil["indirect_records"] - ind,
-        8,
-        "fsync of the table logs its data"
-    );
+    assert_eq!(pool.stats().zil["indirect_records"] - ind, 8, "fsync of the table logs its data");
 }
 
 /// Rewrites the version field of every intent-log block in `image` (re-sealing its
@@ -673,19 +493,10 @@ fn set_log_version(image: &mut [u8], version: u32) -> usize {
 fn image_with_logged_write(payload: &[u8]) -> Vec<u8> {
     let dir = tempfile::tempdir().unwrap();
     let dev = MemDevice::new(fresh_image(dir.path()));
-    let never = TxgConfig {
-        timeout: Duration::from_secs(3600),
-        ..Default::default()
-    };
-    let pool = Pool::import(
-        vec![dev.clone() as Arc<dyn BlockDevice>],
-        &ImportOptions { txg: never },
-    )
-    .unwrap();
+    let never = TxgConfig { timeout: Duration::from_secs(3600), ..Default::default() };
+    let pool = Pool::import(vec![dev.clone() as Arc<dyn BlockDevice>], &ImportOptions { txg: never }).unwrap();
     let ds = pool.dataset("tank").unwrap();
-    let f = ds
-        .create(ROOT_ID, b"redo", NewObject::File, 0o644, 0, 0)
-        .unwrap();
+    let f = ds.create(ROOT_ID, b"redo", NewObject::File, 0o644, 0, 0).unwrap();
     ds.write(f.ino, 0, payload).unwrap();
     ds.fsync(f.ino).unwrap();
     dev.dead.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -704,36 +515,20 @@ fn an_older_log_version_is_replayed_and_a_newer_one_refused() {
     let mut v1 = image_with_logged_write(&payload);
     assert!(set_log_version(&mut v1, 1) > 0, "the image has log blocks");
     let pool = import(MemDevice::new(v1));
-    assert_eq!(
-        read_file(&pool, b"redo"),
-        Some(payload.clone()),
-        "a version-1 log is replayed"
-    );
+    assert_eq!(read_file(&pool, b"redo"), Some(payload.clone()), "a version-1 log is replayed");
     drop(pool);
 
     let mut v3 = image_with_logged_write(&payload);
     set_log_version(&mut v3, tarn_zil::ZIL_VERSION + 1);
     let before = v3.clone();
     let dev = MemDevice::new(v3);
-    let err = match Pool::import(
-        vec![dev.clone() as Arc<dyn BlockDevice>],
-        &ImportOptions::default(),
-    ) {
+    let err = match Pool::import(vec![dev.clone() as Arc<dyn BlockDevice>], &ImportOptions::default()) {
         Ok(_) => panic!("a newer log version must be refused"),
         Err(e) => e.to_string(),
     };
-    assert!(
-        err.contains("intent log block") && err.contains("version 3"),
-        "{err}"
-    );
-    assert!(
-        err.contains("import the pool with the tarn that wrote it"),
-        "{err}"
-    );
-    assert!(
-        *dev.data.lock().unwrap() == before,
-        "a refused import writes nothing"
-    );
+    assert!(err.contains("intent log block") && err.contains("version 3"), "{err}");
+    assert!(err.contains("import the pool with the tarn that wrote it"), "{err}");
+    assert!(*dev.data.lock().unwrap() == before, "a refused import writes nothing");
 }
 
 /// Concurrent fsyncs — a redo log, data files fsynced in bulk (written in place), and
@@ -746,22 +541,14 @@ fn concurrent_fsyncs_keep_every_acknowledged_change_across_power_loss() {
     for seed in 0..4u64 {
         let dir = tempfile::tempdir().unwrap();
         let dev = MemDevice::new(fresh_image(dir.path()));
-        let cfg = TxgConfig {
-            timeout: Duration::from_millis(150),
-            ..Default::default()
-        };
-        let pool = Pool::import(
-            vec![dev.clone() as Arc<dyn BlockDevice>],
-            &ImportOptions { txg: cfg },
-        )
-        .unwrap();
+        let cfg = TxgConfig { timeout: Duration::from_millis(150), ..Default::default() };
+        let pool = Pool::import(vec![dev.clone() as Arc<dyn BlockDevice>], &ImportOptions { txg: cfg }).unwrap();
         let ds = pool.dataset("tank").unwrap();
         let stop = AtomicBool::new(false);
         let snapshot: Mutex<Vec<(String, Vec<u8>, u64)>> = Mutex::new(Vec::new());
         // Per thread: the file it owns and the content last acknowledged.
-        let acked: Vec<Mutex<(String, Vec<u8>, u64)>> = (0..4)
-            .map(|_| Mutex::new((String::new(), Vec::new(), 0)))
-            .collect();
+        let acked: Vec<Mutex<(String, Vec<u8>, u64)>> =
+            (0..4).map(|_| Mutex::new((String::new(), Vec::new(), 0))).collect();
         std::thread::scope(|s| {
             for t in 0..4usize {
                 let (ds, stop, acked) = (&ds, &stop, &acked);
@@ -779,11 +566,7 @@ fn concurrent_fsyncs_keep_every_acknowledged_change_across_power_loss() {
                         };
                         let ino = match ds.lookup(ROOT_ID, name.as_bytes()) {
                             Ok(a) => a.ino,
-                            Err(_) => {
-                                ds.create(ROOT_ID, name.as_bytes(), NewObject::File, 0o644, 0, 0)
-                                    .unwrap()
-                                    .ino
-                            }
+                            Err(_) => ds.create(ROOT_ID, name.as_bytes(), NewObject::File, 0o644, 0, 0).unwrap().ino,
                         };
                         let mut content = acked[t].lock().unwrap().1.clone();
                         match t {
@@ -795,12 +578,8 @@ fn concurrent_fsyncs_keep_every_acknowledged_change_across_power_loss() {
                             2 => {
                                 content = noise(24 * 16384, seed * 1000 + round);
                                 for p in 0..24 {
-                                    ds.write(
-                                        ino,
-                                        p * 16384,
-                                        &content[p as usize * 16384..(p as usize + 1) * 16384],
-                                    )
-                                    .unwrap();
+                                    ds.write(ino, p * 16384, &content[p as usize * 16384..(p as usize + 1) * 16384])
+                                        .unwrap();
                                 }
                             }
                             _ => {
@@ -810,8 +589,7 @@ fn concurrent_fsyncs_keep_every_acknowledged_change_across_power_loss() {
                         }
                         ds.fsync(ino).unwrap();
                         let final_name = if t == 3 {
-                            ds.rename(ROOT_ID, name.as_bytes(), ROOT_ID, b"conf", false)
-                                .unwrap();
+                            ds.rename(ROOT_ID, name.as_bytes(), ROOT_ID, b"conf", false).unwrap();
                             ds.fsync(ROOT_ID).unwrap();
                             "conf".to_string()
                         } else {
@@ -824,8 +602,7 @@ fn concurrent_fsyncs_keep_every_acknowledged_change_across_power_loss() {
             std::thread::sleep(Duration::from_millis(200 + seed * 70));
             // What was acknowledged before the power loss; then nothing reaches the device
             // (fsyncs that return after this point are not durable and not checked).
-            let at_loss: Vec<(String, Vec<u8>, u64)> =
-                acked.iter().map(|m| m.lock().unwrap().clone()).collect();
+            let at_loss: Vec<(String, Vec<u8>, u64)> = acked.iter().map(|m| m.lock().unwrap().clone()).collect();
             dev.dead.store(true, SeqCst);
             stop.store(true, SeqCst);
             *snapshot.lock().unwrap() = at_loss;
@@ -848,20 +625,16 @@ fn concurrent_fsyncs_keep_every_acknowledged_change_across_power_loss() {
                 ),
                 // The acknowledged version, or (in whole pages) one written after it.
                 2 => {
-                    let later: Vec<Vec<u8>> = (1..40)
-                        .map(|k| noise(24 * 16384, seed * 1000 + round + k))
-                        .collect();
+                    let later: Vec<Vec<u8>> = (1..40).map(|k| noise(24 * 16384, seed * 1000 + round + k)).collect();
                     for (p, page) in got.chunks(16384).enumerate() {
                         let r = p * 16384..(p + 1) * 16384;
-                        let ok = page == &content[r.clone()]
-                            || later.iter().any(|v| page == &v[r.clone()]);
+                        let ok = page == &content[r.clone()] || later.iter().any(|v| page == &v[r.clone()]);
                         assert!(ok, "seed {seed}: data page {p} is older than acknowledged");
                     }
                     assert_eq!(got.len(), content.len());
                 }
                 _ => {
-                    let ok = got == *content
-                        || (1..40).any(|k| got == noise(3000, seed * 1000 + round + k));
+                    let ok = got == *content || (1..40).any(|k| got == noise(3000, seed * 1000 + round + k));
                     assert!(ok, "seed {seed}: conf is older than acknowledged");
                 }
             }

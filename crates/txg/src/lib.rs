@@ -84,11 +84,7 @@ pub struct TxgConfig {
 
 impl Default for TxgConfig {
     fn default() -> Self {
-        TxgConfig {
-            timeout: Duration::from_secs(5),
-            dirty_max: 256 << 20,
-            dirty_sync: 64 << 20,
-        }
+        TxgConfig { timeout: Duration::from_secs(5), dirty_max: 256 << 20, dirty_sync: 64 << 20 }
     }
 }
 
@@ -122,11 +118,7 @@ impl State {
 
     /// Txg `txg` was quiesced: it becomes the syncing txg and `txg + 1` opens.
     fn quiesced(&mut self, txg: u64) {
-        assert_eq!(
-            txg, self.open,
-            "txg numbers only grow: quiesced txg {txg} is not the open txg {}",
-            self.open
-        );
+        assert_eq!(txg, self.open, "txg numbers only grow: quiesced txg {txg} is not the open txg {}", self.open);
         assert!(
             txg > self.synced,
             "txg numbers only grow: quiesced txg {txg} is not after committed txg {}",
@@ -140,16 +132,8 @@ impl State {
 
     /// Txg `txg` is committed (its uberblock is durable).
     fn committed(&mut self, txg: u64) {
-        assert!(
-            txg > self.synced,
-            "txg numbers only grow: txg {txg} committed after txg {}",
-            self.synced
-        );
-        assert!(
-            txg < self.open,
-            "txg {txg} committed while it is still open (open: {})",
-            self.open
-        );
+        assert!(txg > self.synced, "txg numbers only grow: txg {txg} committed after txg {}", self.synced);
+        assert!(txg < self.open, "txg {txg} committed while it is still open (open: {})", self.open);
         self.synced = txg;
     }
 }
@@ -193,12 +177,7 @@ impl TxgEngine {
 
     pub fn stats(&self) -> TxgStats {
         let s = self.state.lock();
-        TxgStats {
-            open: s.open,
-            synced: s.synced,
-            dirty_open: s.dirty_open,
-            dirty_syncing: s.dirty_syncing,
-        }
+        TxgStats { open: s.open, synced: s.synced, dirty_open: s.dirty_open, dirty_syncing: s.dirty_syncing }
     }
 
     /// Joins the open txg for a change that will dirty about `dirty_bytes`. Waits while
@@ -269,11 +248,7 @@ impl TxgEngine {
         let mut s = self.state.lock();
         loop {
             // Nothing joined the open txg: what the caller needs is everything before it.
-            let target = if txg >= s.open && s.holds_in_open == 0 {
-                s.open - 1
-            } else {
-                txg
-            };
+            let target = if txg >= s.open && s.holds_in_open == 0 { s.open - 1 } else { txg };
             if s.synced >= target {
                 return Ok(());
             }
@@ -294,10 +269,7 @@ impl TxgEngine {
 
     /// Starts the sync thread. It runs until `close`, or until a failure suspends the
     /// engine.
-    pub fn start<T: SyncTarget + 'static>(
-        self: &Arc<Self>,
-        target: Arc<T>,
-    ) -> std::thread::JoinHandle<()> {
+    pub fn start<T: SyncTarget + 'static>(self: &Arc<Self>, target: Arc<T>) -> std::thread::JoinHandle<()> {
         let me = Arc::clone(self);
         std::thread::Builder::new()
             .name("txg_sync".into())
@@ -305,9 +277,7 @@ impl TxgEngine {
                 // The engine's own invariants are asserted in the loop. If one breaks, the
                 // thread dies loudly, but first the engine is suspended so that no waiter
                 // waits for a commit that will never come.
-                let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    me.sync_loop(&*target)
-                }));
+                let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| me.sync_loop(&*target)));
                 if let Err(panic) = run {
                     me.suspend_after_panic(&panic);
                     std::panic::resume_unwind(panic);
@@ -319,10 +289,7 @@ impl TxgEngine {
     fn suspend_after_panic(&self, panic: &Box<dyn std::any::Any + Send>) {
         let mut s = self.state.lock();
         let txg = s.open;
-        s.error.get_or_insert(SyncFailure::Panicked {
-            txg,
-            message: panic_message(panic.as_ref()),
-        });
+        s.error.get_or_insert(SyncFailure::Panicked { txg, message: panic_message(panic.as_ref()) });
         self.changed.notify_all();
     }
 
@@ -387,10 +354,7 @@ impl TxgEngine {
                 s.wanted = s.synced;
                 self.changed.notify_all();
             }
-            let wait = cfg
-                .timeout
-                .saturating_sub(s.last_sync.elapsed())
-                .max(Duration::from_millis(10));
+            let wait = cfg.timeout.saturating_sub(s.last_sync.elapsed()).max(Duration::from_millis(10));
             self.changed.wait_for(&mut s, wait);
         }
     }
@@ -404,14 +368,8 @@ fn catch_panic<E: std::error::Error + Send + Sync + 'static>(
 ) -> Result<(), SyncFailure> {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(SyncFailure::Target {
-            txg,
-            source: Arc::new(e),
-        }),
-        Err(panic) => Err(SyncFailure::Panicked {
-            txg,
-            message: panic_message(panic.as_ref()),
-        }),
+        Ok(Err(e)) => Err(SyncFailure::Target { txg, source: Arc::new(e) }),
+        Err(panic) => Err(SyncFailure::Panicked { txg, message: panic_message(panic.as_ref()) }),
     }
 }
 
@@ -465,16 +423,9 @@ mod tests {
         }
     }
 
-    fn engine(
-        fail_at: u64,
-        panic: bool,
-    ) -> (Arc<TxgEngine>, Arc<Target>, std::thread::JoinHandle<()>) {
+    fn engine(fail_at: u64, panic: bool) -> (Arc<TxgEngine>, Arc<Target>, std::thread::JoinHandle<()>) {
         let engine = Arc::new(TxgEngine::new(10, TxgConfig::default()));
-        let target = Arc::new(Target {
-            fail_at,
-            panic,
-            synced: AtomicU64::new(0),
-        });
+        let target = Arc::new(Target { fail_at, panic, synced: AtomicU64::new(0) });
         let thread = engine.start(target.clone());
         (engine, target, thread)
     }
@@ -483,15 +434,9 @@ mod tests {
     fn a_held_txg_commits_and_the_next_one_opens() {
         let (engine, target, thread) = engine(0, false);
         let txg = engine.hold(100).unwrap().txg;
-        assert_eq!(
-            txg, 11,
-            "the first txg opened is the one after the committed txg"
-        );
+        assert_eq!(txg, 11, "the first txg opened is the one after the committed txg");
         engine.wait_synced(txg).unwrap();
-        assert_eq!(
-            (engine.synced(), target.synced.load(Ordering::SeqCst)),
-            (11, 11)
-        );
+        assert_eq!((engine.synced(), target.synced.load(Ordering::SeqCst)), (11, 11));
         assert_eq!(engine.hold(0).unwrap().txg, 12);
         engine.close();
         thread.join().unwrap();
@@ -502,18 +447,10 @@ mod tests {
         let (engine, _, thread) = engine(11, false);
         let txg = engine.hold(1).unwrap().txg;
         let err = engine.wait_synced(txg).unwrap_err();
-        let TxgError::Suspended(SyncFailure::Target { txg: 11, source }) = &err else {
-            panic!("{err:?}")
-        };
-        assert!(
-            source.downcast_ref::<Fire>().is_some(),
-            "the target's error is kept as the source"
-        );
+        let TxgError::Suspended(SyncFailure::Target { txg: 11, source }) = &err else { panic!("{err:?}") };
+        assert!(source.downcast_ref::<Fire>().is_some(), "the target's error is kept as the source");
         assert!(err.to_string().contains("txg 11: disk on fire"), "{err}");
-        assert!(
-            matches!(engine.hold(1), Err(TxgError::Suspended(_))),
-            "every later hold fails"
-        );
+        assert!(matches!(engine.hold(1), Err(TxgError::Suspended(_))), "every later hold fails");
         assert!(engine.suspended().is_some());
         thread.join().unwrap();
     }

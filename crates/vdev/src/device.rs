@@ -48,12 +48,10 @@ struct Aligned {
 
 impl Aligned {
     fn new(len: usize) -> Aligned {
-        let layout =
-            std::alloc::Layout::from_size_align(len.max(1), DIRECT_ALIGN).expect("valid layout");
+        let layout = std::alloc::Layout::from_size_align(len.max(1), DIRECT_ALIGN).expect("valid layout");
         // SAFETY: the layout has a non-zero size.
         let raw = unsafe { std::alloc::alloc_zeroed(layout) };
-        let ptr =
-            std::ptr::NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        let ptr = std::ptr::NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
         Aligned { ptr, layout }
     }
     fn as_mut(&mut self) -> &mut [u8] {
@@ -72,10 +70,7 @@ impl Drop for Aligned {
 impl FileDevice {
     /// Opens an existing image file or block device read-write.
     pub fn open(path: &Path) -> Result<FileDevice, VdevError> {
-        let io = |source| VdevError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
+        let io = |source| VdevError::Io { path: path.to_path_buf(), source };
         let is_block = std::fs::metadata(path).map(|m| {
             use std::os::unix::fs::FileTypeExt;
             m.file_type().is_block_device()
@@ -90,30 +85,15 @@ impl FileDevice {
         let file = options.open(path).map_err(io)?;
         lock_exclusively(&file, path)?;
         let size = device_size(&file).map_err(io)?;
-        Ok(FileDevice {
-            file,
-            path: path.to_path_buf(),
-            size,
-            direct,
-        })
+        Ok(FileDevice { file, path: path.to_path_buf(), size, direct })
     }
 
     /// Opens `path`, creating a sparse image file of `size` bytes if it does not exist.
     pub fn open_or_create(path: &Path, size: Option<u64>) -> Result<FileDevice, VdevError> {
         if !path.exists() {
-            let size = size.ok_or_else(|| VdevError::NoSuchDevice {
-                path: path.to_path_buf(),
-            })?;
-            let io = |source| VdevError::Io {
-                path: path.to_path_buf(),
-                source,
-            };
-            let file = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .open(path)
-                .map_err(io)?;
+            let size = size.ok_or_else(|| VdevError::NoSuchDevice { path: path.to_path_buf() })?;
+            let io = |source| VdevError::Io { path: path.to_path_buf(), source };
+            let file = OpenOptions::new().read(true).write(true).create_new(true).open(path).map_err(io)?;
             file.set_len(size).map_err(io)?;
         }
         FileDevice::open(path)
@@ -134,9 +114,7 @@ fn lock_exclusively(file: &File, path: &Path) -> Result<(), VdevError> {
             return Ok(());
         }
         if std::time::Instant::now() >= deadline {
-            return Err(VdevError::Busy {
-                path: path.to_path_buf(),
-            });
+            return Err(VdevError::Busy { path: path.to_path_buf() });
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
@@ -158,8 +136,7 @@ impl BlockDevice for FileDevice {
             return self.file.read_exact_at(buf, offset);
         }
         let mut bounce = Aligned::new(buf.len());
-        self.file
-            .read_exact_at(&mut bounce.as_mut()[..buf.len()], offset)?;
+        self.file.read_exact_at(&mut bounce.as_mut()[..buf.len()], offset)?;
         buf.copy_from_slice(&bounce.as_mut()[..buf.len()]);
         Ok(())
     }
@@ -169,8 +146,7 @@ impl BlockDevice for FileDevice {
         }
         let mut bounce = Aligned::new(buf.len());
         bounce.as_mut()[..buf.len()].copy_from_slice(buf);
-        self.file
-            .write_all_at(&bounce.as_mut()[..buf.len()], offset)
+        self.file.write_all_at(&bounce.as_mut()[..buf.len()], offset)
     }
     fn flush(&self) -> std::io::Result<()> {
         self.file.sync_data()

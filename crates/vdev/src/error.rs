@@ -12,40 +12,29 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum VdevError {
     #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error(
-        "{path}: device is too small ({size} bytes); a tarn device needs at least {min} bytes"
-    )]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{path}: device is too small ({size} bytes); a tarn device needs at least {min} bytes")]
     TooSmall { path: PathBuf, size: u64, min: u64 },
     #[error("{path}: not a tarn device (no valid label found)")]
     NotTarn { path: PathBuf },
-    #[error("{path}: label format version {found} is not supported (this tarn reads version {supported}); upgrade tarn")]
-    UnsupportedVersion {
-        path: PathBuf,
-        found: u32,
-        supported: u32,
-    },
-    #[error("{path}: uberblock format version {found} is not supported (this tarn reads version {supported}); upgrade tarn")]
-    UnsupportedUberblockVersion {
-        path: PathBuf,
-        found: u32,
-        supported: u32,
-    },
+    #[error(
+        "{path}: label format version {found} is not supported (this tarn reads version {supported}); upgrade tarn"
+    )]
+    UnsupportedVersion { path: PathBuf, found: u32, supported: u32 },
+    #[error(
+        "{path}: uberblock format version {found} is not supported (this tarn reads version {supported}); upgrade tarn"
+    )]
+    UnsupportedUberblockVersion { path: PathBuf, found: u32, supported: u32 },
     #[error("checksum mismatch at vdev {top} offset {offset} (all copies bad)")]
     Checksum { top: usize, offset: u64 },
     #[error("vdev {top}: no readable copy at offset {offset}: {detail}")]
-    NoCopy {
-        top: usize,
-        offset: u64,
-        detail: String,
-    },
+    NoCopy { top: usize, offset: u64, detail: String },
     #[error("vdev {top}: write failed on every side: {detail}")]
     WriteFailed { top: usize, detail: String },
     #[error("{path}: device is in use by another tarn process (a mount or another command); stop it or wait")]
     Busy { path: PathBuf },
+    #[error("{path}: {source}; the label is damaged or was not written by tarn")]
+    BadLabel { path: PathBuf, source: Box<crate::label::BadField> },
     #[error("{path}: no such device; give --size to create an image file")]
     NoSuchDevice { path: PathBuf },
 }

@@ -40,14 +40,8 @@ pub enum LabelState {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum TopConfig {
-    Disk {
-        guid: u64,
-        path: String,
-    },
-    Mirror {
-        guid: u64,
-        children: Vec<(u64, String)>,
-    },
+    Disk { guid: u64, path: String },
+    Mirror { guid: u64, children: Vec<(u64, String)> },
 }
 
 impl TopConfig {
@@ -75,11 +69,7 @@ pub struct TreeConfig {
 
 impl TreeConfig {
     pub fn guid_sum(&self) -> u64 {
-        self.tops
-            .iter()
-            .chain(&self.logs)
-            .flat_map(|t| t.leaves())
-            .fold(0u64, |s, (g, _)| s.wrapping_add(g))
+        self.tops.iter().chain(&self.logs).flat_map(|t| t.leaves()).fold(0u64, |s, (g, _)| s.wrapping_add(g))
     }
 }
 
@@ -99,6 +89,47 @@ pub struct Label {
     pub tree: TreeConfig,
 }
 
+/// A label field that makes no sense: the label is damaged (with a valid checksum) or
+/// was not written by tarn. Import refuses it by name rather than fail later on a value
+/// it would misread (an `ashift` of 99 once read as a truncated device).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("label field `{field}` is {value}: {rule}")]
+pub struct BadField {
+    pub field: &'static str,
+    pub value: String,
+    pub rule: &'static str,
+}
+
+/// Smallest and largest `ashift` a pool may have (512-byte to 64 KiB sectors).
+pub const ASHIFT_RANGE: std::ops::RangeInclusive<u32> = 9..=16;
+
+impl Label {
+    /// Checks every field a reader relies on: `ashift` in range, a pool name that names
+    /// a pool (not empty, no `/`, no `..`), a top-level index inside the tree, this
+    /// device's guid at that index, and a tree with at least one data vdev.
+    pub fn validate(&self) -> Result<(), BadField> {
+        let bad = |field, value: String, rule| Err(BadField { field, value, rule });
+        if !ASHIFT_RANGE.contains(&self.ashift) {
+            return bad("ashift", self.ashift.to_string(), "must be 9 to 16");
+        }
+        let name = &self.pool_name;
+        if name.is_empty() || name.contains('/') || name.contains("..") || name.len() > 255 {
+            return bad("pool_name", format!("{name:?}"), "a pool name is 1 to 255 characters, without '/' or '..'");
+        }
+        if self.tree.tops.is_empty() {
+            return bad("tree", "without data vdevs".into(), "a pool has at least one");
+        }
+        let tops: Vec<&TopConfig> = self.tree.tops.iter().chain(&self.tree.logs).collect();
+        let Some(top) = tops.get(self.top_index as usize) else {
+            return bad("top_index", self.top_index.to_string(), "must name one of the tree's vdevs");
+        };
+        if !top.leaves().iter().any(|(g, _)| *g == self.vdev_guid) {
+            return bad("vdev_guid", self.vdev_guid.to_string(), "must be a device of the vdev top_index names");
+        }
+        Ok(())
+    }
+}
+
 pub enum LabelDecode {
     Ok(Label),
     /// A tarn label with a version this build does not know.
@@ -110,10 +141,7 @@ impl Label {
     /// The config area: magic, version, JSON length, checksum, JSON.
     pub fn encode(&self) -> Vec<u8> {
         let json = serde_json::to_vec(self).expect("label config serialises");
-        assert!(
-            json.len() <= CONFIG_AREA - LABEL_HEADER,
-            "label config too large"
-        );
+        assert!(json.len() <= CONFIG_AREA - LABEL_HEADER, "label config too large");
         let mut area = vec![0u8; CONFIG_AREA];
         area[0..8].copy_from_slice(&LABEL_MAGIC.to_le_bytes());
         area[8..12].copy_from_slice(&LABEL_VERSION.to_le_bytes());
@@ -233,13 +261,7 @@ mod tests {
             hostname: "h".into(),
             create_txg: 1,
             asize: 1 << 30,
-            tree: TreeConfig {
-                tops: vec![TopConfig::Disk {
-                    guid: 9,
-                    path: "/x".into(),
-                }],
-                logs: Vec::new(),
-            },
+            tree: TreeConfig { tops: vec![TopConfig::Disk { guid: 9, path: "/x".into() }], logs: Vec::new() },
         }
     }
 
@@ -272,14 +294,30 @@ mod tests {
     }
 
     #[test]
+    fn label_fields_that_make_no_sense_are_named() {
+        assert_eq!(sample().validate(), Ok(()));
+        type Change = Box<dyn Fn(&mut Label)>;
+        let cases: Vec<(&str, Change)> = vec![
+            ("ashift", Box::new(|l| l.ashift = 0)),
+            ("ashift", Box::new(|l| l.ashift = 99)),
+            ("pool_name", Box::new(|l| l.pool_name.clear())),
+            ("pool_name", Box::new(|l| l.pool_name = "a/b".into())),
+            ("pool_name", Box::new(|l| l.pool_name = "..".into())),
+            ("top_index", Box::new(|l| l.top_index = 1)),
+            ("vdev_guid", Box::new(|l| l.vdev_guid = 8)),
+            ("tree", Box::new(|l| l.tree.tops.clear())),
+        ];
+        for (field, change) in cases {
+            let mut l = sample();
+            change(&mut l);
+            let err = l.validate().expect_err(field);
+            assert_eq!(err.field, field, "{err}");
+        }
+    }
+
+    #[test]
     fn uberblock_round_trips_and_torn_slot_is_empty() {
-        let ub = Uberblock {
-            txg: 5,
-            pool_guid: 1,
-            guid_sum: 2,
-            timestamp: 3,
-            root: [7; 64],
-        };
+        let ub = Uberblock { txg: 5, pool_guid: 1, guid_sum: 2, timestamp: 3, root: [7; 64] };
         let mut b = ub.encode();
         assert_eq!(Uberblock::decode(&b), Ok(Some(ub)));
         b[100] ^= 0xff;

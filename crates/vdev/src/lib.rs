@@ -2,28 +2,33 @@
 //!
 //! Owns: leaf devices (image files or block devices), top-level vdevs (a single disk or a
 //! mirror), the pool's stripe across them, labels at both ends of every device, the
-//! uberblock ring inside each label, and per-device read/write/checksum error counters.
+//! uberblock ring inside each label, per-device read/write/checksum error counters, I/O
+//! counters (`iostat`), and the txgs a mirror side missed (`dtl`).
 //!
 //! Promises: every write is sector-aligned (`ashift`); a mirror read returns only bytes
-//! the caller's verifier accepts, and rewrites a bad side from a good one; labels and
-//! uberblocks are checksummed and versioned, and an unknown version is refused.
+//! the caller's verifier accepts, and rewrites a bad side from a good one; a side that
+//! missed a block's txg is not trusted for it; labels and uberblocks are checksummed and
+//! versioned, an unknown version is refused, and so is a label field out of range.
 //!
 //! Must never: interpret block contents (that is the io pipeline's job), or overwrite a
 //! label's uberblock slot that holds the newest committed txg (an uberblock's txg must
 //! be above every one written before it: asserted).
 
 mod device;
+mod dtl;
 mod error;
+pub mod iostat;
 mod label;
 mod tree;
 
 pub use device::{BlockDevice, FileDevice};
+pub use dtl::UNKNOWN_BIRTH;
 pub use error::VdevError;
+pub use iostat::IoSnapshot;
 pub use label::{
-    slot_count, Label, LabelDecode, LabelState, TopConfig, TreeConfig, Uberblock, LABEL_SIZE,
+    slot_count, BadField, Label, LabelDecode, LabelState, TopConfig, TreeConfig, Uberblock, ASHIFT_RANGE, LABEL_SIZE,
     LABEL_VERSION, UBERBLOCK_VERSION,
 };
 pub use tree::{
-    read_device_labels, DeviceLabels, Leaf, LeafHealth, LeafStatus, ReadMode, SidesRead, TopVdev,
-    VdevTree, DATA_START,
+    read_device_labels, DeviceLabels, Leaf, LeafHealth, LeafStatus, ReadMode, SidesRead, TopVdev, VdevTree, DATA_START,
 };

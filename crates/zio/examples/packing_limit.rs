@@ -64,8 +64,5 @@ fn main() {
             std::process::exit(1);
         }
     }
-    println!(
-        "{{\"codec\": \"{}\", \"logical\": {}, \"packed\": {}}}",
-        args[0], totals.0, totals.1
-    );
+    println!("{{\"codec\": \"{}\", \"logical\": {}, \"packed\": {}}}", args[0], totals.0, totals.1);
 }

@@ -94,10 +94,8 @@ impl BlockPtr {
         if b.iter().all(|&x| x == 0) {
             return Ok(None);
         }
-        let compression =
-            Compression::from_code(b[2]).ok_or(BlkPtrError::UnknownCompression(b[2]))?;
-        let checksum_kind =
-            ChecksumKind::from_code(b[3]).ok_or(BlkPtrError::UnknownChecksum(b[3]))?;
+        let compression = Compression::from_code(b[2]).ok_or(BlkPtrError::UnknownCompression(b[2]))?;
+        let checksum_kind = ChecksumKind::from_code(b[3]).ok_or(BlkPtrError::UnknownChecksum(b[3]))?;
         let block_type = BlockType::from_u8(b[5]).ok_or(BlkPtrError::UnknownBlockType(b[5]))?;
         let mut checksum = [0u8; 32];
         checksum.copy_from_slice(&b[32..64]);
@@ -137,13 +135,7 @@ mod tests {
         let back = BlockPtr::decode(&bp.to_bytes()).unwrap().unwrap();
         // zstd's level is a write-time choice; the pointer keeps only the codec.
         assert_eq!(back.compression, Compression::Zstd(0));
-        assert_eq!(
-            BlockPtr {
-                compression: Compression::Zstd(0),
-                ..bp
-            },
-            back
-        );
+        assert_eq!(BlockPtr { compression: Compression::Zstd(0), ..bp }, back);
         assert_eq!(BlockPtr::decode(&[0u8; 64]), Ok(None));
     }
 
@@ -151,10 +143,7 @@ mod tests {
     fn unknown_codes_and_short_input_are_typed_errors() {
         let mut b = [0u8; BLKPTR_SIZE];
         b[2] = 9;
-        assert_eq!(
-            BlockPtr::decode(&b),
-            Err(BlkPtrError::UnknownCompression(9))
-        );
+        assert_eq!(BlockPtr::decode(&b), Err(BlkPtrError::UnknownCompression(9)));
         b[2] = 1;
         b[3] = 7;
         assert_eq!(BlockPtr::decode(&b), Err(BlkPtrError::UnknownChecksum(7)));

@@ -53,24 +53,16 @@ impl Compression {
         let n = match self {
             Compression::Off => {
                 if src.len() != out.len() {
-                    return Err(DecompressError::RawSize {
-                        len: src.len(),
-                        expected: out.len(),
-                    });
+                    return Err(DecompressError::RawSize { len: src.len(), expected: out.len() });
                 }
                 out.copy_from_slice(src);
                 return Ok(());
             }
             Compression::Lz4 => lz4_flex::block::decompress_into(src, out)?,
-            Compression::Zstd(_) => {
-                zstd::bulk::decompress_to_buffer(src, out).map_err(DecompressError::Zstd)?
-            }
+            Compression::Zstd(_) => zstd::bulk::decompress_to_buffer(src, out).map_err(DecompressError::Zstd)?,
         };
         if n != out.len() {
-            return Err(DecompressError::Size {
-                len: n,
-                expected: out.len(),
-            });
+            return Err(DecompressError::Size { len: n, expected: out.len() });
         }
         Ok(())
     }
@@ -164,26 +156,14 @@ mod tests {
         let mut out = vec![0u8; 100];
         assert!(matches!(
             Compression::Off.decompress(&[1, 2, 3], &mut out),
-            Err(DecompressError::RawSize {
-                len: 3,
-                expected: 100
-            })
+            Err(DecompressError::RawSize { len: 3, expected: 100 })
         ));
-        assert!(matches!(
-            Compression::Lz4.decompress(&[0xff; 7], &mut out),
-            Err(DecompressError::Lz4(_))
-        ));
-        assert!(matches!(
-            Compression::Zstd(0).decompress(&[0xff; 7], &mut out),
-            Err(DecompressError::Zstd(_))
-        ));
+        assert!(matches!(Compression::Lz4.decompress(&[0xff; 7], &mut out), Err(DecompressError::Lz4(_))));
+        assert!(matches!(Compression::Zstd(0).decompress(&[0xff; 7], &mut out), Err(DecompressError::Zstd(_))));
         let short = Compression::Lz4.compress(&[5u8; 64]).expect("compresses");
         assert!(matches!(
             Compression::Lz4.decompress(&short, &mut out),
-            Err(DecompressError::Size {
-                len: 64,
-                expected: 100
-            })
+            Err(DecompressError::Size { len: 64, expected: 100 })
         ));
     }
 
@@ -204,11 +184,7 @@ mod tests {
 
     #[test]
     fn checksums_differ_on_one_flipped_bit() {
-        for k in [
-            ChecksumKind::Xxh3,
-            ChecksumKind::Sha256,
-            ChecksumKind::Blake3,
-        ] {
+        for k in [ChecksumKind::Xxh3, ChecksumKind::Sha256, ChecksumKind::Blake3] {
             let mut d = vec![5u8; 4096];
             let a = k.digest(&d);
             d[100] ^= 4;

@@ -14,20 +14,14 @@ use crate::{BlkPtrError, DecompressError};
 #[derive(Debug, thiserror::Error)]
 pub enum ZioError {
     #[error("checksum mismatch in {what} block at vdev {vdev} offset {offset}")]
-    Checksum {
-        what: &'static str,
-        vdev: u16,
-        offset: u64,
-    },
+    Checksum { what: &'static str, vdev: u16, offset: u64 },
     #[error(transparent)]
     Vdev(#[from] VdevError),
     #[error("corrupt block pointer: vdev {vdev} does not exist")]
     NoSuchVdev { vdev: u16 },
     #[error("corrupt block pointer: block at vdev {vdev} offset {offset} size {psize} lies outside the device")]
     OutOfBounds { vdev: u16, offset: u64, psize: u32 },
-    #[error(
-        "corrupt block pointer: extent at vdev {vdev} offset {offset} length {len} is not valid"
-    )]
+    #[error("corrupt block pointer: extent at vdev {vdev} offset {offset} length {len} is not valid")]
     BadExtent { vdev: u16, offset: u64, len: u64 },
     /// A pointer inside a verified block does not decode.
     #[error("corrupt block pointer: {0}")]
@@ -35,11 +29,7 @@ pub enum ZioError {
     /// A verified block whose logical bytes are not what its kind must be (an indirect
     /// block of the wrong size).
     #[error("{what} block of {len} bytes, expected {expected}")]
-    BadLength {
-        what: &'static str,
-        len: usize,
-        expected: usize,
-    },
+    BadLength { what: &'static str, len: usize, expected: usize },
     #[error("{what} block at vdev {vdev} offset {offset} does not decompress: {source}")]
     Decompress {
         what: &'static str,

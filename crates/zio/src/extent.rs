@@ -24,10 +24,7 @@ pub struct Extent {
 impl Zio {
     /// True while a separate log device can take intent-log blocks.
     pub fn has_log_device(&self) -> bool {
-        self.vdevs
-            .tops
-            .iter()
-            .any(|t| t.is_log && t.usable() && t.asize > 0)
+        self.vdevs.tops.iter().any(|t| t.is_log && t.usable() && t.asize > 0)
     }
 
     /// Allocates `bytes` (rounded up to whole sectors) outside any block tree, for an
@@ -35,9 +32,7 @@ impl Zio {
     /// A separate log device is used when one is usable; the data vdevs otherwise.
     pub fn alloc_extent(&self, bytes: u64) -> Result<Extent, ZioError> {
         let n = self.maps.len();
-        let start = self
-            .next_top
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let start = self.next_top.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let has_log = self.has_log_device();
         for k in 0..n {
             let top = (start + k) % n;
@@ -53,11 +48,7 @@ impl Zio {
                 Some(run)
             });
             if let Some(run) = got {
-                return Ok(Extent {
-                    vdev: top as u16,
-                    offset: run.first * sector,
-                    len: sectors * sector,
-                });
+                return Ok(Extent { vdev: top as u16, offset: run.first * sector, len: sectors * sector });
             }
         }
         Err(ZioError::NoSpace(bytes))
@@ -76,21 +67,13 @@ impl Zio {
     }
 
     fn check_extent(&self, e: &Extent) -> Result<(), ZioError> {
-        let top = self
-            .vdevs
-            .tops
-            .get(e.vdev as usize)
-            .ok_or(ZioError::NoSuchVdev { vdev: e.vdev })?;
+        let top = self.vdevs.tops.get(e.vdev as usize).ok_or(ZioError::NoSuchVdev { vdev: e.vdev })?;
         if e.len == 0
             || !e.offset.is_multiple_of(top.sector())
             || !e.len.is_multiple_of(top.sector())
             || e.offset + e.len > top.asize
         {
-            return Err(ZioError::BadExtent {
-                vdev: e.vdev,
-                offset: e.offset,
-                len: e.len,
-            });
+            return Err(ZioError::BadExtent { vdev: e.vdev, offset: e.offset, len: e.len });
         }
         Ok(())
     }
@@ -121,12 +104,7 @@ impl Zio {
 
     /// Reads `len` bytes at the start of extent `e`, from a side whose bytes `verify`
     /// accepts (a mirror tries every side). The caller checks the content.
-    pub fn read_extent(
-        &self,
-        e: &Extent,
-        len: u64,
-        verify: &dyn Fn(&[u8]) -> bool,
-    ) -> Result<Vec<u8>, ZioError> {
+    pub fn read_extent(&self, e: &Extent, len: u64, verify: &dyn Fn(&[u8]) -> bool) -> Result<Vec<u8>, ZioError> {
         self.check_extent(e)?;
         let mut scratch = Vec::new();
         let range = self.vdevs.tops[e.vdev as usize].read(

@@ -32,5 +32,5 @@ pub use codec::{ChecksumKind, Compression, DecompressError};
 pub use error::ZioError;
 pub use extent::Extent;
 pub use pipeline::{WriteMark, Zio, ZioStats, HOT_SHARE};
-pub use read::CopiesRead;
+pub use read::{CopiesRead, FAILED_READS_MAX};
 pub use write::{CachePolicy, PendingBlock};

@@ -63,17 +63,15 @@ pub struct Zio {
     writes_done: AtomicU64,
     /// The highest `writes_done` a full flush has covered.
     flushed_through: AtomicU64,
+    /// Blocks no copy of which verified, not yet taken by the pool's error log.
+    pub(crate) failed_reads: Mutex<Vec<BlockPtr>>,
 }
 
 impl Zio {
     /// A pipeline with every sector free; the importer claims the live blocks and then
     /// calls `finish_load`.
     pub fn new(vdevs: VdevTree) -> Zio {
-        let maps = vdevs
-            .tops
-            .iter()
-            .map(|t| Mutex::new(SpaceMap::new(t.asize, t.ashift)))
-            .collect();
+        let maps = vdevs.tops.iter().map(|t| Mutex::new(SpaceMap::new(t.asize, t.ashift))).collect();
         let free = vdevs.tops.iter().map(|_| AtomicU64::new(0)).collect();
         Zio {
             vdevs,
@@ -87,6 +85,7 @@ impl Zio {
             prefetch: Mutex::new(None),
             writes_done: AtomicU64::new(0),
             flushed_through: AtomicU64::new(0),
+            failed_reads: Mutex::new(Vec::new()),
         }
     }
 
@@ -117,10 +116,15 @@ impl Zio {
     pub fn space(&self) -> (u64, u64, u64) {
         let data = || self.vdevs.tops.iter().filter(|t| !t.is_log);
         let total: u64 = data().map(|t| (t.asize >> t.ashift) << t.ashift).sum();
-        let free: u64 = data()
-            .map(|t| self.free[t.index].load(Ordering::Relaxed))
-            .sum();
+        let free: u64 = data().map(|t| self.free[t.index].load(Ordering::Relaxed)).sum();
         (total, total - free, free)
+    }
+
+    /// (total, free) bytes of top-level vdev `top` (`zpool iostat -v` capacity).
+    pub fn top_space(&self, top: usize) -> (u64, u64) {
+        let t = &self.vdevs.tops[top];
+        let total = (t.asize >> t.ashift) << t.ashift;
+        (total, self.free[top].load(Ordering::Relaxed))
     }
 
     /// (bytes of sectors holding live data, live bytes) over all vdevs.
@@ -138,17 +142,9 @@ impl Zio {
     }
 
     pub(crate) fn check_bounds(&self, bp: &BlockPtr) -> Result<(), ZioError> {
-        let top = self
-            .vdevs
-            .tops
-            .get(bp.vdev as usize)
-            .ok_or(ZioError::NoSuchVdev { vdev: bp.vdev })?;
+        let top = self.vdevs.tops.get(bp.vdev as usize).ok_or(ZioError::NoSuchVdev { vdev: bp.vdev })?;
         if bp.offset + bp.psize as u64 > top.asize || bp.psize == 0 || bp.lsize == 0 {
-            return Err(ZioError::OutOfBounds {
-                vdev: bp.vdev,
-                offset: bp.offset,
-                psize: bp.psize,
-            });
+            return Err(ZioError::OutOfBounds { vdev: bp.vdev, offset: bp.offset, psize: bp.psize });
         }
         Ok(())
     }
@@ -229,15 +225,8 @@ mod tests {
     fn zio(dir: &tempfile::TempDir) -> Zio {
         let dev = FileDevice::open_or_create(&dir.path().join("d.img"), Some(8 << 20)).unwrap();
         let asize = TopVdev::asize_of(dev.size(), 12);
-        let leaf = Leaf::new(
-            1,
-            "d.img".into(),
-            Some(Arc::new(dev) as Arc<dyn BlockDevice>),
-        );
-        let zio = Zio::new(VdevTree::new(
-            vec![TopVdev::new(0, 1, 12, asize, vec![leaf])],
-            12,
-        ));
+        let leaf = Leaf::new(1, "d.img".into(), Some(Arc::new(dev) as Arc<dyn BlockDevice>));
+        let zio = Zio::new(VdevTree::new(vec![TopVdev::new(0, 1, 12, asize, vec![leaf])], 12));
         zio.finish_load();
         zio
     }
@@ -256,13 +245,7 @@ mod tests {
     }
 
     fn ub(txg: u64, bp: &crate::BlockPtr) -> Uberblock {
-        Uberblock {
-            txg,
-            pool_guid: 1,
-            guid_sum: 1,
-            timestamp: 0,
-            root: bp.to_bytes(),
-        }
+        Uberblock { txg, pool_guid: 1, guid_sum: 1, timestamp: 0, root: bp.to_bytes() }
     }
 
     #[test]

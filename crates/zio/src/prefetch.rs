@@ -28,14 +28,12 @@ impl Zio {
         for i in 0..PREFETCH_WORKERS {
             let rx = rx.clone();
             let zio = Arc::downgrade(self);
-            let spawned = std::thread::Builder::new()
-                .name(format!("prefetch{i}"))
-                .spawn(move || {
-                    while let Ok(bp) = rx.recv() {
-                        let Some(zio) = zio.upgrade() else { return };
-                        zio.prefetch_one(&bp);
-                    }
-                });
+            let spawned = std::thread::Builder::new().name(format!("prefetch{i}")).spawn(move || {
+                while let Ok(bp) = rx.recv() {
+                    let Some(zio) = zio.upgrade() else { return };
+                    zio.prefetch_one(&bp);
+                }
+            });
             if spawned.is_err() {
                 return; // no read-ahead: only speed is lost
             }
@@ -63,19 +61,10 @@ impl Zio {
         let top = &self.vdevs.tops[bp.vdev as usize];
         let verify = |d: &[u8]| bp.checksum_kind.digest(d) == bp.checksum;
         let mut span = Vec::new();
-        if let Ok(range) = top.read(
-            bp.offset,
-            bp.psize as usize,
-            &verify,
-            &mut span,
-            ReadMode::Quiet,
-        ) {
-            self.arc.insert_prefetched(
-                arc_key(bp),
-                Arc::from(&span[range]),
-                bp.lsize,
-                class_of(bp.block_type),
-            );
+        let len = bp.psize as usize;
+        let read = top.read_block(bp.offset, len, bp.birth, &verify, &mut span, ReadMode::Quiet);
+        if let Ok(range) = read.map(|r| r.range) {
+            self.arc.insert_prefetched(arc_key(bp), Arc::from(&span[range]), bp.lsize, class_of(bp.block_type));
         }
     }
 }

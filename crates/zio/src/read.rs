@@ -12,7 +12,10 @@
 //!
 //! Promises: bytes reach the caller only after the physical bytes matched the checksum;
 //! a 16 KiB page read that misses the caches allocates nothing on this path; a checksum
-//! failure is counted (pipeline and device counters) and named.
+//! failure is counted (pipeline and device counters), named, and its block remembered
+//! for the pool's error log (`take_failed_reads`) unless a scan made the read (the scan
+//! logs it with its place). Scrub and resilver reads go to the devices through their
+//! own entry points (`read_all_copies`, `resilver_block`).
 //!
 //! Must never: return unverified bytes, or insert unverified bytes into the ARC.
 use std::sync::atomic::Ordering;
@@ -38,22 +41,17 @@ pub struct CopiesRead {
     pub bad_copies: u32,
 }
 
+/// How many failed blocks are remembered between two `take_failed_reads`.
+pub const FAILED_READS_MAX: usize = 4096;
+
 pub(crate) fn open_trace() -> Option<Mutex<std::io::BufWriter<std::fs::File>>> {
     let path = std::env::var_os("TARN_READ_TRACE")?;
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .ok()?;
+    let file = std::fs::OpenOptions::new().create(true).append(true).open(path).ok()?;
     Some(Mutex::new(std::io::BufWriter::new(file)))
 }
 
 pub(crate) fn arc_key(bp: &BlockPtr) -> BlockKey {
-    BlockKey {
-        vdev: bp.vdev,
-        offset: bp.offset,
-        birth: bp.birth,
-    }
+    BlockKey { vdev: bp.vdev, offset: bp.offset, birth: bp.birth }
 }
 
 pub(crate) fn class_of(t: BlockType) -> Class {
@@ -98,34 +96,54 @@ impl Zio {
     }
 
     /// Scrub read: verifies every copy of the block (each side of a mirror), rewriting
-    /// bad ones from a good one. Bypasses the ARC.
+    /// bad ones from a good one. Bypasses the ARC. Goes to the devices as scrub I/O
+    /// (`TopVdev::scrub_read`).
     pub fn read_all_copies(&self, bp: &BlockPtr) -> Result<CopiesRead, ZioError> {
         self.check_bounds(bp)?;
         let mut data = vec![0u8; bp.lsize as usize];
-        let bad_copies =
-            self.read_from_disk(bp, &mut data, CachePolicy::None, ReadMode::AllSides)?;
+        let bad_copies = self.read_from_disk(bp, &mut data, CachePolicy::None, ReadMode::AllSides)?;
         Ok(CopiesRead { data, bad_copies })
     }
 
+    /// Resilver: copies the block from a side that verifies to every side that missed
+    /// its birth txg (`TopVdev::resilver`); returns how many sides were written (0: none
+    /// needed it). Bypasses the ARC.
+    pub fn resilver_block(&self, bp: &BlockPtr) -> Result<u32, ZioError> {
+        self.check_bounds(bp)?;
+        let top = &self.vdevs.tops[bp.vdev as usize];
+        let verify = |d: &[u8]| bp.checksum_kind.digest(d) == bp.checksum;
+        let mut scratch = Vec::new();
+        let len = bp.psize as usize;
+        top.resilver(bp.offset, len, bp.birth, &verify, &mut scratch).map_err(|e| match e {
+            VdevError::Checksum { .. } => {
+                // The resilver logs it itself, knowing where the block is.
+                ZioError::Checksum { what: block_kind(bp.block_type), vdev: bp.vdev, offset: bp.offset }
+            }
+            other => ZioError::Vdev(other),
+        })
+    }
+
+    /// Remembers a block no copy of which verified, for the pool's error log (bounded:
+    /// past `FAILED_READS_MAX` the oldest are kept and the rest dropped).
+    fn note_failed_read(&self, bp: &BlockPtr) {
+        let mut failed = self.failed_reads.lock();
+        if failed.len() < FAILED_READS_MAX && !failed.contains(bp) {
+            failed.push(*bp);
+        }
+    }
+
+    /// The blocks no copy of which verified since the last call (the pool turns them
+    /// into its error log).
+    pub fn take_failed_reads(&self) -> Vec<BlockPtr> {
+        std::mem::take(&mut *self.failed_reads.lock())
+    }
+
     /// Like `read_into`, leaving the block in the ARC only if `policy` admits it.
-    pub fn read_cached(
-        &self,
-        bp: &BlockPtr,
-        out: &mut [u8],
-        policy: CachePolicy,
-    ) -> Result<(), ZioError> {
+    pub fn read_cached(&self, bp: &BlockPtr, out: &mut [u8], policy: CachePolicy) -> Result<(), ZioError> {
         self.check_bounds(bp)?;
         if let Some(t) = &self.trace {
             use std::io::Write;
-            let _ = writeln!(
-                t.lock(),
-                "{} {} {} {} {}",
-                bp.vdev,
-                bp.offset,
-                bp.birth,
-                bp.psize,
-                bp.lsize
-            );
+            let _ = writeln!(t.lock(), "{} {} {} {} {}", bp.vdev, bp.offset, bp.birth, bp.psize, bp.lsize);
         }
         let key = arc_key(bp);
         if bp.compression != Compression::Off && self.hot.copy_out(&key, out) {
@@ -138,8 +156,7 @@ impl Zio {
             }
             return Ok(());
         }
-        self.read_from_disk(bp, out, policy, ReadMode::FirstGood)
-            .map(|_| ())
+        self.read_from_disk(bp, out, policy, ReadMode::FirstGood).map(|_| ())
     }
 
     /// Reads, verifies and decompresses from the devices; returns how many copies were
@@ -151,23 +168,14 @@ impl Zio {
         policy: CachePolicy,
         mode: ReadMode,
     ) -> Result<u32, ZioError> {
-        assert_eq!(
-            out.len(),
-            bp.lsize as usize,
-            "read buffer must be the logical size"
-        );
+        assert_eq!(out.len(), bp.lsize as usize, "read buffer must be the logical size");
         let top = &self.vdevs.tops[bp.vdev as usize];
         let verify = |d: &[u8]| bp.checksum_kind.digest(d) == bp.checksum;
         SCRATCH.with_borrow_mut(|scratch| {
             let (range, bad_copies) = self.read_verified(top, bp, &verify, scratch, mode)?;
             let phys = &scratch[range];
             if policy.admits(bp.block_type) {
-                self.arc.insert(
-                    arc_key(bp),
-                    Arc::from(phys),
-                    bp.lsize,
-                    class_of(bp.block_type),
-                );
+                self.arc.insert(arc_key(bp), Arc::from(phys), bp.lsize, class_of(bp.block_type));
             }
             decompress(bp, phys, out)?;
             Ok(bad_copies)
@@ -182,33 +190,33 @@ impl Zio {
         scratch: &mut Vec<u8>,
         mode: ReadMode,
     ) -> Result<(std::ops::Range<usize>, u32), ZioError> {
-        let read = top.read_sides(bp.offset, bp.psize as usize, verify, scratch, mode);
+        let (offset, len, birth) = (bp.offset, bp.psize as usize, bp.birth);
+        let read = match mode {
+            ReadMode::AllSides => top.scrub_read(offset, len, birth, verify, scratch),
+            _ => top.read_block(offset, len, birth, verify, scratch, mode),
+        };
         let read = read.map_err(|e| match e {
             VdevError::Checksum { .. } => {
                 self.stats.checksum_errors.fetch_add(1, Ordering::Relaxed);
-                ZioError::Checksum {
-                    what: block_kind(bp.block_type),
-                    vdev: bp.vdev,
-                    offset: bp.offset,
+                // A scrub logs what it finds itself, knowing where the block is.
+                if mode != ReadMode::AllSides {
+                    self.note_failed_read(bp);
                 }
+                ZioError::Checksum { what: block_kind(bp.block_type), vdev: bp.vdev, offset: bp.offset }
             }
             other => ZioError::Vdev(other),
         })?;
         self.stats.blocks_read.fetch_add(1, Ordering::Relaxed);
-        self.stats
-            .physical_bytes_read
-            .fetch_add(read.range.len() as u64, Ordering::Relaxed);
+        self.stats.physical_bytes_read.fetch_add(read.range.len() as u64, Ordering::Relaxed);
         Ok((read.range, read.bad_sides))
     }
 }
 
 fn decompress(bp: &BlockPtr, phys: &[u8], out: &mut [u8]) -> Result<(), ZioError> {
-    bp.compression
-        .decompress(phys, out)
-        .map_err(|source| ZioError::Decompress {
-            what: block_kind(bp.block_type),
-            vdev: bp.vdev,
-            offset: bp.offset,
-            source,
-        })
+    bp.compression.decompress(phys, out).map_err(|source| ZioError::Decompress {
+        what: block_kind(bp.block_type),
+        vdev: bp.vdev,
+        offset: bp.offset,
+        source,
+    })
 }

@@ -77,11 +77,7 @@ struct OpenRun {
 
 impl Zio {
     /// Compresses, checksums, packs and writes `blocks`; returns their pointers in order.
-    pub fn write_blocks(
-        &self,
-        blocks: &[PendingBlock],
-        birth: u64,
-    ) -> Result<Vec<BlockPtr>, ZioError> {
+    pub fn write_blocks(&self, blocks: &[PendingBlock], birth: u64) -> Result<Vec<BlockPtr>, ZioError> {
         let encoded: Vec<Encoded> = blocks.par_iter().map(encode).collect();
         let mut ptrs = Vec::with_capacity(blocks.len());
         let mut remaining: u64 = encoded.iter().map(|e| e.payload.len() as u64).sum();
@@ -108,23 +104,14 @@ impl Zio {
             run.buf[at..at + psize].copy_from_slice(&enc.payload);
             if block.cache.admits(block.block_type) {
                 let bp = ptrs.last().expect("just pushed");
-                self.arc.insert_written(
-                    arc_key(bp),
-                    Arc::from(&enc.payload[..]),
-                    bp.lsize,
-                    class_of(bp.block_type),
-                );
+                self.arc.insert_written(arc_key(bp), Arc::from(&enc.payload[..]), bp.lsize, class_of(bp.block_type));
             }
-            self.stats
-                .logical_bytes_written
-                .fetch_add(block.data.len() as u64, Ordering::Relaxed);
+            self.stats.logical_bytes_written.fetch_add(block.data.len() as u64, Ordering::Relaxed);
         }
         if let Some(run) = open.take() {
             self.close_run(run)?;
         }
-        self.stats
-            .blocks_written
-            .fetch_add(blocks.len() as u64, Ordering::Relaxed);
+        self.stats.blocks_written.fetch_add(blocks.len() as u64, Ordering::Relaxed);
         Ok(ptrs)
     }
 
@@ -139,11 +126,7 @@ impl Zio {
     ) -> Result<(usize, u64), ZioError> {
         if let Some(run) = open.as_mut() {
             let sector = self.sector(run.top) as usize;
-            let at = if align {
-                run.cursor.next_multiple_of(sector)
-            } else {
-                run.cursor
-            };
+            let at = if align { run.cursor.next_multiple_of(sector) } else { run.cursor };
             if at + psize <= run.buf.len() {
                 return Ok(self.commit_place(run, at, psize));
             }
@@ -179,13 +162,7 @@ impl Zio {
             let want = remaining.min(RUN_BYTES).max(min_bytes).div_ceil(sector);
             if let Some(run) = self.with_map(top, |m| m.alloc_run(min, want)) {
                 let len = (run.sectors * sector) as usize;
-                return Ok(OpenRun {
-                    top,
-                    run,
-                    buf: vec![0u8; len],
-                    cursor: 0,
-                    placed: Vec::new(),
-                });
+                return Ok(OpenRun { top, run, buf: vec![0u8; len], cursor: 0, placed: Vec::new() });
             }
         }
         Err(ZioError::NoSpace(min_bytes))
@@ -205,9 +182,7 @@ impl Zio {
         self.vdevs.tops[run.top].write(run.run.first * sector, bytes)?;
         self.note_write();
         self.stats.runs_written.fetch_add(1, Ordering::Relaxed);
-        self.stats
-            .physical_bytes_written
-            .fetch_add(run.cursor as u64, Ordering::Relaxed);
+        self.stats.physical_bytes_written.fetch_add(run.cursor as u64, Ordering::Relaxed);
         Ok(())
     }
 }
@@ -218,9 +193,5 @@ fn encode<'a>(block: &PendingBlock<'a>) -> Encoded<'a> {
         None => (std::borrow::Cow::Borrowed(block.data), Compression::Off),
     };
     let checksum = block.checksum.digest(&payload);
-    Encoded {
-        payload,
-        compression,
-        checksum,
-    }
+    Encoded { payload, compression, checksum }
 }

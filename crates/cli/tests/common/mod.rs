@@ -22,18 +22,9 @@ impl Env {
             Path::new("/dev/fuse").exists(),
             "FUSE is unavailable (/dev/fuse missing): the mount tests need it (modprobe fuse; run as root)"
         );
-        let env = Env {
-            dir: tempfile::tempdir().expect("tempdir"),
-        };
+        let env = Env { dir: tempfile::tempdir().expect("tempdir") };
         let img = env.path("d0.img");
-        env.ok(&[
-            "pool",
-            "create",
-            "tank",
-            img.to_str().expect("utf8"),
-            "--size",
-            size,
-        ]);
+        env.ok(&["pool", "create", "tank", img.to_str().expect("utf8"), "--size", size]);
         env.ok(&["ds", "create", "tank/db"]);
         env
     }
@@ -58,11 +49,7 @@ impl Env {
     /// Runs tarn and asserts success; returns stdout.
     pub fn ok(&self, args: &[&str]) -> String {
         let out = self.tarn(args);
-        assert!(
-            out.status.success(),
-            "tarn {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "tarn {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
@@ -70,16 +57,8 @@ impl Env {
     pub fn fails(&self, args: &[&str]) -> String {
         let out = self.tarn(args);
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert!(
-            !out.status.success(),
-            "tarn {args:?} should fail; stdout: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
-        assert_eq!(
-            err.trim_end().lines().count(),
-            1,
-            "one clear line expected, got: {err}"
-        );
+        assert!(!out.status.success(), "tarn {args:?} should fail; stdout: {}", String::from_utf8_lossy(&out.stdout));
+        assert_eq!(err.trim_end().lines().count(), 1, "one clear line expected, got: {err}");
         err
     }
 
@@ -90,24 +69,10 @@ impl Env {
         let mut args = vec!["mount", "tank/db", mp.to_str().expect("utf8")];
         args.extend_from_slice(extra);
         let out = self.tarn(&args);
-        assert!(
-            out.status.success(),
-            "tarn mount failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(
-            out.stdout.is_empty() && out.stderr.is_empty(),
-            "mount must print nothing on success"
-        );
-        let pid = self
-            .daemon_pid()
-            .expect("mount record with the daemon's pid");
-        Mounted {
-            env: self,
-            mp: mp.canonicalize().expect("canonical mountpoint"),
-            pid,
-            done: false,
-        }
+        assert!(out.status.success(), "tarn mount failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(out.stdout.is_empty() && out.stderr.is_empty(), "mount must print nothing on success");
+        let pid = self.daemon_pid().expect("mount record with the daemon's pid");
+        Mounted { env: self, mp: mp.canonicalize().expect("canonical mountpoint"), pid, done: false }
     }
 
     /// The pid in the pool's mount record.
@@ -128,24 +93,13 @@ pub struct Mounted<'a> {
 impl<'a> Mounted<'a> {
     /// Guards a mount made some other way (e.g. from the mountpoint property).
     pub fn adopt(env: &'a Env, mp: &Path) -> Mounted<'a> {
-        let pid = env
-            .daemon_pid()
-            .expect("mount record with the daemon's pid");
-        Mounted {
-            env,
-            mp: mp.canonicalize().expect("canonical mountpoint"),
-            pid,
-            done: false,
-        }
+        let pid = env.daemon_pid().expect("mount record with the daemon's pid");
+        Mounted { env, mp: mp.canonicalize().expect("canonical mountpoint"), pid, done: false }
     }
 
     /// The daemon is already gone (the test stopped it): nothing to clean.
     pub fn gone(mut self) {
-        assert!(
-            wait_gone(self.pid, Duration::from_secs(30)),
-            "daemon {} still running",
-            self.pid
-        );
+        assert!(wait_gone(self.pid, Duration::from_secs(30)), "daemon {} still running", self.pid);
         self.done = true;
     }
 
@@ -156,11 +110,7 @@ impl<'a> Mounted<'a> {
     /// Clean unmount through `tarn umount`; the daemon must be gone afterwards.
     pub fn umount(mut self) {
         self.env.ok(&["umount", self.mp.to_str().expect("utf8")]);
-        assert!(
-            wait_gone(self.pid, Duration::from_secs(30)),
-            "daemon {} still running after umount",
-            self.pid
-        );
+        assert!(wait_gone(self.pid, Duration::from_secs(30)), "daemon {} still running after umount", self.pid);
         self.done = true;
     }
 
@@ -168,10 +118,7 @@ impl<'a> Mounted<'a> {
     pub fn crash(mut self) {
         // SAFETY: signalling our own daemon by its pid.
         unsafe { libc::kill(self.pid as i32, libc::SIGKILL) };
-        assert!(
-            wait_gone(self.pid, Duration::from_secs(10)),
-            "daemon survived SIGKILL"
-        );
+        assert!(wait_gone(self.pid, Duration::from_secs(10)), "daemon survived SIGKILL");
         self.env.ok(&["umount", self.mp.to_str().expect("utf8")]);
         self.done = true;
     }
@@ -219,12 +166,7 @@ pub fn wait_gone(pid: u32, timeout: Duration) -> bool {
     while Instant::now() < deadline {
         match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
             Err(_) => return true,
-            Ok(s)
-                if s.rsplit_once(')')
-                    .is_some_and(|(_, t)| t.trim_start().starts_with('Z')) =>
-            {
-                return true
-            }
+            Ok(s) if s.rsplit_once(')').is_some_and(|(_, t)| t.trim_start().starts_with('Z')) => return true,
             Ok(_) => std::thread::sleep(Duration::from_millis(20)),
         }
     }
@@ -253,11 +195,7 @@ impl Ledger {
                 n += 1;
             }
         });
-        Ledger {
-            stop,
-            acked,
-            writer,
-        }
+        Ledger { stop, acked, writer }
     }
 
     /// Lets the client write for `after`, then runs `crash` (kill -9 of the database and
@@ -269,10 +207,7 @@ impl Ledger {
         crash();
         self.stop.store(true, Ordering::Relaxed);
         let _ = self.writer.join();
-        assert!(
-            seen > 0,
-            "the ledger client committed nothing before the crash"
-        );
+        assert!(seen > 0, "the ledger client committed nothing before the crash");
         self.acked.load(Ordering::Relaxed)
     }
 }

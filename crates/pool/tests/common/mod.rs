@@ -38,19 +38,13 @@ pub struct MemDevice {
 
 impl MemDevice {
     pub fn new(image: Vec<u8>, name: &str) -> Arc<MemDevice> {
-        Arc::new(MemDevice {
-            image: Mutex::new(image),
-            path: PathBuf::from(format!("mem:{name}")),
-        })
+        Arc::new(MemDevice { image: Mutex::new(image), path: PathBuf::from(format!("mem:{name}")) })
     }
 }
 
 fn range_check(off: u64, len: usize, size: usize) -> std::io::Result<()> {
     if off as usize + len > size {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::UnexpectedEof,
-            "beyond the end of the device",
-        ));
+        return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "beyond the end of the device"));
     }
     Ok(())
 }
@@ -91,11 +85,7 @@ const PAGE: u64 = 4096;
 
 impl OverlayDevice {
     pub fn new(base: Arc<Vec<u8>>, name: &str) -> OverlayDevice {
-        OverlayDevice {
-            base,
-            pages: Mutex::new(Default::default()),
-            path: PathBuf::from(format!("overlay:{name}")),
-        }
+        OverlayDevice { base, pages: Mutex::new(Default::default()), path: PathBuf::from(format!("overlay:{name}")) }
     }
 
     /// Splits [offset, offset+len) by page: (page, offset in page, offset in buffer, length).
@@ -174,17 +164,8 @@ impl RecDevice {
     pub fn new(image: Vec<u8>, name: &str) -> Arc<RecDevice> {
         RecDevice::shared(image, name, 0, Arc::new(Mutex::new(Vec::new())))
     }
-    pub fn shared(
-        image: Vec<u8>,
-        name: &str,
-        id: usize,
-        log: Arc<Mutex<Vec<(usize, Ev)>>>,
-    ) -> Arc<RecDevice> {
-        Arc::new(RecDevice {
-            inner: MemDevice::new(image, name),
-            id,
-            log,
-        })
+    pub fn shared(image: Vec<u8>, name: &str, id: usize, log: Arc<Mutex<Vec<(usize, Ev)>>>) -> Arc<RecDevice> {
+        Arc::new(RecDevice { inner: MemDevice::new(image, name), id, log })
     }
     pub fn events(&self) -> usize {
         self.log.lock().len()
@@ -198,13 +179,7 @@ impl BlockDevice for RecDevice {
     fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
         let mut log = self.log.lock();
         self.inner.write_at(buf, offset)?;
-        log.push((
-            self.id,
-            Ev::Write {
-                off: offset,
-                data: buf.to_vec(),
-            },
-        ));
+        log.push((self.id, Ev::Write { off: offset, data: buf.to_vec() }));
         Ok(())
     }
     fn flush(&self) -> std::io::Result<()> {
@@ -269,10 +244,7 @@ pub fn find_all(hay: &[u8], needle: &[u8]) -> Vec<usize> {
     let first = needle[0];
     let mut i = 0;
     while i + needle.len() <= hay.len() {
-        match hay[i..hay.len() - needle.len() + 1]
-            .iter()
-            .position(|&b| b == first)
-        {
+        match hay[i..hay.len() - needle.len() + 1].iter().position(|&b| b == first) {
             None => break,
             Some(p) => {
                 let at = i + p;

@@ -1,0 +1,165 @@
+//! Committing the log for one fsync: take the changes it needs, resolve queued writes
+//! into records (copied bytes, or pointers to records written in place), append them to
+//! the chain in ticket order, flush.
+//!
+//! Owns: the commit's steps and group commit (whoever takes a record writes and flushes
+//! it before releasing the chain lock, so a caller that finds nothing left to take knows
+//! it is durable).
+//!
+//! Promises: when `commit_for` returns Ok, every change the fsync needs (its object's and
+//! every namespace change queued before the call) is durable, and so is every change of
+//! an earlier commit it had to follow; a failed commit makes every later commit fail until
+//! the txg holding the lost records commits, so no fsync returns on a log that misses one.
+//!
+//! Must never: hold the chain lock while fetching data or writing blocks in place (a
+//! redo-log fsync would wait behind a data file's bulk commit), or append a block whose
+//! in-place data is not flushed with it.
+use std::sync::atomic::Ordering;
+
+use tarn_zio::BlockPtr;
+
+use crate::chain::Chain;
+use crate::policy::{self, Placement};
+use crate::queue::{Queued, Taken};
+use crate::record::{Op, Record};
+use crate::tickets::Ticket;
+use crate::{Zil, ZilError};
+
+/// Where the data of a write queued by `log_write` is, as the layer above says at commit
+/// time.
+pub enum WriteData {
+    /// Written in place (not yet flushed) as the record-sized block `bp` starting at file
+    /// offset `block_offset`; the txg adopts that block instead of writing it again.
+    InPlace { block_offset: u64, bp: BlockPtr },
+    /// The bytes themselves, as of the write's txg (the block could not be written early,
+    /// e.g. its txg is already syncing).
+    Copied(Vec<u8>),
+    /// The write's txg is committed: nothing to log.
+    Committed,
+}
+
+/// An error of the layer above while it fetched or wrote a write's data.
+pub type SourceError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// The layer above, asked at commit time for the data of a queued write (ZFS's
+/// `zl_get_data`). It must return the bytes as of the write's txg, or newer.
+pub trait WriteSource {
+    /// `placement` says whether the record should be written in place, if it can be.
+    fn write_data(
+        &self,
+        txg: u64,
+        obj: u64,
+        offset: u64,
+        len: u64,
+        placement: Placement,
+    ) -> Result<WriteData, SourceError>;
+}
+
+/// A commit's records, and the vdevs it wrote in place (flushed with its log blocks).
+struct Resolved {
+    records: Vec<(u64, Record)>,
+    in_place_vdevs: Vec<u16>,
+}
+
+impl Zil {
+    /// Makes durable what an fsync of object `obj` of `dataset` needs: that object's own
+    /// queued changes and every namespace change queued so far (creates, renames… must
+    /// replay in order), as ZFS's per-object zil_commit does. Other files' data stays
+    /// queued — a database's WAL fsync does not drag its data files' pages through the
+    /// log.
+    ///
+    /// Queued writes are resolved through `source` (the dataset): blocks written in place
+    /// are written before the log block, and one flush covers both, so a log block that
+    /// survives a crash never points at a block that did not.
+    pub fn commit_for(&self, dataset: u64, obj: u64, source: &dyn WriteSource) -> Result<(), ZilError> {
+        let key = (dataset, obj);
+        let (taken, ticket) = {
+            let mut q = self.queue.lock();
+            let target = q.last_seq();
+            let taken = q.take_for(key, target);
+            let namespace = taken.iter().any(|(_, item)| item.object().is_none());
+            (taken, self.tickets.open(key, namespace))
+        };
+        let result = self.commit_ticket(&ticket, taken, source);
+        self.tickets.close(&ticket);
+        result?;
+        self.stats.commits.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Resolves without the chain lock, then waits its turn and appends.
+    fn commit_ticket(&self, ticket: &Ticket, taken: Taken, source: &dyn WriteSource) -> Result<(), ZilError> {
+        let newest_txg = taken.iter().map(|(_, q)| q.txg()).max().unwrap_or(0);
+        let resolved = self.resolve(taken, source);
+        self.tickets.wait_for_earlier(ticket);
+        let mut chain = self.chain.lock();
+        let written = resolved.and_then(|resolved| self.append_and_flush(&mut chain, resolved));
+        if written.is_err() {
+            chain.failed_txg = chain.failed_txg.max(newest_txg).max(1);
+        }
+        written
+    }
+
+    fn append_and_flush(&self, chain: &mut Chain, resolved: Resolved) -> Result<(), ZilError> {
+        if chain.failed_txg != 0 {
+            // An earlier commit failed after taking records off the queue (ones this
+            // fsync needs, perhaps): only a txg commit makes them durable now.
+            return Err(ZilError::Unsettled(chain.failed_txg));
+        }
+        for vdev in resolved.in_place_vdevs {
+            chain.wrote_to(vdev);
+        }
+        // A txg that committed while this commit resolved holds these records already
+        // (and replay would skip them): they need no log space.
+        let committed = chain.committed_txg();
+        let mut records = resolved.records;
+        records.retain(|(_, r)| r.txg > committed);
+        if !records.is_empty() {
+            self.write_blocks(chain, &records)?;
+        }
+        // Also flushes what earlier commits appended and left unflushed.
+        self.flush_written(chain)
+    }
+
+    /// Flushes the vdevs written since their last flush (a failed commit's writes too, so
+    /// a chain block it left unflushed is durable before any block after it counts).
+    fn flush_written(&self, chain: &mut Chain) -> Result<(), ZilError> {
+        if !chain.unflushed.is_empty() {
+            self.zio.flush_tops(&chain.unflushed)?;
+            chain.unflushed.clear();
+        }
+        Ok(())
+    }
+
+    /// Turns queued changes into records: writes become a copy of their bytes or a
+    /// pointer to their record written in place, as the log policy says; writes of
+    /// committed txgs are dropped.
+    fn resolve(&self, taken: Taken, source: &dyn WriteSource) -> Result<Resolved, ZilError> {
+        let copied: u64 = taken.iter().map(|(_, q)| q.copied_bytes()).sum();
+        let log_device = self.zio.has_log_device();
+        let mut out = Resolved { records: Vec::with_capacity(taken.len()), in_place_vdevs: Vec::new() };
+        for (seq, item) in taken {
+            let record = match item {
+                Queued::Ready(r) => r,
+                Queued::Write { txg, dataset, obj, offset, len, placement } => {
+                    let placement = policy::at_commit(placement, copied, log_device);
+                    let data = source.write_data(txg, obj, offset, len, placement).map_err(ZilError::Source)?;
+                    let op = match data {
+                        WriteData::InPlace { block_offset, bp } => {
+                            if !out.in_place_vdevs.contains(&bp.vdev) {
+                                out.in_place_vdevs.push(bp.vdev);
+                            }
+                            self.stats.indirect_records.fetch_add(1, Ordering::Relaxed);
+                            Op::WriteIndirect { obj, offset, len, block_offset, bp }
+                        }
+                        WriteData::Copied(data) => Op::Write { obj, offset, data },
+                        WriteData::Committed => continue,
+                    };
+                    Record { txg, dataset, op }
+                }
+            };
+            out.records.push((seq, record));
+        }
+        Ok(out)
+    }
+}
