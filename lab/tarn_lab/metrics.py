@@ -73,14 +73,16 @@ def read_process_memory(pid: int) -> dict[str, int] | None:
 
 
 def summarize_rss(samples: list[int], last: dict | None) -> dict:
-    """Per-second RSS samples of one process -> max, mean and last, with the kernel's
-    own peak (VmHWM: also between samples) from the last reading."""
+    """Per-second RSS samples of one process -> max, mean and last, with its peak: the
+    kernel's own (VmHWM, which also sees between samples) from the last reading, but never
+    below the largest sample — the kernel sums RSS from per-CPU counters and raises VmHWM
+    lazily, so a VmHWM read after a VmRSS can be a few pages smaller than it."""
     out = {"samples": len(samples)}
     if samples:
         out.update({"max_bytes": max(samples), "mean_bytes": int(sum(samples) / len(samples)),
                     "last_bytes": samples[-1]})
     if last and "hwm_bytes" in last:
-        out["hwm_bytes"] = last["hwm_bytes"]
+        out["hwm_bytes"] = max(last["hwm_bytes"], out.get("max_bytes", 0))
     return out
 
 

@@ -241,7 +241,7 @@ def check_loaded_dataset(spec: dict, db, prepared: dict, progress: Progress) -> 
         return []
     bad = budget.check_caches([spec], prepared["table_bytes"], measured=True)
     if bad:
-        progress.note(f"WARNING {spec['name']}: {budget.summary(bad)} of cache (the rule is ≥ "
+        progress.note(f"WARNING {spec['name']}: {budget.summary(bad)} (the rule is ≥ "
                       f"{budget.DATASET_OVER_CACHE}×)")
     return [c.record() for c in bad]
 

@@ -158,6 +158,8 @@ def test_rss_summary_over_a_run():
     s = metrics.summarize_rss([100, 300, 200], {"hwm_bytes": 350, "rss_bytes": 200})
     assert s == {"samples": 3, "max_bytes": 300, "mean_bytes": 200, "last_bytes": 200, "hwm_bytes": 350}
     assert metrics.summarize_rss([], None) == {"samples": 0}
+    # VmHWM read a page below an earlier VmRSS (seen on 6.x kernels): the peak is what was seen
+    assert metrics.summarize_rss([8192, 4096], {"hwm_bytes": 4096})["hwm_bytes"] == 8192
 
 
 def test_the_sampler_records_each_processes_rss_every_second():
