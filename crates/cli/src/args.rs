@@ -18,7 +18,7 @@ pub struct Cli {
 
 #[derive(Subcommand)]
 pub enum Cmd {
-    /// Pools: create, import, export, status, list, iostat, scrub, clear, destroy.
+    /// Pools: create, add, import, export, status, list, iostat, scrub, clear, destroy, history.
     #[command(subcommand)]
     Pool(PoolCmd),
     /// Datasets: create, destroy, list.
@@ -90,11 +90,14 @@ pub enum Cmd {
         #[arg(long, value_name = "POOL/DS")]
         also: Vec<String>,
     },
-    /// Unmount a dataset, committing everything: tarn umount MOUNTPOINT|POOL/DS; tarn umount -a
+    /// Unmount a dataset, committing everything: tarn umount [-f] MOUNTPOINT|POOL/DS; tarn umount -a
     Umount {
         /// Required unless -a.
         #[arg(required_unless_present = "all")]
         target: Option<String>,
+        /// Unmount even with files open (their I/O then fails).
+        #[arg(short = 'f')]
+        force: bool,
         /// Unmount every tarn mount; returns once every daemon has committed and exited.
         #[arg(short = 'a', long = "all", conflicts_with = "target")]
         all: bool,
@@ -177,8 +180,14 @@ pub enum PoolCmd {
         #[arg(long)]
         json: bool,
     },
-    /// Commit everything and release the pool's devices.
-    Export { pool: String },
+    /// Commit everything and release the pool's devices; a mounted pool's datasets are
+    /// unmounted first.
+    Export {
+        /// Unmount even datasets with open files (their I/O then fails).
+        #[arg(short = 'f')]
+        force: bool,
+        pool: String,
+    },
     /// Show health, the scan, per-device error counts and data errors.
     Status {
         /// List the files with permanent errors.
@@ -230,9 +239,17 @@ pub enum PoolCmd {
     Clear { pool: String },
     /// Destroy a pool: its devices no longer import.
     Destroy {
+        /// Destroy a pool that holds data, unmounting even datasets with open files.
         #[arg(short = 'f')]
         force: bool,
         pool: String,
+    },
+    /// The commands that changed a pool, with time, user and host.
+    History {
+        pool: Option<String>,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -244,8 +261,13 @@ pub enum DsCmd {
         options: Vec<String>,
         name: String,
     },
-    /// Destroy a dataset with no children.
-    Destroy { name: String },
+    /// Destroy a dataset with no children (a mounted one is unmounted first).
+    Destroy {
+        /// Unmount it even with files open (their I/O then fails).
+        #[arg(short = 'f')]
+        force: bool,
+        name: String,
+    },
     /// List datasets with space used.
     List {
         pool: Option<String>,

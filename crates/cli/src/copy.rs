@@ -1,24 +1,21 @@
 //! Copying between the host and a dataset without a mount: `put` loads files (seeding a
 //! dataset, measuring compression of a real data directory), `cat` and `ls` read back.
 //!
-//! Owns: the `POOL/DS:PATH` target syntax and the walk of a host directory tree into a
-//! dataset (files, directories, symlinks; modes and owners kept). Promises: everything
-//! copied is committed when `put` returns (the pool is closed by the caller); a
-//! directory that already exists is merged into, a file that exists is an error naming
-//! it; `cat` writes exactly the file's bytes to stdout. Must never: follow a symlink on
-//! the host (it is copied as a symlink), or hold a whole file in memory (1 MiB chunks).
+//! Owns: the `POOL/DS:PATH` target syntax and what the user sees of the three; the work
+//! is the `tarn_control::ops::files` commands', run here or by the daemon holding the
+//! pool. Promises: everything copied is committed when `put` returns (by this process's
+//! close, or by the daemon's log and txgs); `cat` writes exactly the file's bytes to
+//! stdout, chunk by chunk. Must never: hold a whole file in memory, or hand the daemon a
+//! relative host path (its working directory is not ours).
 
-use std::io::{Read, Write};
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::io::Write;
+use std::path::PathBuf;
 
-use tarn_dataset::{Dataset, FileKind, FsError, NewObject, ROOT_ID};
-use tarn_pool::Pool;
+use tarn_control::ops::files::{self as ops, CHUNK};
 
-use crate::access::with_pool_of;
+use crate::access::{self, pool_of, run_on_pool_of};
+use crate::cache::absolute;
 use crate::error::CliError;
-
-const CHUNK: usize = 1 << 20;
 
 /// "POOL/DS:PATH" → ("POOL/DS", "PATH"); no `:` means the dataset's root.
 pub fn split_target(t: &str) -> (&str, &str) {
@@ -32,110 +29,45 @@ pub fn put_cmd(mut paths: Vec<PathBuf>) -> Result<(), CliError> {
     };
     let target = target.display().to_string();
     let (ds, dir) = split_target(&target);
-    with_pool_of(ds, |pool| put(pool, ds, dir, &paths))
+    run_on_pool_of(
+        ds,
+        ops::Put {
+            dataset: ds.to_string(),
+            dir: dir.to_string(),
+            sources: paths.iter().map(|p| absolute(p)).collect(),
+        },
+    )
 }
 
-/// `tarn cat POOL/DS:PATH`.
+/// `tarn cat POOL/DS:PATH`: the file in chunks, each written out as it comes.
 pub fn cat_cmd(target: &str) -> Result<(), CliError> {
     let (ds, path) = split_target(target);
-    with_pool_of(ds, |pool| cat(pool, ds, path))
+    let mut session = access::session(pool_of(ds))?;
+    let result = copy_out(&mut session, ds, path);
+    let ended = session.end();
+    result?;
+    ended
+}
+
+fn copy_out(session: &mut access::Session, ds: &str, path: &str) -> Result<(), CliError> {
+    let mut out = std::io::stdout().lock();
+    let mut offset = 0u64;
+    loop {
+        let chunk = session.run(ops::Read { dataset: ds.to_string(), path: path.to_string(), offset, len: CHUNK })?;
+        if chunk.data.is_empty() {
+            return Ok(());
+        }
+        out.write_all(&chunk.data).map_err(|e| CliError::host("stdout", e))?;
+        offset += chunk.data.len() as u64;
+    }
 }
 
 /// `tarn ls POOL/DS[:PATH]`.
 pub fn ls_cmd(target: &str) -> Result<(), CliError> {
     let (ds, path) = split_target(target);
-    with_pool_of(ds, |pool| ls(pool, ds, path))
-}
-
-/// Resolves a slash-separated path inside a dataset to an inode.
-fn resolve(ds: &Dataset, path: &str) -> Result<u64, CliError> {
-    let mut ino = ROOT_ID;
-    for part in path.split('/').filter(|p| !p.is_empty()) {
-        ino = ds.lookup(ino, part.as_bytes()).map_err(|e| CliError::file(path, e))?.ino;
-    }
-    Ok(ino)
-}
-
-fn put(pool: &Pool, ds_name: &str, dir: &str, sources: &[PathBuf]) -> Result<(), CliError> {
-    let ds = pool.dataset(ds_name)?;
-    let target = resolve(&ds, dir)?;
-    for src in sources {
-        copy_in(&ds, target, src)?;
-    }
-    Ok(())
-}
-
-fn copy_in(ds: &Dataset, parent: u64, src: &Path) -> Result<(), CliError> {
-    let shown = src.display().to_string();
-    let host = |e| CliError::host(&shown, e);
-    let fail = |e: FsError| CliError::file(&shown, e);
-    let name = src.file_name().ok_or_else(|| CliError::Usage(format!("{shown}: has no file name")))?;
-    let meta = std::fs::symlink_metadata(src).map_err(host)?;
-    let mode = meta.permissions().mode();
-    let name = name.as_encoded_bytes();
-    if meta.is_dir() {
-        let attr = match ds.create(parent, name, NewObject::Dir, mode, meta.uid(), meta.gid()) {
-            Ok(a) => a,
-            Err(FsError::Exists) => ds.lookup(parent, name).map_err(fail)?,
-            Err(e) => return Err(fail(e)),
-        };
-        let mut entries: Vec<_> = std::fs::read_dir(src).map_err(host)?.flatten().collect();
-        entries.sort_by_key(|e| e.file_name());
-        for e in entries {
-            copy_in(ds, attr.ino, &e.path())?;
-        }
-    } else if meta.file_type().is_symlink() {
-        let target = std::fs::read_link(src).map_err(host)?;
-        let link = NewObject::Symlink(target.as_os_str().as_encoded_bytes());
-        ds.create(parent, name, link, 0o777, meta.uid(), meta.gid()).map_err(fail)?;
-    } else if meta.is_file() {
-        let attr = ds.create(parent, name, NewObject::File, mode, meta.uid(), meta.gid()).map_err(fail)?;
-        let mut f = std::fs::File::open(src).map_err(host)?;
-        let mut buf = vec![0u8; CHUNK];
-        let mut off = 0u64;
-        loop {
-            let n = f.read(&mut buf).map_err(host)?;
-            if n == 0 {
-                break;
-            }
-            ds.write(attr.ino, off, &buf[..n]).map_err(fail)?;
-            off += n as u64;
-        }
-    }
-    Ok(())
-}
-
-fn cat(pool: &Pool, ds_name: &str, path: &str) -> Result<(), CliError> {
-    let ds = pool.dataset(ds_name)?;
-    let ino = resolve(&ds, path)?;
-    let size = ds.getattr(ino).map_err(|e| CliError::file(path, e))?.size;
-    let mut out = std::io::stdout().lock();
-    let mut buf = vec![0u8; CHUNK];
-    let mut off = 0;
-    while off < size {
-        let n = ds.read(ino, off, &mut buf).map_err(|e| CliError::file(path, e))?;
-        if n == 0 {
-            break;
-        }
-        out.write_all(&buf[..n]).map_err(|e| CliError::host("stdout", e))?;
-        off += n as u64;
-    }
-    Ok(())
-}
-
-fn ls(pool: &Pool, ds_name: &str, path: &str) -> Result<(), CliError> {
-    let ds = pool.dataset(ds_name)?;
-    let ino = resolve(&ds, path)?;
-    for (name, child, kind) in ds.readdir(ino).map_err(|e| CliError::file(path, e))? {
-        let shown = String::from_utf8_lossy(&name);
-        let a = ds.getattr(child).map_err(|e| CliError::file(format!("{path}/{shown}"), e))?;
-        let t = match kind {
-            FileKind::Dir => 'd',
-            FileKind::Symlink => 'l',
-            FileKind::Special => 's',
-            FileKind::File => '-',
-        };
-        println!("{t} {:>12} {shown}", a.size);
+    let entries = run_on_pool_of(ds, ops::List { dataset: ds.to_string(), path: path.to_string() })?;
+    for e in entries {
+        println!("{} {:>12} {}", e.kind, e.size, e.name);
     }
     Ok(())
 }

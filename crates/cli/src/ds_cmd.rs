@@ -2,15 +2,18 @@
 //! `tarn get`, `tarn inherit`), in the words of zfs.
 //!
 //! Owns: reading `PROP=VALUE` assignments off the command line and the zfs-style
-//! listing of datasets and properties. Promises: a malformed assignment is refused
-//! (exit 2) before the pool is opened; the engine validates every value and its error
-//! is shown as it is; `get -p` shows raw numbers where a property has one.
+//! listing of datasets and properties; the changes themselves are the
+//! `tarn_control::ops::dataset` commands, run here or by the daemon holding the pool.
+//! Promises: a malformed assignment is refused (exit 2) before the pool is reached; the
+//! engine validates every value and its error is shown as it is; `get -p` shows raw
+//! numbers where a property has one.
 //! Must never: decide what a property means or which values are valid (that is
 //! `tarn_dataset::props`'s), or leave a changed pool uncommitted.
 
+use tarn_control::ops::dataset as ops;
 use tarn_pool::DatasetInfo;
 
-use crate::access::{self, with_pool, with_pool_of};
+use crate::access::{self, run_on_pool_of};
 use crate::args::{DsCmd, Output};
 use crate::error::CliError;
 use crate::output::print_json;
@@ -19,7 +22,7 @@ use crate::table::Table;
 pub fn run(cmd: DsCmd) -> Result<(), CliError> {
     match cmd {
         DsCmd::Create { options, name } => create(&options, &name),
-        DsCmd::Destroy { name } => with_pool_of(&name, |pool| Ok(pool.destroy_dataset(&name)?)),
+        DsCmd::Destroy { force, name } => run_on_pool_of(&name.clone(), ops::Destroy { name, force }),
         DsCmd::List { pool, out } => list(pool.as_deref(), out),
     }
 }
@@ -27,11 +30,8 @@ pub fn run(cmd: DsCmd) -> Result<(), CliError> {
 /// `ds create [-o PROP=VALUE]… NAME`: every property is checked before the dataset
 /// exists, so a refused one creates nothing.
 fn create(options: &[String], name: &str) -> Result<(), CliError> {
-    let assignments = options.iter().map(|o| split_assignment(o)).collect::<Result<Vec<_>, _>>()?;
-    with_pool_of(name, |pool| {
-        pool.create_dataset_with(name, &assignments)?;
-        Ok(())
-    })
+    let props = owned_assignments(options)?;
+    run_on_pool_of(name, ops::Create { name: name.to_string(), props })
 }
 
 /// The datasets of one pool or of every pool; a pool whose devices are gone is said to
@@ -39,7 +39,7 @@ fn create(options: &[String], name: &str) -> Result<(), CliError> {
 fn list(pool: Option<&str>, out: Output) -> Result<(), CliError> {
     let mut rows: Vec<DatasetInfo> = Vec::new();
     for name in access::pool_names(pool)? {
-        match with_pool(&name, |p| Ok(p.datasets_info())) {
+        match access::run(&name, ops::List {}) {
             Ok(sets) => rows.extend(sets),
             Err(e) if pool.is_none() && crate::pool_cmd::unavailable(&e) => {
                 eprintln!("tarn: pool '{name}' is unavailable: {}", e.one_line());
@@ -71,6 +71,11 @@ pub fn split_assignment(a: &str) -> Result<(&str, &str), CliError> {
     a.split_once('=').ok_or_else(|| CliError::Usage(format!("'{a}' is not PROP=VALUE")))
 }
 
+/// Every "PROP=VALUE" of `words`, as owned pairs (all checked before any is used).
+fn owned_assignments(words: &[String]) -> Result<Vec<(String, String)>, CliError> {
+    words.iter().map(|w| split_assignment(w).map(|(k, v)| (k.to_string(), v.to_string()))).collect()
+}
+
 /// `tarn set PROP=VALUE... DATASET`: the assignments are applied in order; the first
 /// one the engine refuses stops the command.
 pub fn set(mut args: Vec<String>) -> Result<(), CliError> {
@@ -81,27 +86,14 @@ pub fn set(mut args: Vec<String>) -> Result<(), CliError> {
     if ds.contains('=') {
         return Err(CliError::Usage(format!("the last argument must be a dataset, not '{ds}'")));
     }
-    let assignments = args.iter().map(|a| split_assignment(a)).collect::<Result<Vec<_>, _>>()?;
-    with_pool_of(&ds, |pool| {
-        for (k, v) in assignments {
-            pool.set_property(&ds, k, v)?;
-        }
-        Ok(())
-    })
+    let assignments = owned_assignments(&args)?;
+    run_on_pool_of(&ds.clone(), ops::Set { dataset: ds, assignments })
 }
 
 /// `tarn get PROP[,PROP]|all DATASET`.
 pub fn get(props: &str, dataset: &str, out: Output) -> Result<(), CliError> {
-    let rows = with_pool_of(dataset, |pool| {
-        if props == "all" {
-            return Ok(pool.get_properties(dataset, None)?);
-        }
-        let mut rows = Vec::new();
-        for p in props.split(',') {
-            rows.extend(pool.get_properties(dataset, Some(p))?);
-        }
-        Ok(rows)
-    })?;
+    let wanted = (props != "all").then(|| props.split(',').map(String::from).collect());
+    let rows = run_on_pool_of(dataset, ops::Get { dataset: dataset.to_string(), props: wanted })?;
     if out.json {
         return print_json(&rows);
     }
@@ -116,7 +108,7 @@ pub fn get(props: &str, dataset: &str, out: Output) -> Result<(), CliError> {
 
 /// `tarn inherit PROP DATASET`.
 pub fn inherit(prop: &str, dataset: &str) -> Result<(), CliError> {
-    with_pool_of(dataset, |pool| Ok(pool.inherit_property(dataset, prop)?))
+    run_on_pool_of(dataset, ops::Inherit { dataset: dataset.to_string(), prop: prop.to_string() })
 }
 
 #[cfg(test)]

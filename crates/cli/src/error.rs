@@ -6,7 +6,6 @@
 //! object and the fix); what is shown is always exactly one line.
 //! Must never: turn a failure into exit 0, or show a Rust debug dump.
 
-use tarn_dataset::FsError;
 use tarn_fuse::MountError;
 use tarn_pool::PoolError;
 
@@ -21,20 +20,45 @@ pub enum CliError {
     /// The command was understood, and refused for a reason the CLI found itself.
     #[error("{0}")]
     Refused(String),
+    /// The pool is held by a process that cannot serve the command (a scrub process, a
+    /// daemon that does not answer): busy, not unavailable.
+    #[error("{0}")]
+    Busy(String),
     #[error(transparent)]
-    Pool(#[from] PoolError),
+    Pool(Box<PoolError>),
     #[error(transparent)]
-    Mount(#[from] MountError),
+    Mount(Box<MountError>),
     #[error(transparent)]
     Cache(#[from] CacheError),
-    /// A path inside a dataset (put, cat, ls).
-    #[error("{path}: {source}")]
-    File { path: String, source: FsError },
     /// A path on the host (a file being copied in, a mountpoint, the run directory).
     #[error("{path}: {source}")]
     Host { path: String, source: std::io::Error },
     #[error("cannot encode the JSON output: {0}")]
     Json(#[from] serde_json::Error),
+    /// A pool command, run here or by the daemon that holds the pool (same words and
+    /// exit code either way).
+    #[error(transparent)]
+    Op(Box<tarn_control::OpError>),
+}
+
+// The engine's errors are boxed: they are large, and a command's Result is passed up
+// through every call (clippy::result_large_err).
+impl From<PoolError> for CliError {
+    fn from(e: PoolError) -> CliError {
+        CliError::Pool(Box::new(e))
+    }
+}
+
+impl From<MountError> for CliError {
+    fn from(e: MountError) -> CliError {
+        CliError::Mount(Box::new(e))
+    }
+}
+
+impl From<tarn_control::OpError> for CliError {
+    fn from(e: tarn_control::OpError) -> CliError {
+        CliError::Op(Box::new(e))
+    }
 }
 
 impl CliError {
@@ -42,6 +66,7 @@ impl CliError {
     pub fn exit_code(&self) -> u8 {
         match self {
             CliError::Usage(_) => 2,
+            CliError::Op(e) => e.exit_code(),
             _ => 1,
         }
     }
@@ -57,10 +82,6 @@ impl CliError {
     pub fn host(path: impl std::fmt::Display, source: std::io::Error) -> CliError {
         CliError::Host { path: path.to_string(), source }
     }
-
-    pub fn file(path: impl std::fmt::Display, source: FsError) -> CliError {
-        CliError::File { path: path.to_string(), source }
-    }
 }
 
 #[cfg(test)]
@@ -71,7 +92,7 @@ mod tests {
     fn a_malformed_command_line_exits_2_and_a_failed_command_1() {
         assert_eq!(CliError::Usage("'x' is not PROP=VALUE".into()).exit_code(), 2);
         assert_eq!(CliError::Refused("pool 'tank' holds 1G of data".into()).exit_code(), 1);
-        assert_eq!(CliError::Pool(PoolError::NoSuchDataset("tank/x".into())).exit_code(), 1);
+        assert_eq!(CliError::from(PoolError::NoSuchDataset("tank/x".into())).exit_code(), 1);
     }
 
     #[test]

@@ -3,8 +3,8 @@
 //!
 //! Owns: the listening address policy and the HTTP side (tiny_http). Promises: it
 //! listens on a loopback address unless `--allow-remote` is given; a scrape reads each
-//! pool's counters from the same source as `tarn stats` (a mounted pool's published
-//! counters; a pool no daemon holds is opened and closed, at most once a minute, since
+//! pool's counters from the same source as `tarn stats` (a mounted pool's daemon, over
+//! its control socket; a pool no daemon holds is opened and closed, at most once a minute, since
 //! its counters are those of a freshly opened pool anyway); a pool whose counters cannot
 //! be read does not fail the scrape: `tarn_pool_stats_ok` says 0 for it and the reason
 //! goes to stderr. Must never: keep a pool open between scrapes (a mount would then
@@ -110,12 +110,12 @@ impl Scraper {
         Ok(text)
     }
 
-    /// A held pool's published counters (fresh each scrape); an unheld pool's, reused
+    /// A held pool's counters from its daemon (fresh each scrape); an unheld pool's, reused
     /// for [`UNHELD_REUSE`] after it was opened.
     fn counters(&mut self, pool: &str) -> Result<PoolStats, CliError> {
-        if let Some(published) = tarn_fuse::stats::read_published(pool) {
+        if let Some(mut daemon) = access::held(pool)? {
             self.unheld.remove(pool);
-            return Ok(published);
+            return Ok(daemon.call(&tarn_control::ops::pool::Stats {})?);
         }
         if let Some((at, stats)) = self.unheld.get(pool) {
             if at.elapsed() < UNHELD_REUSE {

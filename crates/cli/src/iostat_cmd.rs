@@ -12,10 +12,11 @@
 
 use std::time::Duration;
 
+use tarn_control::ops::pool as ops;
 use tarn_dataset::props::format_size;
-use tarn_pool::{IoSnapshot, Pool, PoolIostat};
+use tarn_pool::{IoSnapshot, PoolIostat};
 
-use crate::access;
+use crate::access::{self, Session};
 use crate::error::CliError;
 
 /// What the command line asked for.
@@ -38,19 +39,20 @@ struct Words {
 pub fn run(req: Request) -> Result<(), CliError> {
     let Words { pool, interval, count } = parse_words(&req.words)?;
     let names = access::pool_names(pool.as_deref())?;
+    // Each pool through its daemon if one holds it, else opened here for the reports.
     let mut pools = Vec::new();
     for name in &names {
-        pools.push(access::open(name)?);
+        pools.push(access::session(name)?);
     }
-    let result = report(&req, &pools, interval, count);
-    let mut closed = Ok(());
+    let result = report(&req, &mut pools, interval, count);
+    let mut ended = Ok(());
     for p in pools {
-        if let Err(e) = p.close() {
-            closed = Err(e);
+        if let Err(e) = p.end() {
+            ended = Err(e);
         }
     }
     result?;
-    Ok(closed?)
+    ended
 }
 
 /// `[POOL] [INTERVAL [COUNT]]`.
@@ -86,7 +88,12 @@ fn parse_words(words: &[String]) -> Result<Words, CliError> {
 }
 
 /// Prints the reports: one without an interval, else `count` (or endless).
-fn report(req: &Request, pools: &[Pool], interval: Option<Duration>, count: Option<u64>) -> Result<(), CliError> {
+fn report(
+    req: &Request,
+    pools: &mut [Session],
+    interval: Option<Duration>,
+    count: Option<u64>,
+) -> Result<(), CliError> {
     let mut before: Vec<Option<PoolIostat>> = pools.iter().map(|_| None).collect();
     let reports = match interval {
         None => 1,
@@ -102,8 +109,8 @@ fn report(req: &Request, pools: &[Pool], interval: Option<Duration>, count: Opti
             }
         }
         let mut rows = Vec::new();
-        for (p, prev) in pools.iter().zip(before.iter_mut()) {
-            let now = p.iostat();
+        for (p, prev) in pools.iter_mut().zip(before.iter_mut()) {
+            let now = p.run(ops::Iostat {})?;
             rows.extend(pool_rows(req, &now, prev.as_ref()));
             *prev = Some(now);
         }

@@ -6,7 +6,7 @@
 //!
 //! | Room | Commands |
 //! |---|---|
-//! | `pool_cmd` | `pool create/add/import/export/destroy/status/list/clear` |
+//! | `pool_cmd` | `pool create/add/import/export/destroy/status/list/clear/history` |
 //! | `scrub_cmd` | `pool scrub` |
 //! | `iostat_cmd` | `pool iostat` |
 //! | `ds_cmd` | `ds create/destroy/list`, `set`, `get`, `inherit` |
@@ -17,9 +17,10 @@
 //! | `exporter` | `exporter` |
 //! | `manual` | `completions`, `man` |
 //!
-//! Beside them: `access` (reaching a pool by name), `cache` (the pool cache file),
-//! `output` and `table` (how results are shown), `metrics` (Prometheus text),
-//! `space_check` (image files larger than their disk), `error` (exit codes).
+//! Beside them: `access` (reaching a pool by name: through its daemon's control socket
+//! or by opening it here), `cache` (the pool cache file), `output` and `table` (how
+//! results are shown), `metrics` (Prometheus text), `space_check` (image files larger
+//! than their disk), `error` (exit codes).
 //!
 //! Promises: exit 0 only for a command that did what it was asked; otherwise one line
 //! on stderr (`tarn: …`) and exit 1, or 2 for a malformed command line.
@@ -81,12 +82,10 @@ fn run(cmd: Cmd) -> Result<(), CliError> {
         Cmd::Tune { pool, setting } => stats_cmd::tune(&pool, &setting),
         Cmd::Mount { all: true, .. } => mount_all::mount_all(),
         Cmd::Mount { dataset, mountpoint, foreground, threads, also, options, .. } => {
-            let options =
-                tarn_fuse::MountOptions::parse(&options.join(",")).map_err(|e| CliError::Usage(e.to_string()))?;
-            mount_cmd::mount(required(dataset)?, mountpoint, foreground, threads, also, options)
+            mount_cmd::mount(required(dataset)?, mountpoint, foreground, threads, also, &options.join(","))
         }
         Cmd::Umount { all: true, .. } => mount_all::umount_all(),
-        Cmd::Umount { target, .. } => mount_cmd::umount(&required(target)?),
+        Cmd::Umount { target, force, .. } => mount_cmd::umount(&required(target)?, force),
         Cmd::Exporter { listen, allow_remote } => exporter::run(&listen, allow_remote),
         Cmd::Completions { shell } => manual::completions(&shell),
         Cmd::Man { dir } => manual::man(dir.as_deref()),

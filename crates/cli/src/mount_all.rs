@@ -32,7 +32,9 @@ pub fn mount_all() -> Result<(), CliError> {
 
 /// Mounts the datasets of `pool` that have a mountpoint (nothing if none has one).
 fn mount_pool(pool: &str) -> Result<(), CliError> {
-    let to_mount = access::with_pool(pool, |p| Ok(datasets_with_mountpoints(p)))?;
+    let p = access::open_local(pool)?;
+    let to_mount = datasets_with_mountpoints(&p);
+    p.close()?;
     mount_at_import(pool, to_mount)
 }
 
@@ -58,7 +60,7 @@ pub fn umount_all() -> Result<(), CliError> {
         }
         for (dataset, mountpoint) in record.served() {
             let target = mountpoint.to_string_lossy();
-            if let Err(e) = tarn_fuse::umount(&target) {
+            if let Err(e) = tarn_fuse::umount(&target, false) {
                 failed.push(format!("{dataset} on {target}: {e}"));
             }
         }

@@ -4,27 +4,31 @@
 //! Owns: turning the device words of a command line (`mirror A B log C`) into vdev
 //! specs, the pool lifecycle as the user sees it (the cache entry follows the pool:
 //! remembered at create and import, forgotten at export and destroy), the mounts an
-//! import starts, and the zpool-style status and list output (the scan line, data
-//! errors and, with `-v`, the files they hit).
+//! import starts, and the zpool-style status, list and history output (the scan line,
+//! data errors and, with `-v`, the files they hit). What a command does to the pool is
+//! its `tarn_control::ops::pool` command's, run here or by the daemon that holds the pool
+//! (`access::run`).
 //! Promises: a malformed device list is refused before any device is touched; a pool is
 //! in the cache only once it exists on disk, and leaves it only once it is exported or
-//! destroyed — or, when its devices are gone or hold another pool, once the user
-//! exports (or `destroy -f`s) it; such a pool is listed as UNAVAIL with the reason and
-//! does not stop the listing of the others; `destroy` of a pool holding data needs
-//! `-f`; the import listing leaves out pools imported here and names the devices it
-//! cannot use, and why.
+//! destroyed (for a mounted pool: once its daemon has unmounted, exported and exited) —
+//! or, when its devices are gone or hold another pool, once the user exports (or
+//! `destroy -f`s) it; such a pool is listed as UNAVAIL with the reason and does not stop
+//! the listing of the others; `destroy` of a pool holding data needs `-f`; the import
+//! listing leaves out pools imported here and names the devices it cannot use, and why;
+//! create and import are recorded in the pool's history.
 //! Must never: import a pool whose name is already imported here, or leave the cache
 //! naming devices the pool does not have.
 
 use std::path::PathBuf;
 
+use tarn_control::ops::pool as ops;
 use tarn_dataset::props::{format_size, parse_size};
 use tarn_pool::{
-    CreateOptions, ImportOptions, LeafHealth, Pool, PoolError, PoolStatus, ScanKind, ScanState, ScanStatus, TopStatus,
-    VdevError, VdevSpec,
+    CreateOptions, HistoryEntry, ImportOptions, LeafHealth, Pool, PoolStatus, ScanKind, ScanState, ScanStatus,
+    TopStatus, VdevSpec,
 };
 
-use crate::access::{self, with_pool};
+use crate::access;
 use crate::args::{Output, PoolCmd};
 use crate::cache::absolute;
 use crate::error::CliError;
@@ -41,7 +45,7 @@ pub fn run(cmd: PoolCmd) -> Result<(), CliError> {
         }
         PoolCmd::Add { force, size, pool, vdevs } => add_logs(force, size.as_deref(), &pool, &vdevs),
         PoolCmd::Import { dirs, pool, json } => import(&dirs, pool.as_deref(), json),
-        PoolCmd::Export { pool } => export(&pool),
+        PoolCmd::Export { force, pool } => export(force, &pool),
         PoolCmd::Destroy { force, pool } => destroy(force, &pool),
         PoolCmd::Status { verbose, pool, out } => status(pool.as_deref(), verbose, out),
         PoolCmd::List { out } => list(out),
@@ -49,29 +53,53 @@ pub fn run(cmd: PoolCmd) -> Result<(), CliError> {
             iostat_cmd::run(iostat_cmd::Request { verbose, latency, scripted, parsable, words })
         }
         PoolCmd::Scrub { stop, detach, pool, json } => crate::scrub_cmd::run(&pool, stop, detach, json),
-        PoolCmd::Clear { pool } => with_pool(&pool, |p| Ok(p.clear_errors()?)),
+        PoolCmd::Clear { pool } => access::run(&pool, ops::Clear {}),
+        PoolCmd::History { pool, json } => history(pool.as_deref(), json),
     }
 }
 
-/// True if opening a remembered pool failed because its devices are gone, unreadable,
+/// True if reaching a remembered pool failed because its devices are gone, unreadable,
 /// or now hold another pool: the pool is UNAVAIL, and only forgetting it helps. (A pool
 /// held by another process is busy, not unavailable.)
 pub(crate) fn unavailable(e: &CliError) -> bool {
     match e {
-        CliError::Pool(PoolError::Vdev(VdevError::Busy { .. })) => false,
-        CliError::Pool(PoolError::Vdev(_) | PoolError::CannotImport { .. }) => true,
-        // `access::open` refuses devices that now hold another pool this way.
+        CliError::Pool(p) if p.is_busy() => false,
+        CliError::Pool(p) => matches!(**p, tarn_pool::PoolError::Vdev(_) | tarn_pool::PoolError::CannotImport { .. }),
+        // `access` refuses devices that now hold another pool this way.
         CliError::Refused(_) => true,
         _ => false,
     }
 }
 
-/// `pool export`: commits and releases the pool; an unavailable one is forgotten.
-fn export(name: &str) -> Result<(), CliError> {
-    match access::open(name) {
-        Ok(p) => p.export()?,
+/// `pool export [-f]`: a mounted pool's datasets are unmounted, then the pool is
+/// committed and released; an unavailable one is forgotten.
+fn export(force: bool, name: &str) -> Result<(), CliError> {
+    match access::run(name, ops::Export { force }) {
+        Ok(()) => {}
         Err(e) if unavailable(&e) => {
             eprintln!("tarn: pool '{name}' is unavailable ({}); forgetting it", e.one_line());
+        }
+        Err(e) => return Err(e),
+    }
+    access::forget(name)
+}
+
+/// `pool destroy [-f]`: a pool holding files or datasets needs `-f`; an unavailable pool
+/// cannot be marked destroyed on its devices, and `-f` forgets it.
+fn destroy(force: bool, name: &str) -> Result<(), CliError> {
+    match access::run(name, ops::Destroy { force }) {
+        Ok(()) => {}
+        Err(e) if unavailable(&e) && force => {
+            eprintln!(
+                "tarn: pool '{name}' is unavailable ({}); forgetting it, its devices are not written",
+                e.one_line()
+            );
+        }
+        Err(e) if unavailable(&e) => {
+            return Err(CliError::Refused(format!(
+                "pool '{name}' is unavailable ({}); `tarn pool destroy -f {name}` forgets it",
+                e.one_line()
+            )))
         }
         Err(e) => return Err(e),
     }
@@ -100,6 +128,7 @@ fn create(force: bool, options: &[String], size: Option<&str>, name: &str, vdevs
     opts.logs = logs;
     space_check::warn_if_images_outgrow_free_space(specs.iter().chain(&opts.logs), opts.size);
     let pool = Pool::create(name, &specs, &opts)?;
+    access::log_here(&pool);
     access::remember(&pool, pool.device_paths())?;
     Ok(pool.close()?)
 }
@@ -111,43 +140,17 @@ fn add_logs(force: bool, size: Option<&str>, pool: &str, vdevs: &[String]) -> Re
     if !data.is_empty() || logs.is_empty() {
         return Err(CliError::Usage("only log devices can be added: tarn pool add POOL log DEV...".into()));
     }
-    let pool_handle = access::open(pool)?;
     space_check::warn_if_images_outgrow_free_space(&logs, size);
-    pool_handle.add_logs(&logs, force, size)?;
+    let wire = logs.iter().map(wire_vdev).collect();
+    access::run(pool, ops::AddLogs { logs: wire, force, size })?;
     access::remember_devices(pool, logs.iter().flat_map(spec_paths))
 }
 
-/// `pool destroy`: a pool holding files or datasets needs `-f`; an unavailable pool
-/// cannot be marked destroyed on its devices, and `-f` forgets it.
-fn destroy(force: bool, name: &str) -> Result<(), CliError> {
-    let p = match access::open(name) {
-        Ok(p) => p,
-        Err(e) if unavailable(&e) && force => {
-            eprintln!(
-                "tarn: pool '{name}' is unavailable ({}); forgetting it, its devices are not written",
-                e.one_line()
-            );
-            return access::forget(name);
-        }
-        Err(e) if unavailable(&e) => {
-            return Err(CliError::Refused(format!(
-                "pool '{name}' is unavailable ({}); `tarn pool destroy -f {name}` forgets it",
-                e.one_line()
-            )))
-        }
-        Err(e) => return Err(e),
-    };
-    if !force && p.holds_data()? {
-        let datasets = p.dataset_names().len();
-        let used: u64 = p.datasets_info().iter().filter(|d| d.name == name).map(|d| d.used).sum();
-        p.close()?;
-        return Err(CliError::Refused(format!(
-            "pool '{name}' holds data ({datasets} datasets, {} used); use -f to destroy it",
-            format_size(used)
-        )));
+fn wire_vdev(spec: &VdevSpec) -> ops::Vdev {
+    match spec {
+        VdevSpec::Disk(p) => ops::Vdev::Disk(p.clone()),
+        VdevSpec::Mirror(ps) => ops::Vdev::Mirror(ps.clone()),
     }
-    p.destroy()?;
-    access::forget(name)
 }
 
 fn parse_size_flag(s: &str) -> Result<u64, CliError> {
@@ -227,6 +230,7 @@ fn import(dirs: &[PathBuf], pool: Option<&str>, json: bool) -> Result<(), CliErr
         return Err(CliError::Refused(format!("a pool named '{}' is already imported on this machine", d.name)));
     }
     let p = Pool::import_paths(&d.devices, &ImportOptions::default())?;
+    access::log_here(&p);
     access::remember(&p, d.devices.clone())?;
     let to_mount = datasets_with_mountpoints(&p);
     let name = p.name().to_string();
@@ -342,8 +346,7 @@ enum Listed {
 fn statuses(pool: Option<&str>, verbose: bool) -> Result<Vec<Listed>, CliError> {
     let mut out = Vec::new();
     for name in access::pool_names(pool)? {
-        crate::scrub_cmd::refuse_if_scrubbing(&name)?;
-        let got = with_pool(&name, |p| Ok(if verbose { p.status_verbose() } else { p.status() }));
+        let got = access::run(&name, ops::Status { verbose });
         out.push(match got {
             Ok(s) => Listed::Open(Box::new(s)),
             Err(e) if unavailable(&e) => Listed::Unavail { name, state: "UNAVAIL", reason: e.one_line() },
@@ -561,6 +564,52 @@ fn list(out: Output) -> Result<(), CliError> {
     }
     t.print(out.scripted);
     Ok(())
+}
+
+/// `tarn pool history [POOL]`: the commands that changed each pool, oldest first, as
+/// `zpool history -l` shows them.
+fn history(pool: Option<&str>, json: bool) -> Result<(), CliError> {
+    let mut all: Vec<(String, Vec<HistoryEntry>)> = Vec::new();
+    for name in access::pool_names(pool)? {
+        let entries = access::run(&name, ops::History {})?;
+        all.push((name, entries));
+    }
+    if json {
+        let by_pool: std::collections::BTreeMap<&str, &Vec<HistoryEntry>> =
+            all.iter().map(|(n, e)| (n.as_str(), e)).collect();
+        return print_json(&by_pool);
+    }
+    if all.is_empty() {
+        println!("no pools imported");
+    }
+    for (name, entries) in &all {
+        println!("History for '{name}':");
+        for e in entries {
+            println!("{} {} [user {} ({}) on {}]", local_time(e.time), e.command, e.uid, e.user, e.host);
+        }
+        println!();
+    }
+    Ok(())
+}
+
+/// Unix seconds as local time, the way `zpool history` shows it: `2024-05-01.10:00:00`.
+fn local_time(secs: u64) -> String {
+    let t = secs as libc::time_t;
+    // SAFETY: tm is plain data; localtime_r fills it from `t` and returns null on error.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointers to a time_t and a tm.
+    if unsafe { libc::localtime_r(&t, &mut tm) }.is_null() {
+        return secs.to_string();
+    }
+    format!(
+        "{:04}-{:02}-{:02}.{:02}:{:02}:{:02}",
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec
+    )
 }
 
 #[cfg(test)]

@@ -1,16 +1,18 @@
-//! `tarn pool scrub [-s] [-d] POOL`: a scrub in the foreground with progress, in a
-//! process of its own (`-d`), or stopped (`-s`).
+//! `tarn pool scrub [-s] [-d] POOL`: a scrub followed in the foreground with progress,
+//! left to run in the background (`-d`), or stopped (`-s`).
 //!
-//! Owns: the foreground scrub's progress lines and its answer to a termination signal
-//! (Ctrl-C, or `scrub -s` from another shell: the scrub is canceled and recorded so),
-//! and the record of a scrub process (`$TARN_RUN_DIR/POOL.scrub`, its pid) that `-s`
-//! signals. A scrub runs where the pool is held: here, the command opens the pool for
-//! the scrub's length; once the control socket serves a held pool, the daemon runs it
-//! in the background (`Pool::scrub_start`) and `-d` has nothing to start.
-//! Promises: the final line reads as before (`scrub of 'tank': N blocks (SIZE) in Ts; B
-//! bad copies found, E unrecoverable`), and blocks no copy can repair fail the command
-//! (exit 1); a resilver under way is finished first (it must come before a scrub); a
-//! scrub a close cut short is resumed, not restarted.
+//! Owns: following a scrub (progress lines, the answer to a termination signal: Ctrl-C,
+//! or `scrub -s` from another shell, cancels the scrub and it is recorded so), and the
+//! record of a scrub process (`$TARN_RUN_DIR/POOL.scrub`, its pid) that `-s` signals.
+//! A scrub runs in the process that holds the pool: the mount daemon of a mounted pool
+//! (asked over its control socket; it scrubs behind the database's I/O), else this
+//! command, which opens the pool for the scrub's length (or, with `-d`, a process of its
+//! own started for it).
+//! Promises: the same command and output whichever process scrubs: the final line reads
+//! `scrub of 'tank': N blocks (SIZE) in Ts; B bad copies found, E unrecoverable`, and
+//! blocks no copy can repair fail the command (exit 1); a resilver under way is finished
+//! first (it must come before a scrub); a scrub a close cut short is resumed, not
+//! restarted.
 //! Must never: leave its record naming a process that is gone as the scrub's, or stop a
 //! process that is not tarn's.
 
@@ -18,21 +20,74 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use tarn_control::ops::pool as ops;
+use tarn_control::Client;
 use tarn_daemon::{Asked, Termination};
 use tarn_dataset::props::format_size;
-use tarn_pool::{Pool, ScanKind, ScanPace, ScanRecord, ScanState, ScrubResult};
+use tarn_pool::{Pool, ScanKind, ScanPace, ScanRecord, ScanState, ScanStatus, ScrubResult};
 
-use crate::access::with_pool;
+use crate::access::{self, Session};
 use crate::error::CliError;
 use crate::output::{format_duration, print_json};
 
 pub fn run(name: &str, stop: bool, detach: bool, json: bool) -> Result<(), CliError> {
     if stop {
-        stop_scrub(name)
-    } else if detach {
-        start_detached(name)
-    } else {
-        foreground(name, json)
+        return stop_scrub(name);
+    }
+    // Before the pool starts its threads, so the signals wait for us alone.
+    tarn_daemon::signals::block_termination_signals();
+    refuse_if_scrubbing(name)?;
+    match access::session(name)? {
+        Session::Remote(mut daemon) if detach => start_in_daemon(name, &mut daemon),
+        Session::Remote(mut daemon) => foreground(name, &mut Scrubber::Daemon(&mut daemon), json),
+        local if detach => {
+            local.end()?;
+            start_detached(name)
+        }
+        Session::Local { pool, .. } => {
+            let _record = ScrubRecord::write(name)?;
+            let result = foreground(name, &mut Scrubber::Here(&pool), json);
+            let closed = pool.close();
+            result?;
+            Ok(closed?)
+        }
+    }
+}
+
+/// The process that scrubs: this one (it opened the pool), or the daemon holding it.
+enum Scrubber<'a> {
+    Here(&'a Pool),
+    Daemon(&'a mut Client),
+}
+
+impl Scrubber<'_> {
+    fn scan(&mut self) -> Result<Option<ScanStatus>, CliError> {
+        match self {
+            Scrubber::Here(pool) => Ok(pool.scan()),
+            Scrubber::Daemon(c) => Ok(c.call(&ops::Scan {})?),
+        }
+    }
+
+    /// Starts (or resumes) the scrub: here at full speed (nobody else uses the pool), in
+    /// a daemon behind the database's I/O.
+    fn start(&mut self) -> Result<(), CliError> {
+        match self {
+            Scrubber::Here(pool) => Ok(pool.scrub_start_with(foreground_pace())?),
+            Scrubber::Daemon(c) => Ok(c.call(&ops::ScrubStart {})?),
+        }
+    }
+
+    fn stop(&mut self) -> Result<(), CliError> {
+        let stopped = match self {
+            Scrubber::Here(pool) => pool.scrub_stop().map_err(CliError::from),
+            Scrubber::Daemon(c) => c.call(&ops::ScrubStop {}).map_err(CliError::from),
+        };
+        match stopped {
+            // It ended on its own meanwhile (a daemon's answer comes as its text).
+            Err(CliError::Pool(e)) if matches!(*e, tarn_pool::PoolError::NoScrub(_)) => Ok(()),
+            Err(e) if e.one_line().contains("no scrub in progress") => Ok(()),
+            other => other,
+        }
     }
 }
 
@@ -64,7 +119,7 @@ struct ScrubRecord(PathBuf);
 /// fail), saying where its progress goes and how to stop it.
 pub fn refuse_if_scrubbing(pool: &str) -> Result<(), CliError> {
     match scrub_process(pool) {
-        Some(pid) => Err(CliError::Refused(format!(
+        Some(pid) => Err(CliError::Busy(format!(
             "a scrub of pool '{pool}' is running (pid {pid}, progress in {}); `tarn pool scrub -s {pool}` stops it",
             log_path(pool).display()
         ))),
@@ -90,16 +145,10 @@ impl Drop for ScrubRecord {
     }
 }
 
-/// Scrubs in this process, printing progress on stderr, until it ends or a
+/// Follows the scrub to its end, printing progress on stderr, until it ends or a
 /// termination signal cancels it.
-fn foreground(name: &str, json: bool) -> Result<(), CliError> {
-    // Before the pool starts its threads, so the signals wait for us alone.
-    tarn_daemon::signals::block_termination_signals();
-    refuse_if_scrubbing(name)?;
-    let (record, canceled) = with_pool(name, |pool| {
-        let _record = ScrubRecord::write(name)?;
-        scrub_with_progress(name, pool)
-    })?;
+fn foreground(name: &str, scrubber: &mut Scrubber<'_>, json: bool) -> Result<(), CliError> {
+    let (record, canceled) = scrub_with_progress(name, scrubber)?;
     let result = ScrubResult {
         blocks: record.blocks,
         bytes: record.examined,
@@ -131,25 +180,32 @@ fn foreground(name: &str, json: bool) -> Result<(), CliError> {
     Ok(())
 }
 
+/// `-d` on a mounted pool: the daemon scrubs in the background; returns at once.
+fn start_in_daemon(name: &str, daemon: &mut Client) -> Result<(), CliError> {
+    daemon.call(&ops::ScrubStart {})?;
+    println!(
+        "scrub of '{name}' started in the background in tarn mount (pid {}); `tarn pool status {name}` shows its progress, `tarn pool scrub -s {name}` stops it",
+        daemon.daemon_pid()
+    );
+    Ok(())
+}
+
 /// Runs a resilver under way to its end, then the scrub; returns the scrub's record and
 /// whether a signal canceled it.
-fn scrub_with_progress(name: &str, pool: &Pool) -> Result<(ScanRecord, bool), CliError> {
+fn scrub_with_progress(name: &str, scrubber: &mut Scrubber<'_>) -> Result<(ScanRecord, bool), CliError> {
     let mut term = Termination::new();
-    if pool.scan().is_some_and(|s| s.running && s.record.kind == ScanKind::Resilver) {
+    if scrubber.scan()?.is_some_and(|s| s.running && s.record.kind == ScanKind::Resilver) {
         eprintln!("tarn: pool '{name}' is resilvering; the scrub starts when it is done");
-        if follow(name, pool, &mut term) {
-            return Ok((scan_record(pool)?, true));
+        if follow(name, scrubber, &mut term)? {
+            return Ok((scan_record(scrubber)?, true));
         }
     }
-    pool.scrub_start_with(foreground_pace())?;
-    let canceled = follow(name, pool, &mut term);
+    scrubber.start()?;
+    let canceled = follow(name, scrubber, &mut term)?;
     if canceled {
-        match pool.scrub_stop() {
-            Ok(()) | Err(tarn_pool::PoolError::NoScrub(_)) => {}
-            Err(e) => return Err(e.into()),
-        }
+        scrubber.stop()?;
     }
-    Ok((scan_record(pool)?, canceled))
+    Ok((scan_record(scrubber)?, canceled))
 }
 
 /// Nobody else uses the pool: full speed, unless `TARN_SCAN_RATE` caps it.
@@ -158,28 +214,28 @@ fn foreground_pace() -> ScanPace {
     ScanPace { bytes_per_sec: cap.unwrap_or(0), ..ScanPace::FULL_SPEED }
 }
 
-fn scan_record(pool: &Pool) -> Result<ScanRecord, CliError> {
-    pool.scan().map(|s| s.record).ok_or_else(|| CliError::Refused("the scan left no record".into()))
+fn scan_record(scrubber: &mut Scrubber<'_>) -> Result<ScanRecord, CliError> {
+    scrubber.scan()?.map(|s| s.record).ok_or_else(|| CliError::Refused("the scan left no record".into()))
 }
 
 /// Waits for the scan under way to end, printing progress; true if a termination
 /// signal came first.
-fn follow(name: &str, pool: &Pool, term: &mut Termination) -> bool {
+fn follow(name: &str, scrubber: &mut Scrubber<'_>, term: &mut Termination) -> Result<bool, CliError> {
     let every = if std::io::stderr().is_terminal() { Duration::from_secs(1) } else { Duration::from_secs(10) };
     let mut last = Instant::now();
     loop {
-        match pool.scan() {
+        match scrubber.scan()? {
             Some(s) if s.running => {
                 if last.elapsed() >= every {
                     eprintln!("tarn: {}", progress_line(name, &s.record));
                     last = Instant::now();
                 }
             }
-            _ => return false,
+            _ => return Ok(false),
         }
         // The wait for a signal is the pause between two looks.
         if term.wait(Duration::from_millis(200)) != Asked::Nothing {
-            return true;
+            return Ok(true);
         }
     }
 }
@@ -231,7 +287,7 @@ fn stop_scrub(name: &str) -> Result<(), CliError> {
         println!("scrub of '{name}' canceled");
         return Ok(());
     }
-    with_pool(name, |pool| Ok(pool.scrub_stop()?))?;
+    access::run(name, ops::ScrubStop {})?;
     println!("scrub of '{name}' canceled");
     Ok(())
 }
@@ -239,8 +295,6 @@ fn stop_scrub(name: &str) -> Result<(), CliError> {
 /// `-d`: starts `tarn pool scrub POOL` as a process of its own (a new session, its
 /// output in the run directory) and returns once it holds the pool.
 fn start_detached(name: &str) -> Result<(), CliError> {
-    refuse_if_scrubbing(name)?;
-    crate::access::pool_names(Some(name))?;
     let exe = std::env::current_exe().map_err(|e| CliError::host("cannot find the tarn binary", e))?;
     let log = log_path(name);
     if let Some(dir) = log.parent() {

@@ -2,18 +2,20 @@
 //! `tarn tune` (the run-time tunables of a mounted pool).
 //!
 //! Owns: the shapes of the counters (aligned text, `--json`; the Prometheus text is
-//! `metrics.rs`'s) and the checks on a tunable before it is handed to the daemon. Promises: a mounted pool's
-//! counters are the ones its daemon last published (within a second); an unmounted
-//! pool is opened and closed here, so its caches show as empty; a tunable is validated
-//! before anything is written. Must never: open the devices of a pool a daemon holds,
-//! or tune a pool that is not running (there is no cache to tune).
+//! `metrics.rs`'s) and the checks on a tunable before it is handed to the daemon.
+//! Promises: a mounted pool's counters are its daemon's, as of the moment asked (through
+//! the control socket); an unmounted pool is opened and closed here, so its caches show
+//! as empty; a tunable is validated before anything is sent, and applied when the
+//! command returns. Must never: open the devices of a pool a daemon holds, or tune a
+//! pool that is not running (there is no cache to tune).
 
 use std::collections::BTreeMap;
 
+use tarn_control::ops::pool as ops;
 use tarn_dataset::props::parse_size;
 use tarn_pool::PoolStats;
 
-use crate::access::{self, with_pool};
+use crate::access;
 use crate::ds_cmd::split_assignment;
 use crate::error::CliError;
 use crate::metrics;
@@ -22,13 +24,10 @@ use crate::output::print_json;
 /// The smallest ARC budget `tarn tune` accepts.
 const ARC_MAX_MIN: u64 = 16 << 20;
 
-/// The counters of `pool`: those its mount daemon last published, else the pool is
-/// opened (and closed) here. `tarn exporter` reads them the same way.
+/// The counters of `pool`: its mount daemon's if one holds it, else the pool is opened
+/// (and closed) here. `tarn exporter` reads them the same way.
 pub fn pool_stats(pool: &str) -> Result<PoolStats, CliError> {
-    match tarn_fuse::stats::read_published(pool) {
-        Some(s) => Ok(s),
-        None => with_pool(pool, |p| Ok(p.stats())),
-    }
+    access::run(pool, ops::Stats {})
 }
 
 /// `tarn stats WHICH POOL [--json|--prometheus]`.
@@ -54,8 +53,8 @@ pub fn stats(which: &str, pool: &str, json: bool, prometheus: bool) -> Result<()
 }
 
 /// `tarn tune POOL arc_max=SIZE`: the new budget of a mounted pool is handed to its
-/// daemon (applied within a second); an unmounted pool has no cache to tune: the budget
-/// is set per process by TARN_ARC_MAX.
+/// daemon; an unmounted pool has no cache to tune: the budget is set per process by
+/// TARN_ARC_MAX.
 pub fn tune(pool: &str, setting: &str) -> Result<(), CliError> {
     let (name, value) = split_assignment(setting)?;
     if name != "arc_max" {
@@ -64,13 +63,12 @@ pub fn tune(pool: &str, setting: &str) -> Result<(), CliError> {
     let bytes = parse_size(value).filter(|&b| b >= ARC_MAX_MIN).ok_or_else(|| {
         CliError::Usage(format!("invalid arc_max '{value}': use a size of at least 16M, like 512M or 4G"))
     })?;
-    if tarn_fuse::stats::read_published(pool).is_none() {
-        // Name the pool's absence first if it is not even imported.
-        access::pool_names(Some(pool))?;
+    // Name the pool's absence first if it is not even imported.
+    access::pool_names(Some(pool))?;
+    let Some(mut daemon) = access::held(pool)? else {
         return Err(CliError::Refused(format!(
             "pool '{pool}' is not mounted, so it has no running cache; set TARN_ARC_MAX={value} for the process that mounts it"
         )));
-    }
-    let path = tarn_fuse::stats::arc_max_request_path(pool);
-    std::fs::write(&path, bytes.to_string()).map_err(|e| CliError::host(path.display(), e))
+    };
+    Ok(daemon.call(&ops::Tune { arc_max: bytes })?)
 }

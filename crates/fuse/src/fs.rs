@@ -53,6 +53,9 @@ pub struct TarnFs {
     next_fh: AtomicU64,
     /// False on a `ro` or `noatime` mount: reads leave atimes alone.
     record_atime: bool,
+    /// Open file and directory handles: the daemon names a busy mount by it before
+    /// unmounting (export, umount). Counted at open/release, not on the I/O path.
+    open: Arc<AtomicU64>,
 }
 
 thread_local! {
@@ -62,7 +65,30 @@ thread_local! {
 
 impl TarnFs {
     pub fn new(pool: Arc<Pool>, ds: Arc<Dataset>) -> TarnFs {
-        TarnFs { ds, pool, dirs: Mutex::new(HashMap::new()), next_fh: AtomicU64::new(1), record_atime: true }
+        TarnFs {
+            ds,
+            pool,
+            dirs: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            record_atime: true,
+            open: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// The count of open handles, shared with whoever watches this mount.
+    pub fn open_handles(&self) -> Arc<AtomicU64> {
+        self.open.clone()
+    }
+
+    fn opened(&self) -> FileHandle {
+        self.open.fetch_add(1, Ordering::Relaxed);
+        self.new_fh()
+    }
+
+    fn closed(&self) {
+        // Saturating: a release the kernel sends for a handle of an earlier mount of the
+        // same dataset (there is none today) must not wrap the count.
+        let _ = self.open.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
     }
 
     /// Whether reads update atimes (the dataset's `atime` property still decides when
@@ -330,7 +356,7 @@ impl Filesystem for TarnFs {
         // O_DIRECT opens bypass the cache in the kernel and may write in parallel.
         let flags = FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES;
         match self.ds.open(ino.0) {
-            Ok(()) => reply.opened(self.new_fh(), flags),
+            Ok(()) => reply.opened(self.opened(), flags),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -354,7 +380,7 @@ impl Filesystem for TarnFs {
             return reply.error(errno(&e));
         }
         let flags = FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES;
-        reply.created(&TTL, &fuse_attr(&attr), Generation(0), self.new_fh(), flags);
+        reply.created(&TTL, &fuse_attr(&attr), Generation(0), self.opened(), flags);
     }
 
     fn read(
@@ -420,6 +446,8 @@ impl Filesystem for TarnFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        // The kernel's handle is gone whatever the dataset says.
+        self.closed();
         match self.ds.release(ino.0) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
@@ -435,7 +463,7 @@ impl Filesystem for TarnFs {
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         match self.ds.getattr(ino.0) {
-            Ok(a) if a.kind == FileKind::Dir => reply.opened(self.new_fh(), FopenFlags::empty()),
+            Ok(a) if a.kind == FileKind::Dir => reply.opened(self.opened(), FopenFlags::empty()),
             Ok(_) => reply.error(Errno::ENOTDIR),
             Err(e) => reply.error(errno(&e)),
         }
@@ -468,6 +496,7 @@ impl Filesystem for TarnFs {
 
     fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
         self.dirs.lock().remove(&fh.0);
+        self.closed();
         reply.ok();
     }
 

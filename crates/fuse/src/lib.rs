@@ -1,24 +1,28 @@
 //! fuse — `tarn mount`: the POSIX face of a dataset, served to the kernel through FUSE,
 //! and the daemon that holds the pool while a dataset is mounted.
 //!
-//! Layer: between `pool` (below) and `cli` (above). It speaks to the engine only through
-//! `dataset` and `pool`: no engine crate below `dataset` is a dependency or named in its
-//! sources (`crates/cli/tests/layering.rs` checks both).
+//! Layer: between `control` (below: the commands and the socket server the daemon runs)
+//! and `cli` (above). It speaks to the engine only through `dataset` and `pool`: no
+//! engine crate below `dataset` is a dependency or named in its sources
+//! (`crates/cli/tests/layering.rs` checks both).
 //! Owns: the FUSE filesystem ([`fs::TarnFs`]), the order of the mount daemon's life
-//! (start, mount, ready, serve, the final commit; the fork, readiness pipe, signals and
-//! unmounting themselves are `tarn_daemon`'s), and the record of running mounts
-//! ([`state`]).
+//! (start, mount, control socket, ready, serve, the end; the fork, readiness pipe,
+//! signals and unmounting themselves are `tarn_daemon`'s), what the daemon does for the
+//! control socket (`holder`: mounts, unmounts, export and destroy of a mounted pool),
+//! and the record of running mounts ([`state`]).
 //! Promises: `mount` returns only once the mount is usable (or with one clear error);
 //! a clean unmount, SIGTERM or SIGINT commits everything (`Pool::close`) before the
-//! daemon exits; `umount` returns once the daemon has committed and released the pool.
+//! daemon exits; `umount` returns once the daemon has let the mount go (and, for its
+//! last, committed and released the pool); every command on the held pool is served
+//! over `$TARN_RUN_DIR/POOL.sock` while the daemon runs.
 //! Must never: fork after a thread exists, or leave a mount record that claims a pool
 //! for a process that has gone.
 
 pub mod fs;
+mod holder;
 pub mod mount;
 pub mod options;
 pub mod state;
-pub mod stats;
 
 pub use mount::{mount, umount, MountRequest};
 pub use options::{MountOptions, OptionError};
@@ -62,4 +66,14 @@ pub enum MountError {
     Umount { path: String, detail: String },
     #[error("mount state: {0}")]
     State(String),
+    /// What the daemon holding the pool answered on its control socket (boxed: it can
+    /// carry any engine error, and the others here are small).
+    #[error(transparent)]
+    Control(Box<tarn_control::OpError>),
+}
+
+impl From<tarn_control::OpError> for MountError {
+    fn from(e: tarn_control::OpError) -> MountError {
+        MountError::Control(Box::new(e))
+    }
 }

@@ -20,6 +20,7 @@ use tarn_pool::Pool;
 use tarn_daemon::{Asked, Termination, Verdict};
 
 use crate::fs::TarnFs;
+use crate::holder::{Holder, Mounted};
 use crate::options::MountOptions;
 use crate::state::{self, MountRecord};
 use crate::MountError;
@@ -66,7 +67,7 @@ where
             return Err(e);
         }
     };
-    readiness.ready(Some(&state::log_path(&started.record.pool)));
+    readiness.ready(Some(&state::log_path(started.holder.pool_name())));
     started.serve()
 }
 
@@ -82,11 +83,10 @@ fn report(verdict: &Verdict) {
     }
 }
 
-/// The mounted datasets being served.
+/// The running daemon: what it holds and serves, and its control socket.
 struct Started {
-    sessions: Vec<(String, PathBuf, fuser::BackgroundSession)>,
-    pool: Arc<Pool>,
-    record: MountRecord,
+    holder: Arc<Holder>,
+    server: tarn_control::Server,
 }
 
 fn start<E>(
@@ -98,6 +98,9 @@ where
     E: std::error::Error + Send + Sync + 'static,
 {
     let pool = Arc::new(open_pool().map_err(|e| MountError::OpenPool(Box::new(e)))?);
+    // We hold the devices now, so a record of this pool is a dead daemon's: its dead
+    // mounts must not make ours fail as busy.
+    state::clear_stale(pool.name());
     let mut wanted = vec![(req.dataset.clone(), given)];
     wanted.extend(req.more.iter().map(|d| (d.clone(), None)));
     let mut record = MountRecord {
@@ -107,34 +110,50 @@ where
         mountpoint: PathBuf::new(),
         mounts: Vec::new(),
     };
-    let mut sessions = Vec::new();
+    let mut live: Vec<Mounted> = Vec::new();
     for (dataset, given) in wanted {
-        match mount_one(&pool, &dataset, given, req, &mut record) {
-            Ok(session) => sessions.push(session),
-            Err(e) => {
-                // All or nothing: undo the mounts made so far, then report this one.
-                for (_, mp, s) in sessions {
-                    tarn_daemon::unmount_or_detach(&mp);
-                    drop(s);
-                }
-                record.remove();
-                let _ = close_pool(pool); // the mount error is the one to report
-                return Err(e);
-            }
+        match mount_recorded(&pool, &dataset, given, req, &mut record) {
+            Ok(m) => live.push(m),
+            Err(e) => return Err(undo_start(pool, live, &record, e)),
         }
     }
-    Ok(Started { sessions, pool, record })
+    let holder = Arc::new(Holder::new(pool, record, live, Box::new(mount_one)));
+    let server = match tarn_control::Server::start(holder.pool_name(), holder.clone()) {
+        Ok(s) => s,
+        Err(e) => {
+            // Without its socket no command could reach the pool: refuse the mount.
+            for m in holder.abandon_sessions() {
+                tarn_daemon::unmount_or_detach(&m.mountpoint);
+                drop(m.session);
+            }
+            let _ = holder.end(false); // the socket's error is the one to report
+            return Err(MountError::State(e.to_string()));
+        }
+    };
+    Ok(Started { holder, server })
 }
 
-/// Mounts one dataset of the open pool and adds it to the (saved) record.
-fn mount_one(
+/// All or nothing: undoes the mounts made so far and closes the pool; returns `e`.
+fn undo_start(pool: Arc<Pool>, live: Vec<Mounted>, record: &MountRecord, e: MountError) -> MountError {
+    for m in live {
+        tarn_daemon::unmount_or_detach(&m.mountpoint);
+        drop(m.session);
+    }
+    record.remove();
+    let _ = close_pool(pool); // the mount error is the one to report
+    e
+}
+
+/// Mounts one dataset at startup, saving the record first (so a crash right after the
+/// mount still names it).
+fn mount_recorded(
     pool: &Arc<Pool>,
     dataset: &str,
     given: Option<PathBuf>,
     req: &MountRequest,
     record: &mut MountRecord,
-) -> Result<(String, PathBuf, fuser::BackgroundSession), MountError> {
-    let ds = pool.dataset(dataset)?;
+) -> Result<Mounted, MountError> {
+    pool.dataset(dataset)?;
     let mountpoint = match given {
         Some(p) => p,
         None => mountpoint_property(pool, dataset)?,
@@ -145,15 +164,31 @@ fn mount_one(
     }
     record.mounts.push((dataset.to_string(), mountpoint.clone()));
     record.save()?;
-    let atime = ds.effective().atime && req.options.records_atime();
+    mount_one(pool, dataset, Some(mountpoint), req.threads, req.options).inspect_err(|_| {
+        record.mounts.pop();
+    })
+}
+
+/// Mounts one dataset of the open pool on `given` (or its `mountpoint` property) with
+/// `threads` FUSE workers and the `-o` options.
+fn mount_one(
+    pool: &Arc<Pool>,
+    dataset: &str,
+    given: Option<PathBuf>,
+    threads: usize,
+    options: MountOptions,
+) -> Result<Mounted, MountError> {
+    let ds = pool.dataset(dataset)?;
+    let mountpoint = match given {
+        Some(p) => p,
+        None => mountpoint_property(pool, dataset)?,
+    };
+    let mountpoint = check_mountpoint(&mountpoint)?;
+    let atime = ds.effective().atime && options.records_atime();
     let fs = TarnFs::new(pool.clone(), ds).recording_atime(atime);
-    match session(fs, &mountpoint, req, dataset, atime) {
-        Ok(s) => Ok((dataset.to_string(), mountpoint, s)),
-        Err(e) => {
-            record.mounts.pop();
-            Err(e)
-        }
-    }
+    let open = fs.open_handles();
+    let session = session(fs, &mountpoint, threads, &options, dataset, atime)?;
+    Ok(Mounted { dataset: dataset.to_string(), mountpoint, session, open })
 }
 
 /// Mounts and starts the worker threads; once this returns the kernel has our INIT
@@ -161,7 +196,8 @@ fn mount_one(
 fn session(
     fs: TarnFs,
     mountpoint: &Path,
-    req: &MountRequest,
+    threads: usize,
+    o: &MountOptions,
     dataset: &str,
     atime: bool,
 ) -> Result<fuser::BackgroundSession, MountError> {
@@ -171,7 +207,6 @@ fn session(
         MountOption::Subtype("tarn".to_string()),
         MountOption::DefaultPermissions,
     ];
-    let o = &req.options;
     config.mount_options.push(if o.no_dev { MountOption::NoDev } else { MountOption::Dev });
     config.mount_options.push(if o.no_suid { MountOption::NoSuid } else { MountOption::Suid });
     if o.no_exec {
@@ -188,7 +223,7 @@ fn session(
     }
     // allow_other: databases run as their own users.
     config.acl = SessionACL::All;
-    config.n_threads = Some(req.threads.max(1));
+    config.n_threads = Some(threads.max(1));
     config.clone_fd = true;
     let err = |source| MountError::Mount { path: mountpoint.display().to_string(), source };
     let s = fuser::Session::new(fs, mountpoint, &config).map_err(err)?;
@@ -196,44 +231,35 @@ fn session(
 }
 
 impl Started {
-    /// Serves until every mount goes away (unmounted from outside) or a signal asks us to
-    /// unmount them all; then commits and closes the pool and removes the record. A mount
-    /// that ends while others go on leaves the record.
+    /// Serves until every mount goes away (unmounted from outside, by `tarn umount`, or
+    /// by an export through the control socket) or a signal asks us to unmount them all;
+    /// then stops the control socket and ends the hold on the pool (`Holder::end`:
+    /// commit and close, or export or destroy as a command asked).
     fn serve(self) -> Result<(), MountError> {
-        let Started { mut sessions, pool, mut record } = self;
+        let Started { holder, server } = self;
         let mut termination = Termination::new();
-        let mut published = std::time::Instant::now() - Duration::from_secs(1);
-        while !sessions.is_empty() {
-            if published.elapsed() >= Duration::from_secs(1) {
-                crate::stats::apply_tuning(&pool);
-                crate::stats::publish(&pool);
-                published = std::time::Instant::now();
-            }
+        let mut stop_now = false;
+        loop {
             match termination.wait(Duration::from_millis(50)) {
                 Asked::Nothing => {}
-                Asked::Unmount => sessions.iter().for_each(|(_, mp, _)| tarn_daemon::unmount_or_detach(mp)),
-                Asked::StopNow => break, // still committing what we have
-            }
-            let (ended, live): (Vec<_>, Vec<_>) = sessions.into_iter().partition(|(_, _, s)| s.guard.is_finished());
-            sessions = live;
-            for (_, mp, session) in ended {
-                if let Err(e) = session.join() {
-                    eprintln!("tarn mount: session on {} ended with: {e}", mp.display());
-                }
-                record.mounts.retain(|(_, m)| *m != mp);
-                if !sessions.is_empty() {
-                    let _ = record.save();
+                Asked::Unmount => holder.mountpoints().iter().for_each(|mp| tarn_daemon::unmount_or_detach(mp)),
+                Asked::StopNow => {
+                    stop_now = true;
+                    break; // still committing what we have
                 }
             }
+            if holder.reap() == 0 {
+                break;
+            }
         }
-        // Sessions left here: the kernel still has users; commit what reached us.
-        for (_, _, s) in sessions {
-            std::mem::forget(s);
+        server.close();
+        if stop_now {
+            // The kernel still has users of these: commit what reached us, no more.
+            for m in holder.abandon_sessions() {
+                std::mem::forget(m.session);
+            }
         }
-        let result = close_pool(pool);
-        crate::stats::remove(&record.pool);
-        record.remove();
-        result
+        holder.end(!stop_now)
     }
 }
 
@@ -283,10 +309,10 @@ pub fn check_mountpoint(dir: &Path) -> Result<PathBuf, MountError> {
     Ok(abs)
 }
 
-/// `tarn umount MOUNTPOINT|POOL/DS`: unmounts and waits until the daemon has committed
-/// and released the pool. A mount whose daemon died (kill -9) is detached and its
-/// record removed.
-pub fn umount(target: &str) -> Result<(), MountError> {
+/// `tarn umount [-f] MOUNTPOINT|POOL/DS`: unmounts and waits until the daemon has let the
+/// mount go (and, for its last mount, committed and released the pool). A mount whose
+/// daemon died (kill -9) is detached and its record removed.
+pub fn umount(target: &str, force: bool) -> Result<(), MountError> {
     let records = state::all();
     let p = Path::new(target);
     let abs = p.canonicalize().unwrap_or_else(|_| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()));
@@ -294,7 +320,7 @@ pub fn umount(target: &str) -> Result<(), MountError> {
         r.served().into_iter().find(|(ds, mp)| ds == target || *mp == abs).map(|(_, mp)| (r.clone(), mp))
     });
     match found {
-        Some((r, mp)) if r.is_alive() => umount_live(&r, &mp),
+        Some((r, mp)) if r.is_alive() => umount_served(&r, &mp, force),
         Some((r, mp)) => {
             detach_dead(&mp);
             r.remove();
@@ -302,6 +328,35 @@ pub fn umount(target: &str) -> Result<(), MountError> {
         }
         None => umount_unrecorded(&abs, target),
     }
+}
+
+/// Asks the daemon that serves `mp` to unmount it (it knows which files are open there);
+/// a daemon that does not answer on its socket is unmounted through the kernel.
+fn umount_served(r: &MountRecord, mp: &Path, force: bool) -> Result<(), MountError> {
+    let mut client = match tarn_control::Client::connect(&r.pool) {
+        Ok(Some(c)) => c,
+        _ => return umount_live(r, mp),
+    };
+    let asked = tarn_control::ops::mounts::Umount { target: mp.display().to_string(), force };
+    match client.call(&asked) {
+        Ok(()) => {}
+        // Closing already (its last mount went away, an export runs) or just killed: once
+        // it is gone, what it leaves is a dead daemon's.
+        Err(e) if e.is_closing() || e.is_hangup() => {
+            client.wait_daemon_gone(UMOUNT_WAIT);
+            if !r.is_alive() {
+                detach_dead(mp);
+                r.remove();
+            }
+            return Ok(());
+        }
+        Err(e) => return Err(e.into()),
+    }
+    // The last mount: the daemon replied once the pool was closed, and exits now.
+    if state::load(&r.pool).ok().flatten().is_none_or(|now| now.pid != r.pid) {
+        client.wait_daemon_gone(UMOUNT_WAIT);
+    }
+    Ok(())
 }
 
 /// Unmounts `mp`, one of the mounts `r`'s daemon serves, and waits until the daemon has

@@ -5,12 +5,12 @@
 //!
 //! Owns: the record files and the liveness test of the process named in one.
 //! Promises: a record whose process is gone (killed, crashed, a zombie, or a reused pid
-//! that is not tarn) is reported as stale and removed by whoever finds it; other tarn
-//! commands use the records to explain *who* holds a pool and how to release it; a
-//! daemon whose mounts were all unmounted from outside (`fusermount3 -u`, `umount`) is
-//! finishing its final commit, and a command waits for it (at most [`FINISH_WAIT`])
-//! instead of calling the pool busy.
-//! Must never: signal or unmount anything by itself.
+//! that is not tarn) is stale: the next process to take the pool's devices detaches its
+//! dead mounts and removes it ([`clear_stale`]); `tarn umount` finds a daemon's mounts
+//! here; a daemon whose mounts were all unmounted from outside (`fusermount3 -u`,
+//! `umount`) is finishing its final commit, and `umount -a` waits for it (at most
+//! [`FINISH_WAIT`]).
+//! Must never: signal a process, or touch a live daemon's mounts.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -30,9 +30,7 @@ pub struct MountRecord {
     pub mounts: Vec<(String, PathBuf)>,
 }
 
-pub fn run_dir() -> PathBuf {
-    std::env::var_os("TARN_RUN_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/run/tarn"))
-}
+pub use tarn_control::protocol::run_dir;
 
 fn record_path(pool: &str) -> PathBuf {
     run_dir().join(format!("{pool}.mount"))
@@ -124,18 +122,22 @@ pub const FINISH_WAIT: Duration = Duration::from_secs(30);
 /// After this long, the waiting command says what it is waiting for.
 const FINISH_NOTICE: Duration = Duration::from_secs(2);
 
-/// Err with a clear message if a live `tarn mount` holds `pool`; a stale record (its
-/// process is gone) is removed. A daemon whose mounts are all gone is waited for (see
-/// [`wait_until_finished`]).
-pub fn refuse_if_mounted(pool: &str) -> Result<(), MountError> {
-    match load(pool)? {
-        Some(r) if r.is_alive() && r.pid != std::process::id() => wait_until_finished(&r, FINISH_WAIT),
-        Some(r) if !r.is_alive() => {
-            let _ = std::fs::remove_file(record_path(pool));
-            Ok(())
-        }
-        _ => Ok(()),
+/// Called by a process that has just taken `pool`'s devices: what a killed daemon left
+/// is stale. Its control socket is removed, its dead FUSE mounts (ENOTCONN to every
+/// user) are detached and its record removed, so nothing it left blocks the next mount
+/// or command. A record of a live daemon is left alone.
+pub fn clear_stale(pool: &str) {
+    tarn_control::server::remove_stale(pool);
+    let Ok(Some(r)) = load(pool) else { return };
+    if r.is_alive() {
+        return;
     }
+    for (_, mp) in r.served() {
+        if tarn_daemon::umount(&mp, 0).is_err() {
+            let _ = tarn_daemon::umount(&mp, libc::MNT_DETACH);
+        }
+    }
+    let _ = std::fs::remove_file(record_path(pool));
 }
 
 /// Waits while `r`'s daemon is alive with all its mounts gone (unmounted from outside,

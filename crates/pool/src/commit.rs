@@ -153,6 +153,7 @@ impl Inner {
         let zio = &self.ctx.zio;
         let mut mos = self.build_mos(frozen);
         mos.zil = Some(head);
+        mos.history = self.history.for_root(txg);
         let mos = mos.encode();
         let block = PendingBlock {
             data: &mos,
@@ -217,6 +218,7 @@ impl Inner {
             errlog,
             errlog_last,
             missed_txgs,
+            history: None,
         }
     }
 }

@@ -24,7 +24,7 @@ use crate::pool::{now_secs, Datasets, DsMeta, Pool};
 use crate::props::normalized;
 use crate::space::PoolSpace;
 
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct DatasetInfo {
     pub name: String,
     pub used: u64,

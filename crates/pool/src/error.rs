@@ -72,6 +72,16 @@ pub enum PoolError {
     NoScrub(String),
     #[error("{0} is given twice; each device can be used once")]
     DuplicateDevice(PathBuf),
+    #[error(transparent)]
+    History(#[from] crate::history::HistoryError),
+}
+
+impl PoolError {
+    /// A device is held by another process (its lock or its exclusive claim): the pool
+    /// is open elsewhere, or is being opened or closed there.
+    pub fn is_busy(&self) -> bool {
+        matches!(self, PoolError::Vdev(VdevError::Busy { .. } | VdevError::BlockDeviceBusy { .. }))
+    }
 }
 
 impl From<ObjError> for PoolError {

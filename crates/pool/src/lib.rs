@@ -19,13 +19,15 @@
 //! theory of operation of a commit), `mos`, `datasets`, `props`, `space`, `status`,
 //! `iostat`, `scrub` (scrub and resilver in the background; its header is the theory of
 //! operation of a scan) and `scanwalk` (one slice of it), `errlog` (permanent errors and
-//! the files they hit), `replay`, `scan` (finding pools on devices), `error`.
+//! the files they hit), `replay`, `scan` (finding pools on devices), `history` (the
+//! command history kept in the MOS), `error`.
 
 mod claim;
 mod commit;
 mod datasets;
 mod errlog;
 mod error;
+mod history;
 mod iostat;
 mod lifecycle;
 mod mos;
@@ -41,6 +43,7 @@ mod status;
 pub use datasets::{check_name, DatasetInfo};
 pub use errlog::ErrKey;
 pub use error::{ClaimError, CommitError, ImportError, PoolError, PropError, RootError};
+pub use history::{HistoryEntry, HistoryError, HISTORY_MAX_BYTES, HISTORY_VERSION};
 pub use iostat::{LeafIostat, PoolIostat, VdevIostat};
 pub use lifecycle::{CreateOptions, ImportOptions, VdevSpec};
 pub use mos::{HexError, Mos, MosError, RecordError, MOS_VERSION};

@@ -152,6 +152,7 @@ impl Pool {
         let rewrite_labels = label.state != LabelState::Active || opened_label.tree != label.tree;
         let pool = Pool::assemble(opened_label, zio.clone(), ub.txg, opts.txg.clone(), mos.next_dataset_id, zil_seq);
         *pool.inner.mos_bp.lock() = Some(mos_bp);
+        pool.inner.history.restore(mos.history.as_deref());
         restore_error_counters(&zio.vdevs, &mos);
         pool.inner.scan.restore(mos.scan.clone());
         *pool.inner.errlog.lock() = ErrLog::restore(&mos.errlog, &mos.errlog_last);

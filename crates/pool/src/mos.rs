@@ -83,6 +83,10 @@ pub struct Mos {
     /// resilver copies them (version 3 on).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub missed_txgs: BTreeMap<String, [u64; 2]>,
+    /// The command history (`crate::history`, FORMAT.md §12.1), with its own version.
+    /// Optional, so it needs no MOS version: a reader that does not know it ignores it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<Box<serde_json::value::RawValue>>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -164,6 +168,7 @@ mod tests {
             errlog: Vec::new(),
             errlog_last: Vec::new(),
             missed_txgs: BTreeMap::new(),
+            history: None,
         }
     }
 

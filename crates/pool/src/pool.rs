@@ -26,6 +26,7 @@ use tarn_zio::{BlockPtr, Zio};
 
 use crate::errlog::ErrLog;
 use crate::error::CommitError;
+use crate::history::History;
 use crate::scrub::ScanCtl;
 
 /// Local state of one dataset kept in the MOS.
@@ -72,6 +73,8 @@ pub(crate) struct Inner {
     /// When the pool was opened (`tarn_vdev::iostat::now_ns`): iostat's first report
     /// covers the time since.
     pub(crate) opened_ns: u64,
+    /// The command history, written into every root (`crate::history`).
+    pub(crate) history: History,
 }
 
 pub struct Pool {
@@ -136,6 +139,7 @@ impl Pool {
                 scan: ScanCtl::default(),
                 errlog: Mutex::new(ErrLog::default()),
                 opened_ns: tarn_vdev::iostat::now_ns(),
+                history: History::default(),
             }),
             sync_thread: Mutex::new(None),
         }

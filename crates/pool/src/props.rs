@@ -16,7 +16,7 @@ use crate::datasets::subtree_space;
 use crate::error::{PoolError, PropError};
 use crate::pool::{Datasets, Pool};
 
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct PropRow {
     pub property: String,
     pub value: String,

@@ -174,7 +174,7 @@ impl ScanPace {
 }
 
 /// What a foreground scrub found (`Pool::scrub`).
-#[derive(Clone, Debug, Default, serde::Serialize)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct ScrubResult {
     pub blocks: u64,
     pub bytes: u64,

@@ -80,9 +80,12 @@ impl FileDevice {
         options.read(true).write(true);
         if direct {
             use std::os::unix::fs::OpenOptionsExt;
-            options.custom_flags(libc::O_DIRECT);
+            // O_EXCL on a block device is the kernel's own exclusive claim: it holds
+            // whatever node name reaches the device (a symlink, another devtmpfs), and a
+            // kernel mount of it is refused too. flock below covers image files.
+            options.custom_flags(libc::O_DIRECT | libc::O_EXCL);
         }
-        let file = options.open(path).map_err(io)?;
+        let file = open_waiting_if_claimed(&options, path, direct)?;
         lock_exclusively(&file, path)?;
         let size = device_size(&file).map_err(io)?;
         Ok(FileDevice { file, path: path.to_path_buf(), size, direct })
@@ -117,6 +120,24 @@ fn lock_exclusively(file: &File, path: &Path) -> Result<(), VdevError> {
             return Err(VdevError::Busy { path: path.to_path_buf() });
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Opens `path`; a block device claimed by another holder (EBUSY under O_EXCL) is
+/// retried for as long as a busy lock is (a killed holder releases it as it exits).
+fn open_waiting_if_claimed(options: &OpenOptions, path: &Path, block: bool) -> Result<File, VdevError> {
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    loop {
+        match options.open(path) {
+            Ok(file) => return Ok(file),
+            Err(e) if block && e.raw_os_error() == Some(libc::EBUSY) => {
+                if std::time::Instant::now() >= deadline {
+                    return Err(VdevError::BlockDeviceBusy { path: path.to_path_buf() });
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Err(source) => return Err(VdevError::Io { path: path.to_path_buf(), source }),
+        }
     }
 }
 

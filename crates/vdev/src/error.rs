@@ -35,6 +35,8 @@ pub enum VdevError {
     Busy { path: PathBuf },
     #[error("{path}: {source}; the label is damaged or was not written by tarn")]
     BadLabel { path: PathBuf, source: Box<crate::label::BadField> },
+    #[error("{path}: block device is in use (held by another tarn process, mounted, or claimed by another driver such as md, dm or bcache); stop its holder or wait")]
+    BlockDeviceBusy { path: PathBuf },
     #[error("{path}: no such device; give --size to create an image file")]
     NoSuchDevice { path: PathBuf },
 }

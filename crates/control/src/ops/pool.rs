@@ -1,0 +1,233 @@
+//! Commands on the pool as a whole: `pool status|scrub|clear|export|destroy|add|history|
+//! iostat`, `stats`, `tune`.
+//!
+//! Owns: what each does to the pool, and the checks before a pool is given up (`destroy`
+//! of a pool holding data needs `-f`; a log device cannot be added to a live pool yet).
+//! Promises: export and destroy change nothing themselves: they ask for a [`Finish`],
+//! carried out by whoever holds the pool once its datasets are unmounted.
+//! Must never: tune a pool that has no running cache, or consume the pool.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use tarn_dataset::props::format_size;
+use tarn_pool::{HistoryEntry, PoolIostat, PoolStats, PoolStatus, ScanStatus, VdevSpec};
+
+use crate::error::OpError;
+use crate::op::{Finish, Held, Op};
+
+/// `tarn pool status [-v]` and `pool list`.
+#[derive(Serialize, Deserialize)]
+pub struct Status {
+    /// `-v`: name the files the data errors hit (walks the error log's blocks).
+    #[serde(default)]
+    pub verbose: bool,
+}
+
+impl Op for Status {
+    const NAME: &'static str = "pool.status";
+    type Output = PoolStatus;
+    fn run(self, on: &Held<'_>) -> Result<PoolStatus, OpError> {
+        Ok(if self.verbose { on.pool.status_verbose() } else { on.pool.status() })
+    }
+}
+
+/// `tarn pool scrub` on a held pool: starts a scrub in the background of the process
+/// that holds it (yielding to the database's I/O; `Pool::scrub_start`). A scrub cut short
+/// resumes; a resilver under way is refused (it must come first: wait for it).
+#[derive(Serialize, Deserialize)]
+pub struct ScrubStart {}
+
+impl Op for ScrubStart {
+    const NAME: &'static str = "pool.scrub_start";
+    const CHANGES_POOL: bool = true;
+    type Output = ();
+    fn run(self, on: &Held<'_>) -> Result<(), OpError> {
+        // A scan runs on a thread of the holder: a pool this command opened itself would
+        // close (and cut the scan short) as soon as the command ends.
+        on.daemon("a scrub in the background needs a process that holds it: `tarn pool scrub` (in the foreground) or `tarn pool scrub -d`")?;
+        Ok(on.pool.scrub_start()?)
+    }
+}
+
+/// `tarn pool scrub -s`: stops the scrub under way (recorded as canceled).
+#[derive(Serialize, Deserialize)]
+pub struct ScrubStop {}
+
+impl Op for ScrubStop {
+    const NAME: &'static str = "pool.scrub_stop";
+    const CHANGES_POOL: bool = true;
+    type Output = ();
+    fn run(self, on: &Held<'_>) -> Result<(), OpError> {
+        Ok(on.pool.scrub_stop()?)
+    }
+}
+
+/// What `tarn pool scrub` follows: the scan record and whether a thread runs it.
+#[derive(Serialize, Deserialize)]
+pub struct Scan {}
+
+impl Op for Scan {
+    const NAME: &'static str = "pool.scan";
+    type Output = Option<ScanStatus>;
+    fn run(self, on: &Held<'_>) -> Result<Option<ScanStatus>, OpError> {
+        Ok(on.pool.scan())
+    }
+}
+
+/// `tarn pool iostat`: the pool's I/O counters since it was opened.
+#[derive(Serialize, Deserialize)]
+pub struct Iostat {}
+
+impl Op for Iostat {
+    const NAME: &'static str = "pool.iostat";
+    type Output = PoolIostat;
+    fn run(self, on: &Held<'_>) -> Result<PoolIostat, OpError> {
+        Ok(on.pool.iostat())
+    }
+}
+
+/// `tarn pool clear`: resets the device error counters.
+#[derive(Serialize, Deserialize)]
+pub struct Clear {}
+
+impl Op for Clear {
+    const NAME: &'static str = "pool.clear";
+    const CHANGES_POOL: bool = true;
+    type Output = ();
+    fn run(self, on: &Held<'_>) -> Result<(), OpError> {
+        Ok(on.pool.clear_errors()?)
+    }
+}
+
+/// `tarn pool export [-f]`: the mounts are unmounted (`-f`: even with files open, whose
+/// I/O then fails), then the pool is committed, marked exported and closed.
+#[derive(Serialize, Deserialize)]
+pub struct Export {
+    pub force: bool,
+}
+
+impl Op for Export {
+    const NAME: &'static str = "pool.export";
+    const CHANGES_POOL: bool = true;
+    const RELEASES_POOL: bool = true;
+    type Output = ();
+    fn run(self, on: &Held<'_>) -> Result<(), OpError> {
+        on.finish_with(Finish::Export { force: self.force });
+        Ok(())
+    }
+}
+
+/// `tarn pool destroy [-f]`: a pool holding data needs `-f` (which also unmounts busy
+/// datasets).
+#[derive(Serialize, Deserialize)]
+pub struct Destroy {
+    pub force: bool,
+}
+
+impl Op for Destroy {
+    const NAME: &'static str = "pool.destroy";
+    const CHANGES_POOL: bool = true;
+    const RELEASES_POOL: bool = true;
+    type Output = ();
+    fn run(self, on: &Held<'_>) -> Result<(), OpError> {
+        let name = on.pool.name();
+        if !self.force && on.pool.holds_data()? {
+            let datasets = on.pool.dataset_names().len();
+            let used: u64 = on.pool.datasets_info().iter().filter(|d| d.name == name).map(|d| d.used).sum();
+            return Err(OpError::Refused(format!(
+                "pool '{name}' holds data ({datasets} datasets, {} used); use -f to destroy it",
+                format_size(used)
+            )));
+        }
+        on.finish_with(Finish::Destroy { force: self.force });
+        Ok(())
+    }
+}
+
+/// A vdev as the command line gave it (the wire form of `VdevSpec`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum Vdev {
+    Disk(PathBuf),
+    Mirror(Vec<PathBuf>),
+}
+
+impl From<&Vdev> for VdevSpec {
+    fn from(v: &Vdev) -> VdevSpec {
+        match v {
+            Vdev::Disk(p) => VdevSpec::Disk(p.clone()),
+            Vdev::Mirror(ps) => VdevSpec::Mirror(ps.clone()),
+        }
+    }
+}
+
+/// `tarn pool add POOL log DEV…`.
+#[derive(Serialize, Deserialize)]
+pub struct AddLogs {
+    pub logs: Vec<Vdev>,
+    pub force: bool,
+    pub size: Option<u64>,
+}
+
+impl Op for AddLogs {
+    const NAME: &'static str = "pool.add";
+    const CHANGES_POOL: bool = true;
+    type Output = ();
+    fn run(self, on: &Held<'_>) -> Result<(), OpError> {
+        if let Some(d) = on.daemon {
+            // The vdev tree of an open pool is fixed (the engine adds devices by closing
+            // the pool and rewriting every label), and a mounted pool cannot be closed.
+            return Err(OpError::Refused(format!(
+                "cannot add a log device to pool '{}' while it is mounted (tarn mount pid {}): devices are added to a closed pool; unmount its datasets (tarn umount), add the device, and mount again",
+                on.pool.name(),
+                d.pid()
+            )));
+        }
+        on.finish_with(Finish::AddLogs {
+            logs: self.logs.iter().map(VdevSpec::from).collect(),
+            force: self.force,
+            size: self.size,
+        });
+        Ok(())
+    }
+}
+
+/// `tarn pool history`.
+#[derive(Serialize, Deserialize)]
+pub struct History {}
+
+impl Op for History {
+    const NAME: &'static str = "pool.history";
+    type Output = Vec<HistoryEntry>;
+    fn run(self, on: &Held<'_>) -> Result<Vec<HistoryEntry>, OpError> {
+        Ok(on.pool.history()?)
+    }
+}
+
+/// `tarn stats`: every engine counter.
+#[derive(Serialize, Deserialize)]
+pub struct Stats {}
+
+impl Op for Stats {
+    const NAME: &'static str = "pool.stats";
+    type Output = PoolStats;
+    fn run(self, on: &Held<'_>) -> Result<PoolStats, OpError> {
+        Ok(on.pool.stats())
+    }
+}
+
+/// `tarn tune POOL arc_max=SIZE`: the ARC budget of a running pool.
+#[derive(Serialize, Deserialize)]
+pub struct Tune {
+    pub arc_max: u64,
+}
+
+impl Op for Tune {
+    const NAME: &'static str = "pool.tune";
+    type Output = ();
+    fn run(self, on: &Held<'_>) -> Result<(), OpError> {
+        on.daemon("it has no running cache to tune; set TARN_ARC_MAX for the process that mounts it")?;
+        on.pool.set_arc_max(self.arc_max);
+        Ok(())
+    }
+}
