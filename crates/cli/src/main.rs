@@ -29,6 +29,7 @@
 //! one, the fix.
 
 mod access;
+mod allocator;
 mod args;
 mod cache;
 mod copy;
@@ -58,6 +59,7 @@ fn main() -> ExitCode {
     // `tarn ls … | head` should end quietly like other Unix tools, not panic on EPIPE.
     // SAFETY: setting a signal disposition before any thread starts.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    allocator::install();
     let cli = Cli::parse();
     match run(cli.cmd) {
         Ok(()) => ExitCode::SUCCESS,

@@ -69,6 +69,8 @@ pub fn mount(
     }
     let req = tarn_fuse::MountRequest { dataset, mountpoint, foreground, threads, more: also, options };
     let open = || {
+        // After the fork: the daemon may start threads now.
+        crate::allocator::start_background_threads();
         let p = access::open_local(&pool)?;
         // In the background, behind the database's I/O; a failure to resume is no
         // reason to refuse the mount (`pool status` shows the scrub as cut short).

@@ -15,17 +15,21 @@ use crate::{Dataset, FsError};
 impl Dataset {
     /// An open handle keeps an unlinked file's data alive until its release.
     pub fn open(&self, ino: u64) -> Result<(), FsError> {
-        self.os.get(ino)?;
-        *self.opens.lock().entry(ino).or_default() += 1;
+        let obj = self.os.get(ino)?;
+        self.opens.lock().entry(ino).or_insert((0, obj)).0 += 1;
         Ok(())
     }
 
     pub fn release(&self, ino: u64) -> Result<(), FsError> {
         let last = {
             let mut opens = self.opens.lock();
-            let n = opens.entry(ino).or_default();
-            *n = n.saturating_sub(1);
-            let last = *n == 0;
+            let last = match opens.get_mut(&ino) {
+                Some((n, _)) => {
+                    *n -= 1;
+                    *n == 0
+                }
+                None => true,
+            };
             if last {
                 opens.remove(&ino);
             }
@@ -42,7 +46,7 @@ impl Dataset {
     /// `obj` lost its last name in txg `txg`: freed now, or kept until its last handle is
     /// released.
     pub(crate) fn forget_or_keep_open(&self, obj: &Object, txg: u64) {
-        if self.opens.lock().get(&obj.id()).copied().unwrap_or(0) > 0 {
+        if self.opens.lock().get(&obj.id()).is_some_and(|(n, _)| *n > 0) {
             self.unlinked.lock().insert(obj.id());
         } else {
             self.os.free_object(obj, txg);

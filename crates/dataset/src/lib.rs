@@ -95,7 +95,9 @@ pub struct Dataset {
     zil: Arc<Zil>,
     used_physical: AtomicU64,
     used_logical: AtomicU64,
-    opens: Mutex<HashMap<u64, u32>>,
+    /// Open handles per object, and the object itself: holding it keeps it in the object
+    /// cache (an open file's object is never evicted).
+    opens: Mutex<HashMap<u64, (u32, Arc<Object>)>>,
     unlinked: Mutex<BTreeSet<u64>>,
     /// The unlinked set as of the last quiesce: what the syncing txg records.
     unlinked_at_quiesce: Mutex<Vec<u64>>,
@@ -149,6 +151,12 @@ impl Dataset {
     /// records in its root.
     pub fn meta_dnode(&self) -> Dnode {
         self.os.meta_dnode()
+    }
+
+    /// Evicts clean objects while decoded objects are over their share of the ARC's budget
+    /// (after the budget shrank).
+    pub fn trim_cache(&self) {
+        self.os.trim();
     }
 
     /// The next object id the set will hand out, recorded with the meta dnode.

@@ -42,7 +42,7 @@ pub(crate) struct Changes {
 }
 
 impl Changes {
-    fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.records.is_empty()
             && self.early.is_empty()
             && self.orphans.is_empty()

@@ -9,7 +9,8 @@
 //! last name drops its link count to 0; a mode change keeps the file type.
 //!
 //! Promises: a read-only view of the dnode (`dnode()`); entries loaded from disk on first
-//! use, then kept in memory until the object leaves the cache.
+//! use, then kept in memory until the object leaves the cache, their bytes charged to the
+//! ARC's budget.
 //!
 //! Must never: check names or permissions (the dataset does), or mark the object set
 //! dirty (the caller does, after dropping the lock: `ObjSet::mark_dirty`).
@@ -17,7 +18,7 @@ use tarn_zio::Zio;
 
 use crate::dir::{self, DirEntry, Entries};
 use crate::dnode::{Dnode, ObjType, Timespec};
-use crate::object::ObjState;
+use crate::object::{ObjState, DIR_ENTRY_BYTES};
 use crate::ObjError;
 
 /// The file-type bits of a mode, which a mode change keeps.
@@ -99,6 +100,7 @@ impl ObjState {
     /// A new directory's entries: empty, to be written with txg `txg`.
     pub fn init_dir(&mut self, txg: u64) {
         self.dir = Some(Entries::new());
+        self.dir_bytes = 0;
         self.dir_dirty = true;
         self.last_dirty_txg = txg;
     }
@@ -121,7 +123,10 @@ impl ObjState {
 
     /// Adds entry `name` to this directory in txg `txg` (the caller checked it is free).
     pub fn add_entry(&mut self, zio: &Zio, txg: u64, name: &[u8], entry: DirEntry) -> Result<(), ObjError> {
-        self.entries_mut(zio)?.insert(name.to_vec(), entry);
+        if self.entries_mut(zio)?.insert(name.to_vec(), entry).is_none() {
+            self.dir_bytes += entry_bytes(name);
+            self.recharge(zio);
+        }
         if entry.obj_type == ObjType::Dir {
             self.dnode.nlink += 1; // the subdirectory's ".."
         }
@@ -132,6 +137,10 @@ impl ObjState {
     /// Removes entry `name` from this directory in txg `txg`; returns what it named.
     pub fn remove_entry(&mut self, zio: &Zio, txg: u64, name: &[u8]) -> Result<Option<DirEntry>, ObjError> {
         let removed = self.entries_mut(zio)?.remove(name);
+        if removed.is_some() {
+            self.dir_bytes -= entry_bytes(name);
+            self.recharge(zio);
+        }
         if removed.is_some_and(|e| e.obj_type == ObjType::Dir) {
             self.dnode.nlink = self.dnode.nlink.saturating_sub(1);
         }
@@ -164,7 +173,10 @@ impl ObjState {
                 bytes[at as usize..at as usize + n].copy_from_slice(&rec[..n]);
                 at += n as u64;
             }
-            self.dir = Some(dir::decode(&bytes)?);
+            let entries = dir::decode(&bytes)?;
+            self.dir_bytes = entries.keys().map(|name| entry_bytes(name)).sum();
+            self.dir = Some(entries);
+            self.recharge(zio);
         }
         Ok(self.dir.as_mut().expect("loaded"))
     }
@@ -175,8 +187,14 @@ impl ObjState {
         self.open.free_object = true;
         self.gone = true;
         self.dir = None;
+        self.dir_bytes = 0;
         self.dir_dirty = false;
         self.last_dirty_txg = txg;
         self.open.txg = txg;
     }
+}
+
+/// What the entry `name` costs in memory.
+fn entry_bytes(name: &[u8]) -> u64 {
+    name.len() as u64 + DIR_ENTRY_BYTES
 }

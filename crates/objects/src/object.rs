@@ -17,6 +17,7 @@
 //! updates the tree (`changes.rs`, `objset.rs`).
 use std::cell::Cell;
 use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
@@ -45,6 +46,10 @@ pub struct ObjState {
     pub(crate) dir_dirty: bool,
     /// The object was freed (its dnode slot will be zeroed).
     pub(crate) gone: bool,
+    /// Bytes of the loaded directory entries (names and their map), for the budget.
+    pub(crate) dir_bytes: u64,
+    /// Bytes this object has charged to the ARC's budget (`recharge`).
+    pub(crate) charged: u64,
     /// Sequential-read detection: the record the next read would start at if the reader
     /// goes on in order, how many reads in a row did, and how far read-ahead has gone.
     seq_next: u64,
@@ -54,8 +59,20 @@ pub struct ObjState {
 
 pub struct Object {
     id: u64,
+    /// Looked up since the object cache's hand last passed (CLOCK): set without a lock.
+    pub(crate) touched: AtomicBool,
     state: Mutex<ObjState>,
 }
+
+/// What a cached object costs besides its directory entries and tree map: the object,
+/// its `Arc`, the cache's node, the allocator's rounding.
+pub(crate) const OBJECT_BYTES: u64 = std::mem::size_of::<Object>() as u64 + 16 + 64 + 32;
+/// What one indirect block known to a tree costs in its map (the block itself is the
+/// decoded cache's).
+const TREE_NODE_BYTES: u64 = 48;
+/// What one directory entry costs besides its name: the name's vector and allocation,
+/// the entry, its share of the map's nodes.
+pub(crate) const DIR_ENTRY_BYTES: u64 = 24 + 16 + 16 + 40;
 
 thread_local! {
     /// Object locks this thread holds (see `Object::lock`).
@@ -141,6 +158,7 @@ impl Object {
         let tree = BlockTree::new(dnode.root, dnode.nlevels);
         Object {
             id,
+            touched: AtomicBool::new(true),
             state: Mutex::new(ObjState {
                 dnode,
                 tree,
@@ -150,6 +168,8 @@ impl Object {
                 dir: None,
                 dir_dirty: false,
                 gone: false,
+                dir_bytes: 0,
+                charged: OBJECT_BYTES,
                 seq_next: 0,
                 seq_run: 0,
                 prefetched_to: 0,
@@ -179,6 +199,26 @@ impl Object {
     /// A copy of the dnode as the open txg sees it.
     pub fn dnode(&self) -> Dnode {
         self.lock().dnode.clone()
+    }
+
+    /// Marks the object used (the object cache's CLOCK bit).
+    pub(crate) fn touch(&self) {
+        // Written only when it changes: readers of a hot object do not bounce its line.
+        if !self.touched.load(Ordering::Relaxed) {
+            self.touched.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// The bytes the object has charged, if it may leave the cache now: nobody else holds
+    /// it (`only_ref`, the caller holds the cache's lock, so no one can take it meanwhile),
+    /// its lock is free and it holds nothing that is not on disk as of a committed txg
+    /// (`synced`). Never waits for the lock.
+    pub(crate) fn evictable(self: &Arc<Self>, synced: u64) -> Option<u64> {
+        if Arc::strong_count(self) != 1 {
+            return None;
+        }
+        let st = self.state.try_lock()?;
+        st.is_clean(synced).then_some(st.charged)
     }
 }
 
@@ -233,6 +273,33 @@ impl ObjGuard<'_> {
 impl ObjState {
     pub(crate) fn blksz(&self) -> u64 {
         self.dnode.blksz as u64
+    }
+
+    /// Nothing here that a reload from disk would not give back: no change in the open or
+    /// syncing txg, no dirty directory, and its last change committed (an fsync of it
+    /// has nothing to wait for).
+    fn is_clean(&self, synced: u64) -> bool {
+        self.open.is_empty()
+            && self.syncing.is_empty()
+            && self.syncing.dnode.is_none()
+            && !self.dir_dirty
+            && self.last_dirty_txg <= synced
+    }
+
+    /// What the object costs in memory now (see `OBJECT_BYTES`).
+    fn footprint(&self) -> u64 {
+        OBJECT_BYTES + self.tree.known_blocks() as u64 * TREE_NODE_BYTES + self.dir_bytes
+    }
+
+    /// Brings the object's charge to the ARC's budget up to date.
+    pub(crate) fn recharge(&mut self, zio: &Zio) {
+        let now = self.footprint();
+        if now > self.charged {
+            zio.arc.charge(tarn_arc::Outside::Objects, now - self.charged);
+        } else if now < self.charged {
+            zio.arc.discharge(tarn_arc::Outside::Objects, self.charged - now);
+        }
+        self.charged = now;
     }
 
     pub(crate) fn source(&mut self, zio: &Zio, blkid: u64) -> Result<Source, ZioError> {

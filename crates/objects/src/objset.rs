@@ -1,27 +1,32 @@
 //! An object set: the dnode table (object 0, itself an object whose records are arrays
 //! of dnodes) and the objects it describes, loaded on demand and cached.
 //!
-//! Owns: the object cache, object ids, the set of objects dirty in the open txg and of
-//! those syncing, and the sync of the whole set (data records, then indirect blocks, then
-//! the dnode table).
+//! Owns: the object cache (ZFS's dnode cache: a CLOCK whose objects are charged to the
+//! ARC's budget and evicted when clean, see `trim`), object ids, the set of objects dirty
+//! in the open txg and of those syncing, and the sync of the whole set (data records,
+//! then indirect blocks, then the dnode table).
 //!
 //! Promises: a sync writes only new blocks and reports every block it no longer needs —
 //! blocks it replaced, blocks cut off by truncates and frees, and early-written blocks no
 //! record adopted — in its `SyncResult`, for the caller to free in the same txg; an
-//! object freed in a txg leaves the cache only after that txg's sync.
+//! object freed in a txg leaves the cache only after that txg's sync; an object leaves
+//! the cache on its own only when a reload from disk gives it back exactly: nobody holds
+//! it (an open handle or a lock holder does), it has no change in the open or syncing
+//! txg and its last change is committed.
 //!
 //! Must never: free a block itself (the pool frees what a sync returns: zio's deferred
 //! frees are the txg's free list, released only after the txg commits), or commit.
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use hashlink::LinkedHashMap;
 use parking_lot::{Mutex, MutexGuard, RwLock};
 use tarn_zio::{BlockPtr, BlockType, ChecksumKind, Compression, PendingBlock};
 
 use crate::dnode::{Dnode, ObjType, DNODE_SIZE};
 use crate::early::adoptable;
-use crate::object::{FreshObject, ObjState, Object, Record};
+use crate::object::{FreshObject, ObjState, Object, Record, OBJECT_BYTES};
 use crate::{Ctx, ObjError};
 
 /// Records of the dnode table: 64 dnodes each.
@@ -74,9 +79,13 @@ impl SyncResult {
 pub struct ObjSet {
     ctx: Arc<Ctx>,
     meta: Object,
-    /// Read-mostly: every file operation looks its object up here.
-    cache: RwLock<HashMap<u64, Arc<Object>>>,
+    /// Read-mostly: every file operation looks its object up here. In CLOCK order (the
+    /// front is where the hand is).
+    cache: RwLock<LinkedHashMap<u64, Arc<Object>>>,
     next_obj: AtomicU64,
+    /// Counts objects leaving the cache (trimmed or freed), under its write lock: a load
+    /// that raced a departure reads its dnode again (`get`).
+    departures: AtomicU64,
     dirty: Mutex<BTreeSet<u64>>,
     syncing: Mutex<Vec<u64>>,
 }
@@ -88,8 +97,9 @@ impl ObjSet {
         ObjSet {
             ctx,
             meta: Object::new(0, meta),
-            cache: RwLock::new(HashMap::new()),
+            cache: RwLock::new(LinkedHashMap::new()),
             next_obj: AtomicU64::new(next_obj.max(1)),
+            departures: AtomicU64::new(0),
             dirty: Mutex::new(BTreeSet::new()),
             syncing: Mutex::new(Vec::new()),
         }
@@ -111,6 +121,7 @@ impl ObjSet {
     pub fn get(&self, id: u64) -> Result<Arc<Object>, ObjError> {
         let cached = self.cache.read().get(&id).cloned();
         if let Some(o) = cached {
+            o.touch();
             if o.lock().gone {
                 return Err(ObjError::NoObject(id));
             }
@@ -119,15 +130,70 @@ impl ObjSet {
         if id == 0 || id >= self.next_obj() {
             return Err(ObjError::NoObject(id));
         }
-        let mut raw = [0u8; DNODE_SIZE];
-        let n = self.meta.lock().read(&self.ctx, id * DNODE_SIZE as u64, &mut raw, tarn_zio::CachePolicy::All)?;
-        if n < DNODE_SIZE {
-            return Err(ObjError::NoObject(id));
+        let obj = loop {
+            let departures = self.departures.load(Ordering::Acquire);
+            let mut raw = [0u8; DNODE_SIZE];
+            let n = self.meta.lock().read(&self.ctx, id * DNODE_SIZE as u64, &mut raw, tarn_zio::CachePolicy::All)?;
+            if n < DNODE_SIZE {
+                return Err(ObjError::NoObject(id));
+            }
+            let dnode = Dnode::decode(&raw)?.ok_or(ObjError::NoObject(id))?;
+            let mut cache = self.cache.write();
+            if let Some(o) = cache.get(&id) {
+                break o.clone(); // loaded by another thread meanwhile
+            }
+            if self.departures.load(Ordering::Acquire) != departures {
+                // An object left the cache while this dnode was read: if it was this one,
+                // changed, synced and evicted meanwhile, the bytes read may be older than
+                // its last change. Read again.
+                continue;
+            }
+            let o = Arc::new(Object::new(id, dnode));
+            cache.insert(id, o.clone());
+            self.ctx.zio.arc.charge(tarn_arc::Outside::Objects, OBJECT_BYTES);
+            break o;
+        };
+        self.trim();
+        Ok(obj)
+    }
+
+    /// Evicts clean objects (CLOCK: one looked up since the hand last passed goes round
+    /// once more) while decoded objects are over their share of the ARC's budget. Never
+    /// waits for an object's lock.
+    pub fn trim(&self) {
+        let arc = &self.ctx.zio.arc;
+        if !arc.objects_over_share() {
+            return;
         }
-        let dnode = Dnode::decode(&raw)?.ok_or(ObjError::NoObject(id))?;
-        let mut cache = self.cache.write();
-        let obj = cache.entry(id).or_insert_with(|| Arc::new(Object::new(id, dnode)));
-        Ok(obj.clone())
+        let synced = self.ctx.txg.synced();
+        let mut evicted = Vec::new();
+        {
+            let mut cache = self.cache.write();
+            // Lock order: the cache, then the dirty set (see `quiesce`).
+            let dirty = self.dirty.lock();
+            // Each object is looked at at most twice (once to clear its bit).
+            let mut steps = 2 * cache.len();
+            while steps > 0 && arc.objects_over_share() {
+                steps -= 1;
+                let Some((&id, obj)) = cache.front() else { break };
+                let charged = if obj.touched.swap(false, Ordering::Relaxed) || dirty.contains(&id) {
+                    None
+                } else {
+                    obj.evictable(synced)
+                };
+                match charged {
+                    Some(bytes) => {
+                        evicted.extend(cache.remove(&id));
+                        self.departures.fetch_add(1, Ordering::Release);
+                        arc.discharge(tarn_arc::Outside::Objects, bytes);
+                    }
+                    None => {
+                        cache.to_back(&id);
+                    }
+                }
+            }
+        }
+        drop(evicted); // freed outside the locks
     }
 
     /// The object `id` even if it was freed in a txg that has not synced yet (the intent
@@ -145,7 +211,9 @@ impl ObjSet {
         let id = self.next_obj.fetch_add(1, Ordering::Relaxed);
         let obj = Arc::new(Object::new(id, dnode));
         self.cache.write().insert(id, obj.clone());
+        self.ctx.zio.arc.charge(tarn_arc::Outside::Objects, OBJECT_BYTES);
         self.dirty.lock().insert(id);
+        self.trim();
         FreshObject(obj)
     }
 
@@ -162,10 +230,14 @@ impl ObjSet {
 
     /// Freezes the open txg's changes (called with the txg barrier held).
     pub fn quiesce(&self, txg: u64) -> Result<(), ObjError> {
-        let ids: Vec<u64> = std::mem::take(&mut *self.dirty.lock()).into_iter().collect();
+        // The cache's lock before the dirty set's, held until every object is quiesced:
+        // `trim` (under the write lock) must never see an object that has left the dirty
+        // set but does not have its syncing changes yet (a change to its dnode alone
+        // leaves no record to tell it is dirty).
         let cache = self.cache.read();
+        let ids: Vec<u64> = std::mem::take(&mut *self.dirty.lock()).into_iter().collect();
         for &id in &ids {
-            let obj = cache.get(&id).expect("a dirty object is cached");
+            let obj = cache.get(&id).expect("invariant broken: a dirty object left the object cache");
             obj.lock().quiesce(&self.ctx.zio, txg)?;
         }
         *self.syncing.lock() = ids;
@@ -200,6 +272,10 @@ impl ObjSet {
         self.sync_objects(&[&self.meta], txg, SyncPolicy { compression: Compression::Lz4, ..policy }, &mut result)?;
         result.count_freed();
         self.evict_freed(&objects, txg);
+        drop(objects);
+        // The objects this txg wrote are clean once it commits; a lookup that hits the
+        // cache never trims, so the sync does.
+        self.trim();
         Ok(result)
     }
 
@@ -208,25 +284,28 @@ impl ObjSet {
         // Decide with each object's lock alone, then take the cache lock: writers hold an
         // object's lock while they add to the cache (create), so holding the cache lock
         // while waiting for an object lock would deadlock against them.
-        let evict: Vec<u64> = objects
+        let evict: Vec<(u64, u64)> = objects
             .iter()
-            .filter(|obj| {
+            .filter_map(|obj| {
                 let st = obj.lock();
                 // Only an object freed in *this* txg may leave the cache. `gone` is
                 // open-txg state: an object written in txg N and unlinked in N+1 while N
                 // syncs is gone already, but N+1 still has to quiesce and free it (it is in
                 // `dirty`), so it must stay cached until N+1's sync.
-                st.gone
+                let leaves = st.gone
                     && st.last_dirty_txg <= txg
                     && st.open.records.is_empty()
-                    && !self.dirty.lock().contains(&obj.id())
+                    && !self.dirty.lock().contains(&obj.id());
+                leaves.then_some((obj.id(), st.charged))
             })
-            .map(|obj| obj.id())
             .collect();
         if !evict.is_empty() {
             let mut cache = self.cache.write();
-            for id in evict {
-                cache.remove(&id);
+            for (id, charged) in evict {
+                if cache.remove(&id).is_some() {
+                    self.departures.fetch_add(1, Ordering::Release);
+                    self.ctx.zio.arc.discharge(tarn_arc::Outside::Objects, charged);
+                }
             }
         }
     }
@@ -246,7 +325,12 @@ impl ObjSet {
             let mut st = obj.lock_for_sync();
             plan_object(&mut st, zio, txg, i, &mut work, result)?;
         }
-        let block_type = |obj: &Object| if obj.id() == 0 { BlockType::Dnodes } else { BlockType::Data };
+        let block_type = |st: &ObjState| match st.dnode.obj_type {
+            ObjType::Meta => BlockType::Dnodes,
+            ObjType::Dir => BlockType::Directory,
+            _ => BlockType::Data,
+        };
+        let types: Vec<BlockType> = objects.iter().map(|o| block_type(&o.lock_for_sync())).collect();
         let ptrs = {
             let pending: Vec<PendingBlock> = work
                 .iter()
@@ -256,7 +340,7 @@ impl ObjSet {
                         compression: policy.compression,
                         checksum: policy.checksum,
                         level: 0,
-                        block_type: block_type(objects[*i]),
+                        block_type: types[*i],
                         cache: policy.cache,
                     }),
                     _ => None,
@@ -282,9 +366,12 @@ impl ObjSet {
         let mut dnodes = Vec::with_capacity(objects.len());
         for obj in objects {
             let mut st = obj.lock_for_sync();
-            let (psize, lsize) = st.tree.sync(zio, txg, policy.checksum, &mut result.freed)?;
+            let (psize, lsize) = st.tree.sync(zio, txg, policy.checksum, policy.cache, &mut result.freed)?;
             dnodes.push(st.synced_dnode_bytes());
             st.finish_sync();
+            if obj.id() != 0 {
+                st.recharge(zio);
+            }
             result.count_allocated(psize, lsize);
         }
         Ok(dnodes)
@@ -350,4 +437,13 @@ fn meta_write_syncing(meta: &mut ObjState, ctx: &Ctx, id: u64, raw: &[u8; DNODE_
         meta.dnode.size = end;
     }
     Ok(())
+}
+
+impl Drop for ObjSet {
+    /// The cached objects give their charge back to the ARC's budget (a closed or
+    /// destroyed dataset's objects).
+    fn drop(&mut self) {
+        let charged: u64 = self.cache.get_mut().values().map(|o| o.lock_for_sync().charged).sum();
+        self.ctx.zio.arc.discharge(tarn_arc::Outside::Objects, charged);
+    }
 }

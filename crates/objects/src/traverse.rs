@@ -330,7 +330,7 @@ mod tests {
         for &(blkid, bp) in records {
             t.set(zio, blkid, Some(bp)).unwrap();
         }
-        t.sync(zio, 1, ChecksumKind::Xxh3, &mut Vec::new()).unwrap();
+        t.sync(zio, 1, ChecksumKind::Xxh3, CachePolicy::None, &mut Vec::new()).unwrap();
         (t.root(), t.nlevels())
     }
 

@@ -2,58 +2,66 @@
 //! records, as ZFS builds it. Level 0 holds records; an indirect block holds 512 block
 //! pointers (32 KiB logical); the dnode points at the top.
 //!
-//! Indirect blocks are loaded on demand and kept in memory; a changed one is marked dirty
-//! together with its path to the top, and `sync` rewrites the dirty ones bottom-up
-//! (copy-on-write), returning the pointers it replaced so the caller can free them.
-//! Walking a committed tree without loading it (import, scrub, a destroyed dataset's
-//! free) is `traverse`'s.
+//! Indirect blocks are loaded on demand. A clean one (as on disk) is decoded once and
+//! kept in the ARC's decoded cache (`ArcCache::keep_decoded`, ZFS's dbuf cache), which
+//! holds the only lasting reference and drops it when decoded metadata goes over its
+//! share of the budget; the tree keeps a weak reference and reads the block again
+//! (through the ARC, where its compressed bytes are kept as metadata) once it is gone. A
+//! changed block is dirty: the pointers it had on disk (its base, read again when needed)
+//! and the slots changed since, so a dirty block costs its changes, not 32 KiB. `sync`
+//! rewrites the dirty ones bottom-up (copy-on-write), returning the pointers it replaced
+//! so the caller can free them. Walking a committed tree without loading it (import,
+//! scrub, a destroyed dataset's free) is `traverse`'s.
 //!
 //! Owns: the radix-tree shape (levels, fan-out, which slot covers which record), the
-//! indirect block encoding, and the loaded indirect blocks of one object.
+//! indirect block encoding, and the dirty indirect blocks of one object.
 //!
 //! Promises: `get` after `set` returns the new pointer; `sync` writes every dirty
 //! indirect block (children before parents) and reports each pointer it replaced; an
-//! indirect block whose bytes are not a whole block of pointers is a typed error.
+//! indirect block whose bytes are not a whole block of pointers is a typed error; a
+//! lookup in a cached block takes no lock and allocates nothing.
 //!
-//! Must never: free a block itself (the replaced pointers go back to the caller), or
-//! write a parent before its children.
-use std::collections::HashMap;
+//! Must never: free a block itself (the replaced pointers go back to the caller), write
+//! a parent before its children, or let the decoded cache drop a change (dirty blocks are
+//! the tree's own).
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Weak};
 
+use tarn_arc::Decoded;
 use tarn_zio::{BlockPtr, BlockType, CachePolicy, ChecksumKind, Compression, PendingBlock, Zio, ZioError, BLKPTR_SIZE};
 
 pub const IND_SHIFT: u8 = 15;
 const PTR_SHIFT: u32 = IND_SHIFT as u32 - 6;
 /// Pointers per indirect block.
 pub(crate) const FANOUT: u64 = 1 << PTR_SHIFT;
+/// Bytes a decoded indirect block takes (its pointers and the allocation around them).
+const DECODED_BYTES: u64 = FANOUT * std::mem::size_of::<Option<BlockPtr>>() as u64 + 128;
+/// Dirty indirect blocks are encoded and written this many at a time, so a txg that
+/// dirtied thousands does not hold all their encodings at once.
+const WRITE_BATCH: usize = 128;
 
-struct Ind {
-    ptrs: Vec<Option<BlockPtr>>,
-    dirty: bool,
-    disk: Option<BlockPtr>,
+/// An indirect block as on disk, decoded.
+pub(crate) struct IndBlock {
+    ptrs: Box<[Option<BlockPtr>]>,
+    /// Where it is on disk.
+    disk: BlockPtr,
 }
 
-impl Ind {
-    fn empty() -> Ind {
-        Ind { ptrs: vec![None; FANOUT as usize], dirty: true, disk: None }
-    }
+type Shared = Arc<Decoded<IndBlock>>;
 
-    fn decode(bytes: &[u8], disk: BlockPtr) -> Result<Ind, ZioError> {
-        Ok(Ind { ptrs: decode_indirect(bytes)?, dirty: false, disk: Some(disk) })
-    }
+/// A changed indirect block: the pointers it had on disk and the slots changed since.
+struct DirtyInd {
+    /// The block as last written (`None`: a new block, all holes but `changes`).
+    base: Option<BlockPtr>,
+    /// The decoded base while the cache keeps it.
+    base_cache: Weak<Decoded<IndBlock>>,
+    changes: BTreeMap<u16, Option<BlockPtr>>,
+}
 
-    fn encode(&self) -> Vec<u8> {
-        let mut out = vec![0u8; FANOUT as usize * BLKPTR_SIZE];
-        for (slot, bp) in self.ptrs.iter().enumerate() {
-            if let Some(bp) = bp {
-                bp.encode(&mut out[slot * BLKPTR_SIZE..]);
-            }
-        }
-        out
-    }
-
-    fn is_empty(&self) -> bool {
-        self.ptrs.iter().all(Option::is_none)
-    }
+enum Node {
+    /// As on disk; decoded in the ARC's cache while it keeps it.
+    Clean(Weak<Decoded<IndBlock>>),
+    Dirty(Box<DirtyInd>),
 }
 
 pub struct BlockTree {
@@ -61,7 +69,10 @@ pub struct BlockTree {
     /// Pointer to the top: the record itself when `nlevels == 1`, else the top indirect
     /// block as last written (stale while the top is dirty).
     root: Option<BlockPtr>,
-    ind: HashMap<(u8, u64), Ind>,
+    ind: HashMap<(u8, u64), Node>,
+    /// Entries in `ind` after its last sweep of clean blocks the cache dropped: the map is
+    /// swept again when it has doubled, so it stays the size of what is cached or dirty.
+    swept_len: usize,
 }
 
 /// Blocks covered by one pointer at `level` (level 0: one record): the records under
@@ -71,9 +82,66 @@ pub fn span(level: u8) -> u64 {
     1u64.checked_shl(PTR_SHIFT * level as u32).unwrap_or(u64::MAX)
 }
 
+fn slot_of(idx: u64) -> usize {
+    (idx & (FANOUT - 1)) as usize
+}
+
+/// Reads and decodes the indirect block at `bp` and hands it to the ARC's decoded cache.
+fn read_block(zio: &Zio, bp: BlockPtr) -> Result<Shared, ZioError> {
+    let bytes = zio.read(&bp)?;
+    let ptrs = decode_indirect(&bytes)?.into_boxed_slice();
+    Ok(zio.arc.keep_decoded(IndBlock { ptrs, disk: bp }, DECODED_BYTES))
+}
+
+impl DirtyInd {
+    fn new(base: Option<&Shared>) -> DirtyInd {
+        DirtyInd {
+            base: base.map(|b| b.get().disk),
+            base_cache: base.map_or_else(Weak::new, Arc::downgrade),
+            changes: BTreeMap::new(),
+        }
+    }
+
+    /// The decoded base block, read again if the cache dropped it.
+    fn base_block(&mut self, zio: &Zio) -> Result<Option<Shared>, ZioError> {
+        let Some(bp) = self.base else { return Ok(None) };
+        if let Some(b) = self.base_cache.upgrade() {
+            return Ok(Some(b));
+        }
+        let b = read_block(zio, bp)?;
+        self.base_cache = Arc::downgrade(&b);
+        Ok(Some(b))
+    }
+
+    fn ptr(&mut self, zio: &Zio, slot: usize) -> Result<Option<BlockPtr>, ZioError> {
+        if let Some(p) = self.changes.get(&(slot as u16)) {
+            return Ok(*p);
+        }
+        Ok(self.base_block(zio)?.and_then(|b| b.get().ptrs[slot]))
+    }
+
+    fn set(&mut self, zio: &Zio, slot: usize, bp: Option<BlockPtr>) -> Result<Option<BlockPtr>, ZioError> {
+        let old = self.ptr(zio, slot)?;
+        self.changes.insert(slot as u16, bp);
+        Ok(old)
+    }
+
+    /// Every pointer, base and changes together.
+    fn ptrs(&mut self, zio: &Zio) -> Result<Vec<Option<BlockPtr>>, ZioError> {
+        let mut ptrs = match self.base_block(zio)? {
+            Some(b) => b.get().ptrs.to_vec(),
+            None => vec![None; FANOUT as usize],
+        };
+        for (&slot, &bp) in &self.changes {
+            ptrs[slot as usize] = bp;
+        }
+        Ok(ptrs)
+    }
+}
+
 impl BlockTree {
     pub fn new(root: Option<BlockPtr>, nlevels: u8) -> BlockTree {
-        BlockTree { nlevels, root, ind: HashMap::new() }
+        BlockTree { nlevels, root, ind: HashMap::new(), swept_len: 0 }
     }
 
     pub fn nlevels(&self) -> u8 {
@@ -82,6 +150,11 @@ impl BlockTree {
 
     pub fn root(&self) -> Option<BlockPtr> {
         self.root
+    }
+
+    /// Indirect blocks this tree knows of (for memory accounting: each costs a map entry).
+    pub(crate) fn known_blocks(&self) -> usize {
+        self.ind.len()
     }
 
     fn capacity(&self) -> u64 {
@@ -99,47 +172,97 @@ impl BlockTree {
         if self.nlevels == 1 {
             return Ok(self.root);
         }
-        let l1 = blkid >> PTR_SHIFT;
-        if !self.load(zio, 1, l1)? {
-            return Ok(None);
-        }
-        Ok(self.ind[&(1, l1)].ptrs[(blkid & (FANOUT - 1)) as usize])
+        self.child(zio, 1, blkid >> PTR_SHIFT, slot_of(blkid))
     }
 
-    /// Loads indirect block (level, idx) if it exists on disk; false for a hole.
-    fn load(&mut self, zio: &Zio, level: u8, idx: u64) -> Result<bool, ZioError> {
-        if self.ind.contains_key(&(level, idx)) {
-            return Ok(true);
-        }
-        let bp = if level == self.nlevels - 1 {
-            self.root
-        } else {
-            if !self.load(zio, level + 1, idx >> PTR_SHIFT)? {
-                return Ok(false);
+    /// The pointer in slot `slot` of indirect block (level, idx); `None` for a hole (or
+    /// if the block itself is one).
+    fn child(&mut self, zio: &Zio, level: u8, idx: u64, slot: usize) -> Result<Option<BlockPtr>, ZioError> {
+        match self.ind.get_mut(&(level, idx)) {
+            Some(Node::Dirty(d)) => return d.ptr(zio, slot),
+            Some(Node::Clean(w)) => {
+                if let Some(b) = w.upgrade() {
+                    return Ok(b.get().ptrs[slot]);
+                }
             }
-            self.ind[&(level + 1, idx >> PTR_SHIFT)].ptrs[(idx & (FANOUT - 1)) as usize]
+            None => {}
+        }
+        Ok(self.load_clean(zio, level, idx)?.and_then(|b| b.get().ptrs[slot]))
+    }
+
+    /// Where indirect block (level, idx) is on disk, from its parent (or the root).
+    fn disk_ptr(&mut self, zio: &Zio, level: u8, idx: u64) -> Result<Option<BlockPtr>, ZioError> {
+        if level == self.nlevels - 1 {
+            Ok(self.root)
+        } else {
+            self.child(zio, level + 1, idx >> PTR_SHIFT, slot_of(idx))
+        }
+    }
+
+    /// Reads clean indirect block (level, idx) from disk (through the ARC); `None` for a
+    /// hole.
+    fn load_clean(&mut self, zio: &Zio, level: u8, idx: u64) -> Result<Option<Shared>, ZioError> {
+        let Some(bp) = self.disk_ptr(zio, level, idx)? else {
+            self.ind.remove(&(level, idx));
+            return Ok(None);
         };
-        let Some(bp) = bp else { return Ok(false) };
-        let bytes = zio.read(&bp)?;
-        self.ind.insert((level, idx), Ind::decode(&bytes, bp)?);
+        let b = read_block(zio, bp)?;
+        self.ind.insert((level, idx), Node::Clean(Arc::downgrade(&b)));
+        self.sweep_if_grown();
+        Ok(Some(b))
+    }
+
+    /// Forgets clean blocks the decoded cache dropped, once the map has doubled since the
+    /// last sweep (amortised: a sweep costs what the entries it follows did).
+    fn sweep_if_grown(&mut self) {
+        if self.ind.len() > 2 * self.swept_len + 64 {
+            self.ind.retain(|_, n| match n {
+                Node::Clean(w) => w.strong_count() > 0,
+                Node::Dirty(_) => true,
+            });
+            self.swept_len = self.ind.len();
+        }
+    }
+
+    /// Makes indirect block (level, idx) dirty if it exists (on disk or dirty already);
+    /// false for a hole.
+    fn dirty_if_present(&mut self, zio: &Zio, level: u8, idx: u64) -> Result<bool, ZioError> {
+        let clean = match self.ind.get(&(level, idx)) {
+            Some(Node::Dirty(_)) => return Ok(true),
+            Some(Node::Clean(w)) => w.upgrade(),
+            None => None,
+        };
+        let clean = match clean {
+            Some(b) => b,
+            None => match self.load_clean(zio, level, idx)? {
+                Some(b) => b,
+                None => return Ok(false),
+            },
+        };
+        self.ind.insert((level, idx), Node::Dirty(Box::new(DirtyInd::new(Some(&clean)))));
         Ok(true)
     }
 
     /// Makes indirect block (level, idx) present and dirty (its parents are already).
-    fn ensure_dirty(&mut self, zio: &Zio, level: u8, idx: u64) -> Result<&mut Ind, ZioError> {
-        if !self.load(zio, level, idx)? {
-            self.ind.insert((level, idx), Ind::empty());
+    fn ensure_dirty(&mut self, zio: &Zio, level: u8, idx: u64) -> Result<(), ZioError> {
+        if !self.dirty_if_present(zio, level, idx)? {
+            self.ind.insert((level, idx), Node::Dirty(Box::new(DirtyInd::new(None))));
         }
-        let ind = self.ind.get_mut(&(level, idx)).expect("just ensured");
-        ind.dirty = true;
-        Ok(ind)
+        Ok(())
+    }
+
+    fn dirty_mut(&mut self, level: u8, idx: u64) -> &mut DirtyInd {
+        match self.ind.get_mut(&(level, idx)) {
+            Some(Node::Dirty(d)) => d,
+            _ => panic!("invariant broken: indirect block ({level}, {idx}) was made dirty before this change"),
+        }
     }
 
     /// Adds a level on top: the old top becomes child 0 of a new indirect block.
     fn grow(&mut self) {
-        let mut top = Ind::empty();
-        top.ptrs[0] = self.root.take();
-        self.ind.insert((self.nlevels, 0), top);
+        let mut top = DirtyInd::new(None);
+        top.changes.insert(0, self.root.take());
+        self.ind.insert((self.nlevels, 0), Node::Dirty(Box::new(top)));
         self.nlevels += 1;
     }
 
@@ -163,8 +286,7 @@ impl BlockTree {
         for level in (1..self.nlevels).rev() {
             self.ensure_dirty(zio, level, blkid >> (PTR_SHIFT * level as u32))?;
         }
-        let l1 = self.ind.get_mut(&(1, blkid >> PTR_SHIFT)).expect("path ensured");
-        Ok(std::mem::replace(&mut l1.ptrs[(blkid & (FANOUT - 1)) as usize], bp))
+        self.dirty_mut(1, blkid >> PTR_SHIFT).set(zio, slot_of(blkid), bp)
     }
 
     /// Frees every record from `first` on (and indirect blocks left empty); the replaced
@@ -183,20 +305,17 @@ impl BlockTree {
         Ok(())
     }
 
-    /// Loads an indirect block that is about to be freed. An unreadable one (damaged on
-    /// every copy) is treated as empty: its children are leaked until the next import
-    /// rebuilds the space maps, rather than failing the txg and suspending the pool
-    /// because a damaged file was removed or truncated.
-    fn load_for_free(&mut self, zio: &Zio, level: u8, idx: u64) -> bool {
-        self.load(zio, level, idx).unwrap_or(false)
+    /// Makes an indirect block that is about to be changed by a free dirty. An unreadable
+    /// one (damaged on every copy) is treated as empty: its children are leaked until the
+    /// next import rebuilds the space maps, rather than failing the txg and suspending
+    /// the pool because a damaged file was removed or truncated.
+    fn dirty_for_free(&mut self, zio: &Zio, level: u8, idx: u64) -> bool {
+        self.dirty_if_present(zio, level, idx).unwrap_or(false)
     }
 
     fn free_all(&mut self, zio: &Zio, freed: &mut Vec<BlockPtr>) -> Result<(), ZioError> {
         if self.nlevels >= 2 {
-            let top = self.nlevels - 1;
-            if self.load_for_free(zio, top, 0) {
-                self.free_subtree(zio, top, 0, freed)?;
-            }
+            self.free_subtree(zio, self.nlevels - 1, 0, freed)?;
         } else if let Some(bp) = self.root {
             freed.push(bp);
         }
@@ -216,9 +335,10 @@ impl BlockTree {
         first: u64,
         freed: &mut Vec<BlockPtr>,
     ) -> Result<(), ZioError> {
-        if !self.load_for_free(zio, level, idx) {
+        if !self.dirty_for_free(zio, level, idx) {
             return Ok(());
         }
+        let ptrs = self.dirty_mut(level, idx).ptrs(zio).unwrap_or_else(|_| vec![None; FANOUT as usize]);
         let child_span = span(level - 1);
         let base = idx * span(level);
         for slot in 0..FANOUT {
@@ -226,35 +346,33 @@ impl BlockTree {
             if child_first + child_span <= first {
                 continue;
             }
-            let child = self.ind[&(level, idx)].ptrs[slot as usize];
-            if child.is_none() && !self.ind.contains_key(&(level - 1, idx * FANOUT + slot)) {
+            let child = ptrs[slot as usize];
+            let child_idx = idx * FANOUT + slot;
+            if child.is_none() && !self.ind.contains_key(&(level - 1, child_idx)) {
                 continue;
             }
             if level == 1 {
-                if let Some(bp) = child {
-                    freed.push(bp);
-                }
+                freed.extend(child);
             } else if child_first >= first {
-                self.free_subtree(zio, level - 1, idx * FANOUT + slot, freed)?;
+                self.free_subtree(zio, level - 1, child_idx, freed)?;
             } else {
-                self.free_range(zio, level - 1, idx * FANOUT + slot, first, freed)?;
+                self.free_range(zio, level - 1, child_idx, first, freed)?;
                 continue;
             }
-            let ind = self.ind.get_mut(&(level, idx)).expect("loaded");
-            ind.ptrs[slot as usize] = None;
-            ind.dirty = true;
+            self.dirty_mut(level, idx).changes.insert(slot as u16, None);
         }
-        self.ind.get_mut(&(level, idx)).expect("loaded").dirty = true;
         Ok(())
     }
 
     /// Frees a whole subtree rooted at indirect block (level, idx), including itself.
     fn free_subtree(&mut self, zio: &Zio, level: u8, idx: u64, freed: &mut Vec<BlockPtr>) -> Result<(), ZioError> {
-        if !self.load_for_free(zio, level, idx) {
+        if !self.dirty_for_free(zio, level, idx) {
+            self.ind.remove(&(level, idx));
             return Ok(());
         }
-        let ind = self.ind.remove(&(level, idx)).expect("loaded");
-        for (slot, bp) in ind.ptrs.iter().enumerate() {
+        let ptrs = self.dirty_mut(level, idx).ptrs(zio).unwrap_or_else(|_| vec![None; FANOUT as usize]);
+        let Some(Node::Dirty(ind)) = self.ind.remove(&(level, idx)) else { unreachable!("made dirty above") };
+        for (slot, bp) in ptrs.iter().enumerate() {
             if level == 1 {
                 freed.extend(bp);
             } else {
@@ -264,61 +382,91 @@ impl BlockTree {
                 }
             }
         }
-        freed.extend(ind.disk);
+        freed.extend(ind.base);
         Ok(())
     }
 
     /// Writes every dirty indirect block, bottom-up; replaced pointers go to `freed`.
+    /// Written blocks stay in the ARC as `cache` admits them, and decoded in its cache.
     pub fn sync(
         &mut self,
         zio: &Zio,
         birth: u64,
         checksum: ChecksumKind,
+        cache: CachePolicy,
         freed: &mut Vec<BlockPtr>,
     ) -> Result<(u64, u64), ZioError> {
         let mut written = (0u64, 0u64);
         for level in 1..self.nlevels {
-            let mut dirty: Vec<u64> =
-                self.ind.iter().filter(|((l, _), i)| *l == level && i.dirty).map(|((_, idx), _)| *idx).collect();
-            dirty.sort_unstable();
-            let mut encoded = Vec::new();
-            let mut written_idx = Vec::new();
-            for &idx in &dirty {
-                let ind = &self.ind[&(level, idx)];
-                if !ind.is_empty() {
-                    encoded.push(ind.encode());
-                    written_idx.push(idx);
-                }
-            }
-            let pending: Vec<PendingBlock> = encoded
+            let mut dirty: Vec<u64> = self
+                .ind
                 .iter()
-                .map(|data| PendingBlock {
-                    data,
-                    compression: Compression::Lz4,
-                    checksum,
-                    level,
-                    block_type: BlockType::Indirect,
-                    // The tree keeps its indirect blocks decoded in memory already.
-                    cache: CachePolicy::None,
-                })
+                .filter(|((l, _), n)| *l == level && matches!(n, Node::Dirty(_)))
+                .map(|((_, idx), _)| *idx)
                 .collect();
-            let ptrs = zio.write_blocks(&pending, birth)?;
-            for bp in &ptrs {
-                written.0 += bp.psize as u64;
-                written.1 += bp.lsize as u64;
+            dirty.sort_unstable();
+            for batch in dirty.chunks(WRITE_BATCH) {
+                let (psize, lsize) = self.write_batch(zio, level, batch, birth, checksum, cache, freed)?;
+                written.0 += psize;
+                written.1 += lsize;
             }
-            let mut new_ptr: HashMap<u64, BlockPtr> = written_idx.into_iter().zip(ptrs).collect();
-            for idx in dirty {
-                let bp = new_ptr.remove(&idx);
-                let ind = self.ind.get_mut(&(level, idx)).expect("dirty indirect present");
-                freed.extend(ind.disk.take());
-                ind.disk = bp;
-                ind.dirty = false;
-                if bp.is_none() {
-                    self.ind.remove(&(level, idx));
-                }
-                self.set_parent_slot(level, idx, bp);
+        }
+        Ok(written)
+    }
+
+    /// Writes dirty indirect blocks `batch` of `level`: an empty one is dropped (its
+    /// parent's slot becomes a hole), the others become clean blocks in the decoded cache.
+    #[allow(clippy::too_many_arguments)]
+    fn write_batch(
+        &mut self,
+        zio: &Zio,
+        level: u8,
+        batch: &[u64],
+        birth: u64,
+        checksum: ChecksumKind,
+        cache: CachePolicy,
+        freed: &mut Vec<BlockPtr>,
+    ) -> Result<(u64, u64), ZioError> {
+        let mut all_ptrs = Vec::with_capacity(batch.len());
+        for &idx in batch {
+            all_ptrs.push(self.dirty_mut(level, idx).ptrs(zio)?);
+        }
+        let (encoded, written_idx): (Vec<Vec<u8>>, Vec<usize>) = all_ptrs
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.iter().any(Option::is_some))
+            .map(|(i, p)| (encode_indirect(p), i))
+            .unzip();
+        let pending: Vec<PendingBlock> = encoded
+            .iter()
+            .map(|data| PendingBlock {
+                data,
+                compression: Compression::Lz4,
+                checksum,
+                level,
+                block_type: BlockType::Indirect,
+                cache,
+            })
+            .collect();
+        let ptrs = zio.write_blocks(&pending, birth)?;
+        drop(pending);
+        drop(encoded);
+        let mut written = (0u64, 0u64);
+        let mut new_ptr: Vec<Option<BlockPtr>> = vec![None; batch.len()];
+        for (i, bp) in written_idx.into_iter().zip(ptrs) {
+            written.0 += bp.psize as u64;
+            written.1 += bp.lsize as u64;
+            new_ptr[i] = Some(bp);
+        }
+        for ((&idx, bp), block_ptrs) in batch.iter().zip(new_ptr).zip(all_ptrs) {
+            let Some(Node::Dirty(ind)) = self.ind.remove(&(level, idx)) else { unreachable!("dirty indirect present") };
+            freed.extend(ind.base);
+            if let Some(bp) = bp {
+                let block =
+                    zio.arc.keep_decoded(IndBlock { ptrs: block_ptrs.into_boxed_slice(), disk: bp }, DECODED_BYTES);
+                self.ind.insert((level, idx), Node::Clean(Arc::downgrade(&block)));
             }
+            self.set_parent_slot(level, idx, bp);
         }
         Ok(written)
     }
@@ -328,13 +476,24 @@ impl BlockTree {
             self.root = bp;
             return;
         }
-        let parent = self
-            .ind
-            .get_mut(&(level + 1, idx >> PTR_SHIFT))
-            .expect("a dirty indirect block's parent is loaded and dirty");
-        assert!(parent.dirty, "parent of a dirty indirect block must be dirty");
-        parent.ptrs[(idx & (FANOUT - 1)) as usize] = bp;
+        match self.ind.get_mut(&(level + 1, idx >> PTR_SHIFT)) {
+            Some(Node::Dirty(parent)) => {
+                parent.changes.insert(slot_of(idx) as u16, bp);
+            }
+            _ => panic!("invariant broken: the parent of a dirty indirect block must be dirty"),
+        }
     }
+}
+
+/// The bytes of an indirect block holding `ptrs`.
+fn encode_indirect(ptrs: &[Option<BlockPtr>]) -> Vec<u8> {
+    let mut out = vec![0u8; FANOUT as usize * BLKPTR_SIZE];
+    for (slot, bp) in ptrs.iter().enumerate() {
+        if let Some(bp) = bp {
+            bp.encode(&mut out[slot * BLKPTR_SIZE..]);
+        }
+    }
+    out
 }
 
 /// The child pointers stored in an indirect block's bytes (holes as `None`).

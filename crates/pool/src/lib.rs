@@ -52,4 +52,6 @@ pub use props::PropRow;
 pub use scan::{discover, Discovered, Discovery, Unusable};
 pub use scrub::{Bookmark, ScanKind, ScanPace, ScanRecord, ScanState, ScanStatus, ScrubResult, DEFAULT_SCAN_RATE};
 pub use status::{PoolStats, PoolStatus, TopStatus};
+/// The binary's allocator tells the engine how to give free memory back to the OS.
+pub use tarn_arc::set_memory_release;
 pub use tarn_vdev::{IoSnapshot, LeafHealth, VdevError};

@@ -112,8 +112,7 @@ impl Pool {
         zil_seq: u64,
     ) -> Pool {
         if let Some(max) = arc_max_from_env() {
-            zio.arc.set_max(max);
-            zio.hot.set_max(max / tarn_zio::HOT_SHARE);
+            zio.set_cache_budget(max);
         }
         // Every uberblock from now on must be newer than the one the pool was opened at.
         zio.vdevs.set_committed_txg(last_txg);

@@ -140,6 +140,10 @@ impl Pool {
                 let mut a = zio.arc.snapshot();
                 a.hot_copy_hits = get(&zio.hot.hits);
                 a.hot_copies_size = zio.hot.size();
+                a.accounted_size += a.hot_copies_size;
+                // Where the rest of the process's memory goes is not the budget's.
+                a.rss = tarn_arc::resident_bytes();
+                a.other_size = a.rss.saturating_sub(a.accounted_size);
                 a
             },
             zil: BTreeMap::from([
@@ -184,10 +188,15 @@ impl Pool {
         self.inner.ctx.zio.arc.snapshot()
     }
 
-    /// Changes the ARC budget at run time.
+    /// Changes the ARC budget at run time. A smaller one is given back at once: blocks and
+    /// decoded metadata are evicted, and then the allocator is asked to return its free
+    /// memory to the OS (`tarn_arc::set_memory_release`).
     pub fn set_arc_max(&self, bytes: u64) {
-        self.inner.ctx.zio.arc.set_max(bytes);
-        self.inner.ctx.zio.hot.set_max(bytes / tarn_zio::HOT_SHARE);
+        self.inner.ctx.zio.set_cache_budget(bytes);
+        for (_, ds) in self.inner.datasets.read().values() {
+            ds.trim_cache();
+        }
+        tarn_arc::release_memory();
     }
 
     /// Resets every device's error counters and empties the error log (`zpool clear`);

@@ -332,9 +332,9 @@ fn region_data(seq: u64, len: usize) -> Vec<u8> {
     common::noise(seq.wrapping_mul(1_000_003), len)
 }
 
-/// The child's side: import, then write+fsync forever, logging intent before each write
-/// and the acknowledgement after its fsync returned.
-fn child_main(img: &Path, log: &Path, iter: u64) {
+/// The child's side: import, then write+fsync forever over `files` files, logging intent
+/// before each write and the acknowledgement after its fsync returned.
+fn child_main(img: &Path, log: &Path, iter: u64, files: u64) {
     let pool = Pool::import_paths(
         &[img.to_path_buf()],
         &ImportOptions { txg: TxgConfig { timeout: Duration::from_millis(200), ..Default::default() } },
@@ -355,7 +355,7 @@ fn child_main(img: &Path, log: &Path, iter: u64) {
         let region = if !mine.is_empty() && rng.gen_bool(0.3) {
             mine[rng.gen_range(0..mine.len())].clone()
         } else {
-            let name = format!("it{iter}-f{}", rng.gen_range(0..3));
+            let name = format!("it{iter}-f{}", rng.gen_range(0..files));
             let len = rng.gen_range(1..40_000);
             // Regions never overlap: each has its own 48 KiB slot.
             let r = (name, mine.len() as u64 * 49_152 + rng.gen_range(0..4096), len);
@@ -386,7 +386,8 @@ fn kill9_child() {
     let img = PathBuf::from(std::env::var("TARN_IMG").unwrap());
     let log = PathBuf::from(std::env::var("TARN_LOG").unwrap());
     let iter: u64 = std::env::var("TARN_ITER").unwrap().parse().unwrap();
-    child_main(&img, &log, iter);
+    let files: u64 = std::env::var("TARN_FILES").unwrap().parse().unwrap();
+    child_main(&img, &log, iter, files);
 }
 
 /// What the log says: for every region, the acknowledged seq and any later writes
@@ -421,6 +422,21 @@ fn expected_regions(log: &str) -> BTreeMap<Region, (Option<u64>, Vec<u64>)> {
 
 #[test]
 fn sigkill_loop_keeps_every_acknowledged_write() {
+    sigkill_loop(None, 3);
+}
+
+/// The same with a cache so small that the children's metadata — indirect blocks,
+/// dnodes, directory entries — is evicted and read again all the time (the decoded
+/// caches get 1/8 of 256 KiB each: less than one indirect block, a few dozen objects),
+/// and the checks after each import run under the same budget.
+#[test]
+fn sigkill_loop_with_metadata_evicted_keeps_every_acknowledged_write() {
+    sigkill_loop(Some(256 << 10), 60);
+}
+
+/// Kills children writing over `files` files each, with the ARC's budget `arc_max` if
+/// given, and checks every acknowledged write after each kill.
+fn sigkill_loop(arc_max: Option<u64>, files: u64) {
     let dir = tempfile::tempdir().unwrap();
     let img = dir.path().join("k.img");
     let log = dir.path().join("acks.log");
@@ -437,6 +453,8 @@ fn sigkill_loop_keeps_every_acknowledged_write() {
             .env("TARN_IMG", &img)
             .env("TARN_LOG", &log)
             .env("TARN_ITER", iter.to_string())
+            .env("TARN_FILES", files.to_string())
+            .env("TARN_ARC_MAX", arc_max.map_or(String::new(), |b| b.to_string()))
             .stdout(std::process::Stdio::null())
             .stderr(stderr)
             .spawn()
@@ -471,6 +489,9 @@ fn sigkill_loop_keeps_every_acknowledged_write() {
 
         let pool = Pool::import_paths(std::slice::from_ref(&img), &ImportOptions::default())
             .unwrap_or_else(|e| panic!("iteration {iter}: import after SIGKILL failed: {e}"));
+        if let Some(bytes) = arc_max {
+            pool.set_arc_max(bytes);
+        }
         let ds = pool.dataset("tank").unwrap();
         let text = std::fs::read_to_string(&log).unwrap();
         let mut acked = 0;

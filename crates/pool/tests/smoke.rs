@@ -202,3 +202,66 @@ fn written_blocks_are_read_back_from_the_arc_as_primarycache_allows() {
     assert!(reads[1] >= 40, "primarycache=metadata: data is read from disk ({} block reads)", reads[1]);
     assert!(pool.arc_stats().written_blocks >= 40);
 }
+
+/// Metadata never costs a data read (issue #17): with a budget far smaller than the data
+/// but large enough for the metadata, a warm random page read of a file whose pages each
+/// sit under their own indirect block reads at most one block from the devices — its
+/// data. The decoded indirect blocks do not all fit their share, so most lookups decode
+/// one again, from the ARC, which keeps metadata while data comes and goes.
+#[test]
+fn a_warm_random_page_read_reads_at_most_its_data_block() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = CreateOptions { size: Some(512 << 20), ..Default::default() };
+    let pool = Pool::create("tank", &[VdevSpec::Disk(dir.path().join("d0.img"))], &opts).unwrap();
+    pool.set_property("tank", "recordsize", "16K").unwrap();
+    pool.set_arc_max(16 << 20);
+    let ds = pool.dataset("tank").unwrap();
+    let f = ds.create(ROOT_ID, b"t.ibd", NewObject::File, 0o644, 0, 0).unwrap();
+    // 2,000 incompressible pages (31 MiB, twice the budget), 512 records apart: one
+    // level-1 indirect block each (62 MiB decoded, 32 times their share).
+    const PAGES: u64 = 2000;
+    let at = |p: u64| p * 512 * 16384;
+    let page = |p: u64| {
+        let mut x = p.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..16384 / 8)
+            .flat_map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x.to_le_bytes()
+            })
+            .collect::<Vec<u8>>()
+    };
+    for p in 0..PAGES {
+        ds.write(f.ino, at(p), &page(p)).unwrap();
+    }
+    pool.sync().unwrap();
+    let mut x = 12345u64;
+    let mut next = || {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (x >> 33) % PAGES
+    };
+    let mut buf = vec![0u8; 16384];
+    for _ in 0..PAGES {
+        ds.read(f.ino, at(next()), &mut buf).unwrap(); // warm-up
+    }
+    let warm = pool.stats();
+    let before = warm.io["blocks_read"];
+    let reads = 4 * PAGES;
+    for _ in 0..reads {
+        let p = next();
+        ds.read(f.ino, at(p), &mut buf).unwrap();
+        assert_eq!(buf, page(p));
+    }
+    let stats = pool.stats();
+    let device_reads = stats.io["blocks_read"] - before;
+    assert!(device_reads <= reads, "{device_reads} device reads for {reads} page reads: metadata was read too");
+    assert!(device_reads > reads / 4, "the data does not fit the budget, so pages are read: {device_reads}");
+    assert!(stats.arc.evictions > warm.arc.evictions, "data came and went: {:?}", stats.arc);
+    assert_eq!(
+        stats.arc.metadata_size, warm.arc.metadata_size,
+        "no metadata left the ARC while data did: {:?}",
+        stats.arc
+    );
+    assert!(stats.arc.metadata_size > 0 && stats.arc.decoded_indirect_size <= 2 << 20, "{:?}", stats.arc);
+}

@@ -22,7 +22,7 @@ use tarn_vdev::{Uberblock, VdevTree};
 use crate::read::{arc_key, open_trace};
 use crate::{BlockPtr, ZioError};
 
-/// The decompressed copies get this fraction of the ARC's budget.
+/// The decompressed copies get this fraction of the ARC's budget (held within it).
 pub const HOT_SHARE: u64 = 16;
 
 #[derive(Default)]
@@ -71,6 +71,7 @@ impl Zio {
     /// A pipeline with every sector free; the importer claims the live blocks and then
     /// calls `finish_load`.
     pub fn new(vdevs: VdevTree) -> Zio {
+        let budget = ArcCache::default_max();
         let maps = vdevs.tops.iter().map(|t| Mutex::new(SpaceMap::new(t.asize, t.ashift))).collect();
         let free = vdevs.tops.iter().map(|_| AtomicU64::new(0)).collect();
         Zio {
@@ -79,14 +80,28 @@ impl Zio {
             free,
             next_top: AtomicUsize::new(0),
             stats: ZioStats::default(),
-            arc: ArcCache::new(ArcCache::default_max()),
-            hot: HotCopies::new(ArcCache::default_max() / HOT_SHARE),
+            arc: ArcCache::new(budget),
+            hot: HotCopies::new(budget / HOT_SHARE),
             trace: open_trace(),
             prefetch: Mutex::new(None),
             writes_done: AtomicU64::new(0),
             flushed_through: AtomicU64::new(0),
             failed_reads: Mutex::new(Vec::new()),
         }
+        .with_cache_budget(budget)
+    }
+
+    fn with_cache_budget(self, bytes: u64) -> Zio {
+        self.set_cache_budget(bytes);
+        self
+    }
+
+    /// Sets the memory budget of the caches (`arc_max`): the ARC's blocks, the hot copies'
+    /// share (held within it) and the decoded metadata. Shrinking evicts at once.
+    pub fn set_cache_budget(&self, bytes: u64) {
+        self.hot.set_max(bytes / HOT_SHARE);
+        self.arc.set_reserved(bytes / HOT_SHARE);
+        self.arc.set_max(bytes);
     }
 
     /// Runs `f` on vdev `top`'s space map and refreshes its free-byte mirror.
