@@ -20,6 +20,7 @@ mod dtl;
 mod error;
 pub mod iostat;
 mod label;
+mod leaf;
 mod queue;
 mod tree;
 
@@ -31,8 +32,8 @@ pub use label::{
     slot_count, BadField, Label, LabelDecode, LabelState, TopConfig, TreeConfig, Uberblock, ASHIFT_RANGE, LABEL_SIZE,
     LABEL_VERSION, UBERBLOCK_VERSION,
 };
+pub use leaf::{Leaf, LeafHealth, LeafStatus};
 pub use queue::{async_write_limit, ClassLimits, ClassStats, IoClass, IoPermit, IoQueue, QueueConfig, MAX_ACTIVE};
 pub use tree::{
-    read_device_labels, DeviceLabels, Leaf, LeafHealth, LeafStatus, ReadMode, SidesRead, SyncHold, TopVdev, VdevTree,
-    DATA_START, DEFAULT_MAX_IO,
+    read_device_labels, DeviceLabels, ReadMode, SidesRead, SyncHold, TopVdev, VdevTree, DATA_START, DEFAULT_MAX_IO,
 };

@@ -9,10 +9,10 @@
 //! piece in the device's queue, never behind a whole 1 MiB run (a cloud volume, the
 //! loop device and the lab's pacer all serve in arrival order).
 //!
-//! Owns: the leaves and their health, error counters, I/O counters, I/O queues and
-//! missed txgs (DTL), mirror reads and self-healing, writes (cut into pieces) and flushes
-//! on every side, the scrub and resilver I/O entry points, and where labels and
-//! uberblocks go on each device.
+//! Owns: the top-level vdevs over their leaves (`leaf.rs`: one device, its counters,
+//! queue and DTL), mirror reads and self-healing, writes and flushes on every side, the
+//! scrub and resilver I/O entry points, and where labels and uberblocks go on each
+//! device.
 //!
 //! Promises: a read hands back only bytes the caller's verifier accepted, and rewrites
 //! each bad side it found from the good copy; a side that missed a block's txg (its DTL
@@ -26,15 +26,12 @@
 //!
 //! Must never: interpret the bytes it reads (the verifier does), write past a vdev's
 //! data area, or start a thread for a write of one piece (every hot-path write).
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use parking_lot::Mutex;
-
-use crate::dtl::{Dtl, UNKNOWN_BIRTH};
-use crate::iostat::{IoCounters, IoSnapshot, Traffic};
+use crate::dtl::UNKNOWN_BIRTH;
 use crate::label::{slot_count, slot_size, Label, LabelDecode, Uberblock, CONFIG_AREA};
-use crate::queue::{ClassStats, IoClass, IoPermit, IoQueue};
+use crate::leaf::{Leaf, LeafHealth};
+use crate::queue::{ClassStats, IoClass};
 use crate::{BlockDevice, VdevError, LABEL_SIZE};
 
 /// How a read treats the sides of a mirror.
@@ -66,242 +63,6 @@ pub const DATA_START: u64 = 2 * LABEL_SIZE;
 /// paced disk, 16 ms instead of 128 ms). `TopVdev::set_max_io` changes it (the pool
 /// reads `TARN_VDEV_MAX_IO`).
 pub const DEFAULT_MAX_IO: u64 = 128 << 10;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "UPPERCASE")]
-pub enum LeafHealth {
-    Online,
-    /// The device could not be opened at import.
-    Unavail,
-    /// Writes to it failed; it is no longer written.
-    Faulted,
-}
-
-pub struct Leaf {
-    pub guid: u64,
-    pub path: String,
-    dev: Option<Arc<dyn BlockDevice>>,
-    faulted: std::sync::atomic::AtomicBool,
-    read_errors: AtomicU64,
-    write_errors: AtomicU64,
-    checksum_errors: AtomicU64,
-    io: IoCounters,
-    /// The txgs this side missed (it was away): a resilver brings it up to date.
-    dtl: Dtl,
-    /// The admission gate every I/O to this device passes.
-    queue: IoQueue,
-}
-
-/// What `status` shows of one device.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-pub struct LeafStatus {
-    pub path: String,
-    pub guid: u64,
-    pub health: LeafHealth,
-    pub read_errors: u64,
-    pub write_errors: u64,
-    pub checksum_errors: u64,
-    /// The txgs (first, last) whose writes this side missed, until a resilver has
-    /// copied them (`zpool status` shows such a side as resilvering).
-    #[serde(default)]
-    pub missed_txgs: Option<(u64, u64)>,
-}
-
-impl Leaf {
-    pub fn new(guid: u64, path: String, dev: Option<Arc<dyn BlockDevice>>) -> Leaf {
-        Leaf {
-            guid,
-            path,
-            dev,
-            faulted: Default::default(),
-            read_errors: AtomicU64::new(0),
-            write_errors: AtomicU64::new(0),
-            checksum_errors: AtomicU64::new(0),
-            io: IoCounters::default(),
-            dtl: Dtl::default(),
-            queue: IoQueue::default(),
-        }
-    }
-
-    /// Waits for leave to issue one I/O of `class` moving `bytes` to this device; the
-    /// I/O ends when the permit is dropped. For I/O issued outside `TopVdev`'s methods.
-    pub fn admit(&self, class: IoClass, bytes: u64) -> IoPermit<'_> {
-        self.queue.admit(class, bytes)
-    }
-
-    /// This device's admission gate (limits, counters).
-    pub fn queue(&self) -> &IoQueue {
-        &self.queue
-    }
-
-    /// The device, while it is present and not faulted.
-    pub fn device(&self) -> Option<&Arc<dyn BlockDevice>> {
-        self.usable()
-    }
-
-    fn usable(&self) -> Option<&Arc<dyn BlockDevice>> {
-        if self.faulted.load(Ordering::Relaxed) {
-            return None;
-        }
-        self.dev.as_ref()
-    }
-
-    pub fn health(&self) -> LeafHealth {
-        if self.dev.is_none() {
-            LeafHealth::Unavail
-        } else if self.faulted.load(Ordering::Relaxed) {
-            LeafHealth::Faulted
-        } else {
-            LeafHealth::Online
-        }
-    }
-
-    pub fn status(&self) -> LeafStatus {
-        LeafStatus {
-            path: self.path.clone(),
-            guid: self.guid,
-            health: self.health(),
-            read_errors: self.read_errors.load(Ordering::Relaxed),
-            write_errors: self.write_errors.load(Ordering::Relaxed),
-            checksum_errors: self.checksum_errors.load(Ordering::Relaxed),
-            missed_txgs: self.dtl.range(),
-        }
-    }
-
-    /// Operations, bytes and service time so far (`tarn pool iostat`).
-    pub fn iostat(&self) -> IoSnapshot {
-        self.io.snapshot()
-    }
-
-    /// Demand operations under way on this device, and when the last one ended
-    /// (`iostat::now_ns`; 0: none yet). A scrub or resilver yields to them.
-    pub fn demand_activity(&self) -> (u32, u64) {
-        self.io.demand()
-    }
-
-    /// The txgs (first, last) whose writes this side missed, if any.
-    pub fn missed_txgs(&self) -> Option<(u64, u64)> {
-        self.dtl.range()
-    }
-
-    /// Records that this side missed the writes of txgs `first..=last` (it was away):
-    /// reads stop trusting its copies of blocks born then until `clear_missed_txgs`.
-    pub fn add_missed_txgs(&self, first: u64, last: u64) {
-        self.dtl.add(first, last);
-    }
-
-    /// A resilver copied every block born in the missed txgs to this side.
-    pub fn clear_missed_txgs(&self) {
-        self.dtl.clear();
-    }
-
-    /// A write to the side failed: it is counted, and the side is no longer written
-    /// (nor read) until the pool is imported again.
-    fn fault(&self) {
-        self.write_errors.fetch_add(1, Ordering::Relaxed);
-        self.faulted.store(true, Ordering::Relaxed);
-    }
-
-    /// Reads from the device as I/O of `class` (admitted by the queue first), counted in
-    /// its I/O statistics.
-    fn read_dev(&self, dev: &dyn BlockDevice, buf: &mut [u8], at: u64, class: IoClass) -> std::io::Result<()> {
-        let _permit = self.queue.admit(class, buf.len() as u64);
-        let timing = self.io.start(traffic_of(class));
-        let r = dev.read_at(buf, at);
-        timing.done(false, buf.len());
-        r
-    }
-
-    /// Writes to the device as I/O of `class` (admitted by the queue first), counted in
-    /// its I/O statistics.
-    fn write_dev(&self, dev: &dyn BlockDevice, buf: &[u8], at: u64, class: IoClass) -> std::io::Result<()> {
-        let _permit = self.queue.admit(class, buf.len() as u64);
-        let timing = self.io.start(traffic_of(class));
-        let r = dev.write_at(buf, at);
-        timing.done(true, buf.len());
-        r
-    }
-
-    /// Writes `data` at byte `at` in pieces of at most `max_io`, each admitted as
-    /// `class`, one after another on the caller's thread — unless the class's limit has
-    /// been raised above its minimum (async writes, as dirty data nears the throttle):
-    /// then up to that limit of threads (the caller and scoped helpers) issue pieces at
-    /// once, so a device that serves several I/Os at once drains the txg faster. Helpers
-    /// are not started otherwise: on a busy CPU a helper that is scheduled late would
-    /// hold up the write it was meant to speed up. The gate decides when each piece goes.
-    fn write_pieces(
-        &self,
-        dev: &dyn BlockDevice,
-        class: IoClass,
-        data: &[u8],
-        at: u64,
-        max_io: usize,
-    ) -> std::io::Result<()> {
-        let pieces = data.len().div_ceil(max_io);
-        if pieces <= 1 {
-            return self.write_dev(dev, data, at, class);
-        }
-        let next = AtomicUsize::new(0);
-        let stop = AtomicBool::new(false);
-        let failure: Mutex<Option<std::io::Error>> = Mutex::new(None);
-        let issue = || loop {
-            let k = next.fetch_add(1, Ordering::Relaxed);
-            if k >= pieces || stop.load(Ordering::Relaxed) {
-                return;
-            }
-            let start = k * max_io;
-            let piece = &data[start..(start + max_io).min(data.len())];
-            if let Err(e) = self.write_dev(dev, piece, at + start as u64, class) {
-                stop.store(true, Ordering::Relaxed);
-                failure.lock().get_or_insert(e);
-                return;
-            }
-        };
-        let limit = self.queue.limit(class);
-        let helpers =
-            if limit > self.queue.config().limits(class).min_active { (limit as usize).min(pieces) - 1 } else { 0 };
-        std::thread::scope(|s| {
-            for _ in 0..helpers {
-                let spawned = std::thread::Builder::new().name("vdev-write".into()).spawn_scoped(s, issue);
-                if spawned.is_err() {
-                    break; // fewer pieces in flight at once; the write still completes
-                }
-            }
-            issue();
-        });
-        failure.into_inner().map_or(Ok(()), Err)
-    }
-
-    /// Flushes the device (demand activity, not an operation iostat counts). A flush is
-    /// not admitted through the queue: it is a barrier, not a transfer (ZFS does not
-    /// queue it either).
-    fn flush_dev(&self, dev: &dyn BlockDevice) -> std::io::Result<()> {
-        let timing = self.io.start(Traffic::Demand);
-        let r = dev.flush();
-        timing.flushed();
-        r
-    }
-
-    /// Restores counters saved by an earlier import (they persist across imports). Adds
-    /// to what this import already counted (a damaged newest root block passed over
-    /// while choosing the uberblock must still show in `status`).
-    pub fn restore_counters(&self, read: u64, write: u64, checksum: u64) {
-        self.read_errors.fetch_add(read, Ordering::Relaxed);
-        self.write_errors.fetch_add(write, Ordering::Relaxed);
-        self.checksum_errors.fetch_add(checksum, Ordering::Relaxed);
-    }
-
-    pub fn clear_counters(&self) {
-        self.read_errors.store(0, Ordering::Relaxed);
-        self.write_errors.store(0, Ordering::Relaxed);
-        self.checksum_errors.store(0, Ordering::Relaxed);
-    }
-
-    /// Offset of label 1: the last whole label-sized slice of the device.
-    fn label1_offset(size: u64) -> u64 {
-        (size / LABEL_SIZE) * LABEL_SIZE - LABEL_SIZE
-    }
-}
 
 pub struct TopVdev {
     pub index: usize,
@@ -731,15 +492,6 @@ impl Drop for SyncHold<'_> {
     }
 }
 
-/// Scrub and resilver I/O count as scan traffic in iostat (and a scan yields to the
-/// rest); every other class is demand.
-fn traffic_of(class: IoClass) -> Traffic {
-    match class {
-        IoClass::Scrub => Traffic::Scan,
-        _ => Traffic::Demand,
-    }
-}
-
 /// What one device's labels say: its config and every valid uberblock in either ring.
 pub struct DeviceLabels {
     pub label: Label,
@@ -803,10 +555,12 @@ pub fn read_device_labels(dev: &dyn BlockDevice) -> Result<DeviceLabels, VdevErr
 #[cfg(test)]
 mod tests {
     use std::path::{Path, PathBuf};
+    use std::sync::Arc;
 
     use parking_lot::Mutex;
 
     use super::*;
+    use crate::iostat::IoSnapshot;
 
     /// A device in memory, so a test can damage one side of a mirror.
     struct MemDevice {
