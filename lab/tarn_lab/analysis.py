@@ -406,3 +406,178 @@ def verdict(scenario: dict, cells: dict) -> str | None:
     if repeated > 1:
         sentences.append(f"Each run was repeated {repeated} times; TPS is the mean, the charts show min–max.")
     return " ".join(sentences)
+
+
+# -- memory: what each stack was given, and what it used -------------------------------------
+
+MiB = 1 << 20
+ARC_FILESYSTEMS = ("tarn", "zfs")
+
+
+@dataclass(frozen=True)
+class Memory:
+    """What one stack was given (bytes; arc None on a stack without one) and the peak RSS
+    of each process holding its caches over the runs (role -> bytes; empty if unsampled)."""
+    buffer_pool: int | None
+    arc: int | None
+    primarycache: str | None = None
+    buffer_pool_actual: int | None = None
+    rss_max: dict = field(default_factory=dict)
+
+    @property
+    def total(self) -> int | None:
+        return None if self.buffer_pool is None else self.buffer_pool + (self.arc or 0)
+
+    def split(self) -> str:
+        """'112/16 MiB (metadata)' — buffer pool / ARC, as a DBA writes a split."""
+        if self.buffer_pool is None:
+            return "?"
+        if self.arc is None:
+            return f"{self.buffer_pool // MiB} MiB buffer pool"
+        text = f"{self.buffer_pool // MiB}/{self.arc // MiB} MiB"
+        return text + (f" ({self.primarycache})" if self.primarycache and self.primarycache != "all" else "")
+
+
+def memory_of(cell: Cell) -> Memory:
+    """From the results: the memory recorded by the run (spec["memory"] and RSS), or for
+    results recorded before that, the server's buffer pool setting and the stack's arc_mb."""
+    run = cell.last
+    settings = run.get("settings") or {}
+    spec = settings.get("spec") or {}
+    given = run.get("memory") or spec.get("memory") or {}
+    bp = given.get("buffer_pool_bytes")
+    if bp is None:
+        raw = (settings.get("mariadb") or {}).get("innodb_buffer_pool_size")
+        bp = parse_size(raw) if raw else None
+    arc = given.get("arc_bytes") if "arc_bytes" in given else (spec["arc_mb"] * MiB if spec.get("arc_mb") else None)
+    props = ((settings.get("stack") or {}).get("properties")) or {}
+    rss: dict = {}
+    for r in cell.runs:
+        for role, s in ((r.get("memory") or {}).get("rss") or {}).items():
+            if "max_bytes" in s:
+                rss[role] = max(rss.get(role, 0), s["max_bytes"])
+    return Memory(bp, arc, spec.get("primarycache", props.get("primarycache")),
+                  given.get("buffer_pool_actual_bytes"), rss)
+
+
+def has_rss(cells: dict) -> bool:
+    return any(memory_of(c).rss_max for c in cells.values())
+
+
+# -- variants: the articles' setup and equal memory ---------------------------------------------
+
+def variant_label(variant: str | None, scenario: dict) -> str:
+    if variant == "equal":
+        totals = {s["memory"]["total_bytes"] for s in scenario.get("stacks", [])
+                  if "equal" in (s.get("memory") or {}).get("variants", [])}
+        each = f" ({totals.pop() // MiB} MiB each)" if len(totals) == 1 else ""
+        return f"equal memory{each}"
+    if variant == "articles":
+        return "the articles' setup"
+    return variant or ""
+
+
+def variant_views(scenario: dict, cells: dict) -> list[tuple[str | None, dict, dict]]:
+    """(variant, the scenario seen from it, its cells): one view per memory variant when a
+    scenario ran several, each with its own stacks and baseline (a baseline copied for the
+    variant, e.g. "ext4-equal", stands in for "ext4"); otherwise one view of everything."""
+    variants = scenario.get("variants") or ["articles"]
+    if len(variants) < 2:
+        return [(None, scenario, cells)]
+    views = []
+    for v in variants:
+        specs = [s for s in scenario.get("stacks", []) if v in (s.get("memory") or {}).get("variants", variants)]
+        names = {s["name"] for s in specs}
+        base = scenario.get("baseline")
+        if base not in names:
+            base = next((s["name"] for s in specs if s.get("variant_of") == base), None)
+        view = {**scenario, "stacks": specs, "variants": [v]}
+        if base:
+            view["baseline"] = base
+        else:
+            view.pop("baseline", None)
+        views.append((v, view, {k: c for k, c in cells.items() if k[0] in names}))
+    return views
+
+
+# -- the memory sweep: which split of one budget wins ------------------------------------------
+
+# Single runs closer than this are a tie: the lab's own run-to-run noise on a shared machine.
+TIE = 0.05
+
+
+@dataclass
+class Sweep:
+    """One workload's splits of one total between buffer pool and ARC, for one kind of
+    stack (tarn, or ZFS), beside stacks given the whole total as buffer pool."""
+    workload: str
+    fs: str
+    total: int
+    points: list[Cell]          # the splits, largest buffer pool first
+    references: list[Cell]      # stacks without an ARC, all of the total as buffer pool
+
+    @property
+    def ranked(self) -> list[Cell]:
+        return sorted(self.points, key=lambda c: c.tps, reverse=True)
+
+    @property
+    def best(self) -> Cell:
+        return self.ranked[0]
+
+    def tied_with_best(self) -> list[Cell]:
+        """The other splits that cannot be told from the best: within TIE of its TPS, or
+        with repeats, a max that reaches the best's min."""
+        best = self.best
+        out = []
+        for c in self.ranked[1:]:
+            if best.n > 1 and c.n > 1:
+                if c.tps_max >= best.tps_min:
+                    out.append(c)
+            elif c.tps >= best.tps * (1 - TIE):
+                out.append(c)
+        return out
+
+    def advice(self) -> str:
+        """One sentence: how to split the budget for this workload, and what it bought."""
+        best, mem = self.best, memory_of(self.best)
+        what = f"{self.fs}'s ARC" + (" with primarycache=metadata" if mem.primarycache == "metadata" else "")
+        s = (f"For {_label(self.workload)} with {self.total // MiB} MiB in all, give {mem.buffer_pool // MiB} MiB "
+             f"to the buffer pool and {mem.arc // MiB} MiB to {what}: {num(best.tps, 1)} TPS, "
+             f"{num(best.reads_per_txn)} disk reads per transaction")
+        ref = max(self.references, key=lambda c: c.tps, default=None)
+        if ref is not None and ref.tps:
+            s += f", {times(best.tps / ref.tps)} {ref.stack} with all {self.total // MiB} MiB as buffer pool"
+        ties = self.tied_with_best()
+        if ties:
+            s += ("; " + ", ".join(f"{memory_of(c).split()} ({num(c.tps, 1)} TPS)" for c in ties)
+                  + f" {'is' if len(ties) == 1 else 'are'} within the noise of it, a tie")
+        elif len(self.ranked) > 1:
+            nxt = self.ranked[1]
+            s += f"; the next best split, {memory_of(nxt).split()}, did {num(nxt.tps, 1)} TPS"
+        return s + "."
+
+
+def _label(workload: str) -> str:
+    return "TPC-C-like" if workload == "tpcc_like" else workload
+
+
+def sweeps(scenario: dict, cells: dict) -> list[Sweep]:
+    """Every (workload, kind of stack, total) that ran at least two different splits of the
+    same total — the memory scenario's question; none for scenarios that sweep nothing."""
+    out = []
+    for w in workloads_of(scenario, cells):
+        mine = [c for (s, cw), c in cells.items() if cw == w]
+        for fs in ARC_FILESYSTEMS:
+            by_total: dict[int, list[Cell]] = {}
+            for c in mine:
+                m = memory_of(c)
+                if c.fs == fs and m.arc is not None and m.total:
+                    by_total.setdefault(m.total, []).append(c)
+            for total, points in by_total.items():
+                splits = {(memory_of(c).buffer_pool, memory_of(c).arc, memory_of(c).primarycache) for c in points}
+                if len(splits) < 2:
+                    continue
+                refs = [c for c in mine if memory_of(c).arc is None and memory_of(c).buffer_pool == total]
+                points.sort(key=lambda c: memory_of(c).buffer_pool, reverse=True)
+                out.append(Sweep(w, fs, total, points, refs))
+    return out

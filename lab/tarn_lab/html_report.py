@@ -1,7 +1,9 @@
-"""The HTML report: one self-contained page to mail or attach to a ticket — the headline,
-the ratio table against the scenario's baseline, the verdict and the charts first; then
-what was measured (the disk, the database, only the workloads that ran, the stacks); the
-sysbench detail, devices, settings and versions collapsed in <details>.
+"""The HTML report: one self-contained page to mail or attach to a ticket — the headline
+(one per memory variant), the memory sweep's advice, warnings, the ratio tables against the
+scenario's baseline, the sweep's splits and what each stack was given and used, the verdict
+and the charts first; then what was measured (the disk, the database, how the data was
+loaded, only the workloads that ran, the stacks); the sysbench detail, devices, settings
+and versions collapsed in <details>.
 
 Owns: report.html (and plots/*.png beside it, the same charts as files).
 Promises: no external reference (images are data URIs, the style is inline, no script);
@@ -20,9 +22,11 @@ import jinja2
 
 from . import analysis, plots
 from .analysis import Cell, cells_of
-from .humanize import (WORKLOAD_TEXT, describe_database, describe_disk, describe_stack, describe_workload_params,
-                       flatten, human_bytes, workload_label)
-from .report import SYSBENCH_ROWS, fmt, fmt_ratio, fmt_units, load_results, ratio_columns
+from .devices import parse_size
+from .humanize import (WORKLOAD_TEXT, describe_database, describe_disk, describe_load, describe_stack,
+                       describe_workload_params, flatten, human_bytes, workload_label)
+from .report import (MEMORY_TITLE, SYSBENCH_ROWS, fmt, fmt_ratio, fmt_units, load_results, memory_cells,
+                     memory_columns, ratio_columns, sweep_columns, sweep_rows, warnings_of)
 
 TEMPLATES = jinja2.Environment(loader=jinja2.PackageLoader("tarn_lab", "templates"),
                                autoescape=True, undefined=jinja2.StrictUndefined)
@@ -56,6 +60,9 @@ class Page:
     title: str
     meta: str = ""
     headline: str | None = None
+    more_headlines: list[str] = field(default_factory=list)   # one per further memory variant
+    advice: list[str] = field(default_factory=list)           # the memory sweep's, one per workload
+    warnings: list[str] = field(default_factory=list)
     tables: list[HtmlTable] = field(default_factory=list)
     verdict: str | None = None
     notes: list[str] = field(default_factory=list)
@@ -81,14 +88,15 @@ def chart(fig, title: str, name: str, plots_dir: Path | None, caption: str = "")
 
 # -- tables -----------------------------------------------------------------------------------
 
-def ratio_html_table(scenario: dict, cells: dict, workload: str, index: int) -> HtmlTable:
+def ratio_html_table(scenario: dict, cells: dict, workload: str, index: int, variant: str = "") -> HtmlTable:
     baseline = analysis.baseline_of(scenario, cells)
     subject = analysis.subject_of(scenario, cells)
     rows = analysis.ratio_table_rows(scenario, cells, workload)
     cols = ratio_columns(baseline, any(r.cell.n > 1 for r in rows))
+    where = f", {variant}" if variant else ""
     return HtmlTable(
         headers=[h for h, _ in cols], rows=[[get(r) for _, get in cols] for r in rows],
-        caption=f"{workload_label(workload)}: per stack, against {baseline} (disk numbers: the paced disk, "
+        caption=f"{workload_label(workload)}{where}: per stack, against {baseline} (disk numbers: the paced disk, "
                 "per committed transaction)",
         id=f"ratio-{index}", css="data ratio",
         row_classes=["subject" if r.cell.stack == subject else ("baseline" if r.cell.stack == baseline else "")
@@ -105,6 +113,22 @@ def own_baseline_html_table(scenario: dict, cells: dict) -> HtmlTable | None:
                fmt_ratio(r.vs(lambda c: c.latency("p95"))), fmt_ratio(r.vs(lambda c: c.reads_per_txn)),
                fmt_ratio(r.vs(lambda c: c.units_per_txn))] for r in rows],
         caption="Against their own baselines, same run")
+
+
+def sweep_html_table(sweep, index: int) -> HtmlTable:
+    cols = sweep_columns()
+    rows = sweep_rows(sweep)
+    return HtmlTable(headers=[h for h, _ in cols], rows=[[get(sweep, c) for _, get in cols] for c in rows],
+                     caption=f"TPS by buffer pool / ARC split — {workload_label(sweep.workload)}, "
+                             f"{sweep.total // 2**20} MiB in all (MiB; hits: share of reads each cache answered)",
+                     id=f"sweep-{index}", css="data ratio sweep",
+                     row_classes=["subject" if c is sweep.best else "" for c in rows])
+
+
+def memory_html_table(cells: dict) -> HtmlTable:
+    cols = memory_columns()
+    rows = [[get(c, analysis.memory_of(c)) for _, get in cols] for c in memory_cells(cells)]
+    return HtmlTable(headers=[h for h, _ in cols], rows=rows, caption=MEMORY_TITLE, id="memory")
 
 
 def sysbench_html_table(stack: str, runs: list[dict]) -> HtmlTable:
@@ -161,6 +185,9 @@ def charts(scenario: dict, cells: dict, plots_dir: Path | None) -> list[Chart]:
         out.append(chart(plots.tps_bars(w, mine, baseline), f"TPS per stack, {workload_label(w)}", f"tps_bars_{w}.png", plots_dir))
         out.append(chart(plots.per_txn_bars(w, mine), f"Reads per transaction, {workload_label(w)}",
                          f"reads_per_txn_{w}.png", plots_dir))
+    for i, sweep in enumerate(analysis.sweeps(scenario, cells), 1):
+        out.append(chart(plots.split_bars(sweep), f"TPS by buffer pool / ARC split, {workload_label(sweep.workload)}",
+                         f"split_{sweep.workload}_{i}.png", plots_dir))
     for w in workloads:
         mine = [c for (s, cw), c in cells.items() if cw == w]
         out.append(chart(plots.tps_over_time(w, mine, baseline), f"TPS over time, {workload_label(w)}", f"tps_{w}.png", plots_dir))
@@ -177,11 +204,29 @@ def measured(scenario: dict, cells: dict, versions: dict) -> list[tuple[str, str
     rows = [("disk", describe_disk(scenario["disk"])),
             ("database", describe_database(scenario, versions)),
             ("workload", describe_workload_params(scenario.get("workload", {}), workloads))]
+    if scenario.get("memory", {}).get("total"):
+        rows.append(("memory", f"{human_bytes(parse_size(scenario['memory']['total']))} in all per stack, "
+                               "split between the buffer pool and the ARC as each stack says"))
+    if len(scenario.get("variants") or []) > 1:
+        rows.append(("memory variants", "the articles' setup (the same buffer pool everywhere, an ARC on top for "
+                                        "ZFS and tarn) and equal memory (a stack without an ARC gets the others' "
+                                        "buffer pool + ARC as its buffer pool)"))
     if scenario.get("repeat", 1) > 1:
         rows.append(("repeats", f"each workload ran {scenario['repeat']} times per stack, caches dropped before each"))
     for spec in scenario.get("stacks", []):
         rows.append((spec["name"], describe_stack(spec)))
     return rows
+
+
+def loads(stacks: list[dict]) -> list[tuple[str, str]]:
+    """How each stack got its data and how long that took here, in words."""
+    out = []
+    for s in stacks:
+        d = s.get("dataset") or {}
+        if s.get("status") != "ok" or not d:
+            continue
+        out.append((f"{s['stack']}: data", describe_load(d)))
+    return out
 
 
 def stack_notes(stacks: list[dict]) -> list[str]:
@@ -199,18 +244,37 @@ def report_page(rundir: Path, plots_dir: Path | None = None) -> Page:
     versions = _read_json(rundir / "versions.json")
     cells = cells_of(scenario, runs)
     workloads = analysis.workloads_of(scenario, cells)
-    tables = [ratio_html_table(scenario, cells, w, i) for i, w in enumerate(workloads, 1)]
+    views = analysis.variant_views(scenario, cells)
+    tables, headlines = [], []
+    for variant, view, vcells in views:
+        label = analysis.variant_label(variant, view) if variant else ""
+        line = analysis.headline(view, vcells)
+        if line:
+            headlines.append(f"{label}: {line}" if variant else line)
+        for w in analysis.workloads_of(view, vcells):
+            tables.append(ratio_html_table(view, vcells, w, len(tables) + 1, label))
+    sweeps = analysis.sweeps(scenario, cells)
+    tables += [sweep_html_table(sw, i) for i, sw in enumerate(sweeps, 1)]
+    if analysis.has_rss(cells):
+        tables.append(memory_html_table(cells))
     own = own_baseline_html_table(scenario, cells)
     if own:
         tables.append(own)
+    verdicts = []
+    for variant, view, vcells in views:
+        text = analysis.verdict(view, vcells)
+        if text:
+            label = analysis.variant_label(variant, view)
+            verdicts.append(f"{label[0].upper() + label[1:]}: {text}" if variant else text)
     finished = max((r.get("finished", "") for r in runs), default="").replace("T", " ")[:16]
     page = Page(title=scenario.get("title", scenario["name"]),
                 meta=f"scenario {scenario['name']} · {scenario.get('size_class')} sizes · "
                      f"{len(analysis.stacks_of(cells))} stacks · finished {finished or 'no runs'}",
-                headline=analysis.headline(scenario, cells), tables=tables,
-                verdict=analysis.verdict(scenario, cells), notes=stack_notes(stacks),
+                headline=headlines[0] if headlines else None, more_headlines=headlines[1:],
+                advice=[sw.advice() for sw in sweeps], warnings=warnings_of(scenario, stacks), tables=tables,
+                verdict=" ".join(verdicts) or None, notes=stack_notes(stacks),
                 figures=charts(scenario, cells, plots_dir) if cells else [],
-                measured=measured(scenario, cells, versions),
+                measured=measured(scenario, cells, versions) + loads(stacks),
                 workloads=[(workload_label(w), WORKLOAD_TEXT.get(w, "")) for w in (workloads or scenario["workloads"])],
                 footer=f"Raw results: {rundir / 'runs'} · report written {dt.datetime.now():%Y-%m-%d %H:%M}")
     by_stack: dict[str, list[dict]] = {}

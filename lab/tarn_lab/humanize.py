@@ -86,6 +86,26 @@ def describe_workload_params(params: dict, workloads: list[str]) -> str:
     return ", ".join(parts)
 
 
+def describe_load(dataset: dict) -> str:
+    """How a stack got its data, how long it took here, and the tables' sizes once loaded."""
+    method = dataset.get("method", "prepare")
+    if method == "cached":
+        made = (dataset.get("cache_made") or "").replace("T", " ")[:16]
+        text = (f"copied from the dataset cache onto the paced disk in {dataset.get('restore_seconds', 0):,.0f} s "
+                f"(the cache was prepared once by sysbench on {dataset.get('prepared_on', 'the host')}, in "
+                f"{dataset.get('cache_prepare_seconds', 0):,.0f} s{', on ' + made if made else ''})")
+    elif method == "tar":
+        text = (f"sysbench prepare on the paced disk in {dataset.get('prepare_seconds', 0):,.0f} s, then written "
+                f"back from a tar archive in {dataset.get('tar_seconds', 0):,.0f} s")
+    else:
+        text = f"sysbench prepare on the paced disk in {dataset.get('prepare_seconds', 0):,.0f} s"
+    tables = dataset.get("table_bytes") or {}
+    if tables:
+        names = {TPCC_LIKE: "TPC-C-like", "oltp": "sysbench"}
+        text += "; tables: " + ", ".join(f"{names.get(k, k)} {human_bytes(v)}" for k, v in tables.items())
+    return text
+
+
 def describe_stack(spec: dict) -> str:
     """The stack as a DBA would name it: 'zfs: lz4, recordsize 16k, ARC 128 MiB, SLOG'."""
     fs = spec.get("fs", "")
@@ -114,6 +134,9 @@ def describe_stack(spec: dict) -> str:
         bits.append("data restored from a tar archive")
     if spec.get("buffer_pool"):
         bits.append(f"buffer pool {spec['buffer_pool']}")
+    rule = (spec.get("memory") or {}).get("rule")
+    if rule and rule != "as the stack says":
+        bits.append(rule)
     return f"{fs}: " + (", ".join(bits) if bits else "defaults")
 
 

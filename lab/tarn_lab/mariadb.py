@@ -8,7 +8,9 @@ Must never: use or stop the system's MariaDB service, or listen on a TCP port.
 """
 from __future__ import annotations
 
+import hashlib
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -25,10 +27,25 @@ BASE_SETTINGS = {
 }
 
 
+# sockaddr_un holds 108 bytes with the NUL: mariadbd refuses (and exits) on a longer path.
+SOCKET_PATH_MAX = 107
+
+
+def socket_path(rundir: Path) -> Path:
+    """The server's unix socket: in its run dir, or — when that path is too long for a
+    socket (a deep pytest or dataset-cache directory) — a short name in the temp dir,
+    unique per run dir."""
+    beside = rundir / "mysqld.sock"
+    if len(str(beside).encode()) <= SOCKET_PATH_MAX:
+        return beside
+    digest = hashlib.sha256(str(rundir.resolve()).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"tarn-lab-mysqld-{digest}.sock"
+
+
 class PrivateMariaDB:
     def __init__(self, datadir: Path, rundir: Path, settings: dict):
         self.datadir, self.rundir = datadir, rundir
-        self.socket = rundir / "mysqld.sock"
+        self.socket = socket_path(rundir)
         self.settings = {**BASE_SETTINGS, **settings}
         self.pid: int | None = None
 
@@ -101,6 +118,13 @@ class PrivateMariaDB:
                 except ValueError:
                     pass
         return counters
+
+    def buffer_pool_bytes(self) -> int | None:
+        """The buffer pool the running server actually has (it may round what it was given)."""
+        try:
+            return int(self.sql("SELECT @@innodb_buffer_pool_size").strip())
+        except (CommandFailed, ValueError):
+            return None
 
     @staticmethod
     def version() -> str:

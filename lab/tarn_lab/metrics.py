@@ -1,8 +1,12 @@
-"""Per-second system metrics: per-device IOPS and MB/s from /proc/diskstats, CPU from /proc/stat.
+"""Per-second system metrics: per-device IOPS and MB/s from /proc/diskstats, CPU from
+/proc/stat, and the resident memory (RSS) of the processes that hold a stack's caches —
+mariadbd (the buffer pool), the `tarn mount` daemon or zfs-fuse (the ARC) — from
+/proc/PID/status.
 
-Owns: parsing those two files and a sampler thread that turns counter deltas into rates,
-one row per second, for the data/cache/log devices separately.
-Promises: parsers are pure functions of text; the sampler stops when its `with` ends.
+Owns: parsing those files and a sampler thread that turns counter deltas into rates, one
+row per second, for the data/cache/log devices separately, with each process's RSS.
+Promises: parsers are pure functions of text; the sampler stops when its `with` ends; a
+process that has exited is left out of the rows from then on, not counted as zero.
 Must never: write anything to the system; it only reads /proc.
 """
 from __future__ import annotations
@@ -40,6 +44,48 @@ def parse_proc_stat_cpu(text: str) -> dict[str, int]:
     raise ValueError("no aggregate cpu line in /proc/stat")
 
 
+# /proc/PID/status memory lines, in kB: the resident set, its peak, and its parts.
+STATUS_KEYS = {"VmRSS": "rss_bytes", "VmHWM": "hwm_bytes", "RssAnon": "anon_bytes",
+               "RssFile": "file_bytes", "RssShmem": "shmem_bytes"}
+
+
+def parse_proc_status(text: str) -> dict[str, int]:
+    """/proc/PID/status -> {rss_bytes, hwm_bytes, anon_bytes, file_bytes, shmem_bytes}
+    (those present; a kernel thread has none)."""
+    out = {}
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        if key in STATUS_KEYS:
+            value, _, unit = rest.strip().partition(" ")
+            if unit.strip() != "kB":
+                raise ValueError(f"/proc status: {key} in {unit!r}, expected kB")
+            out[STATUS_KEYS[key]] = int(value) * 1024
+    return out
+
+
+def read_process_memory(pid: int) -> dict[str, int] | None:
+    """The process's memory now, or None once it has exited."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return parse_proc_status(f.read()) or None
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
+def summarize_rss(samples: list[int], last: dict | None) -> dict:
+    """Per-second RSS samples of one process -> max, mean and last, with its peak: the
+    kernel's own (VmHWM, which also sees between samples) from the last reading, but never
+    below the largest sample — the kernel sums RSS from per-CPU counters and raises VmHWM
+    lazily, so a VmHWM read after a VmRSS can be a few pages smaller than it."""
+    out = {"samples": len(samples)}
+    if samples:
+        out.update({"max_bytes": max(samples), "mean_bytes": int(sum(samples) / len(samples)),
+                    "last_bytes": samples[-1]})
+    if last and "hwm_bytes" in last:
+        out["hwm_bytes"] = max(last["hwm_bytes"], out.get("max_bytes", 0))
+    return out
+
+
 def device_rates(before: dict, after: dict, seconds: float) -> dict[str, float]:
     d = {k: after[k] - before[k] for k in after}
     return {"r_iops": d["reads"] / seconds, "w_iops": d["writes"] / seconds,
@@ -63,13 +109,18 @@ def read_cpu() -> dict:
 
 
 class Sampler:
-    """Samples once a second in a thread; `rows` holds one dict per second."""
+    """Samples once a second in a thread; `rows` holds one dict per second (with "rss":
+    {role: bytes} for the processes given); `memory` summarizes each process's RSS."""
 
-    def __init__(self, devices: dict[str, str], interval: float = 1.0):
+    def __init__(self, devices: dict[str, str], interval: float = 1.0, processes: dict[str, int] | None = None):
         self.devices = devices            # role -> kernel device name (loop3)
+        self.processes = dict(processes or {})   # role -> pid (mariadbd, tarn, zfs-fuse)
         self.interval = interval
         self.rows: list[dict] = []
         self.totals: dict[str, dict] = {}
+        self.memory: dict[str, dict] = {}
+        self._rss: dict[str, list[int]] = {role: [] for role in self.processes}
+        self._last_status: dict[str, dict] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -86,6 +137,18 @@ class Sampler:
         for role, name in self.devices.items():
             if name in end and name in self._start_disk:
                 self.totals[role] = {k: end[name][k] - self._start_disk[name][k] for k in end[name]}
+        self._sample_memory()
+        self.memory = {role: summarize_rss(self._rss[role], self._last_status.get(role)) for role in self.processes}
+
+    def _sample_memory(self) -> dict[str, int]:
+        now = {}
+        for role, pid in self.processes.items():
+            status = read_process_memory(pid)
+            if status and "rss_bytes" in status:
+                self._last_status[role] = status
+                self._rss[role].append(status["rss_bytes"])
+                now[role] = status["rss_bytes"]
+        return now
 
     def _loop(self) -> None:
         prev_disk, prev_cpu, prev_t = self._start_disk, self._start_cpu, self._t0
@@ -96,5 +159,7 @@ class Sampler:
             for role, name in self.devices.items():
                 if name in now_disk and name in prev_disk:
                     row[role] = device_rates(prev_disk[name], now_disk[name], dt)
+            if self.processes:
+                row["rss"] = self._sample_memory()
             self.rows.append(row)
             prev_disk, prev_cpu, prev_t = now_disk, now_cpu, now_t

@@ -1,5 +1,6 @@
 """The report's charts, each answering one question a DBA asks: TPS per stack, reads per
-transaction, TPS over time, size on disk; and before/after for a comparison.
+transaction, TPS by buffer pool / ARC split (the memory sweep), TPS over time, size on
+disk; and before/after for a comparison.
 
 Owns: matplotlib figures (object API, no pyplot state) and their PNG bytes.
 Promises: every chart has a title, labelled axes and units; bar labels sit inside the axes
@@ -14,7 +15,7 @@ import io
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from .analysis import Cell
+from .analysis import Cell, memory_of
 from .humanize import workload_label
 
 TARN_RED, BASELINE_GREY = "#d62728", "#888888"
@@ -113,6 +114,34 @@ def per_txn_bars(workload: str, cells: list[Cell]) -> Figure:
     _title(fig, f"Reads per transaction — {workload_label(workload)}",
            "the paced disk's reads and writes (diskstats) per committed transaction; an I/O unit is "
            "one I/O of up to the disk's size cap" + ("" if exact else " (lower bound for older results)"), ax)
+    return fig
+
+
+def split_bars(sweep) -> Figure:
+    """One budget, split differently: TPS per split (the stacks given all of it as buffer
+    pool first, grey), each bar labelled with its TPS and disk reads per transaction; the
+    winning split darker."""
+    cells = sweep.references + sweep.points
+    fig = new_figure(_bar_width(len(cells)) + 1.0, 3.8)
+    ax = fig.add_subplot()
+    names = [f"{memory_of(c).split()}\n{c.stack}" for c in cells]
+    tps = [c.tps for c in cells]
+    colors = [BASELINE_GREY if c in sweep.references else ("#a01c1c" if c is sweep.best else "#f08080") for c in cells]
+    repeated = any(c.n > 1 for c in cells)
+    yerr = [[c.tps - c.tps_min for c in cells], [c.tps_max - c.tps for c in cells]]
+    ax.bar(range(len(cells)), tps, color=colors, yerr=yerr if repeated else None, capsize=4)
+    tops = [c.tps_max if repeated else c.tps for c in cells]
+    labels = [(f"{v:,.1f}" if v < 100 else f"{v:,.0f}") + f" TPS\n{c.reads_per_txn or 0:.2f} reads/txn"
+              for v, c in zip(tps, cells)]
+    _label_above(ax, range(len(cells)), tops, labels)
+    ax.set_xticks(range(len(cells)), names)
+    ax.tick_params(axis="x", labelsize=8)
+    ax.set_ylim(0, max(tops + [1e-9]) * 1.4)
+    ax.set_ylabel("transactions per second")
+    ax.grid(axis="y", alpha=0.3)
+    _title(fig, f"TPS by buffer pool / ARC split — {workload_label(sweep.workload)}",
+           f"{sweep.total // 2**20} MiB in all, split buffer pool / ARC (MiB); grey: no ARC, all of it as "
+           "buffer pool; dark red: the winning split", ax)
     return fig
 
 

@@ -107,6 +107,14 @@ class PrivatePostgres:
         values = {"pg_blks_read": int(read or 0), "pg_blks_hit": int(hit or 0)}
         return {k: v for k, v in values.items() if k in names}
 
+    def buffer_pool_bytes(self) -> int | None:
+        """shared_buffers as the running server has it (pg_settings counts 8 kB blocks)."""
+        try:
+            out = self.sql("SELECT setting::bigint * 8192 FROM pg_settings WHERE name = 'shared_buffers'", db="postgres")
+            return int(out.strip())
+        except (RuntimeError, ValueError):
+            return None
+
     @staticmethod
     def version() -> str:
         try:

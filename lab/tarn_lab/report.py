@@ -1,7 +1,9 @@
-"""Reports from a results directory, the answer first: the headline, the ratio table
-against the scenario's baseline (fits 100 columns), TPS bars and the verdict in the
-terminal; per-stack sysbench detail, devices and settings behind `--verbose`. The HTML
-page (html_report) shows the same numbers in the same order.
+"""Reports from a results directory, the answer first: the headline (one per memory variant
+when a scenario ran the articles' setup and equal memory), warnings (caches too big for the
+dataset), the ratio table against the scenario's baseline (fits 100 columns), TPS bars, the
+memory sweep's splits and its advice, what each stack was given and used (RSS), and the
+verdict in the terminal; per-stack sysbench detail, devices and settings behind `--verbose`.
+The HTML page (html_report) shows the same numbers in the same order.
 
 Owns: reading <rundir>/runs/*/*.json back, and the terminal's presentation.
 Promises: shows only measured numbers from the JSON files (via analysis), and every
@@ -19,8 +21,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from . import analysis
+from . import analysis, budget
 from .analysis import Cell, cells_of
+from .budget import CacheCheck
+from .scenario import cache_warning
 from .humanize import describe_disk, describe_stack, flatten, workload_label
 
 RESULT_NAME = re.compile(r"^(?P<workload>.+?)(\.rep(?P<repeat>\d+))?\.json$")
@@ -109,11 +113,12 @@ def ratio_columns(baseline: str | None, repeated: bool) -> list[tuple[str, objec
     return cols
 
 
-def ratio_table(scenario: dict, cells: dict, workload: str) -> Table:
+def ratio_table(scenario: dict, cells: dict, workload: str, variant: str = "") -> Table:
     baseline = analysis.baseline_of(scenario, cells)
     rows = analysis.ratio_table_rows(scenario, cells, workload)
     repeated = any(r.cell.n > 1 for r in rows)
-    t = Table(title=f"{workload_label(workload)} against {baseline} (disk: the paced disk, per transaction)",
+    where = f", {variant}:" if variant else ""
+    t = Table(title=f"{workload_label(workload)}{where} against {baseline} (disk: the paced disk, per transaction)",
               title_justify="left", title_style="bold", box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1, 0, 0))
     for i, (header, _) in enumerate(ratio_columns(baseline, repeated)):
         t.add_column(header, justify="left" if i == 0 else "right", no_wrap=True)
@@ -170,6 +175,103 @@ def tps_bars(cells: list[Cell], width: int = 40) -> Table:
         t.add_row(c.stack, Text("█" * max(1, round(width * c.tps / top)), style="red" if c.fs == "tarn" else "blue"),
                   fmt_tps(c.tps))
     return t
+
+
+# -- memory: the sweep's splits, and what each stack was given and used --------------------------
+
+def mib(n: int | None) -> str:
+    return "" if n is None else f"{n / 2**20:,.0f}"
+
+
+def sweep_columns() -> list[tuple[str, object]]:
+    """(header, (sweep, cell) -> text) for the table of one sweep's splits."""
+    def rss(cell, role):
+        return mib(analysis.memory_of(cell).rss_max.get(role))
+    return [
+        ("split\nBP/ARC", lambda sw, c: analysis.memory_of(c).split()),
+        ("stack", lambda sw, c: c.stack),
+        ("TPS", lambda sw, c: fmt_tps(c.tps)),
+        ("vs\nbest", lambda sw, c: fmt_ratio(analysis.ratio(c.tps, sw.best.tps))),
+        ("reads\n/txn", lambda sw, c: fmt_per_txn(c.reads_per_txn)),
+        ("IO units\n/txn", lambda sw, c: fmt_units(c)),
+        ("ARC\nhits", lambda sw, c: analysis.pct(c.arc_hit) if c.arc_hit is not None else ""),
+        ("BP\nhits", lambda sw, c: analysis.pct(c.buffer_pool_hit) if c.buffer_pool_hit is not None else ""),
+        ("mariadbd\nRSS MiB", lambda sw, c: rss(c, "mariadbd")),
+        ("daemon\nRSS MiB", lambda sw, c: rss(c, "tarn") or rss(c, "zfs-fuse")),
+    ]
+
+
+def sweep_rows(sweep) -> list:
+    """The references (all of the budget as buffer pool) first, then the splits."""
+    return sweep.references + sweep.points
+
+
+def sweep_table(sweep) -> Table:
+    t = Table(title=f"TPS by buffer pool / ARC split — {workload_label(sweep.workload)}, "
+                    f"{sweep.total // 2**20} MiB in all", title_justify="left", title_style="bold",
+              box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1, 0, 0))
+    cols = sweep_columns()
+    for i, (header, _) in enumerate(cols):
+        t.add_column(header, justify="left" if i < 2 else "right", no_wrap=True)
+    for c in sweep_rows(sweep):
+        t.add_row(*[get(sweep, c) for _, get in cols], style="bold" if c is sweep.best else "")
+    return t
+
+
+def memory_columns() -> list[tuple[str, object]]:
+    """(header, cell -> text): what a stack was given beside the RSS its processes reached."""
+    def daemon(m):
+        return m.rss_max.get("tarn", m.rss_max.get("zfs-fuse"))
+
+    def total_rss(m):
+        return sum(m.rss_max.values()) if m.rss_max else None
+    return [
+        ("stack", lambda c, m: c.stack),
+        ("buffer pool\ngiven MiB", lambda c, m: mib(m.buffer_pool)),
+        ("mariadbd\nRSS max", lambda c, m: mib(m.rss_max.get("mariadbd", m.rss_max.get("postgres")))),
+        ("ARC\ngiven MiB", lambda c, m: mib(m.arc) if m.arc is not None else "—"),
+        ("daemon\nRSS max", lambda c, m: mib(daemon(m)) if daemon(m) is not None else "—"),
+        ("given\nin all", lambda c, m: mib(m.total)),
+        ("RSS\nin all", lambda c, m: mib(total_rss(m))),
+        ("RSS /\ngiven", lambda c, m: fmt_ratio(analysis.ratio(total_rss(m), m.total))),
+    ]
+
+
+def memory_cells(cells: dict) -> list[Cell]:
+    """One cell per stack (its memory is the same on every workload), peak RSS over all."""
+    out: dict[str, Cell] = {}
+    for c in cells.values():
+        if c.stack in out:
+            out[c.stack] = Cell(c.stack, c.fs, "*", out[c.stack].runs + c.runs)
+        else:
+            out[c.stack] = Cell(c.stack, c.fs, "*", list(c.runs))
+    return list(out.values())
+
+
+MEMORY_TITLE = ("Memory: what each stack was given, and the peak resident memory (RSS, MiB) of the "
+                "processes holding its caches")
+
+
+def memory_table(cells: dict) -> Table:
+    t = Table(title=MEMORY_TITLE, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD,
+              show_edge=False, padding=(0, 1, 0, 0))
+    cols = memory_columns()
+    for i, (header, _) in enumerate(cols):
+        t.add_column(header, justify="left" if i == 0 else "right", no_wrap=True)
+    for c in memory_cells(cells):
+        m = analysis.memory_of(c)
+        t.add_row(*[get(c, m) for _, get in cols])
+    return t
+
+
+def warnings_of(scenario: dict, stacks: list[dict]) -> list[str]:
+    """What the report says loudly, at the top: caches too big for the dataset (measured
+    after each stack's load where it was, else estimated before the run) and the caches
+    the lab cannot cap."""
+    measured = {s["stack"]: [CacheCheck(**c) for c in s["cache_checks"]] for s in stacks if "cache_checks" in s}
+    estimated = [CacheCheck(**c) for c in scenario.get("cache_checks", [])]
+    line = cache_warning(budget.current(estimated, measured))
+    return ([line] if line else []) + list(scenario.get("warnings", []))
 
 
 # -- verbose detail ---------------------------------------------------------------------------
@@ -231,20 +333,34 @@ def print_terminal(rundir: Path, console: Console, verbose: bool = False) -> Non
     scenario, runs, stacks = load_results(rundir)
     cells = cells_of(scenario, runs)
     console.print(Text(f"{scenario.get('title', scenario['name'])} ({scenario.get('size_class')} sizes)", style="bold"))
-    line = analysis.headline(scenario, cells)
-    if line:
-        console.print(Text(line, style="bold green"), soft_wrap=True)
-    for w in analysis.workloads_of(scenario, cells):
-        console.print(ratio_table(scenario, cells, w))
-        console.print(Text(f"TPS per stack — {workload_label(w)}", style="bold"))
-        console.print(tps_bars([c for (s, cw), c in cells.items() if cw == w]))
+    views = analysis.variant_views(scenario, cells)
+    for variant, view, vcells in views:
+        line = analysis.headline(view, vcells)
+        if line:
+            label = analysis.variant_label(variant, view)
+            console.print(Text(f"{label}: {line}" if variant else line, style="bold green"), soft_wrap=True)
+    for sweep in analysis.sweeps(scenario, cells):
+        console.print(Text(sweep.advice(), style="bold green"), soft_wrap=True)
+    for warning in warnings_of(scenario, stacks):
+        console.print(Text(f"WARNING {warning}", style="bold yellow"), soft_wrap=True)
+    for variant, view, vcells in views:
+        for w in analysis.workloads_of(view, vcells):
+            console.print(ratio_table(view, vcells, w, analysis.variant_label(variant, view) if variant else ""))
+            console.print(Text(f"TPS per stack — {workload_label(w)}", style="bold"))
+            console.print(tps_bars([c for (s, cw), c in vcells.items() if cw == w]))
+    for sweep in analysis.sweeps(scenario, cells):
+        console.print(sweep_table(sweep))
+    if analysis.has_rss(cells):
+        console.print(memory_table(cells))
     own = own_baseline_table(scenario, cells)
     if own:
         console.print(own)
-    text = analysis.verdict(scenario, cells)
-    if text:
-        console.print()
-        console.print(Text(text))
+    for variant, view, vcells in views:
+        text = analysis.verdict(view, vcells)
+        if text:
+            console.print()
+            label = analysis.variant_label(variant, view)
+            console.print(Text(f"{label[0].upper() + label[1:]}: {text}" if variant else text))
     for s in stacks:
         if s.get("status") != "ok":
             console.print(Text(f"{s['stack']}: {s['status']}: {s.get('reason')}", style="yellow"))
@@ -259,4 +375,3 @@ def print_terminal(rundir: Path, console: Console, verbose: bool = False) -> Non
         print_settings(console, scenario, stacks)
     elif runs:
         console.print(Text("(--verbose: sysbench's own tables, devices, settings and versions)", style="dim"))
-

@@ -1,11 +1,15 @@
-"""Running a scenario: for each stack, build it, start a private MariaDB, load the dataset,
-run each workload (warm-up first when the scenario asks, `repeat` times) while sampling
-metrics, and write one JSON result per run; tell the progress display what happens.
+"""Running a scenario: for each stack, build it, load the dataset (sysbench prepare on the
+stack, or the dataset cache's prepared copy restored onto it) into a private MariaDB, check the
+dataset against the stack's caches (the 4× rule, measured), run each workload (warm-up
+first when the scenario asks, `repeat` times) while sampling metrics — the paced disk, CPU,
+and the RSS of mariadbd and of the stack's own daemon — and write one JSON result per run;
+tell the progress display what happens.
 
 Owns: the results directory layout —
   <rundir>/scenario.json, <rundir>/runs/<stack>/<workload>.json (+ .sysbench.txt; a
   repeat k > 1 is <workload>.rep<k>.json), <rundir>/runs/<stack>/stack.json
-  (skipped/failed reason, dataset sizes), <rundir>/work/ (scratch).
+  (skipped/failed reason, how the data was loaded and in how long, the tables' bytes,
+  the memory given, warnings), <rundir>/work/ (scratch).
 Promises: finished runs are kept and skipped on a re-run in the same directory; every
 stack is torn down (mounts, loops, servers) before the next starts, also on Ctrl-C; the
 paced disk's counters (I/O units included) are recorded over exactly the measured run.
@@ -24,6 +28,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from . import budget, datasets
 from . import progress as progress_mod
 from . import sizes as sizes_mod
 from .cleanup import Teardown
@@ -103,20 +108,22 @@ def machine_versions() -> dict:
             "mem_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")}
 
 
-def run_scenario(scenario: dict, rundir: Path, console: Console, progress: Progress | None = None) -> Path:
+def run_scenario(scenario: dict, rundir: Path, console: Console, progress: Progress | None = None,
+                 load_only: bool = False) -> Path:
     preflight()
     rundir.mkdir(parents=True, exist_ok=True)
     (rundir / "scenario.json").write_text(json.dumps(scenario, indent=2))
     versions = machine_versions()
     (rundir / "versions.json").write_text(json.dumps(versions, indent=2))
-    plan = [StackPlan(spec["name"], len(pending_runs(scenario, rundir, spec["name"])) * sysbench_seconds(scenario))
+    plan = [StackPlan(spec["name"], 0 if load_only else
+                      len(pending_runs(scenario, rundir, spec["name"])) * sysbench_seconds(scenario))
             for spec in scenario["stacks"]]
     progress = progress or progress_mod.for_console(console)
     with progress:
         progress.begin(scenario["name"], plan)
         for index, spec in enumerate(scenario["stacks"], 1):
             progress.stack(index, spec["name"])
-            ran = run_stack(scenario, spec, rundir, versions, progress)
+            ran = run_stack(scenario, spec, rundir, versions, progress, load_only)
             progress.stack_done(ran)
     shutil.rmtree(rundir / "work", ignore_errors=True)
     return rundir
@@ -129,8 +136,10 @@ def write_json(path: Path, data: dict) -> None:
     tmp.rename(path)  # atomic: a Ctrl-C never leaves a half-written "finished" result
 
 
-def run_stack(scenario: dict, spec: dict, rundir: Path, versions: dict, progress: Progress) -> bool:
-    """Build, load and measure one stack; True if it was built (ran), False if skipped."""
+def run_stack(scenario: dict, spec: dict, rundir: Path, versions: dict, progress: Progress,
+              load_only: bool = False) -> bool:
+    """Build, load and measure one stack; True if it was built (ran), False if skipped.
+    With load_only, stop after the load (its time and the tables' sizes are recorded)."""
     name = spec["name"]
     pending = pending_runs(scenario, rundir, name)
     stack_json = rundir / "runs" / name / "stack.json"
@@ -147,18 +156,23 @@ def run_stack(scenario: dict, spec: dict, rundir: Path, versions: dict, progress
     shutil.rmtree(workdir, ignore_errors=True)
     with Teardown(log=progress.note) as teardown:
         try:
-            progress.phase("build stack", f"{spec['fs']} on the paced disk, then {database_name(scenario)}")
-            stack = build_stack(spec, scenario["disk"], scenario.get("fast_disk", {}), workdir, teardown)
-            db = start_database(scenario, spec, stack, workdir, teardown)
-            prepared = load_dataset(scenario, spec, stack, db, workdir, teardown, progress,
-                                    list(dict.fromkeys(w for w, _ in pending)))
+            stack, db, prepared = build_and_load(scenario, spec, workdir, teardown, progress,
+                                                 list(dict.fromkeys(w for w, _ in pending)))
+            cache_checks = check_loaded_dataset(spec, db, prepared, progress)
+            memory = {**spec.get("memory", {}), "buffer_pool_actual_bytes": db.buffer_pool_bytes()}
             stack_info = {"stack": name, "fs": spec["fs"], "status": "ok", "settings": stack.settings,
                           "spec": spec, "devices": stack.device_names(), "dataset": prepared,
-                          "mariadb": db.settings, "versions": stack.versions}
+                          "mariadb": db.settings, "versions": stack.versions, "memory": memory,
+                          "cache_checks": cache_checks}
             write_json(stack_json, stack_info)
+            if load_only:
+                progress.note(f"{name}: loaded in {load_seconds(prepared):,.0f} s ({prepared['method']}); "
+                              "--load-only: no runs")
+                pending = []
             for workload, repeat in pending:
                 result = run_workload(scenario, spec, stack, db, workload, repeat, rundir, progress)
                 result.update({"versions": {**versions, **stack.versions}, "dataset": prepared})
+                result["memory"] = {**memory, **result.get("memory", {})}
                 write_json(result_path(rundir, name, workload, repeat), result)
                 progress.note(run_line(name, workload, result))
         except StackSkipped as exc:
@@ -176,6 +190,62 @@ def run_stack(scenario: dict, spec: dict, rundir: Path, versions: dict, progress
     return True
 
 
+def build_and_load(scenario, spec, workdir, teardown, progress: Progress, workloads: list[str]):
+    """The stack built on the paced disk, its database started and its data loaded:
+    (stack, database, how the data was loaded). The dataset cache is made (once) before
+    the stack is built, so nothing waits on it half-built."""
+    cache = None
+    if dataset_method(scenario, spec) == "cached":
+        progress.phase("load data", "the dataset cache (made once, then reused)")
+        cache = datasets.ensure(scenario["workloads"], scenario.get("workload", {}),
+                                note=lambda m: progress.note(f"{spec['name']}: {m}"))
+    progress.phase("build stack", f"{spec['fs']} on the paced disk, then {database_name(scenario)}")
+    stack = build_stack(spec, scenario["disk"], scenario.get("fast_disk", {}), workdir, teardown)
+    if cache:
+        progress.phase("load data", f"copying the cached {cache[0].name} onto the paced disk")
+        prepared = restore_cached(cache, stack)
+        db = start_database(scenario, spec, stack, workdir, teardown, initialize=False)
+    else:
+        db = start_database(scenario, spec, stack, workdir, teardown)
+        prepared = load_dataset(scenario, spec, stack, db, workdir, teardown, progress, workloads)
+    return stack, db, prepared
+
+
+def dataset_method(scenario: dict, spec: dict) -> str:
+    """The stack's own `dataset`, else the scenario's `load`, else sysbench prepare."""
+    return spec.get("dataset", scenario.get("load", "prepare"))
+
+
+def load_seconds(prepared: dict) -> float:
+    return sum(prepared.get(k, 0.0) for k in ("prepare_seconds", "tar_seconds", "restore_seconds"))
+
+
+def restore_cached(cache: tuple[Path, dict], stack) -> dict:
+    """The dataset cache's datadir copied onto the stack's paced disk; what the results
+    say about it: which copy, how it was made, and how long the restore took here."""
+    copy, made = cache
+    info = {"method": "cached", "cache": str(copy), "cache_bytes": made.get("bytes"),
+            "cache_made": made.get("made"), "cache_prepare_argv": made.get("prepare_argv"),
+            "cache_prepare_seconds": made.get("prepare_seconds"), "prepared_on": made.get("prepared_on"),
+            "restored_by": "cp -a onto the paced disk (each file written once, sequentially), then sync"}
+    info["restore_seconds"] = datasets.restore(copy, stack.mountpoint)
+    return info
+
+
+def check_loaded_dataset(spec: dict, db, prepared: dict, progress: Progress) -> list[dict]:
+    """The tables' bytes as loaded, recorded, and the 4× rule checked on them: a stack
+    whose caches exceed the measured dataset / 4 is warned about loudly (its data is on
+    the disk already; the report carries the warning). The failed checks, as records."""
+    prepared["table_bytes"] = sizes_mod.table_bytes(db.datadir)
+    if "memory" not in spec or not prepared["table_bytes"]:
+        return []
+    bad = budget.check_caches([spec], prepared["table_bytes"], measured=True)
+    if bad:
+        progress.note(f"WARNING {spec['name']}: {budget.summary(bad)} (the rule is ≥ "
+                      f"{budget.DATASET_OVER_CACHE}×)")
+    return [c.record() for c in bad]
+
+
 def database_name(scenario: dict) -> str:
     return "PostgreSQL" if scenario.get("database", {}).get("engine") == "postgresql" else "MariaDB"
 
@@ -191,14 +261,14 @@ def database_settings(scenario: dict, spec: dict, stack) -> dict:
     return settings
 
 
-def start_database(scenario, spec, stack, workdir, teardown):
+def start_database(scenario, spec, stack, workdir, teardown, initialize: bool = True):
     if scenario.get("database", {}).get("engine") == "postgresql":
         db = PrivatePostgres(stack.mountpoint / "pgdata", workdir / "postgres", postgres_settings(scenario, spec, stack))
-        db.start(teardown)
+        db.start(teardown, initialize=initialize)
         return db
-    datadir = stack.mountpoint / "mysql"
+    datadir = stack.mountpoint / datasets.DATADIR
     db = PrivateMariaDB(datadir, workdir / "mariadb", database_settings(scenario, spec, stack))
-    db.start(teardown)
+    db.start(teardown, initialize=initialize)
     db.sql("CREATE DATABASE IF NOT EXISTS sbtest")
     return db
 
@@ -328,7 +398,7 @@ def run_workload(scenario, spec, stack, db, workload, repeat, rundir, progress: 
     started = dt.datetime.now().isoformat(timespec="seconds")
     n = repeats(scenario)
     progress.phase("run", workload + (f", repeat {repeat} of {n}" if n > 1 else ""), total=duration)
-    with Sampler(stack.device_names()) as sampler:
+    with Sampler(stack.device_names(), processes=memory_processes(stack, db)) as sampler:
         output, returncode, series = stream_sysbench(
             argv, duration, lambda row: progress.tick(row["t"], row["tps"], latest_iops(sampler)))
         # Inside the sampler: the pacer's window closes with the diskstats window.
@@ -360,7 +430,16 @@ def run_workload(scenario, spec, stack, db, workload, repeat, rundir, progress: 
         "stack_engine_stats": {"delta": counter_deltas(engine_before, engine_after), "after": engine_after}
         if engine_after else None,
         "sizes": sizes_mod.measure(stack, db.datadir),
+        # Each cache holder's resident memory over the run (mariadbd: the buffer pool; the
+        # tarn daemon or zfs-fuse: the ARC), beside what the stack was given.
+        "memory": {"rss": sampler.memory, "pids": sampler.processes},
     }
+
+
+def memory_processes(stack, db) -> dict[str, int]:
+    """The processes whose RSS is sampled: the database server and the stack's daemon."""
+    role = "postgres" if isinstance(db, PrivatePostgres) else "mariadbd"
+    return {**stack.processes, **({role: db.pid} if db.pid else {})}
 
 
 def _engine_stats(stack) -> dict | None:

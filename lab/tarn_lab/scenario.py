@@ -1,21 +1,30 @@
-"""Scenario files: loading, validating and sizing (quick by default, full by flag).
+"""Scenario files: loading, validating and sizing (quick by default, medium or full by flag).
 
 A scenario is TOML: [disk] (the emulated cloud disk), [fast_disk] (the unthrottled local
 device), [database], [workload] (threads, duration, warmup seconds, sizes),
 `workloads = [...]`, [[stacks]], optional `baseline` (a stack the report divides every
 stack's results by, the first stack if absent; a stack's own `baseline` adds one more for
-it), optional `repeat` (runs per stack and workload, for min/max), and [full] which
-overrides any of those sections for full-size runs.
-Owns: the schema and its error messages.
-Promises: a bad file raises ScenarioError naming the file and the offending key.
+it), optional `repeat` (runs per stack and workload, for min/max), optional [memory]
+(`total`, `variants = ["articles", "equal"]`: see budget), `load` ("prepare" on each
+stack, or "cached": a tarball per dataset made once, restored onto each stack: see
+datasets), `cache_check` ("refuse", or "warn" where being disk-bound is not the question),
+and [medium] / [full] which override any of those sections for that size.
+Owns: the schema and its error messages, the size classes, and running the memory
+expansion (budget) and the 4× check of every stack's caches against the dataset.
+Promises: a bad file raises ScenarioError naming the file and the offending key; at medium
+and full a stack whose caches exceed dataset/4 is refused (unless `cache_check = "warn"`),
+at quick it is a warning kept in scenario["warnings"] for the report.
 Must never: start anything; this module only reads files.
 """
 from __future__ import annotations
 
 import copy
+import os
 import tomllib
 from pathlib import Path
 
+from . import budget
+from .budget import BudgetError
 from .devices import parse_size
 from .stacks import FILESYSTEMS
 from .sysbench import WORKLOADS
@@ -26,11 +35,20 @@ class ScenarioError(ValueError):
 
 
 SIZE = "size"          # "16K", "2G" or an int of bytes
+SIZE_OR_SHARE = "size or share"   # a size, or a share of memory.total such as "75%"
 INT, STR, BOOL, TABLE = int, str, bool, dict
+SIZE_CLASSES = ("quick", "medium", "full")
+LOADS = ("prepare", "cached")
+# How a stack gets its data: sysbench prepare on it; prepare, then tar and restore on it (the
+# btrfs article's method); or the dataset cache's tarball restored onto it (datasets).
+DATASET_METHODS = ("prepare", "tar", "cached")
+CACHE_CHECKS = ("refuse", "warn")
 
 SCHEMA = {
     "name": STR, "title": STR, "description": STR, "article": STR, "baseline": STR,
-    "workloads": list, "stacks": list, "full": TABLE, "repeat": INT,
+    "workloads": list, "stacks": list, "medium": TABLE, "full": TABLE, "repeat": INT,
+    "load": STR, "cache_check": STR,
+    "memory": {"total": SIZE, "variants": list},
     "disk": {"size": SIZE, "iops": INT, "bandwidth": SIZE, "max_io": SIZE, "latency_us": INT},
     "fast_disk": {"size": SIZE},
     "database": {"engine": STR, "buffer_pool": SIZE, "settings": TABLE},
@@ -41,13 +59,14 @@ SCHEMA = {
 STACK_SCHEMA = {
     "name": STR, "fs": STR, "compression": STR, "recordsize": STR, "arc_mb": INT,
     "l2arc": BOOL, "slog": BOOL, "logbias": STR, "primarycache": STR, "dataset": STR,
-    "mariadb": TABLE, "postgres": TABLE, "properties": TABLE, "buffer_pool": SIZE, "notes": STR,
-    "external_journal": BOOL, "baseline": STR,
+    "mariadb": TABLE, "postgres": TABLE, "properties": TABLE, "buffer_pool": SIZE_OR_SHARE, "notes": STR,
+    "external_journal": BOOL, "baseline": STR, "arc": SIZE_OR_SHARE, "variants": list,
 }
 # Dataset properties given as top-level stack keys, on ZFS and tarn alike, and their values.
 PROPERTY_KEYS = {"logbias": ("latency", "throughput"), "primarycache": ("all", "metadata", "none")}
 REQUIRED = ("name", "workloads", "stacks", "disk")
-OVERRIDABLE = ("disk", "fast_disk", "database", "workload", "workloads", "stacks", "repeat")
+OVERRIDABLE = ("disk", "fast_disk", "database", "workload", "workloads", "stacks", "repeat", "memory", "load",
+               "cache_check")
 COMPRESSION = {"btrfs": {"zstd", "lzo", "zlib", "off"},
                "zfs": {"lz4", "lzjb", "gzip", "zle", "zstd", "off", "on"}}
 
@@ -59,50 +78,115 @@ def available() -> dict[str, Path]:
     return {p.stem: p for p in sorted(SCENARIO_DIR.glob("*.toml"))}
 
 
-def load(name_or_path: str, full: bool = False) -> dict:
-    """A shipped scenario by name, or a .toml path; validated, sized quick or full."""
+def load(name_or_path: str, size: str = "quick", ram_bytes: int | None = None) -> dict:
+    """A shipped scenario by name, or a .toml path; validated, sized quick, medium or full."""
+    path = _path(name_or_path)
+    return validate(raw(name_or_path), origin=path.name, size=size, ram_bytes=ram_bytes)
+
+
+def _path(name_or_path: str) -> Path:
     path = Path(name_or_path)
     if not path.suffix:
         shipped = available()
         if name_or_path not in shipped:
             raise ScenarioError(f"unknown scenario '{name_or_path}'; shipped: {', '.join(sorted(shipped))}")
         path = shipped[name_or_path]
+    return path
+
+
+def raw(name_or_path: str) -> dict:
+    """The scenario file as written (not validated, not sized)."""
+    path = _path(name_or_path)
     try:
-        raw = tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise ScenarioError(f"{path.name}: not valid TOML: {exc}") from None
-    return validate(raw, origin=path.name, full=full)
 
 
-def validate(raw: dict, origin: str = "<scenario>", full: bool = False) -> dict:
+def machine_ram() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def sizes_of(raw: dict) -> list[str]:
+    """The size classes a scenario offers: quick always, medium and full if it has them."""
+    return ["quick"] + [s for s in SIZE_CLASSES[1:] if s in raw]
+
+
+def validate(raw: dict, origin: str = "<scenario>", size: str = "quick", ram_bytes: int | None = None) -> dict:
+    if size not in SIZE_CLASSES:
+        raise ScenarioError(f"{origin}: size {size!r} is not one of {', '.join(SIZE_CLASSES)}")
     _check_table(raw, SCHEMA, origin, "")
     for key in REQUIRED:
         if key not in raw:
             raise ScenarioError(f"{origin}: missing required key '{key}'")
-    if "full" in raw:
-        for key in raw["full"]:
-            if key not in OVERRIDABLE:
-                raise ScenarioError(f"{origin}: unknown key 'full.{key}' (allowed: {', '.join(OVERRIDABLE)})")
-        _check_table({k: v for k, v in raw["full"].items()}, SCHEMA, origin, "full.")
+    for cls in SIZE_CLASSES[1:]:
+        if cls in raw:
+            for key in raw[cls]:
+                if key not in OVERRIDABLE:
+                    raise ScenarioError(f"{origin}: unknown key '{cls}.{key}' (allowed: {', '.join(OVERRIDABLE)})")
+            _check_table({k: v for k, v in raw[cls].items()}, SCHEMA, origin, f"{cls}.")
+    if size != "quick" and size not in raw:
+        raise ScenarioError(f"{origin}: has no [{size}] sizes (it offers: {', '.join(sizes_of(raw))})")
     scenario = copy.deepcopy(raw)
-    if full and "full" in raw:
-        for key, value in raw["full"].items():
+    if size != "quick":
+        for key, value in raw[size].items():
             if isinstance(value, dict) and isinstance(scenario.get(key), dict):
                 scenario[key] = {**scenario[key], **value}
             else:
                 scenario[key] = copy.deepcopy(value)
-    scenario.pop("full", None)
-    scenario["size_class"] = "full" if full else "quick"
+    for cls in SIZE_CLASSES[1:]:
+        scenario.pop(cls, None)
+    scenario["size_class"] = size
     _check_workloads(scenario["workloads"], origin)
     if scenario.get("repeat", 1) < 1:
         raise ScenarioError(f"{origin}: 'repeat' must be at least 1, got {scenario['repeat']!r}")
+    _check_choice(scenario, "load", LOADS, origin)
+    _check_choice(scenario, "cache_check", CACHE_CHECKS, origin)
     _check_engine(scenario, origin)
     _check_stacks(scenario["stacks"], origin)
+    try:
+        scenario["variants"] = budget.variants_of(scenario)
+        scenario["stacks"] = budget.expand(scenario, ram_bytes or machine_ram())
+    except BudgetError as exc:
+        raise ScenarioError(f"{origin}: {exc}") from None
     _check_baselines(scenario, origin)
     scenario.setdefault("fast_disk", {"size": "1G"})
     scenario.setdefault("database", {})
     scenario.setdefault("workload", {})
+    scenario["warnings"] = _check_caches(scenario, origin)
     return scenario
+
+
+def _check_choice(scenario: dict, key: str, allowed: tuple, origin: str) -> None:
+    if key in scenario and scenario[key] not in allowed:
+        raise ScenarioError(f"{origin}: '{key}' = {scenario[key]!r} is not one of {', '.join(allowed)}")
+
+
+def dataset_estimates(scenario: dict) -> dict[str, int]:
+    """Each data family's estimated size once loaded (budget.estimate_dataset_bytes)."""
+    params = scenario.get("workload", {})
+    return {f: budget.estimate_dataset_bytes(f, params) for f in budget.families(scenario["workloads"])}
+
+
+def _check_caches(scenario: dict, origin: str) -> list[str]:
+    """The 4× rule before anything is built: refused at medium and full, unless the
+    scenario says cache_check = "warn"; otherwise kept for the report (cache_checks), with
+    the caches the lab cannot cap (the returned warnings)."""
+    bad = budget.check_caches(scenario["stacks"], dataset_estimates(scenario))
+    if bad and scenario["size_class"] != "quick" and scenario.get("cache_check", "refuse") == "refuse":
+        raise ScenarioError(f"{origin}: at {scenario['size_class']} sizes every dataset must be at least "
+                            f"{budget.DATASET_OVER_CACHE}× each stack's buffer pool + ARC, but {budget.summary(bad)} "
+                            "(shrink the caches or grow the dataset; cache_check = \"warn\" runs it anyway)")
+    scenario["cache_checks"] = [c.record() for c in bad]
+    return budget.uncapped_caches(scenario["stacks"])
+
+
+def cache_warning(checks: list[budget.CacheCheck]) -> str | None:
+    """The 4× rule's failures in one loud sentence, or None."""
+    if not checks:
+        return None
+    return (f"caches too big for the data: {budget.summary(checks)} — the rule is ≥ {budget.DATASET_OVER_CACHE}×, "
+            "so these runs measure the caches more than the disk")
 
 
 def _check_table(table: dict, schema: dict, origin: str, prefix: str) -> None:
@@ -118,6 +202,14 @@ def _check_table(table: dict, schema: dict, origin: str, prefix: str) -> None:
 def _check_value(value, kind, origin: str, where: str) -> None:
     if isinstance(kind, dict):
         _check_table(value, kind, origin, where + ".")
+    elif kind is SIZE_OR_SHARE:
+        try:
+            ok = budget.is_size_or_share(value)
+        except BudgetError as exc:
+            raise ScenarioError(f"{origin}: '{where}': {exc}") from None
+        if not ok:
+            raise ScenarioError(f"{origin}: '{where}' must be a size like \"96M\" or a share like \"75%\", "
+                                f"got {value!r}")
     elif kind is SIZE:
         try:
             if isinstance(value, bool):
@@ -158,8 +250,9 @@ def _check_stacks(stacks: list, origin: str) -> None:
         if comp is not None and comp not in COMPRESSION.get(stack["fs"], {comp}):
             raise ScenarioError(f"{origin}: '{where}.compression' = {comp!r} is not one of "
                                 f"{', '.join(sorted(COMPRESSION[stack['fs']]))} for {stack['fs']}")
-        if stack.get("dataset", "prepare") not in ("prepare", "tar"):
-            raise ScenarioError(f"{origin}: '{where}.dataset' must be \"prepare\" or \"tar\"")
+        if stack.get("dataset", "prepare") not in DATASET_METHODS:
+            raise ScenarioError(f"{origin}: '{where}.dataset' must be one of "
+                                f"{', '.join(repr(m) for m in DATASET_METHODS)}")
         for key in ("l2arc", "recordsize"):
             if key in stack and stack["fs"] != "zfs":
                 raise ScenarioError(f"{origin}: '{where}.{key}' only applies to fs = \"zfs\"")
@@ -171,8 +264,9 @@ def _check_stacks(stacks: list, origin: str) -> None:
             # _tarn reads only properties; a top-level compression would be silently ignored.
             raise ScenarioError(f"{origin}: '{where}.compression' on fs = \"tarn\" goes in properties, "
                                 f"e.g. properties = {{ compression = {stack['compression']!r} }}")
-        if "arc_mb" in stack and stack["fs"] not in ("zfs", "tarn"):
-            raise ScenarioError(f"{origin}: '{where}.arc_mb' only applies to fs = \"zfs\" or \"tarn\"")
+        for key in ("arc_mb", "arc"):
+            if key in stack and stack["fs"] not in ("zfs", "tarn"):
+                raise ScenarioError(f"{origin}: '{where}.{key}' only applies to fs = \"zfs\" or \"tarn\"")
         if "external_journal" in stack and stack["fs"] != "ext4":
             raise ScenarioError(f"{origin}: '{where}.external_journal' only applies to fs = \"ext4\"")
         for key, allowed in PROPERTY_KEYS.items():
@@ -209,6 +303,10 @@ def _check_engine(scenario: dict, origin: str) -> None:
     engine = scenario.get("database", {}).get("engine", "mariadb")
     if engine not in DATABASES:
         raise ScenarioError(f"{origin}: 'database.engine' = {engine!r} is not one of {', '.join(DATABASES)}")
+    cached = scenario.get("load") == "cached" or any(s.get("dataset") == "cached" for s in scenario["stacks"])
+    if engine == "postgresql" and cached:
+        raise ScenarioError(f"{origin}: the dataset cache (load = \"cached\") restores MariaDB datadirs; "
+                            "use load = \"prepare\" with database.engine = \"postgresql\"")
     if engine == "postgresql" and "tpcc_like" in scenario["workloads"]:
         raise ScenarioError(f"{origin}: the TPC-C-like workload is written for MariaDB; "
                             "use the sysbench oltp workloads with database.engine = \"postgresql\"")

@@ -1,4 +1,5 @@
-"""The dataset's size on disk at the end of a run: df, du, btrfs compsize, ZFS properties.
+"""The dataset's size on disk at the end of a run: df, du, btrfs compsize, ZFS properties;
+and the tables' own bytes per data family (what the 4× rule compares caches with).
 
 Owns: running those tools and parsing their outputs into bytes.
 Promises: parsers are pure functions of text; sizes are bytes (ints).
@@ -9,7 +10,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from .budget import OLTP
 from .shell import run
+from .sysbench import TPCC_LIKE
 
 
 def parse_df_used(text: str) -> int:
@@ -48,6 +51,23 @@ def parse_zfs_get(text: str) -> dict:
             except ValueError:
                 props[key] = value
     return props
+
+
+OLTP_TABLE = re.compile(r"^sbtest\d+\.ibd$")
+
+
+def table_bytes(datadir: Path) -> dict[str, int]:
+    """The tables' files (apparent size) of the sbtest database, per data family: sysbench's
+    sbtestN tables are "oltp", the rest are the TPC-C-like tables. Empty for a datadir
+    without sbtest (PostgreSQL's is laid out otherwise)."""
+    out: dict[str, int] = {}
+    db = Path(datadir) / "sbtest"
+    if not db.is_dir():
+        return out
+    for f in db.glob("*.ibd"):
+        family = OLTP if OLTP_TABLE.match(f.name) else TPCC_LIKE
+        out[family] = out.get(family, 0) + f.stat().st_size
+    return out
 
 
 def measure(stack, datadir: Path) -> dict:

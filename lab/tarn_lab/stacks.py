@@ -40,6 +40,8 @@ class BuiltStack:
     pool: str | None = None             # zfs pool name, for size queries
     versions: dict = field(default_factory=dict)
     engine_stats: object = None         # () -> dict of the stack's own cache/io counters, if any
+    # The stack's own daemons whose memory is sampled: {"tarn": pid} or {"zfs-fuse": pid}.
+    processes: dict = field(default_factory=dict)
 
     def device_names(self) -> dict[str, str]:
         return {d.role: d.name for d in self.devices}
@@ -192,9 +194,10 @@ def _zfs(spec, data, fast, workdir, mnt, teardown) -> BuiltStack:
     settings: dict = {}
     pool = f"tarnlab{os.getpid()}"
     compression = spec.get("compression", "lz4")
+    zfs_fuse_pid = None
     if not _kernel_zfs():
         arc_mb = max(16, int(spec.get("arc_mb", 256)))
-        settings["zfs_fuse_argv"] = _start_zfs_fuse(workdir, arc_mb, teardown)
+        settings["zfs_fuse_argv"], zfs_fuse_pid = _start_zfs_fuse(workdir, arc_mb, teardown)
         settings["implementation"] = "zfs-fuse"
         settings["arc_max_mb"] = arc_mb
         if compression in ZFS_FUSE_COMPRESSION:
@@ -224,7 +227,8 @@ def _zfs(spec, data, fast, workdir, mnt, teardown) -> BuiltStack:
     settings["pool"] = pool
     return BuiltStack(spec["name"], "zfs", mnt, devices, settings, pool=pool,
                       versions={"zfs": settings["implementation"],
-                                "zfs-fuse": tool_version(["dpkg-query", "-W", "-f=${Version}", "zfs-fuse"])})
+                                "zfs-fuse": tool_version(["dpkg-query", "-W", "-f=${Version}", "zfs-fuse"])},
+                      processes={"zfs-fuse": zfs_fuse_pid} if zfs_fuse_pid else {})
 
 
 # zfs-fuse's caching flags for the lab's daemon. Without them two kernel caches sit outside
@@ -240,7 +244,7 @@ def zfs_fuse_argv(pidfile: Path, arc_mb: int) -> list[str]:
             "--fuse-attr-timeout", "1", "--fuse-entry-timeout", "1", *ZFS_FUSE_CACHE_FLAGS]
 
 
-def _start_zfs_fuse(workdir: Path, arc_mb: int, teardown: Teardown) -> list[str]:
+def _start_zfs_fuse(workdir: Path, arc_mb: int, teardown: Teardown) -> tuple[list[str], int]:
     pidfile = workdir / "zfs-fuse.pid"
     pidfile.unlink(missing_ok=True)
     # Daemonizes; the pidfile names our daemon so teardown stops exactly it.
@@ -256,7 +260,7 @@ def _start_zfs_fuse(workdir: Path, arc_mb: int, teardown: Teardown) -> list[str]
     # The daemon answers on its socket a moment after forking.
     for _ in range(50):
         if subprocess.run(["zpool", "list"], capture_output=True).returncode == 0:
-            return argv
+            return argv, pid
         time.sleep(0.2)
     raise RuntimeError("zfs-fuse daemon did not answer `zpool list`")
 
@@ -344,9 +348,29 @@ def _tarn(spec, data, fast, workdir, mnt, teardown) -> BuiltStack:
                                                   umount_if_mounted(str(mnt))))
     settings = {"properties": props, "ashift": ashift, "vdev": data.path, "arc_mb": arc_mb or "default (1/4 of RAM)",
                 "slog": bool(spec.get("slog"))}
+    pid = tarn_daemon_pid(workdir, pool)
+    settings["mount_daemon_pid"] = pid
     return BuiltStack(spec["name"], "tarn", mnt, devices, settings, pool=pool,
                       versions={"tarn": tool_version([str(tarn_binary()), "--version"])},
-                      engine_stats=lambda: tarn_stats(workdir, pool))
+                      engine_stats=lambda: tarn_stats(workdir, pool), processes={"tarn": pid} if pid else {})
+
+
+def parse_mount_record(text: str) -> int:
+    """A `tarn mount` daemon's record (TARN_RUN_DIR/<pool>.mount, JSON) -> its pid."""
+    import json
+    pid = json.loads(text).get("pid")
+    if not isinstance(pid, int) or pid <= 0:
+        raise ValueError(f"tarn mount record without a pid: {text[:200]!r}")
+    return pid
+
+
+def tarn_daemon_pid(workdir: Path, pool: str) -> int | None:
+    """The pid of the daemon serving this run's pool, from its mount record (None if the
+    record cannot be read: memory is then not sampled, and the results say so)."""
+    try:
+        return parse_mount_record((workdir / "tarn-run" / f"{pool}.mount").read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def tarn_stats(workdir: Path, pool: str) -> dict | None:

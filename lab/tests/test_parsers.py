@@ -119,3 +119,66 @@ def test_ratios_against_the_scenario_and_the_stack_baseline():
     assert rows[("tarn-slog", "ext4-fj")]["latency_p95"] == 1.5
     # a baseline without a result (skipped or failed) gives no row, not a made-up one
     assert [r for r in ratio_rows(scenario, runs[1:]) if r["baseline"] == "ext4"] == []
+
+
+# -- memory: /proc/PID/status of the tarn mount daemon and its mount record, recorded during
+#    `tarn-lab run memory` (stack tarn-meta: 112 MiB buffer pool, 16 MiB ARC) ---------------------
+
+def test_proc_status_of_the_tarn_mount_daemon():
+    m = metrics.parse_proc_status(text("proc_status_tarn_mount.txt"))
+    assert m == {"rss_bytes": 407780 * 1024, "hwm_bytes": 466856 * 1024, "anon_bytes": 404308 * 1024,
+                 "file_bytes": 3472 * 1024, "shmem_bytes": 0}
+
+
+def test_proc_status_of_a_kernel_thread_has_no_memory_lines():
+    assert metrics.parse_proc_status("Name:\tkworker/0:1\nState:\tI (idle)\nThreads:\t1\n") == {}
+
+
+def test_proc_status_in_another_unit_is_refused_not_misread():
+    with pytest.raises(ValueError, match="VmRSS in 'MB', expected kB"):
+        metrics.parse_proc_status("VmRSS:\t  400 MB\n")
+
+
+def test_tarn_mount_record_names_the_daemon_pid():
+    from tarn_lab import stacks
+    assert stacks.parse_mount_record(text("tarn_mount_record.json")) == 16801
+    with pytest.raises(ValueError, match="without a pid"):
+        stacks.parse_mount_record('{"pool": "p"}')
+
+
+def test_tarn_daemon_pid_is_read_from_the_runs_own_run_dir(tmp_path):
+    from tarn_lab import stacks
+    (tmp_path / "tarn-run").mkdir()
+    (tmp_path / "tarn-run" / "tarnlab25427.mount").write_text(text("tarn_mount_record.json"))
+    assert stacks.tarn_daemon_pid(tmp_path, "tarnlab25427") == 16801
+    assert stacks.tarn_daemon_pid(tmp_path, "otherpool") is None
+
+
+def test_rss_summary_over_a_run():
+    s = metrics.summarize_rss([100, 300, 200], {"hwm_bytes": 350, "rss_bytes": 200})
+    assert s == {"samples": 3, "max_bytes": 300, "mean_bytes": 200, "last_bytes": 200, "hwm_bytes": 350}
+    assert metrics.summarize_rss([], None) == {"samples": 0}
+    # VmHWM read a page below an earlier VmRSS (seen on 6.x kernels): the peak is what was seen
+    assert metrics.summarize_rss([8192, 4096], {"hwm_bytes": 4096})["hwm_bytes"] == 8192
+
+
+def test_the_sampler_records_each_processes_rss_every_second():
+    import os
+    import subprocess
+    import time
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        with metrics.Sampler({}, interval=0.2, processes={"me": os.getpid(), "child": child.pid}) as sampler:
+            time.sleep(0.5)
+            child.kill()
+            child.wait()
+            time.sleep(0.5)
+    finally:
+        child.kill()
+    rows = sampler.rows
+    assert len(rows) >= 4 and all(row["rss"]["me"] > 10 << 20 for row in rows)
+    assert "child" in rows[0]["rss"] and "child" not in rows[-1]["rss"]    # exited: left out, not zero
+    me = sampler.memory["me"]
+    assert me["samples"] == len(rows) + 1 and me["max_bytes"] >= me["mean_bytes"] > 0
+    assert me["hwm_bytes"] >= me["max_bytes"]
+    assert sampler.memory["child"]["samples"] >= 1

@@ -14,10 +14,10 @@ def bad(**changes):
 
 
 @pytest.mark.parametrize("name", sorted(sc.available()))
-@pytest.mark.parametrize("full", [False, True])
-def test_shipped_scenarios_validate(name, full):
-    s = sc.load(name, full=full)
-    assert s["stacks"] and s["workloads"] and s["size_class"] == ("full" if full else "quick")
+@pytest.mark.parametrize("size", sc.SIZE_CLASSES)
+def test_shipped_scenarios_validate_at_every_size(name, size):
+    s = sc.load(name, size=size)
+    assert s["stacks"] and s["workloads"] and s["size_class"] == size
 
 
 def test_quick_is_shipped_and_has_the_four_filesystems():
@@ -25,9 +25,17 @@ def test_quick_is_shipped_and_has_the_four_filesystems():
     assert {"ext4", "xfs", "btrfs", "zfs"} <= fss
 
 
-def test_full_overrides_sizes():
-    quick, full = sc.load("quick"), sc.load("quick", full=True)
-    assert full["workload"]["table_size"] > quick["workload"]["table_size"]
+def test_medium_and_full_override_sizes():
+    quick, medium, full = (sc.load("quick", size=size) for size in sc.SIZE_CLASSES)
+    assert quick["workload"]["table_size"] < medium["workload"]["table_size"] <= full["workload"]["table_size"]
+    assert medium["load"] == "cached" and "load" not in quick
+
+
+def test_a_scenario_without_medium_sizes_says_which_it_has():
+    with pytest.raises(ScenarioError, match=r"bad.toml: has no \[medium\] sizes \(it offers: quick\)"):
+        sc.validate(GOOD, origin="bad.toml", size="medium")
+    with pytest.raises(ScenarioError, match="size 'huge' is not one of quick, medium, full"):
+        sc.validate(GOOD, origin="bad.toml", size="huge")
 
 
 @pytest.mark.parametrize("scenario, message", [
@@ -56,6 +64,18 @@ def test_full_overrides_sizes():
     (bad(baseline="xfs"), "'baseline' = 'xfs' is not a stack of this scenario"),
     (bad(stacks=[{"name": "e", "fs": "ext4", "baseline": "e"}]), "'stacks[0].baseline' = 'e' is not another stack"),
     (bad(repeat=0), "'repeat' must be at least 1"),
+    (bad(medium={"name": "x"}), "unknown key 'medium.name'"),
+    (bad(load="restore"), "'load' = 'restore' is not one of prepare, cached"),
+    (bad(stacks=[{"name": "e", "fs": "ext4", "buffer_pool": "lots"}]),
+     "'stacks[0].buffer_pool' must be a size like \"96M\" or a share like \"75%\""),
+    (bad(stacks=[{"name": "e", "fs": "ext4", "buffer_pool": "150%"}]), "share '150%' must be between 0% and 100%"),
+    (bad(stacks=[{"name": "e", "fs": "ext4", "arc": "16M"}]), "'stacks[0].arc' only applies to fs = \"zfs\" or \"tarn\""),
+    (bad(stacks=[{"name": "e", "fs": "ext4", "buffer_pool": "50%"}]),
+     "stack 'e': buffer_pool = '50%' is a share of the total memory: give [memory] total"),
+    (bad(stacks=[{"name": "t", "fs": "tarn", "arc": "16M", "arc_mb": 16}]), "stack 't': give 'arc' or 'arc_mb', not both"),
+    (bad(memory={"variants": ["articles", "cheap"]}), "memory.variants: 'cheap' is not one of articles, equal"),
+    (bad(stacks=[{"name": "e", "fs": "ext4", "dataset": "cached"}], database={"engine": "postgresql"}),
+     "the dataset cache (load = \"cached\") restores MariaDB datadirs"),
     (bad(repeat="twice"), "'repeat' must be a non-negative integer"),
 ])
 def test_bad_scenarios_name_the_key(scenario, message):
@@ -103,3 +123,24 @@ def test_zil_scenario_covers_logbias_and_slog_against_ext4():
         if st.get("slog"):
             assert ext4[st["baseline"]].get("external_journal"), st["name"]
     assert s["disk"] == sc.load("quick")["disk"]
+
+
+def test_only_keeps_the_named_stacks_and_what_was_said_about_them():
+    from tarn_lab import cli
+    s = cli.only_stacks(sc.load("tpcc-like", size="quick"), "ext4,btrfs")
+    assert [st["name"] for st in s["stacks"]] == ["ext4", "btrfs"]
+    assert {c["stack"] for c in s["cache_checks"]} == {"ext4", "btrfs"}
+    assert [w.split(":")[0] for w in s["warnings"]] == ["btrfs"]
+    with pytest.raises(ScenarioError, match="--only: no stack nope in tpcc-like"):
+        cli.only_stacks(s, "nope")
+
+
+def test_size_flags_and_their_aliases():
+    from tarn_lab import cli
+
+    def size(*flags):
+        return cli.size_of(cli.build_parser().parse_args(["run", "memory", *flags]))
+    assert size() == "quick" and size("--quick") == "quick" and size("--full") == "full"
+    assert size("--size", "medium") == "medium" and size("--size", "full") == "full"
+    with pytest.raises(SystemExit):
+        size("--quick", "--size", "medium")

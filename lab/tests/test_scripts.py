@@ -93,3 +93,15 @@ def test_a_failing_apt_shows_its_whole_log(tmp_path):
     assert proc.returncode == 1
     assert "System has not been booted" in proc.stderr and "Setting up fakepkg" in proc.stderr
     assert "FAILED: apt-get install fakepkg" in proc.stderr
+
+
+LAB = Path(__file__).resolve().parents[1]
+
+
+def test_lab_test_sh_fails_when_pytest_collects_nothing():
+    """pytest's exit 5 ("no tests collected") must not pass CI: a suite that silently tests
+    nothing is a failure. Runs lab/test.sh itself with a filter that matches no test."""
+    proc = subprocess.run(["bash", str(LAB / "test.sh"), "-q", "-k", "no_test_is_named_like_this_xyz",
+                           "tests/test_sizes.py"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "FAILURE: pytest collected no tests (exit 5)" in proc.stderr

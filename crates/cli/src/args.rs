@@ -47,7 +47,7 @@ pub enum Cmd {
     Cat { target: String },
     /// List a directory of a dataset: tarn ls POOL/DS[:PATH]
     Ls { target: String },
-    /// Change a tunable of an imported pool at run time: tarn tune POOL arc_max=SIZE
+    /// Change a tunable of a mounted pool at run time: tarn tune POOL arc_max=SIZE|dirty_max=SIZE
     Tune { pool: String, setting: String },
     /// Engine counters (arcstats, intent log, txg, io, space) of a pool: tarn stats [arc|zil|txg|io|space|all] POOL
     Stats {

@@ -112,6 +112,12 @@ const METRICS: &[(&str, &str, Kind, &str)] = &[
     ("txg", "synced", Kind::Gauge, "The last transaction group committed to disk."),
     ("txg", "dirty_open_bytes", Kind::Gauge, "Dirty bytes in the open transaction group."),
     ("txg", "dirty_syncing_bytes", Kind::Gauge, "Dirty bytes in the transaction group being synced."),
+    ("txg", "dirty_max_bytes", Kind::Gauge, "The write throttle's limit on dirty bytes (dirty_max)."),
+    ("txg", "dirty_sync_bytes", Kind::Gauge, "Dirty bytes in the open transaction group that start a sync early."),
+    ("txg", "delayed_writes", Kind::Counter, "Writes the throttle delayed (dirty data above 60 % of dirty_max)."),
+    ("txg", "delay_us", Kind::Counter, "Microseconds writers spent in the throttle's delay, all together."),
+    ("txg", "dirty_max_waits", Kind::Counter, "Writes that waited for a commit (dirty data over dirty_max)."),
+    ("txg", "dirty_max_wait_us", Kind::Counter, "Microseconds writers waited for a commit over dirty_max."),
     ("io", "blocks_written", Kind::Counter, "Blocks written by transaction groups."),
     ("io", "logical_bytes_written", Kind::Counter, "Bytes of blocks written, before compression."),
     ("io", "physical_bytes_written", Kind::Counter, "Bytes of blocks written, as stored (compressed)."),
@@ -153,14 +159,35 @@ const PER_KIND: &[(&str, &str, Kind, &str)] = &[
     ("io", "read_bytes_", Kind::Counter, "Bytes the devices transferred (whole sectors) for reads:"),
 ];
 
+/// The I/O classes of the devices' queues, as `tarn stats io` names them.
+const IO_CLASSES: &[&str] = &["sync_read", "sync_write", "async_read", "async_write", "scrub"];
+
+/// (suffix, kind, help) of each per-class counter of `tarn stats io` (`sync_read_issued` …).
+const IO_CLASS_METRICS: &[(&str, Kind, &str)] = &[
+    ("issued", Kind::Counter, "I/Os admitted to the devices"),
+    ("bytes", Kind::Counter, "bytes those I/Os moved"),
+    ("waited", Kind::Counter, "I/Os that waited for admission"),
+    ("wait_us", Kind::Counter, "microseconds spent waiting for admission, all I/Os together"),
+    ("avg_wait_us", Kind::Gauge, "mean microseconds an I/O waited for admission"),
+    ("avg_device_us", Kind::Gauge, "mean microseconds from admission to completion"),
+];
+
 fn describe(group: &str, name: &str) -> Option<(Kind, String)> {
     if let Some(&(_, _, kind, help)) = METRICS.iter().find(|(g, n, _, _)| *g == group && *n == name) {
         return Some((kind, help.to_string()));
     }
-    PER_KIND.iter().filter(|(g, _, _, _)| *g == group).find_map(|&(_, prefix, kind, help)| {
+    if let Some(per_kind) = PER_KIND.iter().filter(|(g, _, _, _)| *g == group).find_map(|&(_, prefix, kind, help)| {
         let what = READ_KINDS.iter().find(|(k, _)| name.strip_prefix(prefix) == Some(k))?.1;
         Some((kind, format!("{help} {what}.")))
-    })
+    }) {
+        return Some(per_kind);
+    }
+    if group != "io" {
+        return None;
+    }
+    let (class, suffix) = IO_CLASSES.iter().find_map(|c| Some((*c, name.strip_prefix(c)?.strip_prefix('_')?)))?;
+    let &(_, kind, help) = IO_CLASS_METRICS.iter().find(|(s, _, _)| *s == suffix)?;
+    Some((kind, format!("{} I/O (summed over devices): {help}.", class.replace('_', " "))))
 }
 
 /// The exposition text for `pools` (name and counters): one family per counter, with a

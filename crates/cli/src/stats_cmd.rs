@@ -21,8 +21,13 @@ use crate::error::CliError;
 use crate::metrics;
 use crate::output::print_json;
 
-/// The smallest ARC budget `tarn tune` accepts.
-const ARC_MAX_MIN: u64 = 16 << 20;
+/// The smallest value `tarn tune` accepts for either tunable (an ARC budget, or a
+/// dirty_max that still lets a txg gather a useful batch).
+const TUNABLE_MIN: u64 = 16 << 20;
+
+/// What `tarn tune` can set on a mounted pool: the ARC budget and the write throttle's
+/// dirty_max, both in bytes.
+const TUNABLES: [&str; 2] = ["arc_max", "dirty_max"];
 
 /// The counters of `pool`: its mount daemon's if one holds it, else the pool is opened
 /// (and closed) here. `tarn exporter` reads them the same way.
@@ -52,23 +57,31 @@ pub fn stats(which: &str, pool: &str, json: bool, prometheus: bool) -> Result<()
     Ok(())
 }
 
-/// `tarn tune POOL arc_max=SIZE`: the new budget of a mounted pool is handed to its
-/// daemon; an unmounted pool has no cache to tune: the budget is set per process by
-/// TARN_ARC_MAX.
+/// `tarn tune POOL arc_max=SIZE` or `dirty_max=SIZE`: the new value is handed to the
+/// mounted pool's daemon (applied within a second). An unmounted pool has nothing
+/// running to tune: the ARC budget is set per process by TARN_ARC_MAX, and dirty_max
+/// starts at its default with every import.
 pub fn tune(pool: &str, setting: &str) -> Result<(), CliError> {
     let (name, value) = split_assignment(setting)?;
-    if name != "arc_max" {
-        return Err(CliError::Usage(format!("unknown tunable '{name}'; tunable: arc_max")));
-    }
-    let bytes = parse_size(value).filter(|&b| b >= ARC_MAX_MIN).ok_or_else(|| {
-        CliError::Usage(format!("invalid arc_max '{value}': use a size of at least 16M, like 512M or 4G"))
+    let Some(&tunable) = TUNABLES.iter().find(|&&t| t == name) else {
+        return Err(CliError::Usage(format!("unknown tunable '{name}'; tunables: {}", TUNABLES.join(", "))));
+    };
+    let bytes = parse_size(value).filter(|&b| b >= TUNABLE_MIN).ok_or_else(|| {
+        CliError::Usage(format!("invalid {tunable} '{value}': use a size of at least 16M, like 512M or 4G"))
     })?;
     // Name the pool's absence first if it is not even imported.
     access::pool_names(Some(pool))?;
     let Some(mut daemon) = access::held(pool)? else {
-        return Err(CliError::Refused(format!(
-            "pool '{pool}' is not mounted, so it has no running cache; set TARN_ARC_MAX={value} for the process that mounts it"
-        )));
+        let hint = if tunable == "arc_max" {
+            format!("set TARN_ARC_MAX={value} for the process that mounts it")
+        } else {
+            "mount it first".to_string()
+        };
+        return Err(CliError::Refused(format!("pool '{pool}' is not mounted, so nothing is running to tune; {hint}")));
     };
-    Ok(daemon.call(&ops::Tune { arc_max: bytes })?)
+    let op = match tunable {
+        "arc_max" => ops::Tune { arc_max: Some(bytes), dirty_max: None },
+        _ => ops::Tune { arc_max: None, dirty_max: Some(bytes) },
+    };
+    Ok(daemon.call(&op)?)
 }

@@ -60,6 +60,20 @@ fn a_mounted_pool_publishes_its_counters() {
     }
     let err = env.fails(&["tune", "tank", "arc_max=lots"]);
     assert!(err.contains("invalid arc_max"), "{err}");
+    // So does the write throttle's dirty_max, and the early-sync threshold with it.
+    env.ok(&["tune", "tank", "dirty_max=64M"]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let txg = stat(&env, &["stats", "txg", "tank", "--json"]);
+        if txg["txg"]["dirty_max_bytes"].as_u64() == Some(64 << 20) {
+            assert_eq!(txg["txg"]["dirty_sync_bytes"].as_u64(), Some((64 << 20) / 5));
+            break;
+        }
+        assert!(Instant::now() < deadline, "dirty_max was not applied: {txg}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let err = env.fails(&["tune", "tank", "dirty_max=1M"]);
+    assert!(err.contains("invalid dirty_max"), "{err}");
     let prom = env.ok(&["stats", "all", "tank", "--prometheus"]);
     assert!(
         prom.contains("tarn_arc_hits{pool=\"tank\"} ") && prom.contains("tarn_zil_commits{pool=\"tank\"} "),

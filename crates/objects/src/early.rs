@@ -17,7 +17,7 @@
 //! free a block (orphans go back to the caller through `SyncResult`).
 use std::sync::Arc;
 
-use tarn_zio::{Access, BlockPtr, BlockType, PageId, PendingBlock, ReadKind, Zio, ZioError};
+use tarn_zio::{Access, BlockPtr, BlockType, IoClass, PageId, PendingBlock, ReadKind, Zio, ZioError};
 
 use crate::object::{ObjState, Record, Source};
 use crate::objset::{ObjSet, SyncPolicy};
@@ -99,7 +99,8 @@ fn write_record(zio: &Zio, rec: &Record, page: PageId, txg: u64, policy: SyncPol
         cache: policy.cache,
         page: Some(page),
     };
-    Ok(zio.write_blocks(&[block], txg)?.pop().expect("one block written"))
+    // The fsync that asked waits for this write: it goes ahead of the txg's writes.
+    Ok(zio.write_blocks_as(&[block], txg, IoClass::SyncWrite)?.pop().expect("one block written"))
 }
 
 impl ObjState {

@@ -1,7 +1,8 @@
 //! What the pool says about itself: status (health of every device, space, the last
 //! committed txg, why it is suspended, the scan, the data errors and with `-v` the files
-//! they hit), the engine counters (`tarn stats`), the ARC's budget at run time, and
-//! clearing the error counters and the error log.
+//! they hit), the engine counters (`tarn stats`, with the throttle's and each I/O
+//! class's), the run-time tunables (ARC budget, `dirty_max`), and clearing the error
+//! counters and the error log.
 //!
 //! Owns: `PoolStatus`, `TopStatus`, `PoolStats` — the shapes the CLI and the stats
 //! publisher serialise.
@@ -16,7 +17,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use tarn_vdev::{LeafHealth, LeafStatus, TopVdev};
+use tarn_vdev::{IoClass, LeafHealth, LeafStatus, TopVdev, VdevTree};
 
 use crate::datasets::subtree_space;
 use crate::error::PoolError;
@@ -72,6 +73,24 @@ pub struct PoolStats {
 
 fn get(a: &AtomicU64) -> u64 {
     a.load(Ordering::Relaxed)
+}
+
+/// Per I/O class, summed over every device: I/Os issued, bytes, how many waited for
+/// admission, and the mean wait and time in the device (`sync_read_issued` …).
+fn io_class_counters(vdevs: &VdevTree) -> impl Iterator<Item = (String, u64)> {
+    let stats = vdevs.queue_stats();
+    IoClass::ALL.into_iter().flat_map(move |class| {
+        let c = stats[class.index()];
+        let name = class.name();
+        [
+            (format!("{name}_issued"), c.issued),
+            (format!("{name}_bytes"), c.bytes),
+            (format!("{name}_waited"), c.waited),
+            (format!("{name}_wait_us"), c.wait_us),
+            (format!("{name}_avg_wait_us"), c.avg_wait_us()),
+            (format!("{name}_avg_device_us"), c.avg_device_us()),
+        ]
+    })
 }
 
 fn top_status(top: &TopVdev) -> TopStatus {
@@ -171,6 +190,12 @@ impl Pool {
                 ("synced".to_string(), t.synced),
                 ("dirty_open_bytes".to_string(), t.dirty_open),
                 ("dirty_syncing_bytes".to_string(), t.dirty_syncing),
+                ("dirty_max_bytes".to_string(), t.dirty_max),
+                ("dirty_sync_bytes".to_string(), t.dirty_sync),
+                ("delayed_writes".to_string(), t.delayed_writes),
+                ("delay_us".to_string(), t.delay_us),
+                ("dirty_max_waits".to_string(), t.dirty_max_waits),
+                ("dirty_max_wait_us".to_string(), t.dirty_max_wait_us),
             ]),
             space: {
                 let (sectors, live) = zio.occupancy();
@@ -184,25 +209,31 @@ impl Pool {
                     ("datasets_logical_bytes".to_string(), logical),
                 ])
             },
-            io: BTreeMap::from([
-                ("blocks_written".to_string(), get(&s.blocks_written)),
-                ("logical_bytes_written".to_string(), get(&s.logical_bytes_written)),
-                ("physical_bytes_written".to_string(), get(&s.physical_bytes_written)),
-                ("runs_written".to_string(), get(&s.runs_written)),
-                ("blocks_read".to_string(), get(&s.blocks_read)),
-                ("physical_bytes_read".to_string(), get(&s.physical_bytes_read)),
-                ("device_bytes_read".to_string(), get(&s.device_bytes_read)),
-                ("checksum_errors".to_string(), get(&s.checksum_errors)),
-            ])
-            .into_iter()
-            .chain(per_kind_reads(s))
-            .collect(),
+            io: io_class_counters(&zio.vdevs)
+                .chain([
+                    ("blocks_written".to_string(), get(&s.blocks_written)),
+                    ("logical_bytes_written".to_string(), get(&s.logical_bytes_written)),
+                    ("physical_bytes_written".to_string(), get(&s.physical_bytes_written)),
+                    ("runs_written".to_string(), get(&s.runs_written)),
+                    ("blocks_read".to_string(), get(&s.blocks_read)),
+                    ("physical_bytes_read".to_string(), get(&s.physical_bytes_read)),
+                    ("device_bytes_read".to_string(), get(&s.device_bytes_read)),
+                    ("checksum_errors".to_string(), get(&s.checksum_errors)),
+                ])
+                .chain(per_kind_reads(s))
+                .collect(),
         }
     }
 
     /// ARC counters and sizes (arcstats).
     pub fn arc_stats(&self) -> tarn_arc::ArcSnapshot {
         self.inner.ctx.zio.arc.snapshot()
+    }
+
+    /// Changes the write throttle's `dirty_max` at run time (`tarn tune dirty_max=`);
+    /// the early-sync threshold follows it.
+    pub fn set_dirty_max(&self, bytes: u64) {
+        self.inner.ctx.txg.set_dirty_max(bytes);
     }
 
     /// Changes the ARC budget at run time. A smaller one is given back at once: blocks and

@@ -3,7 +3,8 @@
 //! Owns: leaf devices (image files or block devices), top-level vdevs (a single disk or a
 //! mirror), the pool's stripe across them, labels at both ends of every device, the
 //! uberblock ring inside each label, per-device read/write/checksum error counters, I/O
-//! counters (`iostat`), and the txgs a mirror side missed (`dtl`).
+//! counters (`iostat`), the txgs a mirror side missed (`dtl`), and each device's I/O
+//! queue: admission by priority class (`IoClass`), as ZFS's vdev_queue.
 //!
 //! Promises: every write is sector-aligned (`ashift`); a mirror read returns only bytes
 //! the caller's verifier accepts, and rewrites a bad side from a good one; a side that
@@ -19,6 +20,8 @@ mod dtl;
 mod error;
 pub mod iostat;
 mod label;
+mod leaf;
+mod queue;
 mod tree;
 
 pub use device::{BlockDevice, FileDevice};
@@ -29,6 +32,8 @@ pub use label::{
     slot_count, BadField, Label, LabelDecode, LabelState, TopConfig, TreeConfig, Uberblock, ASHIFT_RANGE, LABEL_SIZE,
     LABEL_VERSION, UBERBLOCK_VERSION,
 };
+pub use leaf::{Leaf, LeafHealth, LeafStatus};
+pub use queue::{async_write_limit, ClassLimits, ClassStats, IoClass, IoPermit, IoQueue, QueueConfig, MAX_ACTIVE};
 pub use tree::{
-    read_device_labels, DeviceLabels, Leaf, LeafHealth, LeafStatus, ReadMode, SidesRead, TopVdev, VdevTree, DATA_START,
+    read_device_labels, DeviceLabels, ReadMode, SidesRead, SyncHold, TopVdev, VdevTree, DATA_START, DEFAULT_MAX_IO,
 };

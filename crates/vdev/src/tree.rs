@@ -3,9 +3,16 @@
 //! Offsets given to a `TopVdev` are offsets into its data area (after label 0, before
 //! label 1); the same offset is used on every side of a mirror.
 //!
-//! Owns: the leaves and their health, error counters, I/O counters and missed txgs
-//! (DTL), mirror reads and self-healing, writes and flushes on every side, the scrub and
-//! resilver I/O entry points, and where labels and uberblocks go on each device.
+//! Every read and write of a leaf passes its admission gate (`IoQueue`) under the
+//! caller's I/O class. A write longer than the top-level vdev's `max_io` is cut into
+//! pieces of at most `max_io`, each admitted on its own, so a sync I/O waits behind a
+//! piece in the device's queue, never behind a whole 1 MiB run (a cloud volume, the
+//! loop device and the lab's pacer all serve in arrival order).
+//!
+//! Owns: the top-level vdevs over their leaves (`leaf.rs`: one device, its counters,
+//! queue and DTL), mirror reads and self-healing, writes and flushes on every side, the
+//! scrub and resilver I/O entry points, and where labels and uberblocks go on each
+//! device.
 //!
 //! Promises: a read hands back only bytes the caller's verifier accepted, and rewrites
 //! each bad side it found from the good copy; a side that missed a block's txg (its DTL
@@ -14,16 +21,17 @@
 //! failed is faulted and no longer written); labels are written label 0 everywhere before
 //! label 1, so a crash leaves one whole copy per device; uberblock txgs only grow
 //! (`write_uberblock` asserts it). Scrub and resilver I/O enter through `scrub_read` and
-//! `resilver`, and only there (an I/O scheduler tags them there).
+//! `resilver`, and only there: both go as `IoClass::Scrub`. No leaf I/O bypasses the
+//! leaf's queue.
 //!
-//! Must never: interpret the bytes it reads (the verifier does), or write past a
-//! vdev's data area.
+//! Must never: interpret the bytes it reads (the verifier does), write past a vdev's
+//! data area, or start a thread for a write of one piece (every hot-path write).
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
 
-use crate::dtl::{Dtl, UNKNOWN_BIRTH};
-use crate::iostat::{IoCounters, IoSnapshot, Traffic};
+use crate::dtl::UNKNOWN_BIRTH;
 use crate::label::{slot_count, slot_size, Label, LabelDecode, Uberblock, CONFIG_AREA};
+use crate::leaf::{Leaf, LeafHealth};
+use crate::queue::{ClassStats, IoClass};
 use crate::{BlockDevice, VdevError, LABEL_SIZE};
 
 /// How a read treats the sides of a mirror.
@@ -49,171 +57,12 @@ pub struct SidesRead {
 /// First byte of the data area on every device: label 0 plus a reserve for later use.
 pub const DATA_START: u64 = 2 * LABEL_SIZE;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "UPPERCASE")]
-pub enum LeafHealth {
-    Online,
-    /// The device could not be opened at import.
-    Unavail,
-    /// Writes to it failed; it is no longer written.
-    Faulted,
-}
-
-pub struct Leaf {
-    pub guid: u64,
-    pub path: String,
-    dev: Option<Arc<dyn BlockDevice>>,
-    faulted: std::sync::atomic::AtomicBool,
-    read_errors: AtomicU64,
-    write_errors: AtomicU64,
-    checksum_errors: AtomicU64,
-    io: IoCounters,
-    /// The txgs this side missed (it was away): a resilver brings it up to date.
-    dtl: Dtl,
-}
-
-/// What `status` shows of one device.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-pub struct LeafStatus {
-    pub path: String,
-    pub guid: u64,
-    pub health: LeafHealth,
-    pub read_errors: u64,
-    pub write_errors: u64,
-    pub checksum_errors: u64,
-    /// The txgs (first, last) whose writes this side missed, until a resilver has
-    /// copied them (`zpool status` shows such a side as resilvering).
-    #[serde(default)]
-    pub missed_txgs: Option<(u64, u64)>,
-}
-
-impl Leaf {
-    pub fn new(guid: u64, path: String, dev: Option<Arc<dyn BlockDevice>>) -> Leaf {
-        Leaf {
-            guid,
-            path,
-            dev,
-            faulted: Default::default(),
-            read_errors: AtomicU64::new(0),
-            write_errors: AtomicU64::new(0),
-            checksum_errors: AtomicU64::new(0),
-            io: IoCounters::default(),
-            dtl: Dtl::default(),
-        }
-    }
-
-    /// The device, while it is present and not faulted.
-    pub fn device(&self) -> Option<&Arc<dyn BlockDevice>> {
-        self.usable()
-    }
-
-    fn usable(&self) -> Option<&Arc<dyn BlockDevice>> {
-        if self.faulted.load(Ordering::Relaxed) {
-            return None;
-        }
-        self.dev.as_ref()
-    }
-
-    pub fn health(&self) -> LeafHealth {
-        if self.dev.is_none() {
-            LeafHealth::Unavail
-        } else if self.faulted.load(Ordering::Relaxed) {
-            LeafHealth::Faulted
-        } else {
-            LeafHealth::Online
-        }
-    }
-
-    pub fn status(&self) -> LeafStatus {
-        LeafStatus {
-            path: self.path.clone(),
-            guid: self.guid,
-            health: self.health(),
-            read_errors: self.read_errors.load(Ordering::Relaxed),
-            write_errors: self.write_errors.load(Ordering::Relaxed),
-            checksum_errors: self.checksum_errors.load(Ordering::Relaxed),
-            missed_txgs: self.dtl.range(),
-        }
-    }
-
-    /// Operations, bytes and service time so far (`tarn pool iostat`).
-    pub fn iostat(&self) -> IoSnapshot {
-        self.io.snapshot()
-    }
-
-    /// Demand operations under way on this device, and when the last one ended
-    /// (`iostat::now_ns`; 0: none yet). A scrub or resilver yields to them.
-    pub fn demand_activity(&self) -> (u32, u64) {
-        self.io.demand()
-    }
-
-    /// The txgs (first, last) whose writes this side missed, if any.
-    pub fn missed_txgs(&self) -> Option<(u64, u64)> {
-        self.dtl.range()
-    }
-
-    /// Records that this side missed the writes of txgs `first..=last` (it was away):
-    /// reads stop trusting its copies of blocks born then until `clear_missed_txgs`.
-    pub fn add_missed_txgs(&self, first: u64, last: u64) {
-        self.dtl.add(first, last);
-    }
-
-    /// A resilver copied every block born in the missed txgs to this side.
-    pub fn clear_missed_txgs(&self) {
-        self.dtl.clear();
-    }
-
-    /// A write to the side failed: it is counted, and the side is no longer written
-    /// (nor read) until the pool is imported again.
-    fn fault(&self) {
-        self.write_errors.fetch_add(1, Ordering::Relaxed);
-        self.faulted.store(true, Ordering::Relaxed);
-    }
-
-    /// Reads from the device, counted in its I/O statistics.
-    fn read_dev(&self, dev: &Arc<dyn BlockDevice>, buf: &mut [u8], at: u64, traffic: Traffic) -> std::io::Result<()> {
-        let timing = self.io.start(traffic);
-        let r = dev.read_at(buf, at);
-        timing.done(false, buf.len());
-        r
-    }
-
-    /// Writes to the device, counted in its I/O statistics.
-    fn write_dev(&self, dev: &Arc<dyn BlockDevice>, buf: &[u8], at: u64, traffic: Traffic) -> std::io::Result<()> {
-        let timing = self.io.start(traffic);
-        let r = dev.write_at(buf, at);
-        timing.done(true, buf.len());
-        r
-    }
-
-    /// Flushes the device (demand activity, not an operation iostat counts).
-    fn flush_dev(&self, dev: &Arc<dyn BlockDevice>) -> std::io::Result<()> {
-        let timing = self.io.start(Traffic::Demand);
-        let r = dev.flush();
-        timing.flushed();
-        r
-    }
-
-    /// Restores counters saved by an earlier import (they persist across imports). Adds
-    /// to what this import already counted (a damaged newest root block passed over
-    /// while choosing the uberblock must still show in `status`).
-    pub fn restore_counters(&self, read: u64, write: u64, checksum: u64) {
-        self.read_errors.fetch_add(read, Ordering::Relaxed);
-        self.write_errors.fetch_add(write, Ordering::Relaxed);
-        self.checksum_errors.fetch_add(checksum, Ordering::Relaxed);
-    }
-
-    pub fn clear_counters(&self) {
-        self.read_errors.store(0, Ordering::Relaxed);
-        self.write_errors.store(0, Ordering::Relaxed);
-        self.checksum_errors.store(0, Ordering::Relaxed);
-    }
-
-    /// Offset of label 1: the last whole label-sized slice of the device.
-    fn label1_offset(size: u64) -> u64 {
-        (size / LABEL_SIZE) * LABEL_SIZE - LABEL_SIZE
-    }
-}
+/// The largest piece a write is cut into by default: ZFS's aggregation limit for
+/// non-rotating devices (zfs_vdev_aggregation_limit_non_rotating). A 1 MiB run is then
+/// eight I/Os, and a sync I/O behind one waits for 128 KiB, not 1 MiB (on the lab's
+/// paced disk, 16 ms instead of 128 ms). `TopVdev::set_max_io` changes it (the pool
+/// reads `TARN_VDEV_MAX_IO`).
+pub const DEFAULT_MAX_IO: u64 = 128 << 10;
 
 pub struct TopVdev {
     pub index: usize,
@@ -225,12 +74,31 @@ pub struct TopVdev {
     /// A separate intent-log device: only log blocks are allocated on it.
     pub is_log: bool,
     rotor: AtomicUsize,
+    /// Writes are cut into pieces of at most this many bytes (a multiple of the sector).
+    max_io: AtomicU64,
 }
 
 impl TopVdev {
     pub fn new(index: usize, guid: u64, ashift: u32, asize: u64, leaves: Vec<Leaf>) -> TopVdev {
         assert!(!leaves.is_empty(), "a top-level vdev has at least one device");
-        TopVdev { index, guid, ashift, asize, leaves, is_log: false, rotor: AtomicUsize::new(0) }
+        let max_io = AtomicU64::new(Self::round_max_io(DEFAULT_MAX_IO, ashift));
+        TopVdev { index, guid, ashift, asize, leaves, is_log: false, rotor: AtomicUsize::new(0), max_io }
+    }
+
+    /// The largest piece a write to this vdev is cut into.
+    pub fn max_io(&self) -> u64 {
+        self.max_io.load(Ordering::Relaxed)
+    }
+
+    /// Sets the largest piece a write is cut into (rounded down to whole sectors, at
+    /// least one sector).
+    pub fn set_max_io(&self, bytes: u64) {
+        self.max_io.store(Self::round_max_io(bytes, self.ashift), Ordering::Relaxed);
+    }
+
+    fn round_max_io(bytes: u64, ashift: u32) -> u64 {
+        let sector = 1u64 << ashift;
+        (bytes & !(sector - 1)).max(sector)
     }
 
     /// Marks this top-level vdev as a separate log device.
@@ -270,8 +138,9 @@ impl TopVdev {
         align.min(self.sector())
     }
 
-    /// Reads `len` bytes at `offset` of the data area; the caller's `verify` decides
-    /// whether a copy is good, and `mode` what a bad side means (see `ReadMode`).
+    /// Reads `len` bytes at `offset` of the data area as I/O of `class`; the caller's
+    /// `verify` decides whether a copy is good, and `mode` what a bad side means (see
+    /// `ReadMode`).
     ///
     /// `span` is the caller's scratch buffer (reused across reads, so the hot path does
     /// not allocate); the verified bytes are `span[returned range]`.
@@ -282,8 +151,9 @@ impl TopVdev {
         verify: &dyn Fn(&[u8]) -> bool,
         span: &mut Vec<u8>,
         mode: ReadMode,
+        class: IoClass,
     ) -> Result<std::ops::Range<usize>, VdevError> {
-        self.read_sides(offset, len, verify, span, mode).map(|r| r.range)
+        self.read_sides(offset, len, verify, span, mode, class).map(|r| r.range)
     }
 
     /// Like `read`, and says how many sides returned bad bytes (each counted in its
@@ -296,12 +166,16 @@ impl TopVdev {
         verify: &dyn Fn(&[u8]) -> bool,
         out: &mut Vec<u8>,
         mode: ReadMode,
+        class: IoClass,
     ) -> Result<SidesRead, VdevError> {
-        self.read_copies(offset, len, UNKNOWN_BIRTH, verify, out, mode, Traffic::Demand)
+        self.read_copies(offset, len, UNKNOWN_BIRTH, verify, out, mode, class)
     }
 
     /// The read of a block born in txg `birth` (see `read_sides`): a side that missed
     /// that txg is read only if no other side verifies.
+    // The block's place, its birth, the verifier, the caller's buffer, and how and as
+    // what to read: each is the caller's to choose (as `read_copies`).
+    #[allow(clippy::too_many_arguments)]
     pub fn read_block(
         &self,
         offset: u64,
@@ -310,8 +184,9 @@ impl TopVdev {
         verify: &dyn Fn(&[u8]) -> bool,
         out: &mut Vec<u8>,
         mode: ReadMode,
+        class: IoClass,
     ) -> Result<SidesRead, VdevError> {
-        self.read_copies(offset, len, birth, verify, out, mode, Traffic::Demand)
+        self.read_copies(offset, len, birth, verify, out, mode, class)
     }
 
     /// Scrub I/O: verifies every side holding the block born in txg `birth`, rewriting
@@ -326,7 +201,7 @@ impl TopVdev {
         out: &mut Vec<u8>,
     ) -> Result<SidesRead, VdevError> {
         let mode = ReadMode::AllSides;
-        self.read_copies(offset, len, birth, verify, out, mode, Traffic::Scan)
+        self.read_copies(offset, len, birth, verify, out, mode, IoClass::Scrub)
     }
 
     /// Resilver I/O: if a side missed txg `birth`, reads the block from a side that
@@ -346,13 +221,13 @@ impl TopVdev {
             return Ok(0);
         }
         let mode = ReadMode::FirstGood;
-        self.read_copies(offset, len, birth, verify, scratch, mode, Traffic::Scan)?;
-        let (start, end, _) = self.read_span(offset, len, Traffic::Scan);
+        self.read_copies(offset, len, birth, verify, scratch, mode, IoClass::Scrub)?;
+        let (start, end, _) = self.read_span(offset, len, IoClass::Scrub);
         let span = &scratch[..(end - start) as usize];
         let mut written = 0;
         for leaf in self.leaves.iter().filter(|l| needs(l)) {
             let Some(dev) = leaf.usable() else { continue };
-            match leaf.write_dev(dev, span, DATA_START + start, Traffic::Scan) {
+            match leaf.write_dev(&**dev, span, DATA_START + start, IoClass::Scrub) {
                 Ok(()) => written += 1,
                 Err(_) => leaf.fault(),
             }
@@ -372,10 +247,10 @@ impl TopVdev {
     /// smallest the devices can read (not whole pool sectors: a packed compressed block
     /// costs the disk its stored size); for a scan whole sectors, which a resilver writes
     /// back as they are.
-    fn read_span(&self, offset: u64, len: usize, traffic: Traffic) -> (u64, u64, usize) {
-        let align = match traffic {
-            Traffic::Demand => self.read_align(),
-            Traffic::Scan => self.sector(),
+    fn read_span(&self, offset: u64, len: usize, class: IoClass) -> (u64, u64, usize) {
+        let align = match class {
+            IoClass::Scrub => self.sector(),
+            _ => self.read_align(),
         };
         Self::span_of(offset, len, align)
     }
@@ -392,11 +267,11 @@ impl TopVdev {
         verify: &dyn Fn(&[u8]) -> bool,
         out: &mut Vec<u8>,
         mode: ReadMode,
-        traffic: Traffic,
+        class: IoClass,
     ) -> Result<SidesRead, VdevError> {
         let all = mode == ReadMode::AllSides;
         assert!(offset + len as u64 <= self.asize, "read past the end of vdev {}", self.index);
-        let (start, end, skip) = self.read_span(offset, len, traffic);
+        let (start, end, skip) = self.read_span(offset, len, class);
         out.resize((end - start) as usize, 0);
         let first = self.rotor.fetch_add(1, Ordering::Relaxed);
         let n = self.leaves.len();
@@ -413,7 +288,7 @@ impl TopVdev {
                 }
                 let Some(dev) = leaf.usable() else { continue };
                 let span = &mut out[..(end - start) as usize];
-                if let Err(e) = leaf.read_dev(dev, span, DATA_START + start, traffic) {
+                if let Err(e) = leaf.read_dev(&**dev, span, DATA_START + start, class) {
                     leaf.read_errors.fetch_add(1, Ordering::Relaxed);
                     detail = format!("{}: {e}", leaf.path);
                     continue;
@@ -430,11 +305,11 @@ impl TopVdev {
                     good.get_or_insert_with(|| span.to_vec());
                     continue;
                 }
-                self.repair(&bad_sides, span, start, traffic);
+                self.repair(&bad_sides, span, start, class.repair());
                 return Ok(SidesRead { range: skip..skip + len, bad_sides: bad_sides.len() as u32 });
             }
             if let Some(good) = good.take() {
-                self.repair(&bad_sides, &good, start, traffic);
+                self.repair(&bad_sides, &good, start, class.repair());
                 out[..good.len()].copy_from_slice(&good);
                 return Ok(SidesRead { range: skip..skip + len, bad_sides: bad_sides.len() as u32 });
             }
@@ -447,35 +322,37 @@ impl TopVdev {
     }
 
     /// Self-healing: rewrite the sectors of the sides that returned bad data.
-    fn repair(&self, bad_sides: &[usize], good_span: &[u8], start: u64, traffic: Traffic) {
+    fn repair(&self, bad_sides: &[usize], good_span: &[u8], start: u64, class: IoClass) {
         for &i in bad_sides {
             let leaf = &self.leaves[i];
             if let Some(dev) = leaf.usable() {
-                if leaf.write_dev(dev, good_span, DATA_START + start, traffic).is_err() {
+                if leaf.write_dev(&**dev, good_span, DATA_START + start, class).is_err() {
                     leaf.write_errors.fetch_add(1, Ordering::Relaxed);
                 }
             }
         }
     }
 
-    /// Writes sector-aligned `data` at `offset` on every side; succeeds if one side did.
-    pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), VdevError> {
+    /// Writes sector-aligned `data` at `offset` on every side as I/O of `class`, in
+    /// pieces of at most `max_io`; succeeds if one side took every piece.
+    pub fn write(&self, offset: u64, data: &[u8], class: IoClass) -> Result<(), VdevError> {
         let sector = self.sector();
         assert!(offset.is_multiple_of(sector) && (data.len() as u64).is_multiple_of(sector), "unaligned vdev write");
         assert!(offset + data.len() as u64 <= self.asize, "write past the end of vdev {}", self.index);
-        self.on_every_side(|leaf, dev| leaf.write_dev(dev, data, DATA_START + offset, Traffic::Demand))
+        let max_io = self.max_io() as usize;
+        self.on_every_side(|leaf, dev| leaf.write_pieces(dev, class, data, DATA_START + offset, max_io))
     }
 
     pub fn flush(&self) -> Result<(), VdevError> {
         self.on_every_side(|leaf, dev| leaf.flush_dev(dev))
     }
 
-    fn on_every_side(&self, op: impl Fn(&Leaf, &Arc<dyn BlockDevice>) -> std::io::Result<()>) -> Result<(), VdevError> {
+    fn on_every_side(&self, op: impl Fn(&Leaf, &dyn BlockDevice) -> std::io::Result<()>) -> Result<(), VdevError> {
         let mut ok = false;
         let mut detail = String::new();
         for leaf in &self.leaves {
             let Some(dev) = leaf.usable() else { continue };
-            match op(leaf, dev) {
+            match op(leaf, &**dev) {
                 Ok(()) => ok = true,
                 Err(e) => {
                     leaf.fault();
@@ -524,6 +401,44 @@ impl VdevTree {
         self.tops.iter().flat_map(|t| t.leaves.iter())
     }
 
+    /// The I/O counters of every class, summed over every device (indexed by
+    /// `IoClass::index`).
+    pub fn queue_stats(&self) -> [ClassStats; IoClass::COUNT] {
+        let mut sum = [ClassStats::default(); IoClass::COUNT];
+        for leaf in self.leaves() {
+            for (total, class) in sum.iter_mut().zip(leaf.queue.stats()) {
+                total.add(&class);
+            }
+        }
+        sum
+    }
+
+    /// Marks a sync operation (an fsync: its writes, then its flush) under way on every
+    /// device until the returned guard is dropped: meanwhile async I/O and scrub stay at
+    /// their minimum in flight (see `IoQueue::begin_sync`). No allocation: the guard
+    /// walks the leaves again when dropped.
+    pub fn hold_sync(&self) -> SyncHold<'_> {
+        for leaf in self.leaves() {
+            leaf.queue.begin_sync();
+        }
+        SyncHold { tree: self }
+    }
+
+    /// Dirty data is `percent` of `dirty_max`: sets every device's async-write limit
+    /// (more txg writes in flight as dirty data nears the throttle).
+    pub fn set_dirty_percent(&self, percent: u32) {
+        for leaf in self.leaves() {
+            leaf.queue.set_dirty_percent(percent);
+        }
+    }
+
+    /// Sets the largest piece writes are cut into, on every top-level vdev.
+    pub fn set_max_io(&self, bytes: u64) {
+        for top in &self.tops {
+            top.set_max_io(bytes);
+        }
+    }
+
     /// Writes the config area of both labels on every device (pool create, export,
     /// config change). Label 0 everywhere, flush, then label 1, so a crash leaves one
     /// consistent copy on each device.
@@ -538,8 +453,8 @@ impl VdevTree {
                     label.asize = top.asize;
                     let at = if which == 0 { 0 } else { Leaf::label1_offset(dev.size()) };
                     let io = |source| VdevError::Io { path: leaf.path.clone().into(), source };
-                    leaf.write_dev(dev, &label.encode(), at, Traffic::Demand).map_err(io)?;
-                    leaf.flush_dev(dev).map_err(io)?;
+                    leaf.write_dev(&**dev, &label.encode(), at, IoClass::SyncWrite).map_err(io)?;
+                    leaf.flush_dev(&**dev).map_err(io)?;
                 }
             }
         }
@@ -565,8 +480,8 @@ impl VdevTree {
             let mut ok = true;
             for base in [0, Leaf::label1_offset(dev.size())] {
                 let at = base + CONFIG_AREA as u64 + (index * slot) as u64;
-                let written = leaf.write_dev(dev, &buf, at, Traffic::Demand);
-                if let Err(e) = written.and_then(|_| leaf.flush_dev(dev)) {
+                let written = leaf.write_dev(&**dev, &buf, at, IoClass::SyncWrite);
+                if let Err(e) = written.and_then(|_| leaf.flush_dev(&**dev)) {
                     leaf.write_errors.fetch_add(1, Ordering::Relaxed);
                     detail = format!("{}: {e}", leaf.path);
                     ok = false;
@@ -578,6 +493,20 @@ impl VdevTree {
             Ok(())
         } else {
             Err(VdevError::WriteFailed { top: 0, detail })
+        }
+    }
+}
+
+/// A sync operation under way on every device of a tree (`VdevTree::hold_sync`).
+#[must_use = "the sync operation ends when the guard is dropped"]
+pub struct SyncHold<'a> {
+    tree: &'a VdevTree,
+}
+
+impl Drop for SyncHold<'_> {
+    fn drop(&mut self) {
+        for leaf in self.tree.leaves() {
+            leaf.queue.end_sync();
         }
     }
 }
@@ -645,10 +574,12 @@ pub fn read_device_labels(dev: &dyn BlockDevice) -> Result<DeviceLabels, VdevErr
 #[cfg(test)]
 mod tests {
     use std::path::{Path, PathBuf};
+    use std::sync::Arc;
 
     use parking_lot::Mutex;
 
     use super::*;
+    use crate::iostat::IoSnapshot;
 
     /// A device in memory, so a test can damage one side of a mirror.
     struct MemDevice {
@@ -704,14 +635,14 @@ mod tests {
     fn an_all_sides_read_counts_and_repairs_the_bad_side() {
         let (tree, devs) = mirror();
         let top = &tree.tops[0];
-        top.write(0, &[7u8; 4096]).unwrap();
+        top.write(0, &[7u8; 4096], IoClass::AsyncWrite).unwrap();
         devs[1].write_at(&[9u8; 16], DATA_START + 100).unwrap();
         let verify = |d: &[u8]| d.iter().all(|&b| b == 7);
         let mut span = Vec::new();
-        let read = top.read_sides(0, 4096, &verify, &mut span, ReadMode::AllSides).unwrap();
+        let read = top.read_sides(0, 4096, &verify, &mut span, ReadMode::AllSides, IoClass::SyncRead).unwrap();
         assert_eq!((read.range, read.bad_sides), (0..4096, 1));
         assert_eq!(top.leaves[1].status().checksum_errors, 1);
-        let again = top.read_sides(0, 4096, &verify, &mut span, ReadMode::AllSides).unwrap();
+        let again = top.read_sides(0, 4096, &verify, &mut span, ReadMode::AllSides, IoClass::SyncRead).unwrap();
         assert_eq!(again.bad_sides, 0, "the bad side was rewritten from the good one");
     }
 
@@ -720,14 +651,14 @@ mod tests {
         let (tree, devs) = mirror();
         let top = &tree.tops[0];
         // Side 1 was away for txgs 5..=9: it holds older bytes where the block is.
-        top.write(0, &[7u8; 4096]).unwrap();
+        top.write(0, &[7u8; 4096], IoClass::AsyncWrite).unwrap();
         devs[1].write_at(&[1u8; 4096], DATA_START).unwrap();
         top.leaves[1].add_missed_txgs(5, 9);
         let verify = |d: &[u8]| d.iter().all(|&b| b == 7);
         let mut span = Vec::new();
         for _ in 0..4 {
             // Every rotation: the stale side is never tried while the other verifies.
-            let read = top.read_block(0, 4096, 7, &verify, &mut span, ReadMode::FirstGood).unwrap();
+            let read = top.read_block(0, 4096, 7, &verify, &mut span, ReadMode::FirstGood, IoClass::SyncRead).unwrap();
             assert_eq!(read.bad_sides, 0);
         }
         let scrub = top.scrub_read(0, 4096, 7, &verify, &mut span).unwrap();
@@ -748,12 +679,12 @@ mod tests {
     fn with_only_a_stale_side_left_its_good_copy_is_still_read() {
         let (tree, devs) = mirror();
         let top = &tree.tops[0];
-        top.write(0, &[7u8; 4096]).unwrap();
+        top.write(0, &[7u8; 4096], IoClass::AsyncWrite).unwrap();
         devs[0].write_at(&[2u8; 4096], DATA_START).unwrap();
         top.leaves[1].add_missed_txgs(5, 9);
         let verify = |d: &[u8]| d.iter().all(|&b| b == 7);
         let mut span = Vec::new();
-        let read = top.read_block(0, 4096, 7, &verify, &mut span, ReadMode::FirstGood).unwrap();
+        let read = top.read_block(0, 4096, 7, &verify, &mut span, ReadMode::FirstGood, IoClass::SyncRead).unwrap();
         assert_eq!(&span[read.range], &[7u8; 4096][..]);
         assert_eq!(read.bad_sides, 1, "the side that should have had it is bad");
     }
@@ -763,10 +694,10 @@ mod tests {
         let (tree, _) = mirror();
         let top = &tree.tops[0];
         let before: Vec<IoSnapshot> = top.leaves.iter().map(|l| l.iostat()).collect();
-        top.write(0, &[7u8; 8192]).unwrap();
+        top.write(0, &[7u8; 8192], IoClass::AsyncWrite).unwrap();
         let verify = |d: &[u8]| d.iter().all(|&b| b == 7);
         let mut span = Vec::new();
-        top.read_block(0, 8192, 1, &verify, &mut span, ReadMode::FirstGood).unwrap();
+        top.read_block(0, 8192, 1, &verify, &mut span, ReadMode::FirstGood, IoClass::SyncRead).unwrap();
         top.scrub_read(0, 8192, 1, &verify, &mut span).unwrap();
         let after: Vec<IoSnapshot> = top.leaves.iter().map(|l| l.iostat()).collect();
         let d: Vec<IoSnapshot> = after.iter().zip(&before).map(|(a, b)| a.since(b)).collect();
@@ -777,6 +708,81 @@ mod tests {
         let (in_flight, last) = top.leaves[0].demand_activity();
         assert_eq!(in_flight, 0);
         assert!(last > 0, "a demand write was seen");
+    }
+
+    /// Records the (offset, length) of every write it takes.
+    struct Recording {
+        inner: Arc<MemDevice>,
+        writes: Mutex<Vec<(u64, usize)>>,
+    }
+
+    impl BlockDevice for Recording {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+            self.inner.read_at(buf, offset)
+        }
+        fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+            self.writes.lock().push((offset, buf.len()));
+            self.inner.write_at(buf, offset)
+        }
+        fn flush(&self) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn size(&self) -> u64 {
+            self.inner.size()
+        }
+        fn path(&self) -> &Path {
+            self.inner.path()
+        }
+    }
+
+    #[test]
+    fn a_long_write_is_cut_into_pieces_of_at_most_max_io() {
+        let rec = Arc::new(Recording { inner: MemDevice::new("r"), writes: Mutex::new(Vec::new()) });
+        let leaf = Leaf::new(1, "r".into(), Some(rec.clone() as Arc<dyn BlockDevice>));
+        let top = TopVdev::new(0, 9, 12, TopVdev::asize_of(4 << 20, 12), vec![leaf]);
+        top.set_max_io(16 << 10);
+        let data: Vec<u8> = (0..100 << 10).map(|i| (i % 251) as u8).collect();
+        top.write(8192, &data, IoClass::AsyncWrite).unwrap();
+        let mut writes = rec.writes.lock().clone();
+        writes.sort_unstable();
+        let expected: Vec<(u64, usize)> =
+            (0..7u64).map(|k| (DATA_START + 8192 + k * (16 << 10), if k < 6 { 16 << 10 } else { 4 << 10 })).collect();
+        assert_eq!(writes, expected);
+        let mut span = Vec::new();
+        let range = top.read(8192, data.len(), &|_| true, &mut span, ReadMode::FirstGood, IoClass::SyncRead).unwrap();
+        assert_eq!(&span[range], &data[..], "every piece landed where it belongs");
+        let stats = top.leaves[0].queue().stats()[IoClass::AsyncWrite.index()];
+        assert_eq!((stats.issued, stats.bytes), (7, 100 << 10));
+    }
+
+    #[test]
+    fn max_io_is_whole_sectors() {
+        let (tree, _) = mirror();
+        tree.set_max_io(5000);
+        assert_eq!(tree.tops[0].max_io(), 4096);
+        tree.set_max_io(0);
+        assert_eq!(tree.tops[0].max_io(), 4096);
+        let fresh = TopVdev::new(0, 1, 9, 1 << 20, mirror().0.tops.into_iter().next().unwrap().leaves);
+        assert_eq!(fresh.max_io(), DEFAULT_MAX_IO);
+    }
+
+    #[test]
+    fn scrub_and_resilver_io_goes_as_the_scrub_class() {
+        let (tree, devs) = mirror();
+        let top = &tree.tops[0];
+        top.write(0, &[7u8; 4096], IoClass::AsyncWrite).unwrap();
+        devs[1].write_at(&[1u8; 4096], DATA_START).unwrap();
+        top.leaves[1].add_missed_txgs(5, 9);
+        let verify = |d: &[u8]| d.iter().all(|&b| b == 7);
+        let mut span = Vec::new();
+        top.scrub_read(0, 4096, 7, &verify, &mut span).unwrap();
+        assert_eq!(top.resilver(0, 4096, 7, &verify, &mut span).unwrap(), 1);
+        let scrub = |leaf: &Leaf| leaf.queue().stats()[IoClass::Scrub.index()];
+        // The scrub read side 0 (side 1 missed the block's txg); the resilver read side 0
+        // and wrote side 1.
+        assert_eq!((scrub(&top.leaves[0]).issued, scrub(&top.leaves[1]).issued), (2, 1));
+        let demand_reads = |leaf: &Leaf| leaf.queue().stats()[IoClass::SyncRead.index()].issued;
+        assert_eq!(demand_reads(&top.leaves[0]) + demand_reads(&top.leaves[1]), 0);
     }
 
     #[test]

@@ -89,6 +89,9 @@ impl Zil {
 
     /// Resolves without the chain lock, then waits its turn and appends.
     fn commit_ticket(&self, ticket: &Ticket, taken: Taken, source: &dyn WriteSource) -> Result<(), ZilError> {
+        // From the first write in place to the flush, this is sync I/O on every device:
+        // the txg's writes stay out of the devices' queues ahead of it.
+        let _sync = self.zio.hold_sync();
         let newest_txg = taken.iter().map(|(_, q)| q.txg()).max().unwrap_or(0);
         let resolved = self.resolve(taken, source);
         self.tickets.wait_for_earlier(ticket);

@@ -3,13 +3,16 @@
 //! Owns: allocating, claiming, writing, reading and freeing extents, and the choice of
 //! device (a usable separate log device first, the data vdevs otherwise).
 //!
+//! Log blocks are written as `IoClass::SyncWrite` (an fsync waits for them) and read as
+//! `IoClass::SyncRead` (replay).
+//!
 //! Promises: an extent is live from `alloc_extent` (or `claim_extent` at import) until
 //! `free_extent`, and like any free its sectors are reused only after the txg commits;
 //! an extent named by bytes from disk is bounds-checked before use.
 //!
 //! Must never: verify content (the intent log checks its own blocks), or flush: the
 //! caller flushes the vdevs it wrote (`flush_tops`).
-use tarn_vdev::ReadMode;
+use tarn_vdev::{IoClass, ReadMode};
 
 use crate::{Zio, ZioError};
 
@@ -87,11 +90,11 @@ impl Zio {
         let len = (data.len() as u64).next_multiple_of(top.sector());
         assert!(len <= e.len, "log block larger than its extent");
         if len == data.len() as u64 {
-            top.write(e.offset, data)?;
+            top.write(e.offset, data, IoClass::SyncWrite)?;
         } else {
             let mut buf = data.to_vec();
             buf.resize(len as usize, 0);
-            top.write(e.offset, &buf)?;
+            top.write(e.offset, &buf, IoClass::SyncWrite)?;
         }
         self.note_write();
         Ok(())
@@ -113,6 +116,7 @@ impl Zio {
             verify,
             &mut scratch,
             ReadMode::Quiet,
+            IoClass::SyncRead,
         )?;
         Ok(scratch[range].to_vec())
     }

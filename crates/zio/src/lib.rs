@@ -5,6 +5,10 @@
 //! sector runs without padding, verified reads through the ARC, read-ahead, intent-log
 //! extents, the space maps of every top-level vdev, and the pipeline counters.
 //!
+//! Every device I/O names its class (`IoClass`, the devices' priority queues): a demand
+//! read is `SyncRead`, read-ahead `AsyncRead`, scrub reads `Scrub`, a txg's blocks
+//! `AsyncWrite`, intent-log blocks and blocks an fsync writes in place `SyncWrite`.
+//!
 //! Promises: a block that does not shrink by 1/8 is stored raw; a read returns the
 //! logical bytes only if the physical bytes match the pointer's checksum (else a
 //! checksum error, after the mirror had its chance to heal); a block is never written
@@ -35,4 +39,5 @@ pub use extent::Extent;
 pub use pipeline::{WriteMark, Zio, ZioStats, HOT_SHARE};
 pub use read::{CopiesRead, FAILED_READS_MAX};
 pub use tarn_arc::{Access, PageId, ReadKind, Residency};
+pub use tarn_vdev::IoClass;
 pub use write::{CachePolicy, PendingBlock};

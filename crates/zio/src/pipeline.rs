@@ -208,6 +208,14 @@ impl Zio {
         Ok(())
     }
 
+    /// Marks a sync operation under way on every device until the guard is dropped:
+    /// an intent-log commit takes it from its first write to its flush, so the txg's
+    /// writes stay at their minimum in flight and do not slip into the devices' queues
+    /// between the commit's writes and its flush (see `tarn_vdev::IoQueue::begin_sync`).
+    pub fn hold_sync(&self) -> tarn_vdev::SyncHold<'_> {
+        self.vdevs.hold_sync()
+    }
+
     /// Flushes only the top-level vdevs `tops` (every side of each). This does not move
     /// the flushed mark: an uberblock needs every device flushed.
     pub fn flush_tops(&self, tops: &[u16]) -> Result<(), ZioError> {

@@ -1,5 +1,5 @@
 //! Read-ahead: blocks asked for ahead of demand are read into the ARC by two worker
-//! threads.
+//! threads, as `IoClass::AsyncRead` (behind demand reads and fsyncs on every device).
 //!
 //! Owns: the bounded request queue and the workers.
 //!
@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use tarn_arc::{Access, PageId, ReadKind, Residency};
-use tarn_vdev::ReadMode;
+use tarn_vdev::{IoClass, ReadMode};
 
 use crate::read::{arc_key, class_of};
 use crate::trace::Event;
@@ -78,7 +78,7 @@ impl Zio {
         self.arc.note_bypass(access.kind);
         self.trace_event(Event::Prefetch, bp, access);
         let len = bp.psize as usize;
-        let read = top.read_block(bp.offset, len, bp.birth, &verify, &mut span, ReadMode::Quiet);
+        let read = top.read_block(bp.offset, len, bp.birth, &verify, &mut span, ReadMode::Quiet, IoClass::AsyncRead);
         if let Ok(range) = read.map(|r| r.range) {
             self.count_device_read(access.kind, range.len() as u64, span.len() as u64);
             self.arc.insert_prefetched(

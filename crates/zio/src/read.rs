@@ -16,13 +16,15 @@
 //! for the pool's error log (`take_failed_reads`) unless a scan made the read (the scan
 //! logs it with its place). Scrub and resilver reads go to the devices through their
 //! own entry points (`read_all_copies`, `resilver_block`).
+//! Demand reads and the import walk go as `IoClass::SyncRead`; the devices give scrub and
+//! resilver I/O the scrub class at those entry points.
 //!
 //! Must never: return unverified bytes, or insert unverified bytes into the ARC.
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use tarn_arc::{Access, BlockKey, Class, ReadKind};
-use tarn_vdev::{ReadMode, VdevError};
+use tarn_vdev::{IoClass, ReadMode, VdevError};
 
 use crate::trace::{refine, Event, Outcome};
 use crate::{BlockPtr, BlockType, CachePolicy, Compression, Zio, ZioError};
@@ -203,7 +205,7 @@ impl Zio {
         let (offset, len, birth) = (bp.offset, bp.psize as usize, bp.birth);
         let read = match mode {
             ReadMode::AllSides => top.scrub_read(offset, len, birth, verify, scratch),
-            _ => top.read_block(offset, len, birth, verify, scratch, mode),
+            _ => top.read_block(offset, len, birth, verify, scratch, mode, IoClass::SyncRead),
         };
         let read = read.map_err(|e| match e {
             VdevError::Checksum { .. } => {

@@ -7,7 +7,10 @@
 //! block starts on a sector boundary, so a raw 16 KiB page is read back with one 16 KiB
 //! read. A run is written with one I/O per mirror side when it is full or the batch ends;
 //! its unused tail goes back to the map. A block's bytes are claimed in the map before its
-//! run is written, so no other batch can be handed its sectors.
+//! run is written, so no other batch can be handed its sectors. A txg's batch is written
+//! as `IoClass::AsyncWrite` (`write_blocks`); a batch an fsync waits for names its class
+//! (`write_blocks_as`, `IoClass::SyncWrite`). The devices cut a run into pieces of at
+//! most their `max_io`.
 //!
 //! Owns: packing and the run buffers; what a written block leaves in the ARC.
 //!
@@ -27,7 +30,7 @@ use tarn_arc::{Access, PageId, ReadKind};
 
 use crate::read::{arc_key, class_of};
 use crate::trace::Event;
-use crate::{BlockPtr, BlockType, ChecksumKind, Compression, Zio, ZioError};
+use crate::{BlockPtr, BlockType, ChecksumKind, Compression, IoClass, Zio, ZioError};
 
 /// Largest run written with one I/O.
 const RUN_BYTES: u64 = 1 << 20;
@@ -82,8 +85,20 @@ struct OpenRun {
 }
 
 impl Zio {
-    /// Compresses, checksums, packs and writes `blocks`; returns their pointers in order.
+    /// Compresses, checksums, packs and writes a txg's `blocks` (as async writes);
+    /// returns their pointers in order.
     pub fn write_blocks(&self, blocks: &[PendingBlock], birth: u64) -> Result<Vec<BlockPtr>, ZioError> {
+        self.write_blocks_as(blocks, birth, IoClass::AsyncWrite)
+    }
+
+    /// Like `write_blocks`, with the device I/O in `class` (`IoClass::SyncWrite` for
+    /// blocks an fsync waits for).
+    pub fn write_blocks_as(
+        &self,
+        blocks: &[PendingBlock],
+        birth: u64,
+        class: IoClass,
+    ) -> Result<Vec<BlockPtr>, ZioError> {
         let encoded: Vec<Encoded> = blocks.par_iter().map(encode).collect();
         let mut ptrs = Vec::with_capacity(blocks.len());
         let mut remaining: u64 = encoded.iter().map(|e| e.payload.len() as u64).sum();
@@ -91,7 +106,7 @@ impl Zio {
         for (block, enc) in blocks.iter().zip(&encoded) {
             let psize = enc.payload.len();
             let raw = enc.compression == Compression::Off;
-            let (top, offset) = self.place(&mut open, psize, raw, remaining)?;
+            let (top, offset) = self.place(&mut open, psize, raw, remaining, class)?;
             remaining -= psize as u64;
             ptrs.push(BlockPtr {
                 vdev: top as u16,
@@ -123,7 +138,7 @@ impl Zio {
             self.stats.logical_bytes_written.fetch_add(block.data.len() as u64, Ordering::Relaxed);
         }
         if let Some(run) = open.take() {
-            self.close_run(run)?;
+            self.close_run(run, class)?;
         }
         self.stats.blocks_written.fetch_add(blocks.len() as u64, Ordering::Relaxed);
         Ok(ptrs)
@@ -137,6 +152,7 @@ impl Zio {
         psize: usize,
         align: bool,
         remaining: u64,
+        class: IoClass,
     ) -> Result<(usize, u64), ZioError> {
         if let Some(run) = open.as_mut() {
             let sector = self.sector(run.top) as usize;
@@ -146,7 +162,7 @@ impl Zio {
             }
         }
         if let Some(run) = open.take() {
-            self.close_run(run)?;
+            self.close_run(run, class)?;
         }
         let mut run = self.open_run(psize as u64, remaining)?;
         let placed = self.commit_place(&mut run, 0, psize);
@@ -183,7 +199,7 @@ impl Zio {
     }
 
     /// Claims the placed blocks, gives back unused sectors, and writes the run.
-    fn close_run(&self, run: OpenRun) -> Result<(), ZioError> {
+    fn close_run(&self, run: OpenRun, class: IoClass) -> Result<(), ZioError> {
         let sector = self.sector(run.top);
         let used = (run.cursor as u64).div_ceil(sector);
         self.with_map(run.top, |map| {
@@ -193,7 +209,7 @@ impl Zio {
             map.return_unused(run.run.first + used, run.run.sectors - used);
         });
         let bytes = &run.buf[..(used * sector) as usize];
-        self.vdevs.tops[run.top].write(run.run.first * sector, bytes)?;
+        self.vdevs.tops[run.top].write(run.run.first * sector, bytes, class)?;
         self.note_write();
         self.stats.runs_written.fetch_add(1, Ordering::Relaxed);
         self.stats.physical_bytes_written.fetch_add(run.cursor as u64, Ordering::Relaxed);

@@ -216,18 +216,29 @@ impl Op for Stats {
     }
 }
 
-/// `tarn tune POOL arc_max=SIZE`: the ARC budget of a running pool.
+/// `tarn tune POOL arc_max=SIZE` or `dirty_max=SIZE`: the ARC budget or the write
+/// throttle's dirty_max of a running pool (each in bytes; `None` leaves it as it is).
 #[derive(Serialize, Deserialize)]
 pub struct Tune {
-    pub arc_max: u64,
+    #[serde(default)]
+    pub arc_max: Option<u64>,
+    #[serde(default)]
+    pub dirty_max: Option<u64>,
 }
 
 impl Op for Tune {
     const NAME: &'static str = "pool.tune";
     type Output = ();
     fn run(self, on: &Held<'_>) -> Result<(), OpError> {
-        on.daemon("it has no running cache to tune; set TARN_ARC_MAX for the process that mounts it")?;
-        on.pool.set_arc_max(self.arc_max);
+        on.daemon(
+            "nothing is running to tune; set TARN_ARC_MAX for the process that mounts it (dirty_max starts at its default with every import)",
+        )?;
+        if let Some(bytes) = self.arc_max {
+            on.pool.set_arc_max(bytes);
+        }
+        if let Some(bytes) = self.dirty_max {
+            on.pool.set_dirty_max(bytes);
+        }
         Ok(())
     }
 }
