@@ -35,9 +35,12 @@ use parking_lot::Mutex;
 
 mod access;
 mod policy;
+mod sink;
 
 pub use access::{Access, PageId, PerKind, ReadKind, READ_KINDS};
 use policy::{DataCache, Evicted, Found};
+use sink::SinkSlot;
+pub use sink::{Departing, EvictSink};
 
 /// A block's identity: where it lives and when it was born.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
@@ -130,6 +133,8 @@ struct Lists {
     /// Bytes held for the hot copies (their whole share: they fill it quickly and are
     /// filled on the read path, where no eviction may run).
     reserved: u64,
+    /// Where evicted blocks are offered (the L2ARC's feed), if anywhere.
+    sink: SinkSlot,
 }
 
 /// Counters; read them with `ArcCache::snapshot`.
@@ -341,6 +346,8 @@ impl Inner {
 
 pub struct ArcCache {
     inner: Mutex<Inner>,
+    /// Where evicted blocks are offered (shared with the lists and the data policy).
+    sink: SinkSlot,
     /// The data policy (also in `inner`; fixed for the cache's life, read without the lock).
     policy: DataPolicy,
     pub counters: Counters,
@@ -368,13 +375,18 @@ impl ArcCache {
     }
 
     pub fn with_policy(max_bytes: u64, policy: DataPolicy) -> ArcCache {
-        let lists = Lists { c: max_bytes, p: max_bytes / 2, ..Default::default() };
-        let data = DataCache::new(match policy {
-            DataPolicy::SecondLevel => max_bytes,
-            DataPolicy::Arc => 0,
-        });
+        let sink = SinkSlot::default();
+        let lists = Lists { c: max_bytes, p: max_bytes / 2, sink: sink.clone(), ..Default::default() };
+        let data = DataCache::new(
+            match policy {
+                DataPolicy::SecondLevel => max_bytes,
+                DataPolicy::Arc => 0,
+            },
+            sink.clone(),
+        );
         ArcCache {
             inner: Mutex::new(Inner { lists, data, policy }),
+            sink,
             policy,
             counters: Counters::default(),
             decoded: Mutex::new(Clock::default()),
@@ -387,6 +399,13 @@ impl ArcCache {
     /// Bytes held outside the lists that the budget covers (decoded metadata).
     fn outside(&self) -> u64 {
         self.decoded_bytes.load(Ordering::Relaxed) + self.objects_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Offers every block the cache evicts from now on to `sink` (the L2ARC's feed), under
+    /// the cache's lock: the sink must only queue it, never wait or touch a device. Set
+    /// once; a second call is refused (`false`).
+    pub fn set_evict_sink(&self, sink: std::sync::Arc<dyn EvictSink>) -> bool {
+        self.sink.set(sink)
     }
 
     /// A default budget: a quarter of the machine's memory.
@@ -843,6 +862,7 @@ impl Lists {
             let keep_meta = self.metadata_bytes + outside <= self.meta_limit();
             let (from_t1, (key, e)) = self.pop_victim(from_t1, keep_meta);
             let size = e.bytes.len() as u64;
+            self.sink.offer(key, &e.bytes, e.lsize, e.class, e.prefetched);
             self.account(&e, false, from_t1);
             let ghost = Ghost { size, unread_prefetch: e.prefetched };
             self.unread_prefetch_evictions += e.prefetched as u64;

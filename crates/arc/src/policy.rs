@@ -42,7 +42,8 @@ use std::sync::Arc;
 
 use hashlink::LinkedHashMap;
 
-use crate::{BlockKey, PageId};
+use crate::sink::SinkSlot;
+use crate::{BlockKey, Class, PageId};
 
 /// Read counts saturate here (one main-area list per count).
 const MAX_FREQ: u8 = 15;
@@ -153,11 +154,13 @@ pub(crate) struct DataCache {
     /// Read-ahead blocks evicted before anyone read them.
     unread_evicted: LinkedHashMap<BlockKey, ()>,
     pub(crate) ghost_hits: GhostHits,
+    /// Where evicted blocks are offered (the L2ARC's feed).
+    sink: SinkSlot,
 }
 
 impl DataCache {
-    pub(crate) fn new(budget: u64) -> DataCache {
-        let mut d = DataCache::default();
+    pub(crate) fn new(budget: u64, sink: SinkSlot) -> DataCache {
+        let mut d = DataCache { sink, ..DataCache::default() };
         d.set_budget(budget);
         d.window_target = d.window_min();
         d
@@ -475,6 +478,7 @@ impl DataCache {
     /// A block leaves the cache; its page is remembered as a ghost of where it was.
     fn drop_block(&mut self, key: BlockKey, e: Entry, from_main: bool) -> Evicted {
         let size = e.bytes.len() as u64;
+        self.sink.offer(key, &e.bytes, e.lsize, Class::Data, e.prefetched);
         let (ghosts, bytes) = if from_main {
             (&mut self.main_ghosts, &mut self.main_ghost_bytes)
         } else {
@@ -540,7 +544,7 @@ mod tests {
 
     #[test]
     fn random_reads_writes_frees_and_budget_changes_keep_every_count_right() {
-        let mut d = DataCache::new(200 * 4096);
+        let mut d = DataCache::new(200 * 4096, SinkSlot::default());
         let mut version = [0u64; 600];
         let mut x = 0x9E37_79B9_7F4A_7C15u64;
         for step in 0..60_000 {
@@ -578,7 +582,7 @@ mod tests {
 
     #[test]
     fn a_written_page_takes_its_older_versions_place_and_rank() {
-        let mut d = DataCache::new(100 * 4096);
+        let mut d = DataCache::new(100 * 4096, SinkSlot::default());
         for _ in 0..5 {
             for n in 0..10 {
                 if let Found::Miss = d.get(&key(n, 0), Some(page(n)), true) {
@@ -602,7 +606,7 @@ mod tests {
 
     #[test]
     fn counts_halve_with_age_so_an_old_hot_set_can_be_replaced() {
-        let mut d = DataCache::new(50 * 4096);
+        let mut d = DataCache::new(50 * 4096, SinkSlot::default());
         let read = |d: &mut DataCache, n: u64| {
             if let Found::Miss = d.get(&key(n, 0), Some(page(n)), true) {
                 d.insert_read(key(n, 0), bytes(4096), 16384, Some(page(n)));

@@ -72,6 +72,9 @@ pub struct Zio {
     flushed_through: AtomicU64,
     /// Blocks no copy of which verified, not yet taken by the pool's error log.
     pub(crate) failed_reads: Mutex<Vec<BlockPtr>>,
+    /// The second-level cache, once cache devices are attached (`attach_l2arc`). Unset,
+    /// a read pays one atomic load for it.
+    pub(crate) l2: std::sync::OnceLock<std::sync::Arc<tarn_l2arc::L2Arc>>,
 }
 
 impl Zio {
@@ -94,6 +97,7 @@ impl Zio {
             writes_done: AtomicU64::new(0),
             flushed_through: AtomicU64::new(0),
             failed_reads: Mutex::new(Vec::new()),
+            l2: std::sync::OnceLock::new(),
         }
         .with_cache_budget(budget)
     }
@@ -109,6 +113,25 @@ impl Zio {
         self.hot.set_max(bytes / HOT_SHARE);
         self.arc.set_reserved(bytes / HOT_SHARE);
         self.arc.set_max(bytes);
+    }
+
+    /// Puts `l2` behind the ARC: blocks the ARC evicts feed it, ARC misses look in it
+    /// before the devices. `rebuild`: its devices kept their rings (an import). Set
+    /// once; a second call is refused (`false`).
+    pub fn attach_l2arc(&self, l2: std::sync::Arc<tarn_l2arc::L2Arc>, rebuild: bool) -> bool {
+        if self.l2.get().is_some() {
+            return false;
+        }
+        let sink = l2.start(rebuild);
+        if self.l2.set(l2).is_err() {
+            return false;
+        }
+        self.arc.set_evict_sink(sink)
+    }
+
+    /// The second-level cache, if cache devices are attached.
+    pub fn l2arc(&self) -> Option<&std::sync::Arc<tarn_l2arc::L2Arc>> {
+        self.l2.get()
     }
 
     /// Runs `f` on vdev `top`'s space map and refreshes its free-byte mirror.
@@ -180,6 +203,9 @@ impl Zio {
         self.trace_event(Event::Free, bp, Access::of(ReadKind::Demand));
         self.arc.remove(&arc_key(bp));
         self.hot.remove(&arc_key(bp));
+        if let Some(l2) = self.l2.get() {
+            l2.forget(&arc_key(bp));
+        }
         self.with_map(bp.vdev as usize, |m| m.free(bp.offset, bp.psize as u64));
     }
 

@@ -165,7 +165,41 @@ impl Zio {
             return Ok(());
         }
         self.trace_event(Event::Read(Outcome::Device), bp, access);
+        if let Some(l2) = self.l2.get() {
+            if self.read_l2(l2, bp, out, policy, access)? {
+                return Ok(());
+            }
+        }
         self.read_from_disk(bp, out, policy, ReadMode::FirstGood, access).map(|_| ())
+    }
+
+    /// Serves an ARC miss from the L2ARC if a cache device holds the block and its bytes
+    /// match the pointer's checksum; false (a counted miss) otherwise, and the caller
+    /// reads the pool's devices. A bad copy is never an error.
+    fn read_l2(
+        &self,
+        l2: &tarn_l2arc::L2Arc,
+        bp: &BlockPtr,
+        out: &mut [u8],
+        policy: CachePolicy,
+        access: Access,
+    ) -> Result<bool, ZioError> {
+        let key = arc_key(bp);
+        SCRATCH.with_borrow_mut(|scratch| {
+            let Some((dev, range)) = l2.read(&key, bp.psize, scratch) else { return Ok(false) };
+            let phys = &scratch[range];
+            if bp.checksum_kind.digest(phys) != bp.checksum {
+                l2.note_bad(dev, &key);
+                return Ok(false);
+            }
+            l2.note_hit(bp.psize);
+            let class = class_of(bp.block_type);
+            if policy.admits(bp.block_type) && self.arc.keeps(class, access.kind) {
+                self.arc.insert(key, Arc::from(phys), bp.lsize, class, access);
+            }
+            decompress(bp, phys, out)?;
+            Ok(true)
+        })
     }
 
     /// Reads, verifies and decompresses from the devices; returns how many copies were

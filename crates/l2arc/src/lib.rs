@@ -1,0 +1,372 @@
+//! l2arc — the second-level cache: blocks leaving the ARC are kept, in their stored
+//! (compressed) form, on fast local devices (the cloud VM's ephemeral NVMe), indexed in
+//! RAM and in log blocks on the devices, so a restart finds the cache warm.
+//!
+//! Owns: the cache devices (`device`: header, ring, index, rebuild), their byte format
+//! (`layout`, docs/FORMAT.md), the in-RAM index (`index`), the feed from the ARC's
+//! eviction side and its tunables (`feed`), the L2ARC counters.
+//!
+//! Promises: a cache device that is missing, blank, of another pool, of another format
+//! or smaller than before costs only its contents — never an error to the pool; it is
+//! initialised afresh and status says why. Bytes it returns are only a candidate: the
+//! caller (zio) verifies them against the block pointer's checksum and treats a mismatch
+//! as a miss (`note_bad`). The index's RAM is counted apart from the ARC's budget
+//! (`header_bytes`), so a small `arc_max` never stops the cache filling.
+//!
+//! Must never: be needed for correctness, do device I/O under the ARC's lock or its own
+//! index locks, or add work to a read when no cache device is configured (the pipeline
+//! holds no `L2Arc` then).
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use parking_lot::Mutex;
+use tarn_arc::BlockKey;
+use tarn_vdev::{BlockDevice, FileDevice};
+
+mod device;
+mod feed;
+mod index;
+mod layout;
+
+pub use device::{CacheDev, DevRead, DevState};
+pub use feed::{Tunables, TuneError, CHUNK_MAX, ROUNDS_PER_SEC};
+pub use layout::{DevHeader, HeaderRefused, L2_VERSION};
+
+/// The cache's counters (ZFS's l2_* arcstats).
+#[derive(Default)]
+pub struct Counters {
+    pub hits: AtomicU64,
+    pub misses: AtomicU64,
+    pub read_bytes: AtomicU64,
+    pub write_bytes: AtomicU64,
+    pub writes: AtomicU64,
+    pub written_blocks: AtomicU64,
+    pub cksum_bad: AtomicU64,
+    pub io_errors: AtomicU64,
+    /// Evicted blocks not cached because the queue was full.
+    pub feed_behind: AtomicU64,
+    pub feed_skipped_prefetch: AtomicU64,
+    pub feed_helpers_started: AtomicU64,
+    /// Entries dropped because the pool freed their block.
+    pub freed: AtomicU64,
+}
+
+/// A consistent view for `tarn stats l2arc` and Prometheus.
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct L2Snapshot {
+    pub hits: u64,
+    pub misses: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub writes: u64,
+    pub written_blocks: u64,
+    /// Logical and allocated bytes of the blocks the devices hold.
+    pub size: u64,
+    pub asize: u64,
+    /// Blocks indexed, and the RAM the index takes (outside `arc_max`).
+    pub blocks: u64,
+    pub hdr_size: u64,
+    pub cksum_bad: u64,
+    pub io_errors: u64,
+    pub feed_behind: u64,
+    pub feed_backlog: u64,
+    pub feed_skipped_prefetch: u64,
+    pub feed_helpers_started: u64,
+    pub freed: u64,
+    pub rebuilt_blocks: u64,
+    pub rebuild_ms: u64,
+    /// Devices still rebuilding their index.
+    pub rebuilding: u64,
+}
+
+impl L2Snapshot {
+    /// (name, value) pairs in a fixed order (CLI tables, Prometheus).
+    pub fn fields(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("hits", self.hits),
+            ("misses", self.misses),
+            ("read_bytes", self.read_bytes),
+            ("write_bytes", self.write_bytes),
+            ("writes", self.writes),
+            ("written_blocks", self.written_blocks),
+            ("size", self.size),
+            ("asize", self.asize),
+            ("blocks", self.blocks),
+            ("hdr_size", self.hdr_size),
+            ("cksum_bad", self.cksum_bad),
+            ("io_errors", self.io_errors),
+            ("feed_behind", self.feed_behind),
+            ("feed_backlog", self.feed_backlog),
+            ("feed_skipped_prefetch", self.feed_skipped_prefetch),
+            ("feed_helpers_started", self.feed_helpers_started),
+            ("freed", self.freed),
+            ("rebuilt_blocks", self.rebuilt_blocks),
+            ("rebuild_ms", self.rebuild_ms),
+            ("rebuilding", self.rebuilding),
+        ]
+    }
+
+    /// Whether `name` only grows (a Prometheus counter) or goes up and down (a gauge).
+    pub fn is_counter(name: &str) -> bool {
+        !matches!(name, "size" | "asize" | "blocks" | "hdr_size" | "feed_backlog" | "rebuilding" | "rebuild_ms")
+    }
+}
+
+/// One cache device as `pool status` shows it.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct CacheDevStatus {
+    pub guid: u64,
+    pub path: String,
+    pub state: DevState,
+    pub note: Option<String>,
+    pub size: u64,
+    pub asize: u64,
+    pub lsize: u64,
+    pub blocks: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub io_errors: u64,
+    /// Percent of the ring the rebuild has walked (100 when done).
+    pub rebuild_percent: u64,
+}
+
+/// What the devices and the workers share.
+pub(crate) struct Shared {
+    pub(crate) devs: Vec<Arc<CacheDev>>,
+    pub(crate) paces: Vec<feed::Pace>,
+    pub(crate) queue: feed::Queue,
+    pub(crate) tunables: Tunables,
+    pub(crate) counters: Counters,
+    pub(crate) stopping: AtomicBool,
+    pub(crate) threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// A configured cache device: its guid (in the pool's config) and path.
+#[derive(Clone, Debug)]
+pub struct CacheSpec {
+    pub guid: u64,
+    pub path: PathBuf,
+}
+
+pub struct L2Arc {
+    shared: Arc<Shared>,
+}
+
+impl L2Arc {
+    /// Opens the cache devices of pool `pool_guid`. A device that cannot be opened is
+    /// kept as `Unavail`; one whose header is not this pool's is initialised afresh.
+    /// Nothing runs until `start`.
+    pub fn open(pool_guid: u64, specs: &[CacheSpec]) -> L2Arc {
+        let devs = specs
+            .iter()
+            .map(|s| match FileDevice::open(&s.path) {
+                Ok(f) => L2Arc::attach_device(pool_guid, s, Arc::new(f)),
+                Err(e) => CacheDev::unavailable(s.guid, s.path.clone(), format!("cannot open: {e}")),
+            })
+            .map(Arc::new)
+            .collect();
+        L2Arc::with_devices(devs)
+    }
+
+    /// Opens the cache on devices already open (tests wrap them to inject faults).
+    pub fn open_devices(pool_guid: u64, devices: Vec<(CacheSpec, Arc<dyn BlockDevice>)>) -> L2Arc {
+        let devs = devices.into_iter().map(|(s, d)| Arc::new(L2Arc::attach_device(pool_guid, &s, d))).collect();
+        L2Arc::with_devices(devs)
+    }
+
+    fn attach_device(pool_guid: u64, spec: &CacheSpec, dev: Arc<dyn BlockDevice>) -> CacheDev {
+        match CacheDev::attach(spec.guid, pool_guid, dev) {
+            Ok((d, _)) => d,
+            Err(e) => CacheDev::unavailable(spec.guid, spec.path.clone(), format!("cannot initialise: {e}")),
+        }
+    }
+
+    fn with_devices(devs: Vec<Arc<CacheDev>>) -> L2Arc {
+        let paces = devs.iter().map(|_| feed::Pace::default()).collect();
+        L2Arc {
+            shared: Arc::new(Shared {
+                devs,
+                paces,
+                queue: feed::Queue::default(),
+                tunables: Tunables::default(),
+                counters: Counters::default(),
+                stopping: AtomicBool::new(false),
+                threads: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+
+    /// Starts the rebuild of every device that kept its ring (in the background) and a
+    /// feed worker per device; returns the sink to give the ARC.
+    pub fn start(&self, rebuild: bool) -> Arc<dyn tarn_arc::EvictSink> {
+        let mut threads = self.shared.threads.lock();
+        for (i, d) in self.shared.devs.iter().enumerate() {
+            if !d.usable() {
+                continue;
+            }
+            if rebuild && !d.feed_ready() {
+                let d = d.clone();
+                if let Ok(h) = std::thread::Builder::new().name("tarn-l2rebuild".into()).spawn(move || d.rebuild()) {
+                    threads.push(h);
+                }
+            }
+            let s = self.shared.clone();
+            if let Ok(h) =
+                std::thread::Builder::new().name("tarn-l2feed".into()).spawn(move || feed::run_worker(s, i, false))
+            {
+                threads.push(h);
+            }
+        }
+        Arc::new(feed::FeedSink(self.shared.clone()))
+    }
+
+    /// Stops the workers and the rebuild, waiting for them (their device writes finish).
+    pub fn stop(&self) {
+        self.shared.stopping.store(true, Ordering::Relaxed);
+        loop {
+            let Some(h) = self.shared.threads.lock().pop() else { break };
+            let _ = h.join();
+        }
+        while self.shared.queue.rx.try_recv().is_ok() {}
+        self.shared.queue.backlog.store(0, Ordering::Relaxed);
+    }
+
+    /// Reads `key`'s stored bytes (`psize`) into `scratch` from the device holding them.
+    /// The caller must verify them and call `note_bad` if they do not match.
+    pub fn read(&self, key: &BlockKey, psize: u32, scratch: &mut Vec<u8>) -> Option<(usize, std::ops::Range<usize>)> {
+        let c = &self.shared.counters;
+        for (i, d) in self.shared.devs.iter().enumerate() {
+            match d.read(key, psize, scratch) {
+                DevRead::Hit(range) => return Some((i, range)),
+                DevRead::IoError => {
+                    c.io_errors.fetch_add(1, Ordering::Relaxed);
+                    d.forget(key);
+                }
+                DevRead::Miss => {}
+            }
+        }
+        c.misses.fetch_add(1, Ordering::Relaxed);
+        None
+    }
+
+    /// A read that verified: counts the hit.
+    pub fn note_hit(&self, psize: u32) {
+        let c = &self.shared.counters;
+        c.hits.fetch_add(1, Ordering::Relaxed);
+        c.read_bytes.fetch_add(psize as u64, Ordering::Relaxed);
+    }
+
+    /// Bytes from device `dev` did not match the block pointer: forget the entry, count
+    /// a miss (the caller reads the pool's devices).
+    pub fn note_bad(&self, dev: usize, key: &BlockKey) {
+        let c = &self.shared.counters;
+        c.cksum_bad.fetch_add(1, Ordering::Relaxed);
+        c.misses.fetch_add(1, Ordering::Relaxed);
+        if let Some(d) = self.shared.devs.get(dev) {
+            d.forget(key);
+        }
+    }
+
+    /// The pool freed `key`'s block: no device may serve it again.
+    pub fn forget(&self, key: &BlockKey) {
+        for d in &self.shared.devs {
+            if d.forget(key) {
+                self.shared.counters.freed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    pub fn tunables(&self) -> &Tunables {
+        &self.shared.tunables
+    }
+
+    /// True while some device is still rebuilding its index.
+    pub fn rebuilding(&self) -> bool {
+        self.shared.devs.iter().any(|d| d.state() == DevState::Rebuilding || (d.usable() && !d.feed_ready()))
+    }
+
+    pub fn snapshot(&self) -> L2Snapshot {
+        let c = &self.shared.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let mut s = L2Snapshot {
+            hits: get(&c.hits),
+            misses: get(&c.misses),
+            read_bytes: get(&c.read_bytes),
+            write_bytes: get(&c.write_bytes),
+            writes: get(&c.writes),
+            written_blocks: get(&c.written_blocks),
+            cksum_bad: get(&c.cksum_bad),
+            io_errors: get(&c.io_errors),
+            feed_behind: get(&c.feed_behind),
+            feed_backlog: get(&self.shared.queue.backlog),
+            feed_skipped_prefetch: get(&c.feed_skipped_prefetch),
+            feed_helpers_started: get(&c.feed_helpers_started),
+            freed: get(&c.freed),
+            ..L2Snapshot::default()
+        };
+        for d in &self.shared.devs {
+            let (asize, lsize) = d.sizes();
+            s.asize += asize;
+            s.size += lsize;
+            s.blocks += d.index.entries();
+            s.hdr_size += d.header_bytes();
+            s.rebuilt_blocks += get(&d.counters.rebuilt_blocks);
+            s.rebuild_ms += get(&d.counters.rebuild_ms);
+            s.rebuilding += (d.state() == DevState::Rebuilding) as u64;
+        }
+        s
+    }
+
+    pub fn devices(&self) -> Vec<CacheDevStatus> {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        self.shared
+            .devs
+            .iter()
+            .map(|d| {
+                let (asize, lsize) = d.sizes();
+                let ring = d.ring_size().max(1);
+                let rebuild_percent = match d.state() {
+                    DevState::Rebuilding => get(&d.rebuild_scanned) * 100 / ring,
+                    _ => 100,
+                };
+                CacheDevStatus {
+                    guid: d.guid,
+                    path: d.path.display().to_string(),
+                    state: d.state(),
+                    note: d.note(),
+                    size: d.device_size(),
+                    asize,
+                    lsize,
+                    blocks: d.index.entries(),
+                    read_bytes: get(&d.counters.read_bytes),
+                    write_bytes: get(&d.counters.write_bytes),
+                    io_errors: get(&d.counters.io_errors),
+                    rebuild_percent,
+                }
+            })
+            .collect()
+    }
+}
+
+impl Drop for L2Arc {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Initialises `path` as a cache device of pool `pool_guid` (at pool create): creates an
+/// image file of `size` if it does not exist.
+pub fn create_device(
+    path: &std::path::Path,
+    size: Option<u64>,
+    pool_guid: u64,
+    guid: u64,
+) -> Result<(), tarn_vdev::VdevError> {
+    let dev = FileDevice::open_or_create(path, size)?;
+    let io = |source| tarn_vdev::VdevError::Io { path: path.to_path_buf(), source };
+    let dev: Arc<dyn BlockDevice> = Arc::new(dev);
+    CacheDev::attach(guid, pool_guid, dev).map_err(io)?;
+    Ok(())
+}

@@ -1,0 +1,195 @@
+//! The L2ARC engine on image files: feed, read, wrap, rebuild after reopen, blank and
+//! foreign devices, and the RAM its index takes per block.
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tarn_arc::{BlockKey, Class, Departing, EvictSink};
+use tarn_l2arc::{CacheSpec, DevState, L2Arc};
+
+const POOL: u64 = 0x5eed;
+const GUID: u64 = 0xcace;
+
+fn image(dir: &Path, name: &str, size: u64) -> std::path::PathBuf {
+    let p = dir.join(name);
+    let f = std::fs::File::create(&p).unwrap();
+    f.set_len(size).unwrap();
+    p
+}
+
+fn spec(path: &Path) -> Vec<CacheSpec> {
+    vec![CacheSpec { guid: GUID, path: path.to_path_buf() }]
+}
+
+/// A block's stored bytes, different for every key and size.
+fn bytes_of(key: &BlockKey, len: usize) -> Arc<[u8]> {
+    let seed = key.offset.wrapping_mul(31) ^ key.birth.wrapping_mul(1_000_003);
+    (0..len).map(|i| (seed.wrapping_add(i as u64 * 7) % 251) as u8).collect::<Vec<_>>().into()
+}
+
+fn key(n: u64) -> BlockKey {
+    BlockKey { vdev: (n % 2) as u16, offset: n * 8192, birth: 10 + n }
+}
+
+fn evict(sink: &Arc<dyn EvictSink>, k: BlockKey, len: usize) {
+    let bytes = bytes_of(&k, len);
+    sink.evicted(Departing { key: k, bytes: &bytes, lsize: 16384, class: Class::Data, unread_prefetch: false });
+}
+
+/// Feeds `keys` one at a time (waiting while the queue is full) until each is written.
+fn feed_all(l2: &L2Arc, sink: &Arc<dyn EvictSink>, keys: &[BlockKey], len: usize) {
+    for k in keys {
+        let before = l2.snapshot().written_blocks + l2.snapshot().feed_behind;
+        evict(sink, *k, len);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while l2.snapshot().written_blocks + l2.snapshot().feed_behind == before
+            && l2.snapshot().feed_backlog > 0
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    wait_drained(l2);
+}
+
+fn wait_drained(l2: &L2Arc) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while l2.snapshot().feed_backlog > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // The last chunk is written after the queue empties.
+    std::thread::sleep(Duration::from_millis(300));
+}
+
+fn wait_rebuilt(l2: &L2Arc) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while l2.rebuilding() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(!l2.rebuilding(), "rebuild did not finish");
+}
+
+/// Reads `k`; returns its bytes only if the device had them.
+fn read(l2: &L2Arc, k: &BlockKey, len: usize) -> Option<Vec<u8>> {
+    let mut scratch = Vec::new();
+    let (_, range) = l2.read(k, len as u32, &mut scratch)?;
+    Some(scratch[range].to_vec())
+}
+
+#[test]
+fn fed_blocks_read_back_and_survive_reopen_and_a_foreign_or_blank_device_starts_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = image(dir.path(), "cache.img", 64 << 20);
+    let keys: Vec<BlockKey> = (0..2000).map(key).collect();
+    {
+        let l2 = L2Arc::open(POOL, &spec(&path));
+        let sink = l2.start(true);
+        assert_eq!(l2.devices()[0].note.as_deref(), Some("initialised: blank device"));
+        feed_all(&l2, &sink, &keys, 5000);
+        for k in &keys {
+            assert_eq!(read(&l2, k, 5000).as_deref(), Some(&bytes_of(k, 5000)[..]), "{k:?}");
+        }
+        // Another birth at the same address is another block: never served.
+        let reborn = BlockKey { birth: keys[0].birth + 1, ..keys[0] };
+        assert_eq!(read(&l2, &reborn, 5000), None);
+        l2.forget(&keys[1]);
+        assert_eq!(read(&l2, &keys[1], 5000), None);
+    }
+    // The sink holds the devices as the ARC would: both go before the devices reopen.
+    let l2 = L2Arc::open(POOL, &spec(&path));
+    let started = Instant::now();
+    let sink = l2.start(true);
+    wait_rebuilt(&l2);
+    eprintln!("rebuild of {} blocks: {:?}", keys.len(), started.elapsed());
+    assert_eq!(l2.devices()[0].note, None);
+    for k in &keys {
+        assert_eq!(read(&l2, k, 5000).as_deref(), Some(&bytes_of(k, 5000)[..]), "after reopen: {k:?}");
+    }
+    drop((sink, l2));
+    let other = L2Arc::open(POOL + 1, &spec(&path));
+    let sink = other.start(true);
+    let note = other.devices()[0].note.clone().unwrap();
+    assert!(note.starts_with("initialised: cache of another pool"), "{note}");
+    assert_eq!(read(&other, &keys[5], 5000), None);
+    drop((sink, other));
+    std::fs::File::create(&path).unwrap().set_len(64 << 20).unwrap();
+    let blank = L2Arc::open(POOL, &spec(&path));
+    let _sink = blank.start(true);
+    assert_eq!(blank.devices()[0].note.as_deref(), Some("initialised: blank device"));
+    assert_eq!(read(&blank, &keys[5], 5000), None);
+}
+
+#[test]
+fn a_wrapped_ring_serves_only_what_it_still_holds_and_rebuilds_across_the_wrap() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = image(dir.path(), "small.img", 8 << 20);
+    let keys: Vec<BlockKey> = (0..5000).map(key).collect();
+    {
+        let l2 = L2Arc::open(POOL, &spec(&path));
+        let sink = l2.start(true);
+        feed_all(&l2, &sink, &keys, 7000); // ~34 MiB through an 8 MiB ring
+        let served: Vec<_> = keys.iter().filter(|k| read(&l2, k, 7000).is_some()).collect();
+        assert!(served.len() > 500, "only {} blocks served", served.len());
+        assert!(served.len() < 1200, "{} blocks in an 8 MiB ring", served.len());
+        for k in &keys {
+            if let Some(b) = read(&l2, k, 7000) {
+                assert_eq!(&b[..], &bytes_of(k, 7000)[..], "wrong bytes for {k:?}");
+            }
+        }
+        assert!(read(&l2, &keys[4999], 7000).is_some(), "the newest block is served");
+        let snap = l2.snapshot();
+        assert!(snap.asize <= 8 << 20 && snap.asize > 4 << 20, "{snap:?}");
+        drop(sink);
+    }
+    let l2 = L2Arc::open(POOL, &spec(&path));
+    let _sink = l2.start(true);
+    wait_rebuilt(&l2);
+    let mut after = 0;
+    for k in &keys {
+        if let Some(b) = read(&l2, k, 7000) {
+            assert_eq!(&b[..], &bytes_of(k, 7000)[..], "wrong bytes after rebuild for {k:?}");
+            after += 1;
+        }
+    }
+    assert!(after > 500, "only {after} blocks after rebuild");
+    assert!(read(&l2, &keys[4999], 7000).is_some());
+}
+
+#[test]
+fn a_missing_device_is_unavailable_and_costs_nothing_but_hits() {
+    let dir = tempfile::tempdir().unwrap();
+    let l2 = L2Arc::open(POOL, &spec(&dir.path().join("gone.img")));
+    let sink = l2.start(true);
+    let d = &l2.devices()[0];
+    assert_eq!(d.state, DevState::Unavail);
+    assert!(d.note.as_deref().unwrap().contains("will be initialised"), "{:?}", d.note);
+    evict(&sink, key(1), 100);
+    assert_eq!(read(&l2, &key(1), 100), None);
+}
+
+#[test]
+fn index_ram_per_block_stays_under_48_bytes_at_every_fill() {
+    let dir = tempfile::tempdir().unwrap();
+    // Entries are inserted through a real device so the figure is the one status shows.
+    let path = image(dir.path(), "big.img", 256 << 20);
+    let l2 = L2Arc::open(POOL, &spec(&path));
+    let sink = l2.start(true);
+    let mut worst: f64 = 0.0;
+    let mut n = 0u64;
+    for step in 0..8 {
+        let keys: Vec<BlockKey> = (n..n + 4000).map(key).collect();
+        n += 4000;
+        for k in &keys {
+            evict(&sink, *k, 600);
+        }
+        wait_drained(&l2);
+        let s = l2.snapshot();
+        if s.blocks > 10_000 {
+            let per = s.hdr_size as f64 / s.blocks as f64;
+            eprintln!("step {step}: {} blocks, {} header bytes, {per:.1} bytes per block", s.blocks, s.hdr_size);
+            worst = worst.max(per);
+        }
+    }
+    assert!(worst > 0.0);
+    assert!(worst <= 48.0, "{worst:.1} bytes per cached block");
+}
