@@ -299,7 +299,7 @@ impl CacheDev {
         let Some(pos) = self.index.get(key) else { return DevRead::Miss };
         let abs = pos * BLOCK_ALIGN;
         if abs < self.floor() || !self.usable() {
-            self.index.remove(key);
+            self.index.remove(key); // overwritten: its chunk left the ring's sums already
             return DevRead::Miss;
         }
         let at = g.start + abs % g.size();
@@ -422,9 +422,22 @@ impl CacheDev {
         }
     }
 
-    /// Forgets `key` (freed in the pool, or found bad). True if it was indexed.
-    pub fn forget(&self, key: &BlockKey) -> bool {
-        self.index.remove(key)
+    /// Forgets `key` (freed in the pool, or found bad), and takes its sizes off its
+    /// chunk's. True if it was indexed.
+    pub fn forget(&self, key: &BlockKey, psize: u32, lsize: u32) -> bool {
+        let Some(pos) = self.index.remove(key) else { return false };
+        let abs = pos * BLOCK_ALIGN;
+        let mut r = self.ring.lock();
+        let at = r.chunks.partition_point(|c| c.abs <= abs);
+        if at > 0 {
+            let c = &mut r.chunks[at - 1];
+            let (p, l) = (c.psize.min(psize as u64), c.lsize.min(lsize as u64));
+            c.psize -= p;
+            c.lsize -= l;
+            r.psize -= p;
+            r.lsize -= l;
+        }
+        true
     }
 
     /// Rebuilds the index from the log blocks (see the module comment), opening the
@@ -452,6 +465,10 @@ impl CacheDev {
         }
         let ms = started.elapsed().as_millis() as u64;
         self.counters.rebuild_ms.store(ms.max(1), Ordering::Relaxed);
+        let blocks = self.counters.rebuilt_blocks.load(Ordering::Relaxed);
+        if blocks > 0 {
+            *self.note.lock() = Some(format!("index rebuilt: {blocks} blocks in {ms} ms"));
+        }
         self.rebuild_scanned.store(self.ring_size(), Ordering::Relaxed);
         let mut state = self.state.lock();
         if *state == DevState::Rebuilding {
@@ -461,7 +478,7 @@ impl CacheDev {
 
     /// Nothing valid in the ring: a fresh initialisation (a new generation, so the old
     /// log blocks never count again), positions from 0.
-    fn start_over(&self) {
+    pub(crate) fn start_over(&self) {
         let Some(dev) = &self.dev else { return };
         match initialise(dev.as_ref(), self.pool_guid, self.guid) {
             Ok(h) => {
@@ -588,7 +605,7 @@ impl CacheDev {
 }
 
 /// Writes a fresh header (a new generation) on `dev`.
-fn initialise(dev: &dyn BlockDevice, pool_guid: u64, dev_guid: u64) -> Result<DevHeader, std::io::Error> {
+pub(crate) fn initialise(dev: &dyn BlockDevice, pool_guid: u64, dev_guid: u64) -> Result<DevHeader, std::io::Error> {
     let size = dev.size() / CHUNK_ALIGN * CHUNK_ALIGN;
     if size < HEADER_SIZE + 2 * CHUNK_ALIGN {
         return Err(std::io::Error::other("device too small for a cache"));

@@ -100,13 +100,13 @@ impl Index {
         birth_matches(word, key.birth).then_some(pos_of(word))
     }
 
-    /// Forgets `key`'s block (freed in the pool, or found bad).
-    pub fn remove(&self, key: &BlockKey) -> bool {
-        let Some(addr) = addr_of(key) else { return false };
+    /// Forgets `key`'s block (freed in the pool, or found bad); returns where it was.
+    pub fn remove(&self, key: &BlockKey) -> Option<u64> {
+        let addr = addr_of(key)?;
         let mut shard = self.shard(addr).lock();
         match shard.get(&addr) {
-            Some(&w) if birth_matches(w, key.birth) => shard.remove(&addr).is_some(),
-            _ => false,
+            Some(&w) if birth_matches(w, key.birth) => shard.remove(&addr).map(pos_of),
+            _ => None,
         }
     }
 

@@ -206,10 +206,15 @@ impl L2Arc {
             if !d.usable() {
                 continue;
             }
-            if rebuild && !d.feed_ready() {
-                let d = d.clone();
-                if let Ok(h) = std::thread::Builder::new().name("tarn-l2rebuild".into()).spawn(move || d.rebuild()) {
-                    threads.push(h);
+            if !d.feed_ready() {
+                if rebuild {
+                    let d = d.clone();
+                    let spawned = std::thread::Builder::new().name("tarn-l2rebuild".into()).spawn(move || d.rebuild());
+                    if let Ok(h) = spawned {
+                        threads.push(h);
+                    }
+                } else {
+                    d.start_over();
                 }
             }
             let s = self.shared.clone();
@@ -242,7 +247,7 @@ impl L2Arc {
                 DevRead::Hit(range) => return Some((i, range)),
                 DevRead::IoError => {
                     c.io_errors.fetch_add(1, Ordering::Relaxed);
-                    d.forget(key);
+                    d.forget(key, psize, 0);
                 }
                 DevRead::Miss => {}
             }
@@ -260,19 +265,20 @@ impl L2Arc {
 
     /// Bytes from device `dev` did not match the block pointer: forget the entry, count
     /// a miss (the caller reads the pool's devices).
-    pub fn note_bad(&self, dev: usize, key: &BlockKey) {
+    pub fn note_bad(&self, dev: usize, key: &BlockKey, psize: u32, lsize: u32) {
         let c = &self.shared.counters;
         c.cksum_bad.fetch_add(1, Ordering::Relaxed);
         c.misses.fetch_add(1, Ordering::Relaxed);
         if let Some(d) = self.shared.devs.get(dev) {
-            d.forget(key);
+            d.forget(key, psize, lsize);
         }
     }
 
-    /// The pool freed `key`'s block: no device may serve it again.
-    pub fn forget(&self, key: &BlockKey) {
+    /// The pool freed `key`'s block (`psize` stored, `lsize` logical bytes): no device
+    /// may serve it again.
+    pub fn forget(&self, key: &BlockKey, psize: u32, lsize: u32) {
         for d in &self.shared.devs {
-            if d.forget(key) {
+            if d.forget(key, psize, lsize) {
                 self.shared.counters.freed.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -356,17 +362,7 @@ impl Drop for L2Arc {
     }
 }
 
-/// Initialises `path` as a cache device of pool `pool_guid` (at pool create): creates an
-/// image file of `size` if it does not exist.
-pub fn create_device(
-    path: &std::path::Path,
-    size: Option<u64>,
-    pool_guid: u64,
-    guid: u64,
-) -> Result<(), tarn_vdev::VdevError> {
-    let dev = FileDevice::open_or_create(path, size)?;
-    let io = |source| tarn_vdev::VdevError::Io { path: path.to_path_buf(), source };
-    let dev: Arc<dyn BlockDevice> = Arc::new(dev);
-    CacheDev::attach(guid, pool_guid, dev).map_err(io)?;
-    Ok(())
+/// Writes a fresh cache header on `dev` for pool `pool_guid` (at pool create).
+pub fn initialise_device(dev: &dyn BlockDevice, pool_guid: u64, guid: u64) -> Result<(), std::io::Error> {
+    device::initialise(dev, pool_guid, guid).map(|_| ())
 }

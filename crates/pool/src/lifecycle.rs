@@ -30,6 +30,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use tarn_l2arc::{CacheSpec, L2Arc};
 use tarn_txg::TxgConfig;
 use tarn_vdev::{
     read_device_labels, BlockDevice, DeviceLabels, FileDevice, Label, LabelState, Leaf, LeafHealth, TopConfig, TopVdev,
@@ -60,11 +61,20 @@ pub struct CreateOptions {
     pub txg: TxgConfig,
     /// Separate intent-log devices (SLOG): fsync writes go there.
     pub logs: Vec<VdevSpec>,
+    /// Cache devices (L2ARC): blocks leaving the ARC are kept there.
+    pub caches: Vec<PathBuf>,
 }
 
 impl Default for CreateOptions {
     fn default() -> Self {
-        CreateOptions { ashift: 12, size: None, force: false, txg: TxgConfig::default(), logs: Vec::new() }
+        CreateOptions {
+            ashift: 12,
+            size: None,
+            force: false,
+            txg: TxgConfig::default(),
+            logs: Vec::new(),
+            caches: Vec::new(),
+        }
     }
 }
 
@@ -86,10 +96,15 @@ impl Pool {
         if !tarn_vdev::ASHIFT_RANGE.contains(&opts.ashift) {
             return Err(PoolError::BadAshift(opts.ashift));
         }
-        check_distinct(specs.iter().chain(&opts.logs), &[])?;
+        let cache_specs: Vec<VdevSpec> = opts.caches.iter().cloned().map(VdevSpec::Disk).collect();
+        check_distinct(specs.iter().chain(&opts.logs).chain(&cache_specs), &[])?;
         let mut images = NewImages::default();
         let mut tops = Vec::new();
-        let mut tree_cfg = TreeConfig { tops: Vec::new(), logs: Vec::new() };
+        let mut tree_cfg = TreeConfig { tops: Vec::new(), logs: Vec::new(), caches: Vec::new() };
+        let pool_guid = random_guid();
+        for path in &opts.caches {
+            tree_cfg.caches.push(new_cache(path, pool_guid, opts, &mut images)?);
+        }
         for spec in specs {
             let (top, cfg) = new_top(tops.len(), spec, opts, &mut images)?;
             tops.push(top);
@@ -102,7 +117,7 @@ impl Pool {
         }
         let label = Label {
             pool_name: name.to_string(),
-            pool_guid: random_guid(),
+            pool_guid,
             vdev_guid: 0,
             top_index: 0,
             ashift: opts.ashift,
@@ -120,6 +135,7 @@ impl Pool {
         pool.add_dataset(name, 1, BTreeMap::new(), None, 1, Vec::new(), now_secs())?.init_root()?;
         pool.start();
         pool.sync()?;
+        pool.attach_caches(false);
         images.keep();
         Ok(pool)
     }
@@ -165,6 +181,9 @@ impl Pool {
             zio.vdevs.write_labels(&active)?;
         }
         pool.start();
+        // After the import walk (which reads past the caches) and before replay, so
+        // replayed reads can already hit.
+        pool.attach_caches(true);
         pool.replay_log(chained.unwrap_or_else(tarn_zil::Chained::empty), ub.txg)?;
         if !missing_logs.is_empty() {
             pool.note_missing_logs(&missing_logs, was_exported, ub.txg);
@@ -191,6 +210,20 @@ impl Pool {
         tree.tops.iter().chain(&tree.logs).flat_map(|t| t.leaves()).map(|(_, p)| PathBuf::from(p)).collect()
     }
 
+    /// Puts the configured cache devices behind the ARC. `rebuild`: they kept their
+    /// index (an import). A device missing or unusable is shown in status, never an
+    /// error: the cache is a cache.
+    fn attach_caches(&self, rebuild: bool) {
+        let caches = &self.inner.label.tree.caches;
+        if caches.is_empty() {
+            return;
+        }
+        let specs: Vec<CacheSpec> =
+            caches.iter().map(|(guid, path)| CacheSpec { guid: *guid, path: PathBuf::from(path) }).collect();
+        let l2 = Arc::new(L2Arc::open(self.inner.guid, &specs));
+        self.inner.ctx.zio.attach_l2arc(l2, rebuild);
+    }
+
     /// Says plainly what a missing log device means for this import.
     fn note_missing_logs(&self, missing: &[String], was_exported: bool, txg: u64) {
         let devices = missing.join(", ");
@@ -214,6 +247,9 @@ impl Pool {
         self.inner.ctx.txg.close();
         if let Some(t) = self.sync_thread.lock().take() {
             let _ = t.join();
+        }
+        if let Some(l2) = self.inner.ctx.zio.l2arc() {
+            l2.stop();
         }
         synced?;
         if export {
@@ -280,6 +316,9 @@ impl Pool {
         // need a hard stop kill the process instead.
         if let Some(t) = self.sync_thread.lock().take() {
             let _ = t.join();
+        }
+        if let Some(l2) = ctx.zio.l2arc() {
+            l2.stop();
         }
     }
 }
@@ -376,6 +415,21 @@ fn device_key(p: &Path) -> PathBuf {
         (Ok(dir), Some(name)) => dir.join(name),
         _ => p.to_path_buf(),
     }
+}
+
+/// Opens (or creates) a cache device for a new pool and writes its header; returns its
+/// (guid, path) for the config.
+fn new_cache(
+    path: &Path,
+    pool_guid: u64,
+    opts: &CreateOptions,
+    images: &mut NewImages,
+) -> Result<(u64, String), PoolError> {
+    let dev = open_for_create(path, opts, images)?;
+    let guid = random_guid();
+    tarn_l2arc::initialise_device(dev.as_ref(), pool_guid, guid)
+        .map_err(|source| VdevError::Io { path: path.to_path_buf(), source })?;
+    Ok((guid, path.display().to_string()))
 }
 
 /// Opens (or creates) the devices of one top-level vdev for a new pool or log.

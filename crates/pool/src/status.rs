@@ -55,6 +55,9 @@ pub struct PoolStatus {
     /// The files those blocks belong to (`status_verbose` only).
     #[serde(default)]
     pub error_files: Vec<String>,
+    /// Cache devices (L2ARC): state, what happened at import, counters.
+    #[serde(default)]
+    pub caches: Vec<tarn_l2arc::CacheDevStatus>,
 }
 
 /// Engine counters of one pool (what `tarn stats` shows).
@@ -69,6 +72,9 @@ pub struct PoolStats {
     /// Live bytes against the bytes of the sectors holding them (packing efficiency).
     #[serde(default)]
     pub space: BTreeMap<String, u64>,
+    /// The L2ARC's counters (`L2Snapshot::fields`); empty without cache devices.
+    #[serde(default)]
+    pub l2arc: BTreeMap<String, u64>,
 }
 
 fn get(a: &AtomicU64) -> u64 {
@@ -148,6 +154,7 @@ impl Pool {
             scan: self.scan(),
             data_errors: self.data_errors(),
             error_files: Vec::new(),
+            caches: zio.l2arc().map(|l2| l2.devices()).unwrap_or_default(),
         }
     }
 
@@ -197,6 +204,10 @@ impl Pool {
                 ("dirty_max_waits".to_string(), t.dirty_max_waits),
                 ("dirty_max_wait_us".to_string(), t.dirty_max_wait_us),
             ]),
+            l2arc: zio
+                .l2arc()
+                .map(|l2| l2.snapshot().fields().into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+                .unwrap_or_default(),
             space: {
                 let (sectors, live) = zio.occupancy();
                 // What the datasets' blocks take as of the last commit (zfs `used`): without

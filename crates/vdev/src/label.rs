@@ -65,6 +65,12 @@ pub struct TreeConfig {
     /// Separate intent-log devices (SLOG), after the data vdevs in vdev numbering.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub logs: Vec<TopConfig>,
+    /// Cache devices (L2ARC): (guid, path). Not in the vdev numbering nor in
+    /// `guid_sum`: a pool is whole without them. A tarn that does not know this field
+    /// ignores it and runs without the cache, which is safe, so it needs no new label
+    /// version. The devices carry their own header (FORMAT.md, "Cache devices").
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub caches: Vec<(u64, String)>,
 }
 
 impl TreeConfig {
@@ -261,7 +267,11 @@ mod tests {
             hostname: "h".into(),
             create_txg: 1,
             asize: 1 << 30,
-            tree: TreeConfig { tops: vec![TopConfig::Disk { guid: 9, path: "/x".into() }], logs: Vec::new() },
+            tree: TreeConfig {
+                tops: vec![TopConfig::Disk { guid: 9, path: "/x".into() }],
+                logs: Vec::new(),
+                caches: Vec::new(),
+            },
         }
     }
 

@@ -204,7 +204,7 @@ impl Zio {
         self.arc.remove(&arc_key(bp));
         self.hot.remove(&arc_key(bp));
         if let Some(l2) = self.l2.get() {
-            l2.forget(&arc_key(bp));
+            l2.forget(&arc_key(bp), bp.psize, bp.lsize);
         }
         self.with_map(bp.vdev as usize, |m| m.free(bp.offset, bp.psize as u64));
     }

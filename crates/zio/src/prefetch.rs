@@ -7,6 +7,9 @@
 //! a prefetched block enters the ARC only verified; the workers end when the pipeline is
 //! dropped.
 //!
+//! With a cache device, read-ahead looks in the L2ARC before the pool's devices (a
+//! sequential scan of cached data costs the cache device, not the pool).
+//!
 //! Must never: report an error (a block freed and reused since it was asked for simply
 //! fails to verify and is skipped), or count a failed read-ahead as a device error.
 use std::sync::Arc;
@@ -78,6 +81,18 @@ impl Zio {
         self.arc.note_bypass(access.kind);
         self.trace_event(Event::Prefetch, bp, access);
         let len = bp.psize as usize;
+        if let Some(l2) = self.l2.get() {
+            // The cache device first: it is what the pool's devices are being spared for.
+            if let Some((dev, range)) = l2.read(&arc_key(bp), bp.psize, &mut span) {
+                if verify(&span[range.clone()]) {
+                    l2.note_hit(bp.psize);
+                    let bytes = Arc::from(&span[range]);
+                    self.arc.insert_prefetched(arc_key(bp), bytes, bp.lsize, class_of(bp.block_type), access.page);
+                    return;
+                }
+                l2.note_bad(dev, &arc_key(bp), bp.psize, bp.lsize);
+            }
+        }
         let read = top.read_block(bp.offset, len, bp.birth, &verify, &mut span, ReadMode::Quiet, IoClass::AsyncRead);
         if let Ok(range) = read.map(|r| r.range) {
             self.count_device_read(access.kind, range.len() as u64, span.len() as u64);

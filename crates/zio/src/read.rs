@@ -189,7 +189,7 @@ impl Zio {
             let Some((dev, range)) = l2.read(&key, bp.psize, scratch) else { return Ok(false) };
             let phys = &scratch[range];
             if bp.checksum_kind.digest(phys) != bp.checksum {
-                l2.note_bad(dev, &key);
+                l2.note_bad(dev, &key, bp.psize, bp.lsize);
                 return Ok(false);
             }
             l2.note_hit(bp.psize);

@@ -1,0 +1,220 @@
+//! The L2ARC through the pool: no wrong data under churn with a tiny ARC and a cache
+//! device (every read against a `Vec<u8>` model), corruption on the cache device (misses
+//! counted, right bytes), blank, foreign and missing cache devices at import (the pool
+//! imports ONLINE, the device is initialised or shown UNAVAIL), and a warm cache right
+//! after export and import.
+mod common;
+
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use tarn_dataset::{Dataset, NewObject, ROOT_ID};
+use tarn_pool::{CreateOptions, ImportOptions, Pool, VdevSpec};
+use tarn_txg::TxgConfig;
+
+const PAGE: u64 = 16384;
+const PAGES: u64 = 256;
+const TINY_ARC: u64 = 96 << 10;
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn txg() -> TxgConfig {
+    TxgConfig { timeout: Duration::from_millis(50), ..Default::default() }
+}
+
+/// A pool on one data image with one cache image, a 4 MiB file of 16 KiB pages.
+fn pool_with_cache(dir: &Path) -> (Pool, PathBuf, PathBuf, u64, Vec<u8>) {
+    let (img, cache) = (dir.join("d0.img"), dir.join("cache.img"));
+    let opts = CreateOptions { size: Some(128 << 20), txg: txg(), caches: vec![cache.clone()], ..Default::default() };
+    let pool = Pool::create("tank", &[VdevSpec::Disk(img.clone())], &opts).unwrap();
+    let ds = pool.create_dataset("tank/db").unwrap();
+    pool.set_property("tank/db", "recordsize", "16K").unwrap();
+    pool.set_property("tank/db", "compression", "lz4").unwrap();
+    let ino = ds.create(ROOT_ID, b"t", NewObject::File, 0o644, 0, 0).unwrap().ino;
+    let mut model = Vec::new();
+    for p in 0..PAGES {
+        let data = if p % 3 == 0 { common::noise(p, PAGE as usize) } else { common::pattern(p, PAGE as usize) };
+        ds.write(ino, p * PAGE, &data).unwrap();
+        model.extend_from_slice(&data);
+    }
+    drop(ds);
+    pool.sync().unwrap();
+    pool.set_arc_max(TINY_ARC);
+    (pool, img, cache, ino, model)
+}
+
+fn l2(pool: &Pool, name: &str) -> u64 {
+    pool.stats().l2arc.get(name).copied().unwrap_or_else(|| panic!("no l2arc counter {name}"))
+}
+
+fn read_page(ds: &Dataset, ino: u64, model: &[u8], p: u64) {
+    let mut buf = vec![0u8; PAGE as usize];
+    let n = ds.read(ino, p * PAGE, &mut buf).unwrap_or_else(|e| panic!("page {p}: {e}"));
+    assert_eq!(n, PAGE as usize, "page {p} read short");
+    assert!(buf[..] == model[(p * PAGE) as usize..((p + 1) * PAGE) as usize], "page {p}: wrong bytes");
+}
+
+/// Reads every page (the ARC, far too small, evicts them to the cache), then waits for
+/// the feed to write what it queued.
+fn read_all_and_settle(pool: &Pool, ds: &Dataset, ino: u64, model: &[u8]) {
+    for p in 0..PAGES {
+        read_page(ds, ino, model, p);
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while l2(pool, "feed_backlog") > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(400));
+}
+
+fn wait_rebuilt(pool: &Pool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while l2(pool, "rebuilding") > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn no_wrong_data_with_a_tiny_arc_and_a_cache_device_then_warm_after_import() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pool, img, _cache, ino, mut model) = pool_with_cache(dir.path());
+    let ds = pool.dataset("tank/db").unwrap();
+    let mut rng = Rng(0x12_2A7C);
+    for step in 0..6000 {
+        let p = if rng.below(2) == 0 { rng.below(32) } else { rng.below(PAGES) };
+        match rng.below(100) {
+            0..=69 => read_page(&ds, ino, &model, p),
+            // A rewrite: a new block; the old one is freed and must never be served.
+            70..=89 => {
+                let data = common::pattern(rng.next(), PAGE as usize);
+                ds.write(ino, p * PAGE, &data).unwrap();
+                model[(p * PAGE) as usize..((p + 1) * PAGE) as usize].copy_from_slice(&data);
+            }
+            90..=94 => pool.sync().unwrap(),
+            _ => std::thread::sleep(Duration::from_millis(2)), // let the feed catch up
+        }
+        if step % 1000 == 999 {
+            eprintln!("step {step}: {:?}", pool.stats().l2arc);
+        }
+    }
+    let hits = l2(&pool, "hits");
+    assert!(hits > 200, "the cache served reads: {:?}", pool.stats().l2arc);
+    assert_eq!(l2(&pool, "cksum_bad"), 0);
+    assert_eq!(l2(&pool, "io_errors"), 0);
+    assert!(l2(&pool, "freed") > 0, "rewrites dropped cached versions: {:?}", pool.stats().l2arc);
+    read_all_and_settle(&pool, &ds, ino, &model);
+    drop(ds);
+    pool.export().unwrap();
+
+    let started = Instant::now();
+    let pool = Pool::import_paths(&[img], &ImportOptions { txg: txg() }).unwrap();
+    pool.set_arc_max(TINY_ARC);
+    wait_rebuilt(&pool);
+    eprintln!("import and rebuild: {:?}, {:?}", started.elapsed(), pool.stats().l2arc);
+    let status = pool.status();
+    assert_eq!(status.state, "ONLINE");
+    assert_eq!(status.caches.len(), 1);
+    assert_eq!(status.caches[0].state.name(), "ONLINE");
+    let ds = pool.dataset("tank/db").unwrap();
+    for p in 0..PAGES {
+        read_page(&ds, ino, &model, p);
+    }
+    let hits = l2(&pool, "hits");
+    assert!(hits > PAGES / 2, "warm right after import: {hits} hits of {PAGES} pages; {:?}", pool.stats().l2arc);
+    drop(ds);
+    pool.export().unwrap();
+}
+
+#[test]
+fn corruption_on_the_cache_device_is_a_counted_miss_with_the_right_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pool, _img, cache, ino, model) = pool_with_cache(dir.path());
+    let ds = pool.dataset("tank/db").unwrap();
+    read_all_and_settle(&pool, &ds, ino, &model);
+    read_all_and_settle(&pool, &ds, ino, &model);
+    let hits = l2(&pool, "hits");
+    assert!(hits > PAGES / 2, "the cache is warm: {:?}", pool.stats().l2arc);
+    // Flip a byte in every 512 bytes of the ring (past the 4 KiB header).
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(&cache).unwrap();
+    let used = (l2(&pool, "asize") * 2).min(f.metadata().unwrap().len() - 8192);
+    let mut b = [0u8; 1];
+    for at in (4096 + 700..4096 + used).step_by(512) {
+        f.read_exact_at(&mut b, at).unwrap();
+        f.write_all_at(&[b[0] ^ 0x5a], at).unwrap();
+    }
+    for p in 0..PAGES {
+        read_page(&ds, ino, &model, p);
+    }
+    let bad = l2(&pool, "cksum_bad");
+    assert!(bad > PAGES / 4, "corrupt copies were detected: {:?}", pool.stats().l2arc);
+    assert_eq!(pool.status().data_errors, 0, "a bad cache copy is not a pool error");
+    drop(ds);
+    pool.export().unwrap();
+}
+
+#[test]
+fn blank_foreign_and_missing_cache_devices_never_stop_an_import() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pool, img, cache, ino, model) = pool_with_cache(dir.path());
+    let ds = pool.dataset("tank/db").unwrap();
+    read_all_and_settle(&pool, &ds, ino, &model);
+    drop(ds);
+    pool.export().unwrap();
+    let import = || Pool::import_paths(std::slice::from_ref(&img), &ImportOptions { txg: txg() }).unwrap();
+
+    // The VM moved host: the device came back blank.
+    std::fs::File::create(&cache).unwrap().set_len(64 << 20).unwrap();
+    let pool = import();
+    let status = pool.status();
+    assert_eq!(status.state, "ONLINE");
+    assert_eq!(status.caches[0].note.as_deref(), Some("initialised: blank device"), "{:?}", status.caches);
+    let ds = pool.dataset("tank/db").unwrap();
+    read_all_and_settle(&pool, &ds, ino, &model);
+    drop(ds);
+    pool.export().unwrap();
+
+    // Another pool's cache device at the configured path.
+    let other = dir.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    let (o, _, ocache, _, _) = pool_with_cache(&other);
+    o.export().unwrap();
+    std::fs::copy(&ocache, &cache).unwrap();
+    let pool = import();
+    let status = pool.status();
+    assert_eq!(status.state, "ONLINE");
+    let note = status.caches[0].note.clone().unwrap_or_default();
+    assert!(note.starts_with("initialised: cache of another pool"), "{note}");
+    let ds = pool.dataset("tank/db").unwrap();
+    for p in 0..PAGES {
+        read_page(&ds, ino, &model, p);
+    }
+    drop(ds);
+    pool.export().unwrap();
+
+    // Gone altogether.
+    std::fs::remove_file(&cache).unwrap();
+    let pool = import();
+    let status = pool.status();
+    assert_eq!(status.state, "ONLINE");
+    assert_eq!(status.caches[0].state.name(), "UNAVAIL");
+    let ds = pool.dataset("tank/db").unwrap();
+    for p in 0..PAGES {
+        read_page(&ds, ino, &model, p);
+    }
+    drop(ds);
+    pool.export().unwrap();
+}
