@@ -51,8 +51,8 @@ pub enum Cmd {
     Tune { pool: String, setting: String },
     /// Engine counters (arcstats, intent log, txg, io, space) of a pool: tarn stats [arc|zil|txg|io|space|all] POOL
     Stats {
-        /// Which counters: arc, zil, txg, io, space or all.
-        #[arg(value_parser = ["arc", "zil", "txg", "io", "space", "all"])]
+        /// Which counters: arc, zil, txg, io, space, l2arc or all.
+        #[arg(value_parser = ["arc", "zil", "txg", "io", "space", "l2arc", "all"])]
         which: String,
         pool: String,
         #[arg(long)]
@@ -142,7 +142,7 @@ pub struct Output {
 
 #[derive(Subcommand)]
 pub enum PoolCmd {
-    /// Create a pool: tarn pool create POOL [mirror] DEV... [mirror DEV...] [log [mirror] DEV...]
+    /// Create a pool: tarn pool create POOL [mirror] DEV... [mirror DEV...] [log [mirror] DEV...] [cache DEV...]
     Create {
         /// Reuse devices that belong to another pool (destroys it).
         #[arg(short = 'f')]

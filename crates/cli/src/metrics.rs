@@ -23,6 +23,7 @@ pub fn groups(stats: &PoolStats) -> Vec<(&'static str, BTreeMap<String, u64>)> {
         ("txg", stats.txg.clone()),
         ("io", stats.io.clone()),
         ("space", stats.space.clone()),
+        ("l2arc", stats.l2arc.clone()),
     ]
 }
 
@@ -36,6 +37,31 @@ enum Kind {
 
 /// (group, counter, kind, help) for every counter `tarn stats` shows today.
 const METRICS: &[(&str, &str, Kind, &str)] = &[
+    ("l2arc", "hits", Kind::Counter, "ARC misses served by a cache device (verified against the block pointer)."),
+    ("l2arc", "misses", Kind::Counter, "ARC misses no cache device could serve (read from the pool's devices)."),
+    ("l2arc", "read_bytes", Kind::Counter, "Stored bytes read from cache devices for hits."),
+    ("l2arc", "write_bytes", Kind::Counter, "Bytes the feed wrote to cache devices (log blocks and blocks)."),
+    ("l2arc", "writes", Kind::Counter, "Chunks (one device write each) the feed wrote."),
+    ("l2arc", "written_blocks", Kind::Counter, "Blocks the feed wrote to cache devices."),
+    ("l2arc", "size", Kind::Gauge, "Logical bytes of the blocks the cache devices hold."),
+    ("l2arc", "asize", Kind::Gauge, "Stored (compressed) bytes of the blocks the cache devices hold."),
+    ("l2arc", "blocks", Kind::Gauge, "Blocks in the L2ARC's index."),
+    ("l2arc", "hdr_size", Kind::Gauge, "RAM the L2ARC's index takes, outside arc_max (ZFS's l2_hdr_size)."),
+    ("l2arc", "cksum_bad", Kind::Counter, "Cache reads that did not match the block pointer: counted misses."),
+    ("l2arc", "io_errors", Kind::Counter, "Cache device read errors: counted misses."),
+    ("l2arc", "feed_behind", Kind::Counter, "Evicted blocks not cached because the feed queue was full."),
+    ("l2arc", "feed_backlog", Kind::Gauge, "Bytes queued for the feed workers."),
+    (
+        "l2arc",
+        "feed_skipped_prefetch",
+        Kind::Counter,
+        "Read-ahead blocks never asked for, not cached (l2arc_noprefetch).",
+    ),
+    ("l2arc", "feed_helpers_started", Kind::Counter, "Extra feed workers started while the queue was over half full."),
+    ("l2arc", "freed", Kind::Counter, "Cached blocks dropped because the pool freed them."),
+    ("l2arc", "rebuilt_blocks", Kind::Counter, "Blocks indexed from the cache devices' log blocks at import."),
+    ("l2arc", "rebuild_ms", Kind::Gauge, "Milliseconds the last index rebuild took, summed over devices."),
+    ("l2arc", "rebuilding", Kind::Gauge, "Cache devices still rebuilding their index."),
     ("arc", "hits", Kind::Counter, "Reads served by the ARC."),
     ("arc", "misses", Kind::Counter, "Reads the ARC could not serve (read from disk)."),
     ("arc", "recency_hits", Kind::Counter, "ARC hits on blocks seen once (the recency list, T1)."),

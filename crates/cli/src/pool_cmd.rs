@@ -118,15 +118,18 @@ fn create(force: bool, options: &[String], size: Option<&str>, name: &str, vdevs
             _ => return Err(CliError::Usage(format!("unknown pool option '{o}'; supported: ashift=N"))),
         }
     }
-    let (specs, logs) = split_logs(vdevs)?;
+    let (vdevs, caches) = split_caches(vdevs)?;
+    let (specs, logs) = split_logs(&vdevs)?;
     if specs.is_empty() {
-        return Err(CliError::Usage("a pool needs at least one data device before `log`".into()));
+        return Err(CliError::Usage("a pool needs at least one data device before `log` or `cache`".into()));
     }
+    opts.caches = caches;
     if access::is_imported(name)? {
         return Err(CliError::Refused(format!("pool '{name}' is already imported on this machine")));
     }
     opts.logs = logs;
-    space_check::warn_if_images_outgrow_free_space(specs.iter().chain(&opts.logs), opts.size);
+    let cache_specs: Vec<VdevSpec> = opts.caches.iter().cloned().map(VdevSpec::Disk).collect();
+    space_check::warn_if_images_outgrow_free_space(specs.iter().chain(&opts.logs).chain(&cache_specs), opts.size);
     let pool = Pool::create(name, &specs, &opts)?;
     access::log_here(&pool);
     access::remember(&pool, pool.device_paths())?;
@@ -179,6 +182,24 @@ fn parse_vdevs(words: &[String]) -> Result<Vec<VdevSpec>, CliError> {
         }
     }
     Ok(specs)
+}
+
+/// Takes "cache DEV..." out of a device list (up to `log` or the end): the cache
+/// devices, each a plain device (a cache is not mirrored: losing it costs only speed).
+fn split_caches(words: &[String]) -> Result<(Vec<String>, Vec<PathBuf>), CliError> {
+    let Some(at) = words.iter().position(|w| w == "cache") else { return Ok((words.to_vec(), Vec::new())) };
+    let end = words[at + 1..].iter().position(|w| w == "log").map_or(words.len(), |n| at + 1 + n);
+    let caches: Vec<PathBuf> = words[at + 1..end].iter().map(|w| absolute(w.as_ref())).collect();
+    if caches.is_empty() {
+        return Err(CliError::Usage("`cache` needs at least one device after it".into()));
+    }
+    if words[at + 1..end].iter().any(|w| w == "mirror" || w == "cache") {
+        return Err(CliError::Usage(
+            "cache devices are plain devices: `cache DEV...` (a cache is never mirrored)".into(),
+        ));
+    }
+    let rest = words[..at].iter().chain(&words[end..]).cloned().collect();
+    Ok((rest, caches))
 }
 
 /// Splits "DEV... log DEV..." into data and log vdev specs.
@@ -507,6 +528,22 @@ fn print_status(s: &PoolStatus, verbose: bool) {
             t.row(vec![format!("{indent}{}", l.path), health, r, w, c, note]);
         }
     }
+    if !s.caches.is_empty() {
+        let mut row = vec!["cache".to_string()];
+        row.extend(std::iter::repeat_n(String::new(), 5));
+        t.row(row);
+        for c in &s.caches {
+            let used = format!("{} of {} used, {} blocks", format_size(c.asize), format_size(c.size), c.blocks);
+            let note = match (&c.note, c.state.name()) {
+                (_, "REBUILDING") => format!("(rebuilding index: {}%) {used}", c.rebuild_percent),
+                (Some(n), "ONLINE") => format!("({n}) {used}"),
+                (Some(n), _) => format!("({n})"),
+                (None, _) => used,
+            };
+            let io = c.io_errors.to_string();
+            t.row(vec![format!("  {}", c.path), c.state.name().to_string(), io, "0".into(), "0".into(), note]);
+        }
+    }
     t.print(false);
     println!();
     print_errors(s, verbose);
@@ -622,6 +659,12 @@ mod tests {
 
     #[test]
     fn device_words_become_data_and_log_vdevs() {
+        let (rest, caches) = split_caches(&words("/a cache /f /g log mirror /d /e")).expect("well formed");
+        assert_eq!(rest, words("/a log mirror /d /e"));
+        assert_eq!(caches, vec![PathBuf::from("/f"), PathBuf::from("/g")]);
+        for bad in ["/a cache", "/a cache log /d", "/a cache mirror /f /g"] {
+            assert!(matches!(split_caches(&words(bad)), Err(CliError::Usage(_))), "{bad}");
+        }
         let (data, logs) = split_logs(&words("/a mirror /b /c log mirror /d /e")).expect("well formed");
         assert!(matches!(data.as_slice(), [VdevSpec::Disk(_), VdevSpec::Mirror(m)] if m.len() == 2));
         assert!(matches!(logs.as_slice(), [VdevSpec::Mirror(m)] if m.len() == 2));

@@ -26,8 +26,10 @@ use crate::output::print_json;
 const TUNABLE_MIN: u64 = 16 << 20;
 
 /// What `tarn tune` can set on a mounted pool: the ARC budget and the write throttle's
-/// dirty_max, both in bytes.
+/// dirty_max, both in bytes, and the L2ARC's feed (`L2ARC_TUNABLES`).
 const TUNABLES: [&str; 2] = ["arc_max", "dirty_max"];
+/// The L2ARC's tunables: two rates (sizes per second), a count of feed rounds, a flag.
+const L2ARC_TUNABLES: [&str; 4] = ["l2arc_write_max", "l2arc_write_boost", "l2arc_headroom", "l2arc_noprefetch"];
 
 /// The counters of `pool`: its mount daemon's if one holds it, else the pool is opened
 /// (and closed) here. `tarn exporter` reads them the same way.
@@ -63,8 +65,12 @@ pub fn stats(which: &str, pool: &str, json: bool, prometheus: bool) -> Result<()
 /// starts at its default with every import.
 pub fn tune(pool: &str, setting: &str) -> Result<(), CliError> {
     let (name, value) = split_assignment(setting)?;
+    if L2ARC_TUNABLES.contains(&name) {
+        return tune_l2arc(pool, name, value);
+    }
     let Some(&tunable) = TUNABLES.iter().find(|&&t| t == name) else {
-        return Err(CliError::Usage(format!("unknown tunable '{name}'; tunables: {}", TUNABLES.join(", "))));
+        let all: Vec<&str> = TUNABLES.iter().chain(&L2ARC_TUNABLES).copied().collect();
+        return Err(CliError::Usage(format!("unknown tunable '{name}'; tunables: {}", all.join(", "))));
     };
     let bytes = parse_size(value).filter(|&b| b >= TUNABLE_MIN).ok_or_else(|| {
         CliError::Usage(format!("invalid {tunable} '{value}': use a size of at least 16M, like 512M or 4G"))
@@ -80,8 +86,28 @@ pub fn tune(pool: &str, setting: &str) -> Result<(), CliError> {
         return Err(CliError::Refused(format!("pool '{pool}' is not mounted, so nothing is running to tune; {hint}")));
     };
     let op = match tunable {
-        "arc_max" => ops::Tune { arc_max: Some(bytes), dirty_max: None },
-        _ => ops::Tune { arc_max: None, dirty_max: Some(bytes) },
+        "arc_max" => ops::Tune { arc_max: Some(bytes), dirty_max: None, l2arc: None },
+        _ => ops::Tune { arc_max: None, dirty_max: Some(bytes), l2arc: None },
     };
     Ok(daemon.call(&op)?)
+}
+
+/// `tarn tune POOL l2arc_…=VALUE`: the rates are sizes per second (`256M`), headroom a
+/// count of feed rounds, noprefetch 0 or 1. The engine checks the ranges.
+fn tune_l2arc(pool: &str, name: &str, value: &str) -> Result<(), CliError> {
+    let parsed = match name {
+        "l2arc_write_max" | "l2arc_write_boost" => parse_size(value),
+        _ => value.parse::<u64>().ok(),
+    };
+    let value = parsed.ok_or_else(|| {
+        let what = if name.starts_with("l2arc_write") { "a size per second, like 256M" } else { "a number" };
+        CliError::Usage(format!("invalid {name} '{value}': use {what}"))
+    })?;
+    access::pool_names(Some(pool))?;
+    let Some(mut daemon) = access::held(pool)? else {
+        return Err(CliError::Refused(format!(
+            "pool '{pool}' is not mounted, so nothing is running to tune; mount it first"
+        )));
+    };
+    Ok(daemon.call(&ops::Tune { arc_max: None, dirty_max: None, l2arc: Some((name.to_string(), value)) })?)
 }

@@ -182,7 +182,7 @@ impl CacheDev {
     pub fn unavailable(guid: u64, path: PathBuf, why: String) -> CacheDev {
         let d = CacheDev::blank(guid, path, None, None, 0);
         *d.state.lock() = DevState::Unavail;
-        *d.note.lock() = Some(format!("{why}; will be initialised when it is back"));
+        *d.note.lock() = Some(format!("{why}; initialised at the next import that finds it"));
         d
     }
 

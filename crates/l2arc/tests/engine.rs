@@ -163,7 +163,7 @@ fn a_missing_device_is_unavailable_and_costs_nothing_but_hits() {
     let sink = l2.start(true);
     let d = &l2.devices()[0];
     assert_eq!(d.state, DevState::Unavail);
-    assert!(d.note.as_deref().unwrap().contains("will be initialised"), "{:?}", d.note);
+    assert!(d.note.as_deref().unwrap().contains("initialised at the next import"), "{:?}", d.note);
     evict(&sink, key(1), 100);
     assert_eq!(read(&l2, &key(1), 100), None);
 }

@@ -74,6 +74,10 @@ pub enum PoolError {
     DuplicateDevice(PathBuf),
     #[error(transparent)]
     History(#[from] crate::history::HistoryError),
+    #[error("pool '{0}' has no cache devices; create it with `cache DEV…` to tune the L2ARC")]
+    NoCacheDevices(String),
+    #[error(transparent)]
+    L2Tune(#[from] tarn_l2arc::TuneError),
 }
 
 impl PoolError {

@@ -247,6 +247,17 @@ impl Pool {
         self.inner.ctx.txg.set_dirty_max(bytes);
     }
 
+    /// Sets an L2ARC tunable (`l2arc_write_max`…) at run time (`tarn tune`).
+    pub fn set_l2arc_tunable(&self, name: &str, value: u64) -> Result<(), PoolError> {
+        let l2 = self.inner.ctx.zio.l2arc().ok_or_else(|| PoolError::NoCacheDevices(self.inner.name.clone()))?;
+        Ok(l2.tunables().set(name, value)?)
+    }
+
+    /// The L2ARC tunables and their values (empty without cache devices).
+    pub fn l2arc_tunables(&self) -> Vec<(&'static str, u64)> {
+        self.inner.ctx.zio.l2arc().map(|l2| l2.tunables().list()).unwrap_or_default()
+    }
+
     /// Changes the ARC budget at run time. A smaller one is given back at once: blocks and
     /// decoded metadata are evicted, and then the allocator is asked to return its free
     /// memory to the OS (`tarn_arc::set_memory_release`).

@@ -224,6 +224,10 @@ pub struct Tune {
     pub arc_max: Option<u64>,
     #[serde(default)]
     pub dirty_max: Option<u64>,
+    /// An L2ARC tunable (`l2arc_write_max`, `l2arc_write_boost`, `l2arc_headroom`,
+    /// `l2arc_noprefetch`) and its value.
+    #[serde(default)]
+    pub l2arc: Option<(String, u64)>,
 }
 
 impl Op for Tune {
@@ -238,6 +242,9 @@ impl Op for Tune {
         }
         if let Some(bytes) = self.dirty_max {
             on.pool.set_dirty_max(bytes);
+        }
+        if let Some((name, value)) = self.l2arc {
+            on.pool.set_l2arc_tunable(&name, value)?;
         }
         Ok(())
     }
