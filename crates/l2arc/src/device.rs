@@ -505,7 +505,7 @@ impl CacheDev {
         let sane = h.generation == self.generation.load(Ordering::Acquire)
             && h.pool_guid == self.pool_guid
             && h.abs == abs
-            && h.len as u64 % CHUNK_ALIGN == 0
+            && (h.len as u64).is_multiple_of(CHUNK_ALIGN)
             && h.len > 0
             && abs % g.size() + h.len as u64 <= g.size();
         if !sane {
@@ -552,7 +552,7 @@ impl CacheDev {
         loop {
             let next_abs = cur.abs + cur.len as u64;
             self.rebuild_scanned.store(next_abs % cap.max(1), Ordering::Relaxed);
-            if next_abs % cap == 0 {
+            if next_abs.is_multiple_of(cap) {
                 break; // the lap ended exactly at the ring's end
             }
             match self.read_log(next_abs) {

@@ -55,7 +55,7 @@ pub struct Index {
 
 /// The block's address as one word (vdev in the top 16 bits); `None` past `OFFSET_LIMIT`.
 pub fn addr_of(key: &BlockKey) -> Option<u64> {
-    (key.offset < OFFSET_LIMIT).then(|| (key.vdev as u64) << 48 | key.offset)
+    (key.offset < OFFSET_LIMIT).then_some((key.vdev as u64) << 48 | key.offset)
 }
 
 fn pack(birth: u64, pos: u64) -> u64 {

@@ -247,7 +247,7 @@ impl LogHeader {
                 at: u32_at(w, 28),
             };
             let end = e.at as u64 + e.psize as u64;
-            if (e.at as usize) < table || end > self.len as u64 || e.at as u64 % BLOCK_ALIGN != 0 {
+            if (e.at as usize) < table || end > self.len as u64 || !(e.at as u64).is_multiple_of(BLOCK_ALIGN) {
                 return None;
             }
             out.push(e);
