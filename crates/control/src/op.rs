@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use tarn_pool::{HistoryEntry, Pool, VdevSpec};
+use tarn_pool::{HistoryEntry, Pool};
 
 use crate::error::OpError;
 
@@ -52,8 +52,6 @@ pub enum Finish {
     Export { force: bool },
     /// Unmount everything, commit, mark the pool destroyed and close it.
     Destroy { force: bool },
-    /// Commit, close, and write the new log devices into every label.
-    AddLogs { logs: Vec<VdevSpec>, force: bool, size: Option<u64> },
 }
 
 impl Finish {
@@ -184,7 +182,7 @@ pub fn execute<O: Op>(op: O, on: &Held<'_>) -> Result<O::Output, OpError> {
 }
 
 /// Carries out a finish on a pool this process opened itself: logs the history entry,
-/// then closes, exports, destroys or adds logs.
+/// then closes, exports or destroys.
 pub fn finish_local(pool: Pool, how: Finish, history: Option<HistoryEntry>) -> Result<(), OpError> {
     if let Some(entry) = history {
         pool.log_history(entry);
@@ -193,7 +191,6 @@ pub fn finish_local(pool: Pool, how: Finish, history: Option<HistoryEntry>) -> R
         Finish::Stay | Finish::Close => pool.close()?,
         Finish::Export { .. } => pool.export()?,
         Finish::Destroy { .. } => pool.destroy()?,
-        Finish::AddLogs { logs, force, size } => pool.add_logs(&logs, force, size)?,
     }
     Ok(())
 }
