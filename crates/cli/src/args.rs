@@ -167,7 +167,7 @@ pub enum PoolCmd {
         #[arg(long)]
         size: Option<String>,
         pool: String,
-        #[arg(required = true, num_args = 2..)]
+        #[arg(required = true, num_args = 1..)]
         vdevs: Vec<String>,
     },
     /// Remove a log device (a path, or `mirror-N` as status shows it), also from a

@@ -35,6 +35,9 @@ pub trait Op: Serialize + DeserializeOwned {
     /// Whether a success means the holder let the pool go (export, destroy): a daemon
     /// then exits, and its caller waits for that, as the devices are free only then.
     const RELEASES_POOL: bool = false;
+    /// Whether its history entry is committed before the command returns (a device
+    /// added or removed: the pool's history must say so after any crash, as ZFS's does).
+    const DURABLE_HISTORY: bool = false;
     type Output: Serialize + DeserializeOwned;
 
     fn run(self, on: &Held<'_>) -> Result<Self::Output, OpError>;
@@ -174,6 +177,9 @@ pub fn execute<O: Op>(op: O, on: &Held<'_>) -> Result<O::Output, OpError> {
         let entry = on.caller.history_entry();
         if on.finish.borrow().is_stay() {
             on.pool.log_history(entry);
+            if O::DURABLE_HISTORY {
+                on.pool.sync()?;
+            }
         } else {
             *on.pending.borrow_mut() = Some(entry);
         }

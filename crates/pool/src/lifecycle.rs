@@ -130,9 +130,10 @@ impl Pool {
     /// Opens the pool on `devices` (one handle per device found), at its newest
     /// uberblock whose root verifies.
     pub fn import(devices: Vec<Arc<dyn BlockDevice>>, opts: &ImportOptions) -> Result<Pool, PoolError> {
-        let labels = read_all_labels(&devices)?;
+        let mut labels = read_all_labels(&devices)?;
         let mut label = choose_label(&labels)?;
         let trimmed = label.tree.trim_trailing_holes();
+        open_logs_not_given(&label, &mut labels);
         let refuse =
             |reason: ImportError| PoolError::CannotImport { pool: label.pool_name.clone(), reason: Box::new(reason) };
         let by_guid: BTreeMap<u64, Arc<dyn BlockDevice>> =
@@ -263,6 +264,28 @@ impl Pool {
 
 /// A device and what its labels say.
 type Labelled = (Arc<dyn BlockDevice>, DeviceLabels);
+
+/// Opens the log devices the config names that were not given, at the path the config
+/// records, if their labels say they are those devices. A log device added a moment
+/// before a crash may not be in the caller's list yet (the cache file is written after
+/// the add), and the intent log may already hold acknowledged records there. (Data
+/// devices are not looked for: a side left out on purpose stays out.)
+fn open_logs_not_given(label: &Label, labels: &mut Vec<Labelled>) {
+    let given: std::collections::BTreeSet<u64> = labels.iter().map(|(_, l)| l.label.vdev_guid).collect();
+    let wanted = label.tree.logs.iter().flat_map(|t| t.leaves()).filter(|(guid, _)| !given.contains(guid));
+    for (guid, path) in wanted.collect::<Vec<_>>() {
+        let Ok(dev) = FileDevice::open(Path::new(&path)) else { continue };
+        match read_device_labels(&dev) {
+            Ok(l) if l.label.pool_guid == label.pool_guid && l.label.vdev_guid == guid => {
+                let asize = TopVdev::asize_of(dev.size(), l.label.ashift);
+                if asize >= l.label.asize {
+                    labels.push((Arc::new(dev), l));
+                }
+            }
+            _ => {}
+        }
+    }
+}
 
 /// Both labels of every device, refusing one that shrank since it joined the pool (the
 /// blocks past its new end would be silently lost).

@@ -534,10 +534,14 @@ impl VdevTree {
 
     /// Writes the config area of both labels on every device (pool create, export,
     /// config change), those being added too, not those removed. Label 0 everywhere,
-    /// flush, then label 1, so a crash leaves one consistent copy on each device.
+    /// flush, then label 1, so a crash leaves one consistent copy on each device. Devices
+    /// being added come first: a config naming a device is never written before that
+    /// device can be recognised as the pool's.
     pub fn write_labels(&self, template: &Label) -> Result<(), VdevError> {
+        let adding = || self.tops.iter().filter(|t| t.state() == TopState::Adding);
+        let others = || self.tops.iter().filter(|t| !matches!(t.state(), TopState::Adding | TopState::Removed));
         for which in 0..2 {
-            for top in self.tops.iter().filter(|t| !t.is_removed()) {
+            for top in adding().chain(others()) {
                 for leaf in &top.leaves {
                     let Some(dev) = leaf.usable() else { continue };
                     let mut label = template.clone();

@@ -175,6 +175,7 @@ pub struct Add {
 impl Op for Add {
     const NAME: &'static str = "pool.add";
     const CHANGES_POOL: bool = true;
+    const DURABLE_HISTORY: bool = true;
     type Output = Vec<PathBuf>;
     fn run(self, on: &Held<'_>) -> Result<Vec<PathBuf>, OpError> {
         let specs: Vec<VdevSpec> = self.vdevs.iter().map(VdevSpec::from).collect();
@@ -193,6 +194,7 @@ pub struct Remove {
 impl Op for Remove {
     const NAME: &'static str = "pool.remove";
     const CHANGES_POOL: bool = true;
+    const DURABLE_HISTORY: bool = true;
     type Output = Removed;
     fn run(self, on: &Held<'_>) -> Result<Removed, OpError> {
         Ok(on.pool.remove_device(&self.device)?)
