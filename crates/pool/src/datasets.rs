@@ -199,7 +199,7 @@ impl Pool {
         creation: u64,
     ) -> Result<Arc<Dataset>, PoolError> {
         let ctx = &self.inner.ctx;
-        let os = ObjSet::open(ctx.clone(), meta, next_obj);
+        let os = ObjSet::open(ctx.clone(), id, meta, next_obj);
         let space = Arc::new(PoolSpace { zio: ctx.zio.clone(), txg: ctx.txg.clone() });
         let meta = DsMeta { id, props, creation };
         let eff = Effective::from_values(|_| String::new());

@@ -219,6 +219,14 @@ impl TopVdev {
         1 << self.ashift
     }
 
+    /// The alignment a read of this vdev needs: the largest any usable side needs, at
+    /// most a pool sector.
+    pub fn read_align(&self) -> u64 {
+        let align = self.leaves.iter().filter_map(|l| l.usable()).map(|d| d.read_align()).max().unwrap_or(1);
+        assert!(align.is_power_of_two(), "a device's read alignment is a power of two, not {align}");
+        align.min(self.sector())
+    }
+
     /// Reads `len` bytes at `offset` of the data area as I/O of `class`; the caller's
     /// `verify` decides whether a copy is good, and `mode` what a bad side means (see
     /// `ReadMode`).
@@ -303,7 +311,7 @@ impl TopVdev {
         }
         let mode = ReadMode::FirstGood;
         self.read_copies(offset, len, birth, verify, scratch, mode, IoClass::Scrub)?;
-        let (start, end, _) = self.span_of(offset, len);
+        let (start, end, _) = self.read_span(offset, len, IoClass::Scrub);
         let span = &scratch[..(end - start) as usize];
         let mut written = 0;
         for leaf in self.leaves.iter().filter(|l| needs(l)) {
@@ -316,13 +324,24 @@ impl TopVdev {
         Ok(written)
     }
 
-    /// The sector-aligned span `[start, end)` holding `len` bytes at `offset`, and where
+    /// The `align`-aligned span `[start, end)` holding `len` bytes at `offset`, and where
     /// those bytes begin in it.
-    fn span_of(&self, offset: u64, len: usize) -> (u64, u64, usize) {
-        let sector = self.sector();
-        let start = offset & !(sector - 1);
-        let end = (offset + len as u64 + sector - 1) & !(sector - 1);
+    fn span_of(offset: u64, len: usize, align: u64) -> (u64, u64, usize) {
+        let start = offset & !(align - 1);
+        let end = (offset + len as u64).next_multiple_of(align);
         (start, end, (offset - start) as usize)
+    }
+
+    /// The span a read of `len` bytes at `offset` reads: for the pool's own work the
+    /// smallest the devices can read (not whole pool sectors: a packed compressed block
+    /// costs the disk its stored size); for a scan whole sectors, which a resilver writes
+    /// back as they are.
+    fn read_span(&self, offset: u64, len: usize, class: IoClass) -> (u64, u64, usize) {
+        let align = match class {
+            IoClass::Scrub => self.sector(),
+            _ => self.read_align(),
+        };
+        Self::span_of(offset, len, align)
     }
 
     /// Reads the copies of a block: first the sides that hold its txg (in rotation),
@@ -341,7 +360,7 @@ impl TopVdev {
     ) -> Result<SidesRead, VdevError> {
         let all = mode == ReadMode::AllSides;
         assert!(offset + len as u64 <= self.asize, "read past the end of vdev {}", self.index);
-        let (start, end, skip) = self.span_of(offset, len);
+        let (start, end, skip) = self.read_span(offset, len, class);
         out.resize((end - start) as usize, 0);
         let first = self.rotor.fetch_add(1, Ordering::Relaxed);
         let n = self.leaves.len();
@@ -859,8 +878,57 @@ mod tests {
         assert_eq!(tree.tops[0].max_io(), 4096);
         tree.set_max_io(0);
         assert_eq!(tree.tops[0].max_io(), 4096);
-        let fresh = TopVdev::new(0, 1, 9, 1 << 20, mirror().0.tops.into_iter().next().unwrap().leaves);
+        let fresh = TopVdev::new(0, 1, 9, 1 << 20, vec![Leaf::new(1, "/x".into(), None)]);
         assert_eq!(fresh.max_io(), DEFAULT_MAX_IO);
+    }
+
+    #[test]
+    fn a_vdev_being_added_gets_labels_and_no_uberblock_and_a_removed_one_neither() {
+        let (tree, _) = mirror();
+        let dev = MemDevice::new("log");
+        let leaf = Leaf::new(5, "log".into(), Some(dev.clone() as Arc<dyn BlockDevice>));
+        let added = TopVdev::new(1, 6, 12, TopVdev::asize_of(4 << 20, 12), vec![leaf]).as_log().adding();
+        assert_eq!(tree.add_top(added).unwrap(), 1);
+        let label = Label {
+            pool_name: "tank".into(),
+            pool_guid: 1,
+            vdev_guid: 0,
+            top_index: 0,
+            ashift: 12,
+            state: crate::LabelState::Active,
+            hostname: String::new(),
+            create_txg: 1,
+            asize: 0,
+            tree: crate::TreeConfig {
+                tops: vec![crate::TopConfig::Mirror { guid: 9, children: vec![(1, "a".into()), (2, "b".into())] }],
+                logs: vec![crate::TopConfig::Disk { guid: 5, path: "log".into() }],
+            },
+        };
+        tree.write_labels(&label).unwrap();
+        tree.write_uberblock(&ub(3)).unwrap();
+        let read = read_device_labels(dev.as_ref()).expect("labelled while being added");
+        assert_eq!((read.label.vdev_guid, read.uberblocks.len()), (5, 0), "no uberblock while being added");
+        assert!(!tree.tops[1].takes_log_blocks(), "nothing is allocated on it yet");
+        tree.tops[1].set_state(TopState::Active);
+        assert!(tree.tops[1].takes_log_blocks());
+        tree.write_uberblock(&ub(4)).unwrap();
+        let txgs: Vec<u64> = read_device_labels(dev.as_ref()).unwrap().uberblocks.iter().map(|u| u.txg).collect();
+        assert!(txgs.contains(&4) && !txgs.contains(&3), "uberblocks from when it is in service: {txgs:?}");
+        tree.tops[1].set_state(TopState::Draining);
+        assert!(!tree.tops[1].takes_log_blocks() && tree.tops[1].in_service());
+        tree.tops[1].set_state(TopState::Removed);
+        tree.tops[1].wipe_and_release().unwrap();
+        tree.write_uberblock(&ub(5)).unwrap();
+        assert!(read_device_labels(dev.as_ref()).is_err(), "wiped, and no uberblock after");
+        assert!(!tree.tops[1].usable() && tree.leaves().count() == 2);
+    }
+
+    #[test]
+    #[should_panic(expected = "moved from Removed")]
+    fn a_removed_vdev_never_comes_back() {
+        let (tree, _) = mirror();
+        tree.tops[0].set_state(TopState::Removed);
+        tree.tops[0].set_state(TopState::Active);
     }
 
     #[test]
