@@ -60,9 +60,7 @@ impl<T> Slots<T> {
         if index == self.slots.len() {
             return Err(item);
         }
-        if let Err(item) = self.slots[index].set(item) {
-            return Err(item);
-        }
+        self.slots[index].set(item)?;
         // Published only once set: a reader that sees the length finds the element.
         self.len.store(index + 1, Ordering::Release);
         Ok(index)
