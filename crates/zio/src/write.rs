@@ -3,8 +3,9 @@
 //!
 //! Theory of operation. The blocks of the batch are compressed and checksummed in
 //! parallel (rayon), a slice of about `ENCODE_BYTES` at a time, so a txg's compressed
-//! copies never pile up beside its records. The blocks are then placed in order, back to back, into runs of whole
-//! free sectors taken from one top-level vdev at a time (rotating over the stripe); a raw
+//! copies never pile up beside its records. The blocks are then placed in order, back to
+//! back, into runs of whole free sectors taken from one top-level vdev at a time
+//! (rotating over the stripe), each slice written before the next is compressed; a raw
 //! block starts on a sector boundary, so a raw 16 KiB page is read back with one 16 KiB
 //! read. A run is written with one I/O per mirror side when it is full or the batch ends;
 //! its unused tail goes back to the map. A block's bytes are claimed in the map before its
