@@ -13,7 +13,9 @@
 # Usage: bash bench/memory.sh [DATA_GIB] [FILES] [OUT_DIR]   (root; after scripts/setup.sh
 #        and lab/setup.sh — the plot uses lab/.venv's matplotlib)
 #   defaults: 20 GiB, 1,000,000 files, bench/out/memory; ARC_MAX (256M) and SHRINK_TO (64M)
-#   from the environment.
+#   from the environment; TARN_BIN=PATH runs that `tarn` binary instead of building this
+#   tree's (to measure another build in the same window). fio's report of the write phase
+#   goes to OUT_DIR/write-fio.txt and its bandwidth is printed.
 # Runtime: dominated by the disk — about 20 min for 20 GiB and 1M files on this 2-core
 # machine; `bash bench/memory.sh 2 100000` takes ~3 min.
 # Everything it makes (the mount, the pool, the images) is removed on exit, also when
@@ -32,8 +34,12 @@ for t in fio python3 cargo; do
     command -v "$t" >/dev/null || { echo "bench/memory.sh: $t is missing (run scripts/setup.sh)" >&2; exit 1; }
 done
 [ -x "$py" ] && "$py" -c 'import matplotlib' 2>/dev/null || { echo "bench/memory.sh: no matplotlib in lab/.venv (run bash lab/setup.sh)" >&2; exit 1; }
-(cd "$here" && cargo build --release -q -p tarn-cli)
-tarn="$here/target/release/tarn"
+if [ -n "${TARN_BIN:-}" ]; then
+    tarn=$TARN_BIN
+else
+    (cd "$here" && cargo build --release -q -p tarn-cli)
+    tarn="$here/target/release/tarn"
+fi
 work=$(mktemp -d /var/tmp/tarn-memory.XXXXXX)
 export TARN_CACHE_FILE="$work/cache.json" TARN_RUN_DIR="$work/run"
 mkdir -p "$out" "$work/mnt"
@@ -77,7 +83,8 @@ phase() { echo "$1" > "$work/phase"; echo "bench/memory.sh: $1 ($(( $(date +%s) 
 phase write
 per_file=$(( data_gib * 1024 / 4 ))
 fio --name=write --directory="$work/mnt" --rw=write --bs=1M --size="${per_file}M" --numjobs=4 \
-    --buffer_compress_percentage=50 --refill_buffers --end_fsync=1 --group_reporting >/dev/null
+    --buffer_compress_percentage=50 --refill_buffers --end_fsync=1 --group_reporting > "$out/write-fio.txt"
+echo "bench/memory.sh: write phase: $(grep -m1 -o 'WRITE: bw=[^ ]* [^ ]*' "$out/write-fio.txt")"
 phase randread
 fio --name=write --directory="$work/mnt" --rw=randread --bs=16k --size="${per_file}M" --numjobs=4 \
     --time_based --runtime=$(( 30 + data_gib * 3 )) --group_reporting >/dev/null

@@ -1,9 +1,11 @@
 //! The write path: a batch of logical blocks (one txg's, or an fsync's early write)
 //! becomes packed, checksummed physical blocks on the devices.
 //!
-//! Theory of operation. Every block of the batch is compressed and checksummed in
-//! parallel (rayon). The blocks are then placed in order, back to back, into runs of whole
-//! free sectors taken from one top-level vdev at a time (rotating over the stripe); a raw
+//! Theory of operation. The blocks of the batch are compressed and checksummed in
+//! parallel (rayon), a slice of about `ENCODE_BYTES` at a time, so a txg's compressed
+//! copies never pile up beside its records. The blocks are then placed in order, back to
+//! back, into runs of whole free sectors taken from one top-level vdev at a time
+//! (rotating over the stripe), each slice written before the next is compressed; a raw
 //! block starts on a sector boundary, so a raw 16 KiB page is read back with one 16 KiB
 //! read. A run is written with one I/O per mirror side when it is full or the batch ends;
 //! its unused tail goes back to the map. A block's bytes are claimed in the map before its
@@ -34,6 +36,13 @@ use crate::{BlockPtr, BlockType, ChecksumKind, Compression, IoClass, Zio, ZioErr
 
 /// Largest run written with one I/O.
 const RUN_BYTES: u64 = 1 << 20;
+
+/// A batch is compressed this many logical bytes at a time, each slice placed and
+/// written before the next is compressed: a txg's batch can be hundreds of MiB, and its
+/// compressed copies are held outside both the ARC's budget and `dirty_max` until
+/// placed (issue #11: compressing whole txgs held 107 MiB of them at the peak of four
+/// sequential writers). 8 MiB keeps every rayon worker busy with 512 records of 16 KiB.
+const ENCODE_BYTES: u64 = 8 << 20;
 
 /// A block to write; it borrows its bytes so the caller's buffers are not copied.
 pub struct PendingBlock<'a> {
@@ -99,49 +108,73 @@ impl Zio {
         birth: u64,
         class: IoClass,
     ) -> Result<Vec<BlockPtr>, ZioError> {
-        let encoded: Vec<Encoded> = blocks.par_iter().map(encode).collect();
         let mut ptrs = Vec::with_capacity(blocks.len());
-        let mut remaining: u64 = encoded.iter().map(|e| e.payload.len() as u64).sum();
         let mut open: Option<OpenRun> = None;
-        for (block, enc) in blocks.iter().zip(&encoded) {
-            let psize = enc.payload.len();
-            let raw = enc.compression == Compression::Off;
-            let (top, offset) = self.place(&mut open, psize, raw, remaining, class)?;
-            remaining -= psize as u64;
-            ptrs.push(BlockPtr {
-                vdev: top as u16,
-                compression: enc.compression,
-                checksum_kind: block.checksum,
-                level: block.level,
-                block_type: block.block_type,
-                offset,
-                psize: psize as u32,
-                lsize: block.data.len() as u32,
-                birth,
-                checksum: enc.checksum,
-            });
-            let run = open.as_mut().expect("placed into an open run");
-            let at = (offset - run.run.first * self.sector(top)) as usize;
-            run.buf[at..at + psize].copy_from_slice(&enc.payload);
-            let bp = ptrs.last().expect("just pushed");
-            // The kind is not a read's: a written block is named by its type in the trace.
-            self.trace_event(Event::Write, bp, Access { kind: ReadKind::Demand, page: block.page });
-            if block.cache.admits(block.block_type) {
-                self.arc.insert_written(
-                    arc_key(bp),
-                    Arc::from(&enc.payload[..]),
-                    bp.lsize,
-                    class_of(bp.block_type),
-                    block.page,
-                );
+        // Logical bytes of the blocks after the current slice: an upper bound of what
+        // they will take, so runs are sized as when the whole batch was known.
+        let mut later: u64 = blocks.iter().map(|b| b.data.len() as u64).sum();
+        let mut start = 0;
+        while start < blocks.len() {
+            let end = encode_slice_end(blocks, start);
+            let slice = &blocks[start..end];
+            later -= slice.iter().map(|b| b.data.len() as u64).sum::<u64>();
+            let encoded: Vec<Encoded> = slice.par_iter().map(encode).collect();
+            let mut remaining = encoded.iter().map(|e| e.payload.len() as u64).sum::<u64>() + later;
+            for (block, enc) in slice.iter().zip(&encoded) {
+                ptrs.push(self.place_encoded(&mut open, block, enc, remaining, birth, class)?);
+                remaining -= enc.payload.len() as u64;
             }
-            self.stats.logical_bytes_written.fetch_add(block.data.len() as u64, Ordering::Relaxed);
+            start = end;
         }
         if let Some(run) = open.take() {
             self.close_run(run, class)?;
         }
         self.stats.blocks_written.fetch_add(blocks.len() as u64, Ordering::Relaxed);
         Ok(ptrs)
+    }
+
+    /// Places one encoded block into the open run (opening another when it is full),
+    /// leaves it in the ARC if its policy says so, and returns its pointer.
+    fn place_encoded(
+        &self,
+        open: &mut Option<OpenRun>,
+        block: &PendingBlock,
+        enc: &Encoded,
+        remaining: u64,
+        birth: u64,
+        class: IoClass,
+    ) -> Result<BlockPtr, ZioError> {
+        let psize = enc.payload.len();
+        let raw = enc.compression == Compression::Off;
+        let (top, offset) = self.place(open, psize, raw, remaining, class)?;
+        let bp = BlockPtr {
+            vdev: top as u16,
+            compression: enc.compression,
+            checksum_kind: block.checksum,
+            level: block.level,
+            block_type: block.block_type,
+            offset,
+            psize: psize as u32,
+            lsize: block.data.len() as u32,
+            birth,
+            checksum: enc.checksum,
+        };
+        let run = open.as_mut().expect("placed into an open run");
+        let at = (offset - run.run.first * self.sector(top)) as usize;
+        run.buf[at..at + psize].copy_from_slice(&enc.payload);
+        // The kind is not a read's: a written block is named by its type in the trace.
+        self.trace_event(Event::Write, &bp, Access { kind: ReadKind::Demand, page: block.page });
+        if block.cache.admits(block.block_type) {
+            self.arc.insert_written(
+                arc_key(&bp),
+                Arc::from(&enc.payload[..]),
+                bp.lsize,
+                class_of(bp.block_type),
+                block.page,
+            );
+        }
+        self.stats.logical_bytes_written.fetch_add(block.data.len() as u64, Ordering::Relaxed);
+        Ok(bp)
     }
 
     /// Finds room for a block of `psize` bytes, closing the open run and opening a new
@@ -215,6 +248,18 @@ impl Zio {
         self.stats.physical_bytes_written.fetch_add(run.cursor as u64, Ordering::Relaxed);
         Ok(())
     }
+}
+
+/// The end of the slice of `blocks` from `start` that is compressed at once: about
+/// `ENCODE_BYTES` of logical data, at least one block.
+fn encode_slice_end(blocks: &[PendingBlock], start: usize) -> usize {
+    let mut bytes = 0u64;
+    let mut end = start;
+    while end < blocks.len() && (end == start || bytes + blocks[end].data.len() as u64 <= ENCODE_BYTES) {
+        bytes += blocks[end].data.len() as u64;
+        end += 1;
+    }
+    end
 }
 
 fn encode<'a>(block: &PendingBlock<'a>) -> Encoded<'a> {

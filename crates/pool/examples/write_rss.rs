@@ -1,0 +1,185 @@
+//! Where the write path's memory goes (issue #11): four threads write 2 GiB sequentially
+//! in 1 MiB writes through the dataset API — what `fio --rw=write --bs=1M --numjobs=4
+//! --end_fsync=1` does through the mount in bench/memory.sh — with a 256 MiB ARC and
+//! 256 MiB `dirty_max`, and the `tarn` binary's allocator settings
+//! (crates/cli/src/allocator.rs). Every 100 ms it samples RSS beside jemalloc's own
+//! counters (allocated, active, resident, retained), the ARC's accounted bytes and the
+//! dirty bytes of the open and syncing txgs; it prints the peak and exits 1 if RSS went
+//! over arc_max + dirty_max + 64 MiB.
+//!
+//!   cargo run --release -p tarn-pool --example write_rss
+//!   TARN_MEMORY_TRACE=1            print every sample
+//!   TARN_MEMORY_WRITE_MIB=1024     write less
+//!   _RJEM_MALLOC_CONF=prof:true,lg_prof_sample:16 TARN_MEMORY_DUMP_ABOVE_MIB=700
+//!       dump a heap profile (/tmp/rss-heap.<rss>.heap) at each new RSS peak above 700 MiB;
+//!       read it with the jeprof that tikv-jemalloc-sys builds
+//!       (target/release/build/tikv-jemalloc-sys-*/out/build/bin/jeprof --text --cum
+//!       target/release/examples/write_rss FILE).
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tarn_dataset::{NewObject, ROOT_ID};
+use tarn_pool::{CreateOptions, Pool, VdevSpec};
+use tarn_txg::TxgConfig;
+
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+#[allow(non_upper_case_globals)]
+#[export_name = "_rjem_malloc_conf"]
+pub static malloc_conf: &[u8] = b"dirty_decay_ms:1000,muzzy_decay_ms:0,background_thread:true\0";
+
+const MIB: u64 = 1 << 20;
+/// The mount daemon's defaults under bench/memory.sh: a 256 MiB ARC, 256 MiB dirty.
+const ARC_MAX: u64 = 256 * MIB;
+const DIRTY_MAX: u64 = 256 * MIB;
+const FIXED_OVERHEAD: u64 = 64 * MIB;
+const WRITERS: u64 = 4;
+const WRITE: usize = 1 << 20;
+const RECORD: usize = 16384;
+
+/// Reads a jemalloc statistic (after `epoch` was advanced).
+fn je(name: &std::ffi::CStr) -> u64 {
+    let mut v: usize = 0;
+    let mut len = std::mem::size_of::<usize>();
+    // SAFETY: a NUL-terminated name of a size_t statistic, read into a size_t.
+    unsafe {
+        tikv_jemalloc_sys::mallctl(name.as_ptr(), (&mut v as *mut usize).cast(), &mut len, std::ptr::null_mut(), 0);
+    }
+    v as u64
+}
+
+fn je_refresh() {
+    let mut epoch: u64 = 1;
+    let mut len = std::mem::size_of::<u64>();
+    // SAFETY: "epoch" reads and writes a u64.
+    unsafe {
+        tikv_jemalloc_sys::mallctl(
+            c"epoch".as_ptr(),
+            (&mut epoch as *mut u64).cast(),
+            &mut len,
+            (&mut epoch as *mut u64).cast(),
+            len,
+        );
+    }
+}
+
+/// One 1 MiB write of half-compressible records (as fio's buffer_compress_percentage=50):
+/// each 16 KiB record is 8 KiB of noise and 8 KiB of zeros.
+fn fill(buf: &mut [u8], seed: u64) {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    for rec in buf.chunks_mut(RECORD) {
+        let (noise, zeros) = rec.split_at_mut(RECORD / 2);
+        for w in noise.chunks_mut(8) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            w.copy_from_slice(&x.to_le_bytes()[..w.len()]);
+        }
+        zeros.fill(0);
+    }
+}
+
+fn total_bytes() -> u64 {
+    std::env::var("TARN_MEMORY_WRITE_MIB").ok().and_then(|v| v.parse().ok()).unwrap_or(2048) * MIB
+}
+
+fn main() {
+    let dir = tempfile::tempdir_in(std::env::var("TARN_BENCH_DIR").unwrap_or_else(|_| "/var/tmp".into())).unwrap();
+    let opts = CreateOptions {
+        size: Some(8 << 30),
+        txg: TxgConfig { dirty_max: DIRTY_MAX, dirty_sync: DIRTY_MAX / 5, timeout: Duration::from_secs(5) },
+        ..Default::default()
+    };
+    let pool = Arc::new(Pool::create("tank", &[VdevSpec::Disk(dir.path().join("d0.img"))], &opts).unwrap());
+    pool.set_property("tank", "recordsize", "16K").unwrap();
+    pool.set_property("tank", "compression", "lz4").unwrap();
+    pool.set_arc_max(ARC_MAX);
+    let ds = Arc::new(pool.dataset("tank").unwrap());
+    let bound = ARC_MAX + DIRTY_MAX + FIXED_OVERHEAD;
+    let total = total_bytes();
+
+    let done = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let (pool, done) = (pool.clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut peak = (0u64, String::new());
+            while !done.load(Ordering::Relaxed) {
+                let rss = tarn_arc::resident_bytes();
+                je_refresh();
+                let s = pool.stats();
+                let line = format!(
+                    "rss {} allocated {} active {} resident {} retained {} | arc accounted {} | dirty open {} syncing {}",
+                    rss / MIB,
+                    je(c"stats.allocated") / MIB,
+                    je(c"stats.active") / MIB,
+                    je(c"stats.resident") / MIB,
+                    je(c"stats.retained") / MIB,
+                    s.arc.accounted_size / MIB,
+                    s.txg.get("dirty_open_bytes").copied().unwrap_or(0) / MIB,
+                    s.txg.get("dirty_syncing_bytes").copied().unwrap_or(0) / MIB,
+                );
+                if std::env::var_os("TARN_MEMORY_TRACE").is_some() {
+                    eprintln!("{line}");
+                }
+                if rss > peak.0 {
+                    peak = (rss, line);
+                    if let Ok(t) = std::env::var("TARN_MEMORY_DUMP_ABOVE_MIB") {
+                        if rss / MIB > t.parse::<u64>().unwrap() {
+                            let name = format!("/tmp/rss-heap.{}.heap\0", rss / MIB);
+                            let mut p = name.as_ptr();
+                            // SAFETY: prof.dump takes a const char* file name.
+                            unsafe {
+                                tikv_jemalloc_sys::mallctl(
+                                    c"prof.dump".as_ptr(),
+                                    std::ptr::null_mut(),
+                                    std::ptr::null_mut(),
+                                    (&mut p as *mut *const u8).cast(),
+                                    std::mem::size_of::<*const u8>(),
+                                );
+                            }
+                        }
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            peak
+        })
+    };
+
+    let started = Instant::now();
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let ds = ds.clone();
+            std::thread::spawn(move || {
+                let ino =
+                    ds.create(ROOT_ID, format!("write.{w}").as_bytes(), NewObject::File, 0o644, 0, 0).unwrap().ino;
+                let mut buf = vec![0u8; WRITE];
+                let mut off = 0u64;
+                while off < total / WRITERS {
+                    fill(&mut buf, (w << 40) + off);
+                    ds.write(ino, off, &buf).unwrap();
+                    off += WRITE as u64;
+                }
+                ds.fsync(ino).unwrap();
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().unwrap();
+    }
+    let took = started.elapsed();
+    pool.sync().unwrap();
+    done.store(true, Ordering::Relaxed);
+    let (peak, at) = sampler.join().unwrap();
+    eprintln!(
+        "{} MiB in {took:.1?} ({:.0} MiB/s); peak: {at}",
+        total / MIB,
+        total as f64 / MIB as f64 / took.as_secs_f64()
+    );
+    if peak > bound {
+        eprintln!("RSS {} MiB went over the bound of {} MiB", peak / MIB, bound / MIB);
+        std::process::exit(1);
+    }
+}
