@@ -528,12 +528,21 @@ impl VdevTree {
     /// Marks a sync operation (an fsync: its writes, then its flush) under way on every
     /// device until the returned guard is dropped: meanwhile async I/O and scrub stay at
     /// their minimum in flight (see `IoQueue::begin_sync`). No allocation: the guard
-    /// walks the leaves again when dropped.
+    /// walks the same leaves again when dropped.
     pub fn hold_sync(&self) -> SyncHold<'_> {
-        for leaf in self.leaves() {
+        let tops = self.tops.len();
+        for leaf in self.leaves_of_first(tops) {
             leaf.queue.begin_sync();
         }
-        SyncHold { tree: self }
+        SyncHold { tree: self, tops }
+    }
+
+    /// Every leaf of the first `tops` top-level vdevs, whatever their state. A sync hold
+    /// begins and ends on exactly this set: the tree may grow (`add_top`) and a vdev
+    /// change state (added, removed) while an fsync holds it, and an end on a queue
+    /// whose begin was skipped would break its count.
+    fn leaves_of_first(&self, tops: usize) -> impl Iterator<Item = &Leaf> {
+        self.tops.iter().take(tops).flat_map(|t| t.leaves.iter())
     }
 
     /// Dirty data is `percent` of `dirty_max`: sets every device's async-write limit
@@ -617,11 +626,13 @@ impl VdevTree {
 #[must_use = "the sync operation ends when the guard is dropped"]
 pub struct SyncHold<'a> {
     tree: &'a VdevTree,
+    /// How many top-level vdevs the tree had when the hold began.
+    tops: usize,
 }
 
 impl Drop for SyncHold<'_> {
     fn drop(&mut self) {
-        for leaf in self.tree.leaves() {
+        for leaf in self.tree.leaves_of_first(self.tops) {
             leaf.queue.end_sync();
         }
     }
@@ -922,6 +933,24 @@ mod tests {
         tree.write_uberblock(&ub(5)).unwrap();
         assert!(read_device_labels(dev.as_ref()).is_err(), "wiped, and no uberblock after");
         assert!(!tree.tops[1].usable() && tree.leaves().count() == 2);
+    }
+
+    #[test]
+    fn an_fsync_holding_the_devices_while_a_log_is_added_and_activated_ends_on_the_same_devices() {
+        let (tree, _) = mirror();
+        let hold = tree.hold_sync();
+        let leaf = Leaf::new(5, "log".into(), Some(MemDevice::new("log") as Arc<dyn BlockDevice>));
+        let added = TopVdev::new(1, 6, 12, TopVdev::asize_of(4 << 20, 12), vec![leaf]).as_log().adding();
+        tree.add_top(added).unwrap();
+        tree.tops[1].set_state(TopState::Active);
+        drop(hold); // ended twice on the new log's queue before the fix: a panic in fsync
+        let syncs: Vec<u64> = tree.leaves().map(|l| l.queue.syncs_under_way()).collect();
+        assert_eq!(syncs, [0, 0, 0], "every begin ended once, nothing ended that did not begin");
+        let hold = tree.hold_sync();
+        tree.tops[1].set_state(TopState::Draining);
+        tree.tops[1].set_state(TopState::Removed);
+        drop(hold);
+        assert!(tree.tops.iter().flat_map(|t| t.leaves.iter()).all(|l| l.queue.syncs_under_way() == 0));
     }
 
     #[test]
