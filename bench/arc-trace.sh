@@ -2,8 +2,8 @@
 # ARC benchmark on a recorded IO-bound trace: MariaDB (small buffer pool) on a tarn mount
 # runs sysbench select_random_points over a hot table while a reporting query scans a
 # cold one now and then (the mix that defeats a plain LRU), and tarn records every block
-# read (TARN_READ_TRACE). The trace is replayed through the ARC and a plain LRU with the
-# same byte budget, and an LRU of uncompressed records.
+# read (TARN_READ_TRACE). The trace is replayed through a plain LRU, the ARC, tarn's
+# default data policy and Belady's OPT at the same byte budget (crates/arc/benches/trace.rs).
 # Usage: bash bench/arc-trace.sh [SECONDS] [BUDGET_MIB...]   (root; after scripts/setup.sh)
 set -euo pipefail
 seconds=${1:-60}

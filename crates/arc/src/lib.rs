@@ -13,8 +13,10 @@
 //! decoded indirect blocks (`keep_decoded`, ZFS's dbuf cache: a CLOCK under its share,
 //! each entry dropped at will since its block can be read again) and the decoded objects
 //! their owner reports (`charge`, ZFS's dnode cache). Blocks make room for all of these.
+//! File data is kept by the data policy (`DataPolicy`; `policy.rs` by default, the ARC
+//! lists under `DataPolicy::Arc`), within the same budget: it gets what the rest leaves.
 //! Metadata is evicted last while all metadata (cached and decoded) is under
-//! `META_LIMIT_SHARE` of the budget, like ZFS's `arc_meta_limit`.
+//! `META_LIMIT_QUARTERS` of the budget, like ZFS's `arc_meta_limit`.
 //!
 //! Promises: the blocks, headers, reserved hot share and decoded metadata never exceed
 //! `arc_max` after an insert or a charge returns (unless what cannot be evicted — the
@@ -30,6 +32,12 @@ use std::sync::Arc;
 
 use hashlink::LinkedHashMap;
 use parking_lot::Mutex;
+
+mod access;
+mod policy;
+
+pub use access::{Access, PageId, PerKind, ReadKind, READ_KINDS};
+use policy::{DataCache, Evicted, Found};
 
 /// A block's identity: where it lives and when it was born.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
@@ -53,12 +61,31 @@ struct Entry {
     prefetched: bool,
 }
 
+/// What became of a block, as far as the cache knows (for read-ahead's judgement).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Residency {
+    Cached,
+    /// Read ahead, then evicted before any demand read found it.
+    EvictedUnread,
+    /// Neither cached nor remembered as an unread read-ahead.
+    Unknown,
+}
+
+/// An evicted block the ghost lists remember: its size, and whether it was read ahead
+/// and never asked for.
+#[derive(Clone, Copy)]
+struct Ghost {
+    size: u64,
+    unread_prefetch: bool,
+}
+
 /// Bytes a cached block's bookkeeping takes besides its bytes: the list node (key, entry,
 /// links), the table slot, the shared buffer's counts and the allocator's rounding.
 pub const ENTRY_HEADER_BYTES: u64 =
     (std::mem::size_of::<BlockKey>() + std::mem::size_of::<Entry>() + 2 * 8 + 8 + 16 + 32) as u64;
 /// Bytes a ghost (a key remembered after eviction) takes.
-pub const GHOST_HEADER_BYTES: u64 = (std::mem::size_of::<BlockKey>() + 8 + 2 * 8 + 8 + 16) as u64;
+pub const GHOST_HEADER_BYTES: u64 =
+    (std::mem::size_of::<BlockKey>() + std::mem::size_of::<Ghost>() + 2 * 8 + 8 + 16) as u64;
 /// The ghosts' headers may take at most this fraction of the budget (small blocks would
 /// otherwise make 2 × `arc_max` of ghosts cost real memory).
 const GHOST_HEADER_SHARE: u64 = 32;
@@ -82,8 +109,8 @@ pub enum Outside {
 struct Lists {
     t1: LinkedHashMap<BlockKey, Entry>,
     t2: LinkedHashMap<BlockKey, Entry>,
-    b1: LinkedHashMap<BlockKey, u64>,
-    b2: LinkedHashMap<BlockKey, u64>,
+    b1: LinkedHashMap<BlockKey, Ghost>,
+    b2: LinkedHashMap<BlockKey, Ghost>,
     t1_bytes: u64,
     t2_bytes: u64,
     b1_bytes: u64,
@@ -95,6 +122,8 @@ struct Lists {
     logical_bytes: u64,
     data_bytes: u64,
     metadata_bytes: u64,
+    /// Read-ahead blocks evicted unread.
+    unread_prefetch_evictions: u64,
     /// Metadata bytes in T1 and T2 (the rest of each list is data).
     t1_meta: u64,
     t2_meta: u64,
@@ -117,6 +146,11 @@ pub struct Counters {
     pub prefetch_inserts: AtomicU64,
     pub prefetch_hits: AtomicU64,
     pub written_inserts: AtomicU64,
+    /// Read-ahead blocks the data policy evicted before any demand read asked for them.
+    pub prefetch_evicted_unread: AtomicU64,
+    /// Hits (in the ARC or its decompressed copies) and misses, by read kind.
+    pub kind_hits: PerKind,
+    pub kind_misses: PerKind,
 }
 
 /// A consistent view of the cache for `tarn stats arc` and Prometheus.
@@ -137,6 +171,9 @@ pub struct ArcSnapshot {
     /// Blocks kept in the cache as they were written.
     #[serde(default)]
     pub written_blocks: u64,
+    /// Read-ahead blocks evicted before any demand read asked for them.
+    #[serde(default)]
+    pub prefetch_evicted_unread: u64,
     /// Reads served from the decompressed copies (filled in by the io pipeline).
     #[serde(default)]
     pub hot_copy_hits: u64,
@@ -154,7 +191,14 @@ pub struct ArcSnapshot {
     pub data_size: u64,
     pub metadata_size: u64,
     pub blocks: u64,
-    /// Bookkeeping of the cached blocks and of the ghosts (see `ENTRY_HEADER_BYTES`).
+    /// Hits (ARC or decompressed copy) and misses by read kind, indexed by
+    /// `ReadKind::index`.
+    #[serde(default)]
+    pub kind_hits: [u64; READ_KINDS],
+    #[serde(default)]
+    pub kind_misses: [u64; READ_KINDS],
+    /// Bookkeeping of the blocks in the ARC lists and of their ghosts (see
+    /// `ENTRY_HEADER_BYTES`).
     #[serde(default)]
     pub headers_size: u64,
     /// Decoded indirect blocks (ZFS's dbuf cache), within the budget.
@@ -180,8 +224,125 @@ pub struct ArcSnapshot {
     pub other_size: u64,
 }
 
+/// Counter names of `ArcSnapshot::kind_hits` and `kind_misses`, by `ReadKind::index`.
+const KIND_HIT_NAMES: [&str; READ_KINDS] = [
+    "hits_demand",
+    "hits_indirect",
+    "hits_dnode",
+    "hits_directory",
+    "hits_pool",
+    "hits_prefetch",
+    "hits_rmw",
+    "hits_logfetch",
+    "hits_scrub",
+    "hits_import",
+];
+const KIND_MISS_NAMES: [&str; READ_KINDS] = [
+    "misses_demand",
+    "misses_indirect",
+    "misses_dnode",
+    "misses_directory",
+    "misses_pool",
+    "misses_prefetch",
+    "misses_rmw",
+    "misses_logfetch",
+    "misses_scrub",
+    "misses_import",
+];
+
+/// Which policy keeps file data (metadata always lives in the ARC lists).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DataPolicy {
+    /// A window and a frequency-admitted main area, counted per page (`policy.rs`): the
+    /// policy for a cache under a database's buffer pool, and the default.
+    #[default]
+    SecondLevel,
+    /// Data in the ARC lists beside metadata, keyed by block (tarn before issue #17);
+    /// kept to measure the default against.
+    Arc,
+}
+
+/// Everything behind the cache's one lock.
+///
+/// One budget (`lists.c`, arc_max) covers both parts and what lies outside them (headers,
+/// the hot copies' reserve, decoded metadata). Metadata is preferred as ZFS's
+/// arc_meta_limit says: while all metadata is under `meta_limit`, room for it is taken
+/// from data first; beyond it, metadata makes room from its own lists. Data gets what is
+/// left (`rebudget_data`).
+struct Inner {
+    /// The ARC lists: metadata, and data too under `DataPolicy::Arc`.
+    lists: Lists,
+    /// Data under `DataPolicy::SecondLevel`; its budget is what the rest leaves.
+    data: DataCache,
+    policy: DataPolicy,
+}
+
+impl Inner {
+    fn lists_bytes(&self) -> u64 {
+        self.lists.t1_bytes + self.lists.t2_bytes
+    }
+
+    /// What the data policy holds within the budget: its blocks. (Its bookkeeping is not
+    /// counted: the policy's hit ratios, `tests/trace_fixture.rs`, are held at a budget
+    /// of block bytes; its ghosts are capped at 1/32 of its budget.)
+    fn data_held(&self) -> u64 {
+        self.data.bytes()
+    }
+
+    /// Everything but the data policy: the lists' blocks and headers, the reserve, and
+    /// `outside` (decoded metadata).
+    fn beside_data(&self, outside: u64) -> u64 {
+        self.lists_bytes() + self.lists.headers() + self.lists.reserved + outside
+    }
+
+    /// Gives data what the rest leaves of the budget (less `incoming` bytes about to be
+    /// added beside it); evicts data to fit.
+    fn rebudget_data(&mut self, outside: u64, incoming: u64) -> Evicted {
+        let budget = match self.policy {
+            DataPolicy::SecondLevel => {
+                let rest = self.beside_data(outside) + incoming;
+                self.lists.c.saturating_sub(rest)
+            }
+            DataPolicy::Arc => 0,
+        };
+        self.data.set_budget(budget)
+    }
+
+    /// Makes room for `incoming` bytes of the lists (0: fits the budget again). Data gives
+    /// way first while metadata is under its limit; then the lists evict.
+    fn make_room(&mut self, incoming: u64, after_b2_hit: bool, outside: u64) -> Evicted {
+        let mut ev = Evicted::default();
+        let keep_meta = self.lists.metadata_bytes + outside + incoming <= self.lists.meta_limit();
+        if keep_meta {
+            ev += self.rebudget_data(outside, incoming + ENTRY_HEADER_BYTES);
+        }
+        let data = self.data_held();
+        ev.blocks += self.lists.make_room(incoming, after_b2_hit, outside, data);
+        ev
+    }
+
+    /// Makes room for `incoming` bytes of data: metadata over its limit gives way (as it
+    /// would in one LRU with data), then data's budget is what is left.
+    fn room_for_data(&mut self, incoming: u64, outside: u64) -> Evicted {
+        let held = self.data_held() + incoming;
+        let mut ev = Evicted::default();
+        ev.blocks += self.lists.evict_until(false, outside, |l| {
+            l.metadata_bytes + outside <= l.meta_limit()
+                || l.t1_bytes + l.t2_bytes + l.headers() + l.reserved + outside + held <= l.c
+        });
+        ev += self.rebudget_data(outside, 0);
+        ev
+    }
+
+    fn bytes(&self) -> u64 {
+        self.lists_bytes() + self.data.bytes()
+    }
+}
+
 pub struct ArcCache {
-    lists: Mutex<Lists>,
+    inner: Mutex<Inner>,
+    /// The data policy (also in `inner`; fixed for the cache's life, read without the lock).
+    policy: DataPolicy,
     pub counters: Counters,
     /// Decoded indirect blocks kept for their trees (`keep_decoded`).
     decoded: Mutex<Clock>,
@@ -192,11 +353,29 @@ pub struct ArcCache {
     max_bytes: AtomicU64,
 }
 
+/// Where a lookup found a block, for the counters.
+enum Hit {
+    Recency,
+    Frequency,
+    /// The first demand read of a read-ahead block (in the recency list or window).
+    Prefetched,
+}
+
 impl ArcCache {
+    /// A cache of `max_bytes` with the default data policy.
     pub fn new(max_bytes: u64) -> ArcCache {
+        ArcCache::with_policy(max_bytes, DataPolicy::default())
+    }
+
+    pub fn with_policy(max_bytes: u64, policy: DataPolicy) -> ArcCache {
         let lists = Lists { c: max_bytes, p: max_bytes / 2, ..Default::default() };
+        let data = DataCache::new(match policy {
+            DataPolicy::SecondLevel => max_bytes,
+            DataPolicy::Arc => 0,
+        });
         ArcCache {
-            lists: Mutex::new(lists),
+            inner: Mutex::new(Inner { lists, data, policy }),
+            policy,
             counters: Counters::default(),
             decoded: Mutex::new(Clock::default()),
             decoded_bytes: AtomicU64::new(0),
@@ -219,13 +398,30 @@ impl ArcCache {
         self.max_bytes.load(Ordering::Relaxed)
     }
 
+    pub fn policy(&self) -> DataPolicy {
+        self.policy
+    }
+
+    /// Whether a block of `class` read for `kind` would be kept (so a caller can skip
+    /// copying bytes the cache would not take). Takes no lock.
+    ///
+    /// Under the second-level policy, file data read to be rewritten (read-modify-write,
+    /// a log fetch) or read ahead through `insert` is not: its next version comes with the
+    /// write, and read-ahead enters through `insert_prefetched`. A directory's records are
+    /// data blocks read as metadata: kept.
+    pub fn keeps(&self, class: Class, kind: ReadKind) -> bool {
+        class == Class::Metadata
+            || self.policy == DataPolicy::Arc
+            || matches!(kind, ReadKind::Demand | ReadKind::Directory)
+    }
+
     /// Changes the budget at run time; shrinking evicts at once (decoded indirect blocks
     /// too; the objects' owner trims its own, see `objects_over_share`).
     pub fn set_max(&self, bytes: u64) {
         {
-            let mut l = self.lists.lock();
-            l.c = bytes;
-            l.p = l.p.min(bytes);
+            let mut g = self.inner.lock();
+            g.lists.c = bytes;
+            g.lists.p = g.lists.p.min(bytes);
             self.max_bytes.store(bytes, Ordering::Relaxed);
         }
         let dropped = self.decoded.lock().evict_to(bytes / DECODED_SHARE, &self.decoded_bytes);
@@ -235,18 +431,18 @@ impl ArcCache {
 
     /// Sets the bytes held for the hot copies (their share of the budget).
     pub fn set_reserved(&self, bytes: u64) {
-        self.lists.lock().reserved = bytes;
+        self.inner.lock().lists.reserved = bytes;
         self.evict_to_budget();
     }
 
     /// Evicts blocks until everything the budget covers fits in it.
     fn evict_to_budget(&self) {
         let outside = self.outside();
-        let mut l = self.lists.lock();
-        let evicted = l.make_room(0, false, outside);
-        l.trim_ghosts();
-        drop(l);
-        self.counters.evictions.fetch_add(evicted, Ordering::Relaxed);
+        let mut g = self.inner.lock();
+        let ev = g.make_room(0, false, outside);
+        g.lists.trim_ghosts();
+        drop(g);
+        self.count_evicted(ev);
     }
 
     /// Adds `bytes` to what `what` holds within the budget, evicting blocks to make room.
@@ -291,18 +487,64 @@ impl ArcCache {
         kept
     }
 
-    /// The cached physical bytes of `key`, promoting it (T1 → T2, or to T2's MRU end).
-    pub fn get(&self, key: &BlockKey) -> Option<Arc<[u8]>> {
-        let mut l = self.lists.lock();
+    /// The cached physical bytes of `key`, promoting it; the hit or miss is counted under
+    /// `access.kind`. A demand read of file data also counts toward its page's frequency
+    /// (`access.page`), hit or miss.
+    pub fn get(&self, key: &BlockKey, access: Access) -> Option<Arc<[u8]>> {
+        let found = self.lookup(key, access);
+        match &found {
+            Some((_, hit)) => {
+                self.counters.kind_hits.add(access.kind, 1);
+                self.counters.hits.fetch_add(1, Ordering::Relaxed);
+                let list = match hit {
+                    Hit::Recency => &self.counters.t1_hits,
+                    Hit::Frequency => &self.counters.t2_hits,
+                    Hit::Prefetched => {
+                        self.counters.prefetch_hits.fetch_add(1, Ordering::Relaxed);
+                        &self.counters.t1_hits
+                    }
+                };
+                list.fetch_add(1, Ordering::Relaxed);
+            }
+            None => {
+                self.counters.kind_misses.add(access.kind, 1);
+                self.counters.misses.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        found.map(|(bytes, _)| bytes)
+    }
+
+    /// Counts a read of `kind` served by a decompressed copy (`HotCopies`): a hit of the
+    /// cache as a whole, though not of the lists.
+    pub fn note_hot_hit(&self, kind: ReadKind) {
+        self.counters.kind_hits.add(kind, 1);
+    }
+
+    /// Counts a read of `kind` that did not look in the cache (prefetch of a block not
+    /// cached, scrub, import): it goes to the device.
+    pub fn note_bypass(&self, kind: ReadKind) {
+        self.counters.kind_misses.add(kind, 1);
+    }
+
+    fn lookup(&self, key: &BlockKey, access: Access) -> Option<(Arc<[u8]>, Hit)> {
+        let mut g = self.inner.lock();
+        // File data lives in the data policy; so does a directory's record (a data block
+        // read as metadata), found there by its key.
+        if g.policy == DataPolicy::SecondLevel && (access.kind.is_data() || g.data.contains(key)) {
+            return match g.data.get(key, access.page, access.kind == ReadKind::Demand) {
+                Found::Hit { bytes, prefetched: true, .. } => Some((bytes, Hit::Prefetched)),
+                Found::Hit { bytes, window: true, .. } => Some((bytes, Hit::Recency)),
+                Found::Hit { bytes, window: false, .. } => Some((bytes, Hit::Frequency)),
+                Found::Miss => None,
+            };
+        }
+        let l = &mut g.lists;
         if let Some(e) = l.t1.get_mut(key).filter(|e| e.prefetched) {
             // First demand read of a read-ahead block: it stays in the recency list.
             e.prefetched = false;
             let bytes = e.bytes.clone();
             l.t1.to_back(key);
-            drop(l);
-            self.counters.prefetch_hits.fetch_add(1, Ordering::Relaxed);
-            self.hit(&self.counters.t1_hits);
-            return Some(bytes);
+            return Some((bytes, Hit::Prefetched));
         }
         if let Some(e) = l.t1.remove(key) {
             let bytes = e.bytes.clone();
@@ -314,93 +556,143 @@ impl ArcCache {
                 l.t2_meta += size;
             }
             l.t2.insert(*key, e);
-            drop(l);
-            self.hit(&self.counters.t1_hits);
-            return Some(bytes);
+            return Some((bytes, Hit::Recency));
         }
-        if let Some(e) = l.t2.to_back(key) {
-            let bytes = e.bytes.clone();
-            drop(l);
-            self.hit(&self.counters.t2_hits);
-            return Some(bytes);
-        }
-        drop(l);
-        self.counters.misses.fetch_add(1, Ordering::Relaxed);
-        None
+        l.t2.to_back(key).map(|e| (e.bytes.clone(), Hit::Frequency))
     }
 
-    fn hit(&self, list: &AtomicU64) {
-        self.counters.hits.fetch_add(1, Ordering::Relaxed);
-        list.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Caches a block just read (and verified) from disk.
-    pub fn insert(&self, key: BlockKey, bytes: Arc<[u8]>, lsize: u32, class: Class) {
+    /// Caches a block just read (and verified) from disk. File data read for a demand
+    /// read enters the data policy; data read to be rewritten (read-modify-write, a log
+    /// fetch) does not: its next version comes with the write.
+    pub fn insert(&self, key: BlockKey, bytes: Arc<[u8]>, lsize: u32, class: Class, access: Access) {
+        if !self.in_lists(class) {
+            if !self.keeps(class, access.kind) {
+                return;
+            }
+            let size = bytes.len() as u64;
+            self.insert_data(size, |d| d.insert_read(key, bytes, lsize, access.page), &key);
+            self.counters.inserts.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         self.insert_entry(key, Entry { bytes, lsize, class, prefetched: false });
     }
 
-    /// Caches a block just written (it enters the recency list, like a first read, but
-    /// counts as neither a hit nor a miss).
-    pub fn insert_written(&self, key: BlockKey, bytes: Arc<[u8]>, lsize: u32, class: Class) {
-        if self.insert_entry(key, Entry { bytes, lsize, class, prefetched: false }) {
+    /// Caches a block just written (counts as neither a hit nor a miss). File data takes
+    /// the place of its page's older version if that is cached.
+    pub fn insert_written(&self, key: BlockKey, bytes: Arc<[u8]>, lsize: u32, class: Class, page: Option<PageId>) {
+        let added = if self.in_lists(class) {
+            self.insert_entry(key, Entry { bytes, lsize, class, prefetched: false })
+        } else {
+            let size = bytes.len() as u64;
+            self.insert_data(size, |d| d.insert_written(key, bytes, lsize, page), &key)
+        };
+        if added {
             self.counters.written_inserts.fetch_add(1, Ordering::Relaxed);
         }
     }
 
     /// Caches a block read ahead of demand (sequential prefetch).
-    pub fn insert_prefetched(&self, key: BlockKey, bytes: Arc<[u8]>, lsize: u32, class: Class) {
-        if self.insert_entry(key, Entry { bytes, lsize, class, prefetched: true }) {
+    pub fn insert_prefetched(&self, key: BlockKey, bytes: Arc<[u8]>, lsize: u32, class: Class, page: Option<PageId>) {
+        let added = if self.in_lists(class) {
+            self.insert_entry(key, Entry { bytes, lsize, class, prefetched: true })
+        } else {
+            let size = bytes.len() as u64;
+            self.insert_data(size, |d| d.insert_prefetched(key, bytes, lsize, page), &key)
+        };
+        if added {
             self.counters.prefetch_inserts.fetch_add(1, Ordering::Relaxed);
         }
     }
 
     pub fn contains(&self, key: &BlockKey) -> bool {
-        let l = self.lists.lock();
-        l.t1.contains_key(key) || l.t2.contains_key(key)
+        let g = self.inner.lock();
+        g.lists.t1.contains_key(key) || g.lists.t2.contains_key(key) || g.data.contains(key)
     }
 
-    /// Returns whether the entry was added.
+    /// Whether `key` is cached, or was read ahead and evicted unread.
+    pub fn residency(&self, key: &BlockKey) -> Residency {
+        let g = self.inner.lock();
+        let l = &g.lists;
+        if l.t1.contains_key(key) || l.t2.contains_key(key) || g.data.contains(key) {
+            Residency::Cached
+        } else if l.b1.get(key).is_some_and(|g| g.unread_prefetch) || g.data.evicted_unread(key) {
+            Residency::EvictedUnread
+        } else {
+            Residency::Unknown
+        }
+    }
+
+    /// Adds an entry to the ARC lists. Returns whether the entry was added.
     fn insert_entry(&self, key: BlockKey, entry: Entry) -> bool {
         let size = entry.bytes.len() as u64;
         let outside = self.outside();
-        let mut l = self.lists.lock();
+        let mut g = self.inner.lock();
+        let l = &mut g.lists;
         if size > l.c || l.t1.contains_key(&key) || l.t2.contains_key(&key) {
             return false;
         }
-        let evicted = if let Some(ghost) = l.b1.remove(&key) {
+        let (to_t2, after_b2_hit) = if let Some(ghost) = l.b1.remove(&key) {
             // Recency was evicted too early: give T1 more room.
-            l.b1_bytes -= ghost;
+            l.b1_bytes -= ghost.size;
             let step = size * (l.b2_bytes / l.b1_bytes.max(1)).max(1);
             l.p = (l.p + step).min(l.c);
             self.counters.ghost_b1_hits.fetch_add(1, Ordering::Relaxed);
-            let n = l.make_room(size, false, outside);
-            l.add_t2(key, entry);
-            n
+            (true, false)
         } else if let Some(ghost) = l.b2.remove(&key) {
             // Frequency was evicted too early: give T2 more room.
-            l.b2_bytes -= ghost;
+            l.b2_bytes -= ghost.size;
             let step = size * (l.b1_bytes / l.b2_bytes.max(1)).max(1);
             l.p = l.p.saturating_sub(step);
             self.counters.ghost_b2_hits.fetch_add(1, Ordering::Relaxed);
-            let n = l.make_room(size, true, outside);
-            l.add_t2(key, entry);
-            n
+            (true, true)
         } else {
-            let n = l.make_room(size, false, outside);
-            l.add_t1(key, entry);
-            n
+            (false, false)
         };
-        l.trim_ghosts();
-        debug_assert!(l.t1_bytes + l.t2_bytes <= l.c, "ARC over budget");
-        drop(l);
+        let mut ev = g.make_room(size, after_b2_hit, outside);
+        if to_t2 {
+            g.lists.add_t2(key, entry);
+        } else {
+            g.lists.add_t1(key, entry);
+        }
+        g.lists.trim_ghosts();
+        // Data's budget follows what the lists now hold.
+        ev += g.rebudget_data(outside, 0);
+        assert!(g.bytes() <= g.lists.c, "cache over its budget: {} > {}", g.bytes(), g.lists.c);
+        drop(g);
         self.counters.inserts.fetch_add(1, Ordering::Relaxed);
-        self.counters.evictions.fetch_add(evicted, Ordering::Relaxed);
+        self.count_evicted(ev);
         true
+    }
+
+    /// Whether blocks of `class` live in the ARC lists (else in the data policy).
+    fn in_lists(&self, class: Class) -> bool {
+        class == Class::Metadata || self.policy == DataPolicy::Arc
+    }
+
+    /// Adds a data block to the data policy with `add`, after making room for its `size`.
+    fn insert_data(&self, size: u64, add: impl FnOnce(&mut DataCache) -> Evicted, key: &BlockKey) -> bool {
+        let outside = self.outside();
+        let mut g = self.inner.lock();
+        let mut ev = g.room_for_data(size, outside);
+        ev += add(&mut g.data);
+        // Its bookkeeping is counted too.
+        ev += g.rebudget_data(outside, 0);
+        let added = g.data.contains(key);
+        drop(g);
+        self.count_evicted(ev);
+        added
+    }
+
+    fn count_evicted(&self, ev: Evicted) {
+        self.counters.evictions.fetch_add(ev.blocks, Ordering::Relaxed);
+        self.counters.prefetch_evicted_unread.fetch_add(ev.unread_prefetch, Ordering::Relaxed);
     }
 
     /// Forgets a block whose space was freed.
     pub fn remove(&self, key: &BlockKey) {
-        let mut l = self.lists.lock();
+        let mut g = self.inner.lock();
+        g.data.remove(key);
+        let l = &mut g.lists;
         if let Some(e) = l.t1.remove(key) {
             l.t1_bytes -= e.bytes.len() as u64;
             l.account(&e, false, true);
@@ -408,50 +700,56 @@ impl ArcCache {
             l.t2_bytes -= e.bytes.len() as u64;
             l.account(&e, false, false);
         } else if let Some(g) = l.b1.remove(key) {
-            l.b1_bytes -= g;
+            l.b1_bytes -= g.size;
         } else if let Some(g) = l.b2.remove(key) {
-            l.b2_bytes -= g;
+            l.b2_bytes -= g.size;
         }
     }
 
     pub fn snapshot(&self) -> ArcSnapshot {
         let decoded_indirect_size = self.decoded_bytes.load(Ordering::Relaxed);
         let decoded_objects_size = self.objects_bytes.load(Ordering::Relaxed);
-        let l = self.lists.lock();
+        let g = self.inner.lock();
+        let (l, d) = (&g.lists, &g.data);
         let headers_size = l.headers();
         let c = &self.counters;
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let (window_ghosts, main_ghosts) = d.ghost_bytes();
+        let size = l.t1_bytes + l.t2_bytes + d.bytes();
         ArcSnapshot {
             hits: get(&c.hits),
             misses: get(&c.misses),
             recency_hits: get(&c.t1_hits),
             frequency_hits: get(&c.t2_hits),
-            ghost_recency_hits: get(&c.ghost_b1_hits),
-            ghost_frequency_hits: get(&c.ghost_b2_hits),
+            ghost_recency_hits: get(&c.ghost_b1_hits) + d.ghost_hits.window,
+            ghost_frequency_hits: get(&c.ghost_b2_hits) + d.ghost_hits.main,
             evictions: get(&c.evictions),
             prefetch_reads: get(&c.prefetch_inserts),
             written_blocks: get(&c.written_inserts),
             prefetch_hits: get(&c.prefetch_hits),
+            prefetch_evicted_unread: l.unread_prefetch_evictions + get(&c.prefetch_evicted_unread),
             hot_copy_hits: 0,
             hot_copies_size: 0,
-            size: l.t1_bytes + l.t2_bytes,
-            target_recency: l.p,
+            size,
+            target_recency: l.p + d.window_target(),
             max: l.c,
-            recency_size: l.t1_bytes,
-            frequency_size: l.t2_bytes,
-            ghost_recency_size: l.b1_bytes,
-            ghost_frequency_size: l.b2_bytes,
-            compressed_size: l.t1_bytes + l.t2_bytes,
-            logical_size: l.logical_bytes,
-            data_size: l.data_bytes,
+            recency_size: l.t1_bytes + d.window_bytes,
+            frequency_size: l.t2_bytes + d.main_bytes,
+            ghost_recency_size: l.b1_bytes + window_ghosts,
+            ghost_frequency_size: l.b2_bytes + main_ghosts,
+            compressed_size: size,
+            logical_size: l.logical_bytes + d.logical_bytes,
+            data_size: l.data_bytes + d.bytes(),
             metadata_size: l.metadata_bytes,
-            blocks: (l.t1.len() + l.t2.len()) as u64,
+            blocks: (l.t1.len() + l.t2.len() + d.blocks()) as u64,
+            kind_hits: c.kind_hits.values(),
+            kind_misses: c.kind_misses.values(),
             headers_size,
             decoded_indirect_size,
             decoded_objects_size,
             metadata_limit: l.meta_limit(),
             // The hot copies' actual size is added by whoever owns them (the pipeline).
-            accounted_size: l.t1_bytes + l.t2_bytes + headers_size + decoded_indirect_size + decoded_objects_size,
+            accounted_size: size + headers_size + decoded_indirect_size + decoded_objects_size,
             rss: 0,
             other_size: 0,
         }
@@ -463,8 +761,9 @@ impl ArcSnapshot {
     pub fn prometheus(&self) -> String {
         let mut out = String::new();
         for (name, value) in self.fields() {
+            let counter = name.ends_with("hits") || name.starts_with("hits_") || name.starts_with("misses");
             let kind =
-                if name.ends_with("hits") || name == "misses" || name == "evictions" { "counter" } else { "gauge" };
+                if counter || name == "evictions" || name == "prefetch_evicted_unread" { "counter" } else { "gauge" };
             out.push_str(&format!("# TYPE tarn_arc_{name} {kind}\ntarn_arc_{name} {value}\n"));
         }
         out
@@ -508,6 +807,11 @@ impl Lists {
         self.t2.insert(key, e);
     }
 
+    /// No block cached (ghosts may remain).
+    fn is_empty(&self) -> bool {
+        self.t1.is_empty() && self.t2.is_empty()
+    }
+
     /// The bookkeeping bytes of the cached blocks and the ghosts.
     fn headers(&self) -> u64 {
         (self.t1.len() + self.t2.len()) as u64 * ENTRY_HEADER_BYTES
@@ -518,28 +822,37 @@ impl Lists {
         self.c / 4 * META_LIMIT_QUARTERS
     }
 
-    /// Evicts until `incoming` more bytes fit beside the headers, the reserved share and
-    /// `outside` (decoded metadata): from T1 while it is over its target (or exactly at
-    /// it after a B2 ghost hit), else from T2 — data first while metadata is under its
-    /// limit. Returns how many were evicted.
-    fn make_room(&mut self, incoming: u64, after_b2_hit: bool, outside: u64) -> u64 {
+    /// Evicts until `incoming` more bytes fit beside the headers, the reserved share,
+    /// `outside` (decoded metadata) and `data` (what the data policy holds). Returns how
+    /// many were evicted.
+    fn make_room(&mut self, incoming: u64, after_b2_hit: bool, outside: u64, data: u64) -> u64 {
+        self.evict_until(after_b2_hit, outside, |l| {
+            l.t1_bytes + l.t2_bytes + l.headers() + l.reserved + outside + data + incoming <= l.c
+        })
+    }
+
+    /// Evicts until `done` says so or the lists are empty: from T1 while it is over its
+    /// target (or exactly at it after a B2 ghost hit), else from T2 — data first while
+    /// metadata (with `outside`, the decoded metadata) is under its limit. Returns how many
+    /// were evicted.
+    fn evict_until(&mut self, after_b2_hit: bool, outside: u64, done: impl Fn(&Lists) -> bool) -> u64 {
         let mut n = 0;
-        while !(self.t1.is_empty() && self.t2.is_empty())
-            && self.t1_bytes + self.t2_bytes + self.headers() + self.reserved + outside + incoming > self.c
-        {
+        while !self.is_empty() && !done(self) {
             let from_t1 = !self.t1.is_empty()
                 && (self.t1_bytes > self.p || (after_b2_hit && self.t1_bytes == self.p) || self.t2.is_empty());
             let keep_meta = self.metadata_bytes + outside <= self.meta_limit();
             let (from_t1, (key, e)) = self.pop_victim(from_t1, keep_meta);
             let size = e.bytes.len() as u64;
             self.account(&e, false, from_t1);
+            let ghost = Ghost { size, unread_prefetch: e.prefetched };
+            self.unread_prefetch_evictions += e.prefetched as u64;
             if from_t1 {
                 self.t1_bytes -= size;
-                self.b1.insert(key, size);
+                self.b1.insert(key, ghost);
                 self.b1_bytes += size;
             } else {
                 self.t2_bytes -= size;
-                self.b2.insert(key, size);
+                self.b2.insert(key, ghost);
                 self.b2_bytes += size;
             }
             n += 1;
@@ -580,22 +893,22 @@ impl Lists {
             let Some((_, g)) = self.b1.pop_front() else {
                 break;
             };
-            self.b1_bytes -= g;
+            self.b1_bytes -= g.size;
         }
         while self.t1_bytes + self.t2_bytes + self.b1_bytes + self.b2_bytes > 2 * self.c {
             let Some((_, g)) = self.b2.pop_front() else {
                 break;
             };
-            self.b2_bytes -= g;
+            self.b2_bytes -= g.size;
         }
         let ghost_max = self.c / GHOST_HEADER_SHARE;
         while (self.b1.len() + self.b2.len()) as u64 * GHOST_HEADER_BYTES > ghost_max {
             let side = if self.b1_bytes >= self.b2_bytes { &mut self.b1 } else { &mut self.b2 };
             let Some((_, g)) = side.pop_front() else { break };
             if self.b1_bytes >= self.b2_bytes {
-                self.b1_bytes -= g;
+                self.b1_bytes -= g.size;
             } else {
-                self.b2_bytes -= g;
+                self.b2_bytes -= g.size;
             }
         }
     }
@@ -700,7 +1013,7 @@ fn total_memory() -> u64 {
 impl ArcSnapshot {
     /// (name, value) of every counter and size, in declaration order.
     pub fn fields(&self) -> Vec<(&'static str, u64)> {
-        vec![
+        let mut fields = vec![
             ("hits", self.hits),
             ("misses", self.misses),
             ("recency_hits", self.recency_hits),
@@ -711,6 +1024,7 @@ impl ArcSnapshot {
             ("prefetch_reads", self.prefetch_reads),
             ("prefetch_hits", self.prefetch_hits),
             ("written_blocks", self.written_blocks),
+            ("prefetch_evicted_unread", self.prefetch_evicted_unread),
             ("hot_copy_hits", self.hot_copy_hits),
             ("hot_copies_size", self.hot_copies_size),
             ("size", self.size),
@@ -732,7 +1046,10 @@ impl ArcSnapshot {
             ("accounted_size", self.accounted_size),
             ("rss", self.rss),
             ("other_size", self.other_size),
-        ]
+        ];
+        fields.extend(KIND_HIT_NAMES.into_iter().zip(self.kind_hits));
+        fields.extend(KIND_MISS_NAMES.into_iter().zip(self.kind_misses));
+        fields
     }
 }
 

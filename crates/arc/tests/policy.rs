@@ -1,8 +1,12 @@
 //! The replacement policy as a user of the cache notices it: a scan does not flush the
-//! hot set, ghost hits move the split, and the budget holds under concurrent use.
+//! hot set, ghost hits move the split, and the budget holds under concurrent use. The ARC
+//! lists (metadata; data under `DataPolicy::Arc`) and the default data policy
+//! (`DataPolicy::SecondLevel`) are both checked.
 use std::sync::Arc;
 
-use tarn_arc::{ArcCache, BlockKey, Class};
+use tarn_arc::{Access, ArcCache, BlockKey, Class, DataPolicy, PageId, ReadKind};
+
+const DEMAND: Access = Access::of(ReadKind::Demand);
 
 const BLOCK: usize = 4096;
 
@@ -12,16 +16,26 @@ fn key(n: u64) -> BlockKey {
 
 /// Reads block `n` through the cache, inserting on a miss as the io pipeline does.
 fn read(arc: &ArcCache, n: u64) -> bool {
-    if arc.get(&key(n)).is_some() {
+    if arc.get(&key(n), DEMAND).is_some() {
         return true;
     }
-    arc.insert(key(n), Arc::from(vec![n as u8; BLOCK]), 16384, Class::Data);
+    arc.insert(key(n), Arc::from(vec![n as u8; BLOCK]), 16384, Class::Data, DEMAND);
     false
+}
+
+/// The ARC lists as they keep data (tarn before issue #17, and metadata today).
+fn arc_lists(max: u64) -> ArcCache {
+    ArcCache::with_policy(max, DataPolicy::Arc)
 }
 
 #[test]
 fn a_one_time_scan_does_not_flush_the_frequently_used_set() {
-    let arc = ArcCache::new(100 * BLOCK as u64);
+    for policy in [DataPolicy::Arc, DataPolicy::SecondLevel] {
+        one_time_scan(ArcCache::with_policy(100 * BLOCK as u64, policy));
+    }
+}
+
+fn one_time_scan(arc: ArcCache) {
     // A hot set of 40 blocks, each read twice: they live in the frequency list.
     for _ in 0..2 {
         for n in 0..40 {
@@ -32,7 +46,7 @@ fn a_one_time_scan_does_not_flush_the_frequently_used_set() {
     for n in 1000..2000 {
         read(&arc, n);
     }
-    let hot_hits = (0..40).filter(|&n| arc.get(&key(n)).is_some()).count();
+    let hot_hits = (0..40).filter(|&n| arc.get(&key(n), DEMAND).is_some()).count();
     assert_eq!(hot_hits, 40, "every hot block survived the scan");
     // (A plain LRU of the same size would hold only the last 100 scan blocks.)
     let s = arc.snapshot();
@@ -42,7 +56,7 @@ fn a_one_time_scan_does_not_flush_the_frequently_used_set() {
 
 #[test]
 fn ghost_hits_steer_the_split_between_recency_and_frequency() {
-    let arc = ArcCache::new(64 * BLOCK as u64);
+    let arc = arc_lists(64 * BLOCK as u64);
     // 32 frequently used blocks fill the frequency side.
     for _ in 0..2 {
         for n in 0..32 {
@@ -75,9 +89,9 @@ fn ghost_hits_steer_the_split_between_recency_and_frequency() {
 fn compressed_blocks_count_their_physical_size_and_report_logical() {
     let arc = ArcCache::new(1 << 20);
     for n in 0..10 {
-        arc.insert(key(n), Arc::from(vec![0u8; 5000]), 16384, Class::Data);
+        arc.insert(key(n), Arc::from(vec![0u8; 5000]), 16384, Class::Data, DEMAND);
     }
-    arc.insert(key(99), Arc::from(vec![0u8; 2000]), 32768, Class::Metadata);
+    arc.insert(key(99), Arc::from(vec![0u8; 2000]), 32768, Class::Metadata, Access::of(ReadKind::Indirect));
     let s = arc.snapshot();
     assert_eq!(s.compressed_size, 52_000);
     assert_eq!(s.logical_size, 10 * 16384 + 32768);
@@ -88,7 +102,13 @@ fn compressed_blocks_count_their_physical_size_and_report_logical() {
 
 #[test]
 fn the_budget_holds_under_concurrent_readers_and_shrinks_at_run_time() {
-    let arc = Arc::new(ArcCache::new(256 * BLOCK as u64));
+    for policy in [DataPolicy::Arc, DataPolicy::SecondLevel] {
+        budget_under_concurrency(policy);
+    }
+}
+
+fn budget_under_concurrency(policy: DataPolicy) {
+    let arc = Arc::new(ArcCache::with_policy(256 * BLOCK as u64, policy));
     let threads: Vec<_> = (0..4u64)
         .map(|t| {
             let arc = arc.clone();
@@ -118,13 +138,157 @@ fn the_budget_holds_under_concurrent_readers_and_shrinks_at_run_time() {
 
 #[test]
 fn a_prefetched_block_read_once_is_not_taken_for_a_frequent_one() {
-    let arc = ArcCache::new(64 * BLOCK as u64);
-    arc.insert_prefetched(key(1), Arc::from(vec![1u8; BLOCK]), 16384, Class::Data);
-    assert!(arc.get(&key(1)).is_some());
+    let arc = arc_lists(64 * BLOCK as u64);
+    arc.insert_prefetched(key(1), Arc::from(vec![1u8; BLOCK]), 16384, Class::Data, None);
+    assert!(arc.get(&key(1), DEMAND).is_some());
     let s = arc.snapshot();
     assert_eq!((s.prefetch_reads, s.prefetch_hits), (1, 1));
     assert_eq!(s.frequency_size, 0, "the first demand read of a read-ahead block keeps it in recency");
-    assert!(arc.get(&key(1)).is_some());
+    assert!(arc.get(&key(1), DEMAND).is_some());
     assert_eq!(arc.snapshot().frequency_size, BLOCK as u64, "a second demand read promotes it");
     assert_eq!(arc.snapshot().prefetch_hits, 1);
+}
+
+fn page(n: u64) -> PageId {
+    PageId { objset: 1, object: 7, blkid: n }
+}
+
+/// Version `v` of page `n`: a rewritten page is a new block (copy-on-write).
+fn version(n: u64, v: u64) -> BlockKey {
+    BlockKey { vdev: 0, offset: (n * 64 + v) * BLOCK as u64, birth: v + 1 }
+}
+
+/// A demand read of version `v` of page `n`, inserting on a miss as the pipeline does.
+fn read_page(arc: &ArcCache, n: u64, v: u64) -> bool {
+    let access = Access::page(ReadKind::Demand, page(n));
+    if arc.get(&version(n, v), access).is_some() {
+        return true;
+    }
+    arc.insert(version(n, v), Arc::from(vec![n as u8; BLOCK]), 16384, Class::Data, access);
+    false
+}
+
+/// The buffer pool above flushes page `n` as version `v`; the txg frees version `v - 1`.
+fn rewrite_page(arc: &ArcCache, n: u64, v: u64) {
+    arc.insert_written(version(n, v), Arc::from(vec![n as u8; BLOCK]), 16384, Class::Data, Some(page(n)));
+    arc.remove(&version(n, v - 1));
+}
+
+#[test]
+fn a_page_keeps_its_rank_across_rewrites_and_the_cache_serves_only_the_new_version() {
+    let arc = ArcCache::new(64 * BLOCK as u64);
+    // 40 pages read three times each: the frequently read set.
+    for _ in 0..3 {
+        for n in 0..40 {
+            read_page(&arc, n, 0);
+        }
+    }
+    // Each is rewritten (a new block per page), then a scan of 400 pages read once.
+    for n in 0..40 {
+        rewrite_page(&arc, n, 1);
+    }
+    for n in 1000..1400 {
+        read_page(&arc, n, 0);
+    }
+    assert!(arc.get(&version(5, 0), DEMAND).is_none(), "the old version is gone");
+    let hot = (0..40).filter(|&n| read_page(&arc, n, 1)).count();
+    assert_eq!(hot, 40, "every rewritten hot page is still cached: {:?}", arc.snapshot());
+    let s = arc.snapshot();
+    assert!(s.size <= s.max);
+}
+
+#[test]
+fn under_a_buffer_pool_the_most_read_pages_win_where_arc_and_lru_keep_the_recent_ones() {
+    // The pattern a cache under a buffer pool sees: 30 pages come back again and again
+    // (the pool's misses of its warm pages) among a stream of pages read once, each
+    // warm page about every 60 reads. The cache holds 40 blocks.
+    let hits = |arc: &ArcCache| {
+        let mut hits = 0;
+        let mut cold = 10_000;
+        for round in 0..200u64 {
+            for k in 0..60u64 {
+                let n = if k % 2 == 0 { (round * 7 + k / 2) % 30 } else { cold };
+                cold += k % 2;
+                hits += (read_page(arc, n, 0) && n < 30) as u64;
+            }
+        }
+        hits
+    };
+    let second_level = hits(&ArcCache::new(40 * BLOCK as u64));
+    let arc = hits(&arc_lists(40 * BLOCK as u64));
+    assert!(second_level > 5000, "warm pages hit: {second_level} of 6000");
+    assert!(second_level > arc + 1000, "second-level {second_level} against ARC {arc}");
+}
+
+#[test]
+fn a_recency_workload_grows_the_window_and_hits_like_lru() {
+    // Each page is read twice, 20 reads apart, then never again: only recency helps.
+    let arc = ArcCache::new(64 * BLOCK as u64);
+    let mut hits = 0;
+    for n in 0..4000u64 {
+        read_page(&arc, n, 0);
+        if n >= 20 {
+            hits += read_page(&arc, n - 20, 0) as u64;
+        }
+    }
+    let s = arc.snapshot();
+    assert!(hits > 3000, "second reads hit once the window has grown: {hits} of 3980, {s:?}");
+    assert!(s.target_recency > 20 * BLOCK as u64, "the window grew: {s:?}");
+}
+
+#[test]
+fn metadata_is_kept_beside_data_within_the_one_budget() {
+    let arc = ArcCache::new(64 * BLOCK as u64);
+    let meta = Access::of(ReadKind::Indirect);
+    for n in 0..20 {
+        arc.insert(key(5000 + n), Arc::from(vec![0u8; BLOCK]), 32768, Class::Metadata, meta);
+    }
+    for n in 0..500 {
+        read_page(&arc, n, 0);
+    }
+    let s = arc.snapshot();
+    assert!(s.size <= s.max, "{s:?}");
+    assert_eq!(s.metadata_size, 20 * BLOCK as u64, "data does not push metadata out: {s:?}");
+    assert!((0..20).all(|n| arc.get(&key(5000 + n), meta).is_some()));
+    // Metadata may take up to its limit (three quarters, ZFS's arc_meta_limit) from data,
+    // no more: data keeps the rest, less the cache's own bookkeeping.
+    for n in 20..200 {
+        arc.insert(key(5000 + n), Arc::from(vec![0u8; BLOCK]), 32768, Class::Metadata, meta);
+    }
+    let s = arc.snapshot();
+    assert_eq!(s.metadata_limit, s.max / 4 * 3);
+    assert!(s.metadata_size <= s.metadata_limit && s.size <= s.max, "{s:?}");
+    assert!(s.accounted_size <= s.max, "{s:?}");
+    assert!(s.data_size + s.headers_size >= s.max / 4 - 2 * BLOCK as u64, "data keeps its quarter: {s:?}");
+}
+
+#[test]
+fn a_read_ahead_block_evicted_unread_is_counted_and_remembered() {
+    let arc = ArcCache::new(64 * BLOCK as u64);
+    arc.insert_prefetched(version(1, 0), Arc::from(vec![1u8; BLOCK]), 16384, Class::Data, Some(page(1)));
+    assert_eq!(arc.residency(&version(1, 0)), tarn_arc::Residency::Cached);
+    for n in 100..300 {
+        read_page(&arc, n, 0);
+    }
+    assert_eq!(arc.residency(&version(1, 0)), tarn_arc::Residency::EvictedUnread);
+    let s = arc.snapshot();
+    assert_eq!((s.prefetch_reads, s.prefetch_evicted_unread), (1, 1), "{s:?}");
+}
+
+#[test]
+fn a_directory_record_read_as_metadata_is_cached_under_either_policy() {
+    // Directories are stored as data blocks and read as `Directory`.
+    let dir = Access::of(ReadKind::Directory);
+    for policy in [DataPolicy::Arc, DataPolicy::SecondLevel] {
+        let arc = ArcCache::with_policy(64 * BLOCK as u64, policy);
+        assert!(arc.get(&key(1), dir).is_none());
+        assert!(arc.keeps(Class::Data, ReadKind::Directory));
+        arc.insert(key(1), Arc::from(vec![1u8; BLOCK]), 16384, Class::Data, dir);
+        assert_eq!(arc.get(&key(1), dir).as_deref(), Some(&[1u8; BLOCK][..]), "{policy:?}");
+        // Written, then read back as a directory.
+        arc.insert_written(key(2), Arc::from(vec![2u8; BLOCK]), 16384, Class::Data, None);
+        assert!(arc.get(&key(2), dir).is_some(), "{policy:?}");
+        let s = arc.snapshot();
+        assert_eq!(s.kind_hits[ReadKind::Directory.index()], 2, "{policy:?}");
+    }
 }

@@ -56,6 +56,12 @@ const METRICS: &[(&str, &str, Kind, &str)] = &[
     ("arc", "prefetch_reads", Kind::Counter, "Blocks read ahead by sequential prefetch."),
     ("arc", "prefetch_hits", Kind::Counter, "Demand reads that found a prefetched block."),
     ("arc", "written_blocks", Kind::Counter, "Blocks kept in the ARC as a txg wrote them."),
+    (
+        "arc",
+        "prefetch_evicted_unread",
+        Kind::Counter,
+        "Blocks read ahead and evicted before any reader asked for them.",
+    ),
     ("arc", "hot_copy_hits", Kind::Counter, "Reads served from the decompressed copies of hot blocks."),
     ("arc", "hot_copies_size", Kind::Gauge, "Bytes held by the decompressed copies of hot blocks."),
     ("arc", "size", Kind::Gauge, "Bytes held by the ARC (compressed, as stored)."),
@@ -117,7 +123,8 @@ const METRICS: &[(&str, &str, Kind, &str)] = &[
     ("io", "physical_bytes_written", Kind::Counter, "Bytes of blocks written, as stored (compressed)."),
     ("io", "runs_written", Kind::Counter, "Runs of sectors written (one write each per mirror side)."),
     ("io", "blocks_read", Kind::Counter, "Blocks read from the devices."),
-    ("io", "physical_bytes_read", Kind::Counter, "Bytes read from the devices."),
+    ("io", "physical_bytes_read", Kind::Counter, "Stored bytes of the blocks read from the devices."),
+    ("io", "device_bytes_read", Kind::Counter, "Bytes the devices transferred for block reads (whole sectors)."),
     ("io", "checksum_errors", Kind::Counter, "Block reads whose checksum did not match."),
     ("space", "allocated_sector_bytes", Kind::Gauge, "Bytes of the sectors holding live data."),
     ("space", "live_bytes", Kind::Gauge, "Live bytes in those sectors (the rest is lost to partly freed sectors)."),
@@ -128,6 +135,28 @@ const METRICS: &[(&str, &str, Kind, &str)] = &[
         Kind::Gauge,
         "Bytes of the datasets' data before compression, as of the last commit.",
     ),
+];
+
+/// What each read kind counts (the suffix of the per-kind counters).
+const READ_KINDS: &[(&str, &str)] = &[
+    ("demand", "file data a reader asked for"),
+    ("indirect", "indirect blocks"),
+    ("dnode", "dnode-table blocks"),
+    ("directory", "directory blocks"),
+    ("pool", "the pool's own metadata (MOS)"),
+    ("prefetch", "sequential read-ahead"),
+    ("rmw", "the old record under a partial write (read-modify-write)"),
+    ("logfetch", "a logged write's data fetched at fsync"),
+    ("scrub", "scrub, past the cache"),
+    ("import", "the import walk and intent-log replay, past the cache"),
+];
+
+/// The per-kind counters: (group, prefix, kind, help before the kind's description).
+const PER_KIND: &[(&str, &str, Kind, &str)] = &[
+    ("arc", "hits_", Kind::Counter, "Reads served by the ARC or its decompressed copies:"),
+    ("arc", "misses_", Kind::Counter, "Reads the ARC could not serve (read from the devices):"),
+    ("io", "reads_", Kind::Counter, "Device reads:"),
+    ("io", "read_bytes_", Kind::Counter, "Bytes the devices transferred (whole sectors) for reads:"),
 ];
 
 /// The I/O classes of the devices' queues, as `tarn stats io` names them.
@@ -146,6 +175,12 @@ const IO_CLASS_METRICS: &[(&str, Kind, &str)] = &[
 fn describe(group: &str, name: &str) -> Option<(Kind, String)> {
     if let Some(&(_, _, kind, help)) = METRICS.iter().find(|(g, n, _, _)| *g == group && *n == name) {
         return Some((kind, help.to_string()));
+    }
+    if let Some(per_kind) = PER_KIND.iter().filter(|(g, _, _, _)| *g == group).find_map(|&(_, prefix, kind, help)| {
+        let what = READ_KINDS.iter().find(|(k, _)| name.strip_prefix(prefix) == Some(k))?.1;
+        Some((kind, format!("{help} {what}.")))
+    }) {
+        return Some(per_kind);
     }
     if group != "io" {
         return None;

@@ -101,7 +101,7 @@ impl TestPool {
             let local = set.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string());
             local.unwrap_or_else(|| props::find(name).map_or(String::new(), |p| p.default.to_string()))
         });
-        let os = ObjSet::open(ctx.clone(), None, 1);
+        let os = ObjSet::open(ctx.clone(), 1, None, 1);
         let ds = Arc::new(Dataset::new(1, os, eff, Arc::new(Roomy), zil.clone(), Vec::new()));
         ds.init_root().unwrap();
         let committer = Arc::new(Committer { ctx: ctx.clone(), zil: zil.clone(), ds: ds.clone() });

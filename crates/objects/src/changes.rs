@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use tarn_zio::{BlockPtr, Zio, ZioError};
+use tarn_zio::{Access, BlockPtr, ReadKind, Zio, ZioError};
 
 use crate::dir;
 use crate::dnode::{Dnode, DNODE_SIZE};
@@ -99,7 +99,8 @@ impl ObjState {
         if !self.syncing.records.contains_key(&blkid) {
             let blksz = self.blksz() as usize;
             let mut rec = match self.tree.get(zio, blkid)? {
-                Some(bp) => zio.read(&bp)?,
+                // A dnode-table record: counted as a dnode read by its block type.
+                Some(bp) => zio.read(&bp, Access::page(ReadKind::Rmw, self.page(blkid)))?,
                 None => vec![0u8; blksz],
             };
             rec.resize(blksz, 0);

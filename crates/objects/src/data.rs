@@ -12,7 +12,7 @@
 //! Must never: touch the syncing txg's records or the tree (a sync may be writing them).
 use std::sync::Arc;
 
-use tarn_zio::{Zio, ZioError};
+use tarn_zio::{ReadKind, Zio, ZioError};
 
 use crate::dnode::Timespec;
 use crate::object::ObjState;
@@ -37,7 +37,7 @@ impl ObjState {
         if wanted <= blksz {
             return Ok(());
         }
-        let mut rec0 = if self.dnode.size > 0 { self.load_record(zio, 0)? } else { Vec::new() };
+        let mut rec0 = if self.dnode.size > 0 { self.load_record(zio, 0, ReadKind::Rmw)? } else { Vec::new() };
         self.dnode.blksz = wanted;
         rec0.resize(wanted as usize, 0);
         if self.dnode.size > 0 {
@@ -136,7 +136,7 @@ impl ObjState {
         let blksz = self.blksz() as usize;
         let present = self.open.records.get(&blkid).is_some_and(|r| !r.is_empty());
         if !present {
-            let fresh = if whole { vec![0u8; blksz] } else { self.load_record(zio, blkid)? };
+            let fresh = if whole { vec![0u8; blksz] } else { self.load_record(zio, blkid, ReadKind::Rmw)? };
             self.open.records.insert(blkid, Arc::new(fresh));
         }
         let rec = Arc::make_mut(self.open.records.get_mut(&blkid).expect("inserted"));

@@ -17,7 +17,7 @@
 //! free a block (orphans go back to the caller through `SyncResult`).
 use std::sync::Arc;
 
-use tarn_zio::{BlockPtr, BlockType, IoClass, PendingBlock, Zio, ZioError};
+use tarn_zio::{Access, BlockPtr, BlockType, IoClass, PageId, PendingBlock, ReadKind, Zio, ZioError};
 
 use crate::object::{ObjState, Record, Source};
 use crate::objset::{ObjSet, SyncPolicy};
@@ -79,8 +79,9 @@ impl ObjSet {
         if let Some(bp) = st.early_block(blkid, &rec) {
             return Ok(EarlyData::InPlace { block_offset, bp });
         }
+        let page = st.page(blkid);
         drop(st); // readers and writers of the file go on while the block is written
-        let bp = write_record(&ctx.zio, &rec, txg, policy)?;
+        let bp = write_record(&ctx.zio, &rec, page, txg, policy)?;
         obj.lock().set_early_block(blkid, &rec, bp);
         drop(hold);
         Ok(EarlyData::InPlace { block_offset, bp })
@@ -88,7 +89,7 @@ impl ObjSet {
 }
 
 /// Writes one data record as a block born in `txg`.
-fn write_record(zio: &Zio, rec: &Record, txg: u64, policy: SyncPolicy) -> Result<BlockPtr, ZioError> {
+fn write_record(zio: &Zio, rec: &Record, page: PageId, txg: u64, policy: SyncPolicy) -> Result<BlockPtr, ZioError> {
     let block = PendingBlock {
         data: rec,
         compression: policy.compression,
@@ -96,6 +97,7 @@ fn write_record(zio: &Zio, rec: &Record, txg: u64, policy: SyncPolicy) -> Result
         level: 0,
         block_type: BlockType::Data,
         cache: policy.cache,
+        page: Some(page),
     };
     // The fsync that asked waits for this write: it goes ahead of the txg's writes.
     Ok(zio.write_blocks_as(&[block], txg, IoClass::SyncWrite)?.pop().expect("one block written"))
@@ -137,7 +139,7 @@ impl ObjState {
         };
         match source {
             Source::Mem(r) => copy_from(&r),
-            Source::Disk(bp) => copy_from(&zio.read(&bp)?),
+            Source::Disk(bp) => copy_from(&zio.read(&bp, Access::page(ReadKind::LogFetch, self.page(blkid)))?),
             Source::Hole => {}
         }
         Ok(LogData::Bytes(out))

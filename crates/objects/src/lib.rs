@@ -30,6 +30,7 @@ mod objset;
 mod tests;
 pub mod traverse;
 pub mod tree;
+mod zfetch;
 
 pub use dir::{DirEntry, Entries};
 pub use dnode::{Dnode, ObjType, Timespec, DNODE_SIZE};

@@ -14,7 +14,7 @@
 //!
 //! Must never: check names or permissions (the dataset does), or mark the object set
 //! dirty (the caller does, after dropping the lock: `ObjSet::mark_dirty`).
-use tarn_zio::Zio;
+use tarn_zio::{ReadKind, Zio};
 
 use crate::dir::{self, DirEntry, Entries};
 use crate::dnode::{Dnode, ObjType, Timespec};
@@ -168,7 +168,7 @@ impl ObjState {
             let blksz = self.blksz();
             let mut at = 0u64;
             while at < size {
-                let rec = self.load_record(zio, at / blksz)?;
+                let rec = self.load_record(zio, at / blksz, ReadKind::Directory)?;
                 let n = (blksz.min(size - at)) as usize;
                 bytes[at as usize..at as usize + n].copy_from_slice(&rec[..n]);
                 at += n as u64;

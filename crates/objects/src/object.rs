@@ -21,12 +21,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
-use tarn_zio::{BlockPtr, CachePolicy, Zio, ZioError};
+use tarn_zio::{Access, BlockPtr, CachePolicy, PageId, ReadKind, Residency, Zio, ZioError};
 
 use crate::changes::Changes;
 use crate::dir::Entries;
 use crate::dnode::Dnode;
 use crate::tree::BlockTree;
+use crate::zfetch::{Fate, Zfetch};
 use crate::Ctx;
 
 /// A record's content in a txg's changes; an empty vector is a hole (zeros, no block).
@@ -36,6 +37,10 @@ pub(crate) type Record = Arc<Vec<u8>>;
 /// an object only through the named operations (`data.rs`, `metadata.rs`), where the rules
 /// live.
 pub struct ObjState {
+    /// Which object set and object this is: with a record number, a page's logical
+    /// identity (`PageId`), which the cache and the read trace follow across rewrites.
+    pub(crate) objset: u64,
+    pub(crate) id: u64,
     pub(crate) dnode: Dnode,
     pub(crate) tree: BlockTree,
     pub(crate) open: Changes,
@@ -46,15 +51,12 @@ pub struct ObjState {
     pub(crate) dir_dirty: bool,
     /// The object was freed (its dnode slot will be zeroed).
     pub(crate) gone: bool,
+    /// Sequential read-ahead: the streams of this file and its waste accounting.
+    zfetch: Zfetch,
     /// Bytes of the loaded directory entries (names and their map), for the budget.
     pub(crate) dir_bytes: u64,
     /// Bytes this object has charged to the ARC's budget (`recharge`).
     pub(crate) charged: u64,
-    /// Sequential-read detection: the record the next read would start at if the reader
-    /// goes on in order, how many reads in a row did, and how far read-ahead has gone.
-    seq_next: u64,
-    seq_run: u32,
-    prefetched_to: u64,
 }
 
 pub struct Object {
@@ -154,12 +156,14 @@ pub(crate) enum Source {
 }
 
 impl Object {
-    pub(crate) fn new(id: u64, dnode: Dnode) -> Object {
+    pub(crate) fn new(objset: u64, id: u64, dnode: Dnode) -> Object {
         let tree = BlockTree::new(dnode.root, dnode.nlevels);
         Object {
             id,
             touched: AtomicBool::new(true),
             state: Mutex::new(ObjState {
+                objset,
+                id,
                 dnode,
                 tree,
                 open: Changes::default(),
@@ -168,11 +172,9 @@ impl Object {
                 dir: None,
                 dir_dirty: false,
                 gone: false,
+                zfetch: Zfetch::default(),
                 dir_bytes: 0,
                 charged: OBJECT_BYTES,
-                seq_next: 0,
-                seq_run: 0,
-                prefetched_to: 0,
             }),
         }
     }
@@ -235,7 +237,7 @@ impl ObjGuard<'_> {
         let len = (buf.len() as u64).min(size - off) as usize;
         let blksz = self.blksz();
         let mut done = 0usize;
-        let mut disk_reads: Vec<(BlockPtr, usize, usize, usize)> = Vec::new();
+        let mut disk_reads: Vec<(BlockPtr, PageId, usize, usize, usize)> = Vec::new();
         while done < len {
             let pos = off + done as u64;
             let blkid = pos / blksz;
@@ -243,7 +245,7 @@ impl ObjGuard<'_> {
             let n = (blksz as usize - in_rec).min(len - done);
             match self.source(zio, blkid)? {
                 Source::Mem(r) if !r.is_empty() => buf[done..done + n].copy_from_slice(&r[in_rec..in_rec + n]),
-                Source::Disk(bp) => disk_reads.push((bp, in_rec, done, n)),
+                Source::Disk(bp) => disk_reads.push((bp, self.page(blkid), in_rec, done, n)),
                 _ => buf[done..done + n].fill(0),
             }
             done += n;
@@ -255,12 +257,12 @@ impl ObjGuard<'_> {
         // Hold off the release of freed blocks while we read blocks the tree pointed to.
         let _reclaim = ctx.reclaim.read_recursive();
         drop(self);
-        for (bp, in_rec, at, n) in disk_reads {
+        for (bp, page, in_rec, at, n) in disk_reads {
             if in_rec == 0 && n == bp.lsize as usize {
-                zio.read_cached(&bp, &mut buf[at..at + n], policy)?;
+                zio.read_cached(&bp, &mut buf[at..at + n], policy, Access::page(ReadKind::Demand, page))?;
             } else {
                 let mut rec = vec![0u8; bp.lsize as usize];
-                zio.read_cached(&bp, &mut rec, policy)?;
+                zio.read_cached(&bp, &mut rec, policy, Access::page(ReadKind::Demand, page))?;
                 let avail = rec.len().saturating_sub(in_rec).min(n);
                 buf[at..at + avail].copy_from_slice(&rec[in_rec..in_rec + avail]);
                 buf[at + avail..at + n].fill(0);
@@ -273,6 +275,11 @@ impl ObjGuard<'_> {
 impl ObjState {
     pub(crate) fn blksz(&self) -> u64 {
         self.dnode.blksz as u64
+    }
+
+    /// The logical identity of record `blkid` of this object.
+    pub(crate) fn page(&self, blkid: u64) -> PageId {
+        PageId { objset: self.objset, object: self.id, blkid }
     }
 
     /// Nothing here that a reload from disk would not give back: no change in the open or
@@ -326,44 +333,44 @@ impl ObjState {
         })
     }
 
-    /// The whole record `blkid` as bytes of the current block size (zeros for a hole).
-    pub(crate) fn load_record(&mut self, zio: &Zio, blkid: u64) -> Result<Vec<u8>, ZioError> {
+    /// The whole record `blkid` as bytes of the current block size (zeros for a hole);
+    /// a read from the devices is counted as `kind` (read-modify-write, or a directory's
+    /// entries: directories are stored as data blocks).
+    pub(crate) fn load_record(&mut self, zio: &Zio, blkid: u64, kind: ReadKind) -> Result<Vec<u8>, ZioError> {
         let blksz = self.blksz() as usize;
         let mut out = match self.source(zio, blkid)? {
             Source::Mem(r) if r.is_empty() => vec![0u8; blksz],
             Source::Mem(r) => r.as_ref().clone(),
-            Source::Disk(bp) => zio.read(&bp)?,
+            Source::Disk(bp) => zio.read(&bp, Access::page(kind, self.page(blkid)))?,
             Source::Hole => vec![0u8; blksz],
         };
         out.resize(blksz, 0);
         Ok(out)
     }
 
-    /// Sequential prefetch (like ZFS's zfetch): after a few reads in record order, asks
-    /// for the next records to be read into the ARC, the distance doubling up to 32.
+    /// Sequential read-ahead (ZFS's zfetch, `zfetch.rs`): a read of records [first, last]
+    /// may ask for the next records to be read into the ARC.
     fn read_ahead(&mut self, zio: &Zio, first: u64, last: u64) -> Result<(), ZioError> {
-        if first == self.seq_next {
-            self.seq_run = self.seq_run.saturating_add(1);
-        } else if first + 1 != self.seq_next {
-            self.seq_run = 0;
-            self.prefetched_to = 0;
-        }
-        self.seq_next = last + 1;
-        if self.seq_run < 2 {
-            return Ok(());
-        }
-        let distance = 1u64 << self.seq_run.min(5);
         let records = self.dnode.size.div_ceil(self.blksz());
-        let from = (last + 1).max(self.prefetched_to);
-        let to = (last + 1 + distance).min(records);
-        let mut bps = Vec::new();
-        for blkid in from..to {
+        let mut zfetch = std::mem::take(&mut self.zfetch);
+        let fate = |blkid: u64| match self.tree.peek(blkid) {
+            Some(bp) => match zio.residency(&bp) {
+                Residency::Cached => Fate::Cached,
+                Residency::EvictedUnread => Fate::EvictedUnread,
+                Residency::Unknown => Fate::Unknown,
+            },
+            None => Fate::Unknown,
+        };
+        let ahead = zfetch.access(first, last, records, fate);
+        self.zfetch = zfetch;
+        let Some(ahead) = ahead else { return Ok(()) };
+        let mut blocks = Vec::new();
+        for blkid in ahead.from..ahead.to {
             if let Source::Disk(bp) = self.source(zio, blkid)? {
-                bps.push(bp);
+                blocks.push((bp, self.page(blkid)));
             }
         }
-        self.prefetched_to = to.max(self.prefetched_to);
-        zio.prefetch(&bps);
+        zio.prefetch(&blocks);
         Ok(())
     }
 }

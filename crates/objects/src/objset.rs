@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use hashlink::LinkedHashMap;
 use parking_lot::{Mutex, MutexGuard, RwLock};
-use tarn_zio::{BlockPtr, BlockType, ChecksumKind, Compression, PendingBlock};
+use tarn_zio::{BlockPtr, BlockType, ChecksumKind, Compression, PageId, PendingBlock};
 
 use crate::dnode::{Dnode, ObjType, DNODE_SIZE};
 use crate::early::adoptable;
@@ -78,6 +78,8 @@ impl SyncResult {
 
 pub struct ObjSet {
     ctx: Arc<Ctx>,
+    /// The dataset's id: the `objset` of its pages' logical identity.
+    id: u64,
     meta: Object,
     /// Read-mostly: every file operation looks its object up here. In CLOCK order (the
     /// front is where the hand is).
@@ -91,12 +93,14 @@ pub struct ObjSet {
 }
 
 impl ObjSet {
-    /// Opens an object set from its meta dnode (`None` for a new, empty set).
-    pub fn open(ctx: Arc<Ctx>, meta: Option<Dnode>, next_obj: u64) -> ObjSet {
+    /// Opens object set `id` (its dataset's id) from its meta dnode (`None` for a new,
+    /// empty set).
+    pub fn open(ctx: Arc<Ctx>, id: u64, meta: Option<Dnode>, next_obj: u64) -> ObjSet {
         let meta = meta.unwrap_or_else(|| Dnode::new(ObjType::Meta, META_BLKSZ, 0, 0));
         ObjSet {
             ctx,
-            meta: Object::new(0, meta),
+            id,
+            meta: Object::new(id, 0, meta),
             cache: RwLock::new(LinkedHashMap::new()),
             next_obj: AtomicU64::new(next_obj.max(1)),
             departures: AtomicU64::new(0),
@@ -148,7 +152,7 @@ impl ObjSet {
                 // its last change. Read again.
                 continue;
             }
-            let o = Arc::new(Object::new(id, dnode));
+            let o = Arc::new(Object::new(self.id, id, dnode));
             cache.insert(id, o.clone());
             self.ctx.zio.arc.charge(tarn_arc::Outside::Objects, OBJECT_BYTES);
             break o;
@@ -209,7 +213,7 @@ impl ObjSet {
     /// A new object in the open txg, reachable by no name yet (see `FreshObject`).
     pub fn alloc(&self, dnode: Dnode) -> FreshObject {
         let id = self.next_obj.fetch_add(1, Ordering::Relaxed);
-        let obj = Arc::new(Object::new(id, dnode));
+        let obj = Arc::new(Object::new(self.id, id, dnode));
         self.cache.write().insert(id, obj.clone());
         self.ctx.zio.arc.charge(tarn_arc::Outside::Objects, OBJECT_BYTES);
         self.dirty.lock().insert(id);
@@ -334,7 +338,7 @@ impl ObjSet {
         let ptrs = {
             let pending: Vec<PendingBlock> = work
                 .iter()
-                .filter_map(|(i, _, item)| match item {
+                .filter_map(|(i, blkid, item)| match item {
                     Work::Write(r) => Some(PendingBlock {
                         data: r.as_slice(),
                         compression: policy.compression,
@@ -342,6 +346,7 @@ impl ObjSet {
                         level: 0,
                         block_type: types[*i],
                         cache: policy.cache,
+                        page: Some(PageId { objset: self.id, object: objects[*i].id(), blkid: *blkid }),
                     }),
                     _ => None,
                 })

@@ -87,7 +87,7 @@ proptest! {
     #[test]
     fn one_object_reads_back_what_a_byte_vector_model_holds(ops in proptest::collection::vec(op(), 1..30)) {
         let dir = tempfile::tempdir().unwrap();
-        let os = ObjSet::open(ctx(dir.path()), None, 1);
+        let os = ObjSet::open(ctx(dir.path()), 1, None, 1);
         let mut txg = 1;
         let obj = new_file(&os, txg);
         let mut model: Vec<u8> = Vec::new();
@@ -134,7 +134,7 @@ proptest! {
 #[test]
 fn an_unchanged_record_written_early_is_adopted_by_the_sync() {
     let dir = tempfile::tempdir().unwrap();
-    let os = ObjSet::open(ctx(dir.path()), None, 1);
+    let os = ObjSet::open(ctx(dir.path()), 1, None, 1);
     let obj = new_file(&os, 1);
     let data = bytes(3, 16384);
     obj.lock().write(&os.ctx().zio, 1, 0, &data, 16384).unwrap();
@@ -158,7 +158,7 @@ fn an_unchanged_record_written_early_is_adopted_by_the_sync() {
 #[test]
 fn a_record_changed_after_its_early_write_leaves_an_orphan_to_free() {
     let dir = tempfile::tempdir().unwrap();
-    let os = ObjSet::open(ctx(dir.path()), None, 1);
+    let os = ObjSet::open(ctx(dir.path()), 1, None, 1);
     let obj = new_file(&os, 1);
     obj.lock().write(&os.ctx().zio, 1, 0, &bytes(4, 16384), 16384).unwrap();
     let EarlyData::InPlace { bp, .. } = os.write_early(obj.id(), 1, 0, 16384, true, policy()).unwrap() else {
@@ -180,7 +180,7 @@ fn a_record_changed_after_its_early_write_leaves_an_orphan_to_free() {
 #[test]
 fn without_an_early_write_the_log_gets_the_bytes_as_of_their_txg() {
     let dir = tempfile::tempdir().unwrap();
-    let os = ObjSet::open(ctx(dir.path()), None, 1);
+    let os = ObjSet::open(ctx(dir.path()), 1, None, 1);
     let obj = new_file(&os, 1);
     let data = bytes(5, 16384);
     obj.lock().write(&os.ctx().zio, 1, 0, &data, 16384).unwrap();
@@ -198,7 +198,7 @@ fn without_an_early_write_the_log_gets_the_bytes_as_of_their_txg() {
 #[test]
 fn a_sync_reports_every_block_it_replaced() {
     let dir = tempfile::tempdir().unwrap();
-    let os = ObjSet::open(ctx(dir.path()), None, 1);
+    let os = ObjSet::open(ctx(dir.path()), 1, None, 1);
     let obj = new_file(&os, 1);
     obj.lock().write(&os.ctx().zio, 1, 0, &bytes(6, 3 * 4096), 4096).unwrap();
     sync(&os, 1);
@@ -228,7 +228,7 @@ fn a_sync_reports_every_block_it_replaced() {
 #[should_panic(expected = "invariant broken: a thread holds one object lock at a time")]
 fn taking_a_second_object_lock_stops_loudly() {
     let dir = tempfile::tempdir().unwrap();
-    let os = ObjSet::open(ctx(dir.path()), None, 1);
+    let os = ObjSet::open(ctx(dir.path()), 1, None, 1);
     let a = new_file(&os, 1);
     let b = new_file(&os, 1);
     let _a = a.lock();
@@ -239,7 +239,7 @@ fn taking_a_second_object_lock_stops_loudly() {
 #[test]
 fn a_fresh_object_may_be_locked_under_its_parent() {
     let dir = tempfile::tempdir().unwrap();
-    let os = ObjSet::open(ctx(dir.path()), None, 1);
+    let os = ObjSet::open(ctx(dir.path()), 1, None, 1);
     let parent = new_file(&os, 1);
     let _p = parent.lock();
     let fresh = os.alloc(Dnode::new(ObjType::File, 512, 0o100644, 1));
@@ -253,7 +253,7 @@ fn a_fresh_object_may_be_locked_under_its_parent() {
 fn a_sync_writes_each_dnode_as_its_own_txg_leaves_it() {
     let dir = tempfile::tempdir().unwrap();
     let ctx = ctx(dir.path());
-    let os = ObjSet::open(ctx.clone(), None, 1);
+    let os = ObjSet::open(ctx.clone(), 1, None, 1);
     let grown = new_file(&os, 1);
     let freed = new_file(&os, 1);
     grown.lock().write(&ctx.zio, 1, 0, &bytes(8, 1000), 16384).unwrap();
@@ -267,7 +267,7 @@ fn a_sync_writes_each_dnode_as_its_own_txg_leaves_it() {
     assert!(r.freed.is_empty(), "txg 1 frees nothing");
 
     // What an import at txg 1 would find.
-    let committed = ObjSet::open(ctx.clone(), Some(os.meta_dnode()), os.next_obj());
+    let committed = ObjSet::open(ctx.clone(), 1, Some(os.meta_dnode()), os.next_obj());
     let at_txg1 = committed.get(freed.id()).expect("the object freed in txg 2 is whole in txg 1");
     assert_eq!(at_txg1.dnode().size, 700);
     assert_eq!(read_all(&committed, &at_txg1, 700), bytes(9, 700));
@@ -275,7 +275,7 @@ fn a_sync_writes_each_dnode_as_its_own_txg_leaves_it() {
 
     os.quiesce(2).unwrap();
     os.sync(2, policy()).unwrap();
-    let committed = ObjSet::open(ctx, Some(os.meta_dnode()), os.next_obj());
+    let committed = ObjSet::open(ctx, 1, Some(os.meta_dnode()), os.next_obj());
     assert!(committed.get(freed.id()).is_err(), "freed in txg 2");
     assert_eq!(committed.get(grown.id()).unwrap().dnode().size, 6000);
 }

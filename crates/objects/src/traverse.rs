@@ -320,6 +320,7 @@ mod tests {
             level: 0,
             block_type,
             cache: CachePolicy::None,
+            page: None,
         };
         zio.write_blocks(&[block], 1).unwrap()[0]
     }

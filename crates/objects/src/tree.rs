@@ -28,7 +28,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Weak};
 
 use tarn_arc::Decoded;
-use tarn_zio::{BlockPtr, BlockType, CachePolicy, ChecksumKind, Compression, PendingBlock, Zio, ZioError, BLKPTR_SIZE};
+use tarn_zio::{
+    Access, BlockPtr, BlockType, CachePolicy, ChecksumKind, Compression, PendingBlock, ReadKind, Zio, ZioError,
+    BLKPTR_SIZE,
+};
 
 pub const IND_SHIFT: u8 = 15;
 const PTR_SHIFT: u32 = IND_SHIFT as u32 - 6;
@@ -88,7 +91,7 @@ fn slot_of(idx: u64) -> usize {
 
 /// Reads and decodes the indirect block at `bp` and hands it to the ARC's decoded cache.
 fn read_block(zio: &Zio, bp: BlockPtr) -> Result<Shared, ZioError> {
-    let bytes = zio.read(&bp)?;
+    let bytes = zio.read(&bp, Access::of(ReadKind::Indirect))?;
     let ptrs = decode_indirect(&bytes)?.into_boxed_slice();
     Ok(zio.arc.keep_decoded(IndBlock { ptrs, disk: bp }, DECODED_BYTES))
 }
@@ -118,6 +121,15 @@ impl DirtyInd {
             return Ok(*p);
         }
         Ok(self.base_block(zio)?.and_then(|b| b.get().ptrs[slot]))
+    }
+
+    /// The pointer in `slot` if it is known without I/O (changed, or the base still kept
+    /// decoded); `None` for a hole or an unknown pointer.
+    fn peek(&self, slot: usize) -> Option<BlockPtr> {
+        match self.changes.get(&(slot as u16)) {
+            Some(p) => *p,
+            None => self.base_cache.upgrade()?.get().ptrs[slot],
+        }
     }
 
     fn set(&mut self, zio: &Zio, slot: usize, bp: Option<BlockPtr>) -> Result<Option<BlockPtr>, ZioError> {
@@ -173,6 +185,23 @@ impl BlockTree {
             return Ok(self.root);
         }
         self.child(zio, 1, blkid >> PTR_SHIFT, slot_of(blkid))
+    }
+
+    /// The pointer of record `blkid` if the indirect block above it is in memory already
+    /// (dirty, or clean and still kept by the decoded cache): no I/O; `None` for a hole or
+    /// a block not in memory.
+    pub fn peek(&self, blkid: u64) -> Option<BlockPtr> {
+        if blkid >= self.capacity() {
+            return None;
+        }
+        if self.nlevels == 1 {
+            return self.root;
+        }
+        let slot = slot_of(blkid);
+        match self.ind.get(&(1, blkid >> PTR_SHIFT))? {
+            Node::Clean(w) => w.upgrade()?.get().ptrs[slot],
+            Node::Dirty(d) => d.peek(slot),
+        }
     }
 
     /// The pointer in slot `slot` of indirect block (level, idx); `None` for a hole (or
@@ -446,6 +475,7 @@ impl BlockTree {
                 level,
                 block_type: BlockType::Indirect,
                 cache,
+                page: None,
             })
             .collect();
         let ptrs = zio.write_blocks(&pending, birth)?;

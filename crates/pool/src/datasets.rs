@@ -210,7 +210,7 @@ impl Pool {
         origin: Option<Origin>,
     ) -> Result<Arc<Dataset>, PoolError> {
         let ctx = &self.inner.ctx;
-        let os = ObjSet::open(ctx.clone(), meta, next_obj);
+        let os = ObjSet::open(ctx.clone(), id, meta, next_obj);
         let space = Arc::new(PoolSpace { zio: ctx.zio.clone(), txg: ctx.txg.clone() });
         let meta = DsMeta { id, props, creation, origin };
         let eff = Effective::from_values(|_| String::new());

@@ -35,7 +35,7 @@ use tarn_vdev::{
     read_device_labels, BlockDevice, DeviceLabels, FileDevice, Label, LabelState, Leaf, LeafHealth, TopConfig, TopVdev,
     TreeConfig, Uberblock, VdevError, VdevTree,
 };
-use tarn_zio::{BlockPtr, Zio};
+use tarn_zio::{Access, BlockPtr, ReadKind, Zio};
 
 use crate::errlog::ErrLog;
 use crate::error::{ImportError, PoolError, RootError};
@@ -480,7 +480,7 @@ fn newest_loadable(zio: &Zio, ubs: &[Uberblock]) -> Result<(Uberblock, Mos, Bloc
         let Ok(Some(bp)) = BlockPtr::decode(&ub.root) else {
             continue;
         };
-        let bytes = match zio.read(&bp) {
+        let bytes = match zio.read(&bp, Access::of(ReadKind::Import)) {
             Ok(b) => b,
             Err(source) => {
                 last_err = RootError::Unreadable { txg: ub.txg, source };

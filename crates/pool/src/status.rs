@@ -106,6 +106,19 @@ fn top_status(top: &TopVdev) -> TopStatus {
     TopStatus { name: vdev_name(top), log: top.is_log, health: health.into(), leaves }
 }
 
+/// Device reads and bytes by read kind: `reads_<kind>`, `read_bytes_<kind>`.
+fn per_kind_reads(s: &tarn_zio::ZioStats) -> Vec<(String, u64)> {
+    tarn_zio::ReadKind::ALL
+        .into_iter()
+        .flat_map(|k| {
+            [
+                (format!("reads_{}", k.name()), s.kind_reads.get(k)),
+                (format!("read_bytes_{}", k.name()), s.kind_read_bytes.get(k)),
+            ]
+        })
+        .collect()
+}
+
 impl Pool {
     pub fn status(&self) -> PoolStatus {
         let zio = &self.inner.ctx.zio;
@@ -204,8 +217,10 @@ impl Pool {
                     ("runs_written".to_string(), get(&s.runs_written)),
                     ("blocks_read".to_string(), get(&s.blocks_read)),
                     ("physical_bytes_read".to_string(), get(&s.physical_bytes_read)),
+                    ("device_bytes_read".to_string(), get(&s.device_bytes_read)),
                     ("checksum_errors".to_string(), get(&s.checksum_errors)),
                 ])
+                .chain(per_kind_reads(s))
                 .collect(),
         }
     }

@@ -27,6 +27,12 @@ pub trait BlockDevice: Send + Sync {
     fn flush(&self) -> std::io::Result<()>;
     fn size(&self) -> u64;
     fn path(&self) -> &Path;
+    /// The alignment (offset and length) a read needs: 1 for buffered I/O, the logical
+    /// sector size for O_DIRECT. A block is read as the smallest aligned span around it,
+    /// so a packed compressed block costs its stored size, not whole pool sectors.
+    fn read_align(&self) -> u64 {
+        1
+    }
 }
 
 pub struct FileDevice {
@@ -35,6 +41,8 @@ pub struct FileDevice {
     size: u64,
     /// Opened with O_DIRECT: I/O goes through an aligned bounce buffer.
     direct: bool,
+    /// See `BlockDevice::read_align`.
+    read_align: u64,
 }
 
 /// Memory alignment O_DIRECT needs (covers 512-byte and 4 KiB logical sectors).
@@ -88,7 +96,8 @@ impl FileDevice {
         let file = open_waiting_if_claimed(&options, path, direct)?;
         lock_exclusively(&file, path)?;
         let size = device_size(&file).map_err(io)?;
-        Ok(FileDevice { file, path: path.to_path_buf(), size, direct })
+        let read_align = if direct { logical_sector_size(&file) } else { 1 };
+        Ok(FileDevice { file, path: path.to_path_buf(), size, direct, read_align })
     }
 
     /// Opens `path`, creating a sparse image file of `size` bytes if it does not exist.
@@ -144,6 +153,19 @@ fn open_waiting_if_claimed(options: &OpenOptions, path: &Path, block: bool) -> R
 /// How long a device held by another process is waited for.
 const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// The logical sector size of a block device (what O_DIRECT aligns to); 4 KiB, which
+/// every device accepts, if the kernel does not say.
+fn logical_sector_size(file: &File) -> u64 {
+    use std::os::fd::AsRawFd;
+    let mut size: libc::c_int = 0;
+    // SAFETY: BLKSSZGET writes one int through the pointer, which points at `size`.
+    let rc = unsafe { libc::ioctl(file.as_raw_fd(), libc::BLKSSZGET, &mut size) };
+    match u64::try_from(size) {
+        Ok(s) if rc == 0 && s.is_power_of_two() && s <= DIRECT_ALIGN as u64 => s,
+        _ => DIRECT_ALIGN as u64,
+    }
+}
+
 /// Size of a regular file or a block device (seeking to the end works for both).
 fn device_size(file: &File) -> std::io::Result<u64> {
     use std::io::{Seek, SeekFrom};
@@ -177,5 +199,8 @@ impl BlockDevice for FileDevice {
     }
     fn path(&self) -> &Path {
         &self.path
+    }
+    fn read_align(&self) -> u64 {
+        self.read_align
     }
 }

@@ -130,6 +130,14 @@ impl TopVdev {
         1 << self.ashift
     }
 
+    /// The alignment a read of this vdev needs: the largest any usable side needs, at
+    /// most a pool sector.
+    pub fn read_align(&self) -> u64 {
+        let align = self.leaves.iter().filter_map(|l| l.usable()).map(|d| d.read_align()).max().unwrap_or(1);
+        assert!(align.is_power_of_two(), "a device's read alignment is a power of two, not {align}");
+        align.min(self.sector())
+    }
+
     /// Reads `len` bytes at `offset` of the data area as I/O of `class`; the caller's
     /// `verify` decides whether a copy is good, and `mode` what a bad side means (see
     /// `ReadMode`).
@@ -214,7 +222,7 @@ impl TopVdev {
         }
         let mode = ReadMode::FirstGood;
         self.read_copies(offset, len, birth, verify, scratch, mode, IoClass::Scrub)?;
-        let (start, end, _) = self.span_of(offset, len);
+        let (start, end, _) = self.read_span(offset, len, IoClass::Scrub);
         let span = &scratch[..(end - start) as usize];
         let mut written = 0;
         for leaf in self.leaves.iter().filter(|l| needs(l)) {
@@ -227,13 +235,24 @@ impl TopVdev {
         Ok(written)
     }
 
-    /// The sector-aligned span `[start, end)` holding `len` bytes at `offset`, and where
+    /// The `align`-aligned span `[start, end)` holding `len` bytes at `offset`, and where
     /// those bytes begin in it.
-    fn span_of(&self, offset: u64, len: usize) -> (u64, u64, usize) {
-        let sector = self.sector();
-        let start = offset & !(sector - 1);
-        let end = (offset + len as u64 + sector - 1) & !(sector - 1);
+    fn span_of(offset: u64, len: usize, align: u64) -> (u64, u64, usize) {
+        let start = offset & !(align - 1);
+        let end = (offset + len as u64).next_multiple_of(align);
         (start, end, (offset - start) as usize)
+    }
+
+    /// The span a read of `len` bytes at `offset` reads: for the pool's own work the
+    /// smallest the devices can read (not whole pool sectors: a packed compressed block
+    /// costs the disk its stored size); for a scan whole sectors, which a resilver writes
+    /// back as they are.
+    fn read_span(&self, offset: u64, len: usize, class: IoClass) -> (u64, u64, usize) {
+        let align = match class {
+            IoClass::Scrub => self.sector(),
+            _ => self.read_align(),
+        };
+        Self::span_of(offset, len, align)
     }
 
     /// Reads the copies of a block: first the sides that hold its txg (in rotation),
@@ -252,7 +271,7 @@ impl TopVdev {
     ) -> Result<SidesRead, VdevError> {
         let all = mode == ReadMode::AllSides;
         assert!(offset + len as u64 <= self.asize, "read past the end of vdev {}", self.index);
-        let (start, end, skip) = self.span_of(offset, len);
+        let (start, end, skip) = self.read_span(offset, len, class);
         out.resize((end - start) as usize, 0);
         let first = self.rotor.fetch_add(1, Ordering::Relaxed);
         let n = self.leaves.len();

@@ -19,8 +19,8 @@
 //! bytes it did not verify.
 //!
 //! Rooms: `pipeline` (the handle, space, flush order), `write` (packing), `read`
-//! (verified reads), `prefetch`, `extent` (log blocks), `blkptr` and `codec` (formats),
-//! `error`.
+//! (verified reads), `prefetch`, `trace` (the event trace, read kinds), `extent` (log
+//! blocks), `blkptr` and `codec` (formats), `error`.
 
 mod blkptr;
 mod codec;
@@ -29,6 +29,7 @@ mod extent;
 mod pipeline;
 mod prefetch;
 mod read;
+mod trace;
 mod write;
 
 pub use blkptr::{BlkPtrError, BlockPtr, BlockType, BLKPTR_SIZE};
@@ -37,5 +38,6 @@ pub use error::ZioError;
 pub use extent::Extent;
 pub use pipeline::{WriteMark, Zio, ZioStats, HOT_SHARE};
 pub use read::{CopiesRead, FAILED_READS_MAX};
+pub use tarn_arc::{Access, PageId, ReadKind, Residency};
 pub use tarn_vdev::IoClass;
 pub use write::{CachePolicy, PendingBlock};

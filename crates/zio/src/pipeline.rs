@@ -16,10 +16,11 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 use tarn_alloc::SpaceMap;
-use tarn_arc::{ArcCache, HotCopies};
+use tarn_arc::{Access, ArcCache, HotCopies, PerKind, ReadKind};
 use tarn_vdev::{Uberblock, VdevTree};
 
-use crate::read::{arc_key, open_trace};
+use crate::read::arc_key;
+use crate::trace::{open_trace, Event, TraceFile};
 use crate::{BlockPtr, ZioError};
 
 /// The decompressed copies get this fraction of the ARC's budget (held within it).
@@ -32,8 +33,14 @@ pub struct ZioStats {
     pub physical_bytes_written: AtomicU64,
     pub runs_written: AtomicU64,
     pub blocks_read: AtomicU64,
+    /// Stored bytes of the blocks read from the devices.
     pub physical_bytes_read: AtomicU64,
+    /// Bytes the devices transferred for them (whole sectors around each block).
+    pub device_bytes_read: AtomicU64,
     pub checksum_errors: AtomicU64,
+    /// Device reads and the bytes they transferred, by read kind.
+    pub kind_reads: PerKind,
+    pub kind_read_bytes: PerKind,
 }
 
 /// A point in the stream of completed device writes (block runs and extents). A full
@@ -54,11 +61,11 @@ pub struct Zio {
     pub arc: ArcCache,
     /// Decompressed copies of the blocks read most recently out of the ARC.
     pub hot: HotCopies,
-    /// `TARN_READ_TRACE=FILE`: every block read (identity, physical and logical size) is
-    /// appended to FILE, to replay through cache policies (crates/arc/benches/trace.rs).
-    pub(crate) trace: Option<Mutex<std::io::BufWriter<std::fs::File>>>,
+    /// `TARN_READ_TRACE=FILE`: every block read, written, freed and read ahead is
+    /// appended to FILE (format: `trace.rs`), to replay through cache policies.
+    pub(crate) trace: Option<TraceFile>,
     /// Read-ahead requests for the prefetch workers (started by `start_prefetch`).
-    pub(crate) prefetch: Mutex<Option<crossbeam_channel::Sender<BlockPtr>>>,
+    pub(crate) prefetch: Mutex<Option<crossbeam_channel::Sender<crate::prefetch::PrefetchRequest>>>,
     /// Device writes completed (block runs and extents), for `WriteMark`.
     writes_done: AtomicU64,
     /// The highest `writes_done` a full flush has covered.
@@ -170,6 +177,7 @@ impl Zio {
 
     /// Drops the block's bytes from its space map; its sectors wait for the txg commit.
     pub fn free(&self, bp: &BlockPtr) {
+        self.trace_event(Event::Free, bp, Access::of(ReadKind::Demand));
         self.arc.remove(&arc_key(bp));
         self.hot.remove(&arc_key(bp));
         self.with_map(bp.vdev as usize, |m| m.free(bp.offset, bp.psize as u64));
@@ -263,6 +271,7 @@ mod tests {
             level: 0,
             block_type: BlockType::Mos,
             cache: CachePolicy::None,
+            page: None,
         };
         zio.write_blocks(&[block], txg).unwrap()[0]
     }
@@ -279,7 +288,7 @@ mod tests {
         let mark = zio.write_mark();
         zio.flush().unwrap();
         zio.write_uberblock(&ub(1, &bp), mark).unwrap();
-        assert_eq!(zio.read(&bp).unwrap(), vec![3u8; 4096]);
+        assert_eq!(zio.read(&bp, crate::Access::of(crate::ReadKind::Pool)).unwrap(), vec![3u8; 4096]);
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! block, and decompressed into the caller's buffer. Scrub and the import walk read past
 //! the ARC (`read_from_devices`, `read_all_copies`): they check what the devices hold.
 //!
-//! Owns: the verified-read logic, the per-thread scratch buffer, the read trace.
+//! Owns: the verified-read logic and the per-thread scratch buffer.
 //!
 //! Promises: bytes reach the caller only after the physical bytes matched the checksum;
 //! a 16 KiB page read that misses the caches allocates nothing on this path; a checksum
@@ -23,10 +23,10 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
-use tarn_arc::{BlockKey, Class};
+use tarn_arc::{Access, BlockKey, Class, ReadKind};
 use tarn_vdev::{IoClass, ReadMode, VdevError};
 
+use crate::trace::{refine, Event, Outcome};
 use crate::{BlockPtr, BlockType, CachePolicy, Compression, Zio, ZioError};
 
 thread_local! {
@@ -45,12 +45,6 @@ pub struct CopiesRead {
 
 /// How many failed blocks are remembered between two `take_failed_reads`.
 pub const FAILED_READS_MAX: usize = 4096;
-
-pub(crate) fn open_trace() -> Option<Mutex<std::io::BufWriter<std::fs::File>>> {
-    let path = std::env::var_os("TARN_READ_TRACE")?;
-    let file = std::fs::OpenOptions::new().create(true).append(true).open(path).ok()?;
-    Some(Mutex::new(std::io::BufWriter::new(file)))
-}
 
 pub(crate) fn arc_key(bp: &BlockPtr) -> BlockKey {
     BlockKey { vdev: bp.vdev, offset: bp.offset, birth: bp.birth }
@@ -76,34 +70,40 @@ pub(crate) fn block_kind(t: BlockType) -> &'static str {
 }
 
 impl Zio {
-    /// Reads a block from the devices themselves, past the ARC (import walk): verifies
-    /// every copy it touches and repairs mirrors.
+    /// Reads a block from the devices themselves, past the ARC (the import walk and
+    /// intent-log replay, counted as `import`): verifies every copy it touches and
+    /// repairs mirrors.
     pub fn read_from_devices(&self, bp: &BlockPtr) -> Result<Vec<u8>, ZioError> {
         self.check_bounds(bp)?;
         let mut out = vec![0u8; bp.lsize as usize];
-        self.read_from_disk(bp, &mut out, CachePolicy::None, ReadMode::FirstGood)?;
+        let access = Access::of(ReadKind::Import);
+        self.arc.note_bypass(access.kind);
+        self.read_from_disk(bp, &mut out, CachePolicy::None, ReadMode::FirstGood, access)?;
         Ok(out)
     }
 
-    /// Reads and verifies a block; returns its logical bytes.
-    pub fn read(&self, bp: &BlockPtr) -> Result<Vec<u8>, ZioError> {
+    /// Reads and verifies a block through the ARC; returns its logical bytes. `access`
+    /// says why (refined by the block's type, see `ReadKind`).
+    pub fn read(&self, bp: &BlockPtr, access: Access) -> Result<Vec<u8>, ZioError> {
         let mut out = vec![0u8; bp.lsize as usize];
-        self.read_into(bp, &mut out)?;
+        self.read_into(bp, &mut out, access)?;
         Ok(out)
     }
 
     /// Reads and verifies a block into `out` (exactly `lsize` bytes), through the ARC.
-    pub fn read_into(&self, bp: &BlockPtr, out: &mut [u8]) -> Result<(), ZioError> {
-        self.read_cached(bp, out, CachePolicy::All)
+    pub fn read_into(&self, bp: &BlockPtr, out: &mut [u8], access: Access) -> Result<(), ZioError> {
+        self.read_cached(bp, out, CachePolicy::All, access)
     }
 
     /// Scrub read: verifies every copy of the block (each side of a mirror), rewriting
-    /// bad ones from a good one. Bypasses the ARC. Goes to the devices as scrub I/O
-    /// (`TopVdev::scrub_read`).
+    /// bad ones from a good one. Bypasses the ARC; counted as `scrub`. Goes to the devices
+    /// as scrub I/O (`TopVdev::scrub_read`).
     pub fn read_all_copies(&self, bp: &BlockPtr) -> Result<CopiesRead, ZioError> {
         self.check_bounds(bp)?;
         let mut data = vec![0u8; bp.lsize as usize];
-        let bad_copies = self.read_from_disk(bp, &mut data, CachePolicy::None, ReadMode::AllSides)?;
+        let access = Access::of(ReadKind::Scrub);
+        self.arc.note_bypass(access.kind);
+        let bad_copies = self.read_from_disk(bp, &mut data, CachePolicy::None, ReadMode::AllSides, access)?;
         Ok(CopiesRead { data, bad_copies })
     }
 
@@ -141,24 +141,31 @@ impl Zio {
     }
 
     /// Like `read_into`, leaving the block in the ARC only if `policy` admits it.
-    pub fn read_cached(&self, bp: &BlockPtr, out: &mut [u8], policy: CachePolicy) -> Result<(), ZioError> {
+    pub fn read_cached(
+        &self,
+        bp: &BlockPtr,
+        out: &mut [u8],
+        policy: CachePolicy,
+        access: Access,
+    ) -> Result<(), ZioError> {
         self.check_bounds(bp)?;
-        if let Some(t) = &self.trace {
-            use std::io::Write;
-            let _ = writeln!(t.lock(), "{} {} {} {} {}", bp.vdev, bp.offset, bp.birth, bp.psize, bp.lsize);
-        }
+        let access = refine(access, bp.block_type);
         let key = arc_key(bp);
         if bp.compression != Compression::Off && self.hot.copy_out(&key, out) {
+            self.arc.note_hot_hit(access.kind);
+            self.trace_event(Event::Read(Outcome::HotCopy), bp, access);
             return Ok(());
         }
-        if let Some(phys) = self.arc.get(&key) {
+        if let Some(phys) = self.arc.get(&key, access) {
+            self.trace_event(Event::Read(Outcome::Arc), bp, access);
             decompress(bp, &phys, out)?;
             if bp.compression != Compression::Off {
                 self.hot.insert(key, out); // read again while cached: keep it ready
             }
             return Ok(());
         }
-        self.read_from_disk(bp, out, policy, ReadMode::FirstGood).map(|_| ())
+        self.trace_event(Event::Read(Outcome::Device), bp, access);
+        self.read_from_disk(bp, out, policy, ReadMode::FirstGood, access).map(|_| ())
     }
 
     /// Reads, verifies and decompresses from the devices; returns how many copies were
@@ -169,15 +176,17 @@ impl Zio {
         out: &mut [u8],
         policy: CachePolicy,
         mode: ReadMode,
+        access: Access,
     ) -> Result<u32, ZioError> {
         assert_eq!(out.len(), bp.lsize as usize, "read buffer must be the logical size");
         let top = &self.vdevs.tops[bp.vdev as usize];
         let verify = |d: &[u8]| bp.checksum_kind.digest(d) == bp.checksum;
         SCRATCH.with_borrow_mut(|scratch| {
-            let (range, bad_copies) = self.read_verified(top, bp, &verify, scratch, mode)?;
+            let (range, bad_copies) = self.read_verified(top, bp, &verify, scratch, mode, access.kind)?;
             let phys = &scratch[range];
-            if policy.admits(bp.block_type) {
-                self.arc.insert(arc_key(bp), Arc::from(phys), bp.lsize, class_of(bp.block_type));
+            let class = class_of(bp.block_type);
+            if policy.admits(bp.block_type) && self.arc.keeps(class, access.kind) {
+                self.arc.insert(arc_key(bp), Arc::from(phys), bp.lsize, class, access);
             }
             decompress(bp, phys, out)?;
             Ok(bad_copies)
@@ -191,6 +200,7 @@ impl Zio {
         verify: &dyn Fn(&[u8]) -> bool,
         scratch: &mut Vec<u8>,
         mode: ReadMode,
+        kind: ReadKind,
     ) -> Result<(std::ops::Range<usize>, u32), ZioError> {
         let (offset, len, birth) = (bp.offset, bp.psize as usize, bp.birth);
         let read = match mode {
@@ -208,8 +218,7 @@ impl Zio {
             }
             other => ZioError::Vdev(other),
         })?;
-        self.stats.blocks_read.fetch_add(1, Ordering::Relaxed);
-        self.stats.physical_bytes_read.fetch_add(read.range.len() as u64, Ordering::Relaxed);
+        self.count_device_read(kind, read.range.len() as u64, scratch.len() as u64);
         Ok((read.range, read.bad_sides))
     }
 }

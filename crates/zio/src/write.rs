@@ -26,7 +26,10 @@ use std::sync::Arc;
 use rayon::prelude::*;
 use tarn_alloc::Run;
 
+use tarn_arc::{Access, PageId, ReadKind};
+
 use crate::read::{arc_key, class_of};
+use crate::trace::Event;
 use crate::{BlockPtr, BlockType, ChecksumKind, Compression, IoClass, Zio, ZioError};
 
 /// Largest run written with one I/O.
@@ -42,6 +45,9 @@ pub struct PendingBlock<'a> {
     /// Whether the written block stays in the ARC (as ZFS keeps what it writes): a block
     /// just loaded or updated is likely read soon, and reading it back would cost an I/O.
     pub cache: CachePolicy,
+    /// The record the block holds (level-0 blocks of an object), so the cache and the
+    /// trace follow the page across rewrites; `None` for indirect blocks and pool blocks.
+    pub page: Option<PageId>,
 }
 
 /// Which blocks a read or write may leave in the ARC (the `primarycache` property).
@@ -117,9 +123,17 @@ impl Zio {
             let run = open.as_mut().expect("placed into an open run");
             let at = (offset - run.run.first * self.sector(top)) as usize;
             run.buf[at..at + psize].copy_from_slice(&enc.payload);
+            let bp = ptrs.last().expect("just pushed");
+            // The kind is not a read's: a written block is named by its type in the trace.
+            self.trace_event(Event::Write, bp, Access { kind: ReadKind::Demand, page: block.page });
             if block.cache.admits(block.block_type) {
-                let bp = ptrs.last().expect("just pushed");
-                self.arc.insert_written(arc_key(bp), Arc::from(&enc.payload[..]), bp.lsize, class_of(bp.block_type));
+                self.arc.insert_written(
+                    arc_key(bp),
+                    Arc::from(&enc.payload[..]),
+                    bp.lsize,
+                    class_of(bp.block_type),
+                    block.page,
+                );
             }
             self.stats.logical_bytes_written.fetch_add(block.data.len() as u64, Ordering::Relaxed);
         }
