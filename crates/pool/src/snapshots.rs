@@ -401,7 +401,10 @@ impl Pool {
         let (ds_name, meta, snap) = self.find_snapshot(full)?;
         let head = self.dataset(&ds_name)?;
         let ctx = &self.inner.ctx;
-        let os = ObjSet::open(ctx.clone(), Some(snap.meta), snap.next_obj);
+        // Its own identity in the cache's page history: a snapshot's pages are not the
+        // head's (whose writes would otherwise take their place there).
+        let identity = 1 << 63 | meta.id << 32 | (snap.txg & 0xffff_ffff);
+        let os = ObjSet::open(ctx.clone(), identity, Some(snap.meta), snap.next_obj);
         let space = Arc::new(PoolSpace { zio: ctx.zio.clone(), txg: ctx.txg.clone() });
         let ds =
             Dataset::new(meta.id, os, head.effective(), space, self.inner.zil.clone(), Vec::new()).into_read_only();
