@@ -344,7 +344,7 @@ fn snap_child(img: &Path, log: &Path, iter: u64) {
         let name = format!("f{}", rng.gen_range(0..4));
         let off = rng.gen_range(0..200_000u64);
         write(&ds, &mut model, &name, off, &noise(iter * 1_000_000 + n, rng.gen_range(1..60_000)));
-        if n % 5 == 0 {
+        if n.is_multiple_of(5) {
             let snap = format!("tank/db@i{iter}n{n}");
             pool.create_snapshots(std::slice::from_ref(&snap), false).unwrap();
             out.write_all(format!("S {snap} {}\n", digest(&model)).as_bytes()).unwrap();
