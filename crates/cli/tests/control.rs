@@ -744,5 +744,7 @@ fn snapshot_contents_are_read_only_under_the_mount() {
     env.ok(&["snap", "create", "tank/db@two"]);
     assert_eq!(names(&m.p(".tarn/snapshot")), vec!["one".to_string(), "two".to_string()]);
     assert_eq!(fs::read(m.p(".tarn/snapshot/two/sub/a.txt")).unwrap(), b"changed afterwards");
+    env.ok(&["snap", "destroy", "tank/db@one"]);
+    assert_eq!(names(&m.p(".tarn/snapshot")), vec!["two".to_string()]);
     m.umount();
 }

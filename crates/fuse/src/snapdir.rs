@@ -10,7 +10,7 @@
 //!
 //! Owns: that numbering and the snapshots opened through the mount.
 //! Promises: nothing under `.tarn` can be changed (EROFS); a name that is not a snapshot
-//! of the dataset is ENOENT.
+//! of the dataset is ENOENT, and so is every inode of a snapshot once it is destroyed.
 //! Must never: take a lock on the head's read path, or hand a snapshot's object id to the
 //! kernel without its tree.
 use std::sync::Arc;
@@ -56,7 +56,7 @@ pub(crate) enum Node {
 pub(crate) struct SnapDir {
     pool: Arc<Pool>,
     dataset: String,
-    /// Snapshots opened through this mount: (name after `@`, contents); index + 2 is the tree.
+    /// Snapshots opened through this mount: (`DS@NAME`, contents); index + 2 is the tree.
     opened: RwLock<Vec<(String, Arc<Dataset>)>>,
 }
 
@@ -76,8 +76,13 @@ impl SnapDir {
             };
         }
         let slot = tree.checked_sub(FIRST_SNAP_TREE).ok_or(FsError::NotFound)? as usize;
-        let ds = self.opened.read().get(slot).map(|(_, ds)| ds.clone()).ok_or(FsError::NotFound)?;
-        Ok(Node::Snapshot { tree, ds, object })
+        let opened = self.opened.read();
+        let (full, ds) = opened.get(slot).ok_or(FsError::NotFound)?;
+        // A destroyed snapshot's blocks may be in use again: never read through it.
+        if !self.pool.snapshot_is_current(full, ds) {
+            return Err(FsError::NotFound);
+        }
+        Ok(Node::Snapshot { tree, ds: ds.clone(), object })
     }
 
     /// The snapshot `name` of the mounted dataset: its tree and contents.
@@ -85,11 +90,11 @@ impl SnapDir {
         let name = std::str::from_utf8(name).map_err(|_| FsError::NotFound)?;
         let full = format!("{}@{name}", self.dataset);
         let ds = self.pool.snapshot_dataset(&full).map_err(|_| FsError::NotFound)?;
-        if let Some(i) = self.opened.read().iter().position(|(n, d)| n == name && Arc::ptr_eq(d, &ds)) {
+        if let Some(i) = self.opened.read().iter().position(|(n, d)| *n == full && Arc::ptr_eq(d, &ds)) {
             return Ok((i as u64 + FIRST_SNAP_TREE, ds));
         }
         let mut opened = self.opened.write();
-        opened.push((name.to_string(), ds.clone()));
+        opened.push((full, ds.clone()));
         Ok((opened.len() as u64 - 1 + FIRST_SNAP_TREE, ds))
     }
 

@@ -414,6 +414,12 @@ impl Pool {
         Ok(ds)
     }
 
+    /// Whether `ds` is still the contents of snapshot `full` (false once it was
+    /// destroyed: its blocks may be reused, so a mount stops reading through it).
+    pub fn snapshot_is_current(&self, full: &str, ds: &Arc<Dataset>) -> bool {
+        self.inner.snap_open.lock().get(full).is_some_and(|open| Arc::ptr_eq(open, ds))
+    }
+
     /// Names (after the `@`) of a dataset's snapshots, oldest first.
     pub fn snapshot_names(&self, dataset: &str) -> Result<Vec<String>, PoolError> {
         let id = self.inner.datasets.read().get(dataset).map(|(m, _)| m.id);
