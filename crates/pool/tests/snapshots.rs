@@ -149,6 +149,11 @@ fn a_snapshot_keeps_overwritten_blocks_and_its_destroy_gives_them_back() {
     write(&ds, &mut model, "big", 0, &noise(2, 8 << 20));
     let with_snapshot = allocated(&pool);
     assert!(with_snapshot >= base + (8 << 20), "the old blocks stay: {base} -> {with_snapshot}");
+    // A scrub reads both versions, each block once: the snapshot's too, though no head
+    // holds them any more.
+    let scrub = pool.scrub().unwrap();
+    assert!(scrub.bytes >= 16 << 20 && scrub.bytes <= with_snapshot, "scrub examined {} bytes", scrub.bytes);
+    assert_eq!(scrub.errors, 0);
     let list = pool.snapshots(Some("tank/db")).unwrap();
     assert_eq!(list.len(), 1);
     assert!(list[0].used >= 8 << 20 && list[0].used < 9 << 20, "{:?}", list[0]);
