@@ -37,6 +37,7 @@ from .devices import (REPO_ROOT, PacerMissing, counters_delta, pacer_binary, rea
 from .mariadb import INNODB_CACHE_COUNTERS, PrivateMariaDB
 from .postgres import PrivatePostgres
 from .metrics import Sampler
+from .scrubload import ScrubLoop, scrub_effect
 from .progress import Progress, StackPlan
 from .shell import MissingTool, require, run, tool_version
 from .stacks import StackSkipped, build_stack, check_buildable, counter_deltas
@@ -398,9 +399,15 @@ def run_workload(scenario, spec, stack, db, workload, repeat, rundir, progress: 
     started = dt.datetime.now().isoformat(timespec="seconds")
     n = repeats(scenario)
     progress.phase("run", workload + (f", repeat {repeat} of {n}" if n > 1 else ""), total=duration)
+    scrubs = scrub_loop(params, stack, duration)
     with Sampler(stack.device_names(), processes=memory_processes(stack, db)) as sampler:
-        output, returncode, series = stream_sysbench(
-            argv, duration, lambda row: progress.tick(row["t"], row["tps"], latest_iops(sampler)))
+        if scrubs:
+            scrubs.start()
+        try:
+            output, returncode, series = stream_sysbench(
+                argv, duration, lambda row: progress.tick(row["t"], row["tps"], latest_iops(sampler)))
+        finally:
+            windows = scrubs.stop() if scrubs else []
         # Inside the sampler: the pacer's window closes with the diskstats window.
         pacer_after = pacer_snapshot(stack)
     progress.sysbench_done(duration)
@@ -427,6 +434,8 @@ def run_workload(scenario, spec, stack, db, workload, repeat, rundir, progress: 
         "pacer_delta": {role: counters_delta(pacer_before.get(role), pacer_after.get(role))
                         for role in pacer_after},
         "engine_cache": {k: after.get(k, 0) - before.get(k, 0) for k in db.CACHE_COUNTERS},
+        # workload.scrub: TPS before the scrub and while one ran, in this same run.
+        "scrub": ({**(scrub_effect(series, windows) or {}), "errors": scrubs.errors} if scrubs else None),
         "stack_engine_stats": {"delta": counter_deltas(engine_before, engine_after), "after": engine_after}
         if engine_after else None,
         "sizes": sizes_mod.measure(stack, db.datadir),
@@ -434,6 +443,24 @@ def run_workload(scenario, spec, stack, db, workload, repeat, rundir, progress: 
         # tarn daemon or zfs-fuse: the ARC), beside what the stack was given.
         "memory": {"rss": sampler.memory, "pids": sampler.processes},
     }
+
+
+def scrub_loop(params: dict, stack, duration: int) -> ScrubLoop | None:
+    """With `workload.scrub`, a loop that keeps a scrub of the stack's pool running over the
+    second half of the measured run (None without it, or on a stack that has no scrub)."""
+    if not params.get("scrub") or not stack.scrub_argv:
+        return None
+    return ScrubLoop(stack.scrub_argv(False), stack.scrub_argv(True), start_after=duration / 2)
+
+
+def scrub_line(scrub: dict | None) -> str:
+    """What a running scrub cost, for the run's log line ("" when not measured)."""
+    if not scrub:
+        return ""
+    if "ratio" not in scrub:
+        return "; scrub cost not measured" + (f" ({scrub['errors'][0]})" if scrub.get("errors") else "")
+    return (f"; with a scrub running {scrub['tps_with']:,.1f} TPS against {scrub['tps_without']:,.1f} "
+            f"before ({scrub['ratio']:.2f}×, the scrub costs {scrub['cost']:.0%})")
 
 
 def memory_processes(stack, db) -> dict[str, int]:
@@ -458,4 +485,5 @@ def run_line(stack: str, workload: str, result: dict) -> str:
     txns = max(s.get("transactions", 0), 1)
     return (f"{stack} / {workload}: {s['tps']:,.1f} TPS, p95 {s['latency_ms'].get('p95', 0):.1f} ms, "
             f"{data.get('reads', 0) / txns:.2f} disk reads and {data.get('writes', 0) / txns:.2f} writes "
-            f"per transaction, {result['sizes']['on_disk_bytes'] / 2**20:,.0f} MiB on disk")
+            f"per transaction, {result['sizes']['on_disk_bytes'] / 2**20:,.0f} MiB on disk"
+            + scrub_line(result.get("scrub")))

@@ -1,7 +1,8 @@
 """Scenario files: loading, validating and sizing (quick by default, medium or full by flag).
 
 A scenario is TOML: [disk] (the emulated cloud disk), [fast_disk] (the unthrottled local
-device), [database], [workload] (threads, duration, warmup seconds, sizes),
+device), [database], [workload] (threads, duration, warmup seconds, sizes, `scrub`: the
+second half of each measured run with a scrub running, see scrubload),
 `workloads = [...]`, [[stacks]], optional `baseline` (a stack the report divides every
 stack's results by, the first stack if absent; a stack's own `baseline` adds one more for
 it), optional `repeat` (runs per stack and workload, for min/max), optional [memory]
@@ -54,7 +55,7 @@ SCHEMA = {
     "database": {"engine": STR, "buffer_pool": SIZE, "settings": TABLE},
     "workload": {"threads": INT, "duration": INT, "tables": INT, "table_size": INT,
                  "warehouses": INT, "items": INT, "customers": INT, "random_points": INT,
-                 "warmup": INT},
+                 "warmup": INT, "scrub": BOOL},
 }
 STACK_SCHEMA = {
     "name": STR, "fs": STR, "compression": STR, "recordsize": STR, "arc_mb": INT,

@@ -42,6 +42,9 @@ class BuiltStack:
     engine_stats: object = None         # () -> dict of the stack's own cache/io counters, if any
     # The stack's own daemons whose memory is sampled: {"tarn": pid} or {"zfs-fuse": pid}.
     processes: dict = field(default_factory=dict)
+    # (stop: bool) -> argv that runs one scrub of the pool in the foreground, or stops it;
+    # None where the stack has no scrub (workload.scrub measures its cost).
+    scrub_argv: object = None
 
     def device_names(self) -> dict[str, str]:
         return {d.role: d.name for d in self.devices}
@@ -352,7 +355,8 @@ def _tarn(spec, data, fast, workdir, mnt, teardown) -> BuiltStack:
     settings["mount_daemon_pid"] = pid
     return BuiltStack(spec["name"], "tarn", mnt, devices, settings, pool=pool,
                       versions={"tarn": tool_version([str(tarn_binary()), "--version"])},
-                      engine_stats=lambda: tarn_stats(workdir, pool), processes={"tarn": pid} if pid else {})
+                      engine_stats=lambda: tarn_stats(workdir, pool), processes={"tarn": pid} if pid else {},
+                      scrub_argv=lambda stop: tarn_command(workdir, "pool", "scrub", *(["-s"] if stop else []), pool))
 
 
 def parse_mount_record(text: str) -> int:

@@ -208,12 +208,26 @@ pub fn remember(pool: &Pool, devices: Vec<PathBuf>) -> Result<(), CliError> {
     Ok(cache.save()?)
 }
 
-/// Adds `devices` to the cache entry of pool `name` (log devices just added).
-pub fn remember_devices(name: &str, devices: impl IntoIterator<Item = PathBuf>) -> Result<(), CliError> {
+/// After a device was added or removed (or the command failed halfway): the cache
+/// entry of pool `name` lists `new` devices and keeps its own exactly when their labels
+/// say they belong to the pool — an import from a device that left would fail, and a
+/// log device missing from the list would lose what it holds.
+pub fn sync_cached_devices(name: &str, new: impl IntoIterator<Item = PathBuf>) -> Result<(), CliError> {
     let mut cache = Cache::load()?;
-    if let Some(entry) = cache.pools.get_mut(name) {
-        entry.devices.extend(devices);
+    let Some(entry) = cache.pools.get_mut(name) else { return Ok(()) };
+    let member = |p: &PathBuf| tarn_pool::member_of(p) == Some(entry.guid);
+    // A device that is not there any more stays listed: the pool is then UNAVAIL and says
+    // why, rather than forgetting it.
+    let mut devices: Vec<PathBuf> = entry.devices.iter().filter(|p| !p.exists() || member(p)).cloned().collect();
+    for path in new {
+        if member(&path) && !devices.contains(&path) {
+            devices.push(path);
+        }
     }
+    if devices.is_empty() {
+        return Ok(()); // unreadable now (gone?): not this command's to decide
+    }
+    entry.devices = devices;
     Ok(cache.save()?)
 }
 

@@ -169,7 +169,8 @@ pub enum PoolCmd {
         #[arg(required = true, num_args = 1..)]
         vdevs: Vec<String>,
     },
-    /// Add separate intent-log devices: tarn pool add POOL log [mirror] DEV...
+    /// Add separate intent-log devices, also to a mounted pool: tarn pool add POOL log
+    /// [mirror] DEV...
     Add {
         /// Reuse devices that belong to another pool (destroys it).
         #[arg(short = 'f')]
@@ -178,9 +179,13 @@ pub enum PoolCmd {
         #[arg(long)]
         size: Option<String>,
         pool: String,
-        #[arg(required = true, num_args = 2..)]
+        #[arg(required = true, num_args = 1..)]
         vdevs: Vec<String>,
     },
+    /// Remove a log device (a path, or `mirror-N` as status shows it), also from a
+    /// mounted pool: the intent log moves back to the data devices (or another log
+    /// device) first. Data vdevs cannot be removed.
+    Remove { pool: String, device: String },
     /// Import a pool found on devices (lists importable pools without POOL), then mount
     /// every dataset whose mountpoint property is a path (one daemon for the pool).
     Import {

@@ -19,13 +19,13 @@
 //! Must never: import a pool whose name is already imported here, or leave the cache
 //! naming devices the pool does not have.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use tarn_control::ops::pool as ops;
 use tarn_dataset::props::{format_size, parse_size};
 use tarn_pool::{
-    CreateOptions, HistoryEntry, ImportOptions, LeafHealth, Pool, PoolStatus, ScanKind, ScanState, ScanStatus,
-    TopStatus, VdevSpec,
+    CreateOptions, DeviceClass, HistoryEntry, ImportOptions, LeafHealth, Pool, PoolStatus, ScanKind, ScanState,
+    ScanStatus, TopStatus, VdevSpec,
 };
 
 use crate::access;
@@ -43,7 +43,8 @@ pub fn run(cmd: PoolCmd) -> Result<(), CliError> {
         PoolCmd::Create { force, options, size, pool, vdevs } => {
             create(force, &options, size.as_deref(), &pool, &vdevs)
         }
-        PoolCmd::Add { force, size, pool, vdevs } => add_logs(force, size.as_deref(), &pool, &vdevs),
+        PoolCmd::Add { force, size, pool, vdevs } => add(force, size.as_deref(), &pool, &vdevs),
+        PoolCmd::Remove { pool, device } => remove(&pool, &device),
         PoolCmd::Import { dirs, pool, json } => import(&dirs, pool.as_deref(), json),
         PoolCmd::Export { force, pool } => export(force, &pool),
         PoolCmd::Destroy { force, pool } => destroy(force, &pool),
@@ -133,17 +134,52 @@ fn create(force: bool, options: &[String], size: Option<&str>, name: &str, vdevs
     Ok(pool.close()?)
 }
 
-/// `pool add POOL log DEV…`: only log devices can be added.
-fn add_logs(force: bool, size: Option<&str>, pool: &str, vdevs: &[String]) -> Result<(), CliError> {
+/// `pool add POOL CLASS DEV…`, on the pool wherever it is held (a mounted pool goes on
+/// serving). Afterwards, whatever happened (a daemon killed halfway may have written the
+/// labels), the cache file lists the new devices exactly if their labels say they joined.
+fn add(force: bool, size: Option<&str>, pool: &str, vdevs: &[String]) -> Result<(), CliError> {
     let size = size.map(parse_size_flag).transpose()?;
-    let (data, logs) = split_logs(vdevs)?;
-    if !data.is_empty() || logs.is_empty() {
-        return Err(CliError::Usage("only log devices can be added: tarn pool add POOL log DEV...".into()));
+    let (class, specs) = parse_add(vdevs)?;
+    space_check::warn_if_images_outgrow_free_space(&specs, size);
+    let wire = specs.iter().map(wire_vdev).collect();
+    let added = access::run(pool, ops::Add { class, vdevs: wire, force, size });
+    access::sync_cached_devices(pool, specs.iter().flat_map(spec_paths))?;
+    added.map(|_| ())
+}
+
+/// `pool add`'s device words: a class keyword (`log`), then its vdevs.
+fn parse_add(words: &[String]) -> Result<(DeviceClass, Vec<VdevSpec>), CliError> {
+    let class = match words.first().map(String::as_str) {
+        Some("log") => DeviceClass::Log,
+        Some("cache") => {
+            return Err(CliError::Usage("cache devices are not supported yet; only log devices can be added".into()))
+        }
+        _ => {
+            return Err(CliError::Usage(
+                "adding data vdevs is not supported; only log devices can be added: tarn pool add POOL log DEV..."
+                    .into(),
+            ))
+        }
+    };
+    let specs = parse_vdevs(&words[1..])?;
+    if specs.is_empty() {
+        return Err(CliError::Usage(format!("`{}` needs at least one device after it", class.keyword())));
     }
-    space_check::warn_if_images_outgrow_free_space(&logs, size);
-    let wire = logs.iter().map(wire_vdev).collect();
-    access::run(pool, ops::AddLogs { logs: wire, force, size })?;
-    access::remember_devices(pool, logs.iter().flat_map(spec_paths))
+    Ok((class, specs))
+}
+
+/// `pool remove POOL DEV`: a log device leaves the pool wherever it is held; the cache
+/// file then lists the pool's devices whose labels still say they belong to it.
+fn remove(pool: &str, device: &str) -> Result<(), CliError> {
+    // A path is made absolute as at add; a vdev name (`mirror-2`) is passed as is.
+    let device = if device.contains('/') || Path::new(device).exists() {
+        absolute(device.as_ref()).display().to_string()
+    } else {
+        device.to_string()
+    };
+    let removed = access::run(pool, ops::Remove { device });
+    access::sync_cached_devices(pool, Vec::new())?;
+    removed.map(|_| ())
 }
 
 fn wire_vdev(spec: &VdevSpec) -> ops::Vdev {

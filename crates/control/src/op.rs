@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use tarn_pool::{HistoryEntry, Pool, VdevSpec};
+use tarn_pool::{HistoryEntry, Pool};
 
 use crate::error::OpError;
 
@@ -35,6 +35,9 @@ pub trait Op: Serialize + DeserializeOwned {
     /// Whether a success means the holder let the pool go (export, destroy): a daemon
     /// then exits, and its caller waits for that, as the devices are free only then.
     const RELEASES_POOL: bool = false;
+    /// Whether its history entry is committed before the command returns (a device
+    /// added or removed: the pool's history must say so after any crash, as ZFS's does).
+    const DURABLE_HISTORY: bool = false;
     type Output: Serialize + DeserializeOwned;
 
     fn run(self, on: &Held<'_>) -> Result<Self::Output, OpError>;
@@ -52,8 +55,6 @@ pub enum Finish {
     Export { force: bool },
     /// Unmount everything, commit, mark the pool destroyed and close it.
     Destroy { force: bool },
-    /// Commit, close, and write the new log devices into every label.
-    AddLogs { logs: Vec<VdevSpec>, force: bool, size: Option<u64> },
 }
 
 impl Finish {
@@ -176,6 +177,9 @@ pub fn execute<O: Op>(op: O, on: &Held<'_>) -> Result<O::Output, OpError> {
         let entry = on.caller.history_entry();
         if on.finish.borrow().is_stay() {
             on.pool.log_history(entry);
+            if O::DURABLE_HISTORY {
+                on.pool.sync()?;
+            }
         } else {
             *on.pending.borrow_mut() = Some(entry);
         }
@@ -184,7 +188,7 @@ pub fn execute<O: Op>(op: O, on: &Held<'_>) -> Result<O::Output, OpError> {
 }
 
 /// Carries out a finish on a pool this process opened itself: logs the history entry,
-/// then closes, exports, destroys or adds logs.
+/// then closes, exports or destroys.
 pub fn finish_local(pool: Pool, how: Finish, history: Option<HistoryEntry>) -> Result<(), OpError> {
     if let Some(entry) = history {
         pool.log_history(entry);
@@ -193,7 +197,6 @@ pub fn finish_local(pool: Pool, how: Finish, history: Option<HistoryEntry>) -> R
         Finish::Stay | Finish::Close => pool.close()?,
         Finish::Export { .. } => pool.export()?,
         Finish::Destroy { .. } => pool.destroy()?,
-        Finish::AddLogs { logs, force, size } => pool.add_logs(&logs, force, size)?,
     }
     Ok(())
 }

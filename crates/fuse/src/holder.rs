@@ -358,11 +358,6 @@ impl tarn_control::Daemon for Holder {
             Finish::Close => None,
             Finish::Export { force } => Some((format!("cannot export pool '{}'", self.pool_name), *force)),
             Finish::Destroy { force } => Some((format!("cannot destroy pool '{}'", self.pool_name), *force)),
-            Finish::AddLogs { .. } => {
-                return reply(Err(OpError::Daemon(
-                    "devices are added to a closed pool, not by its mount daemon".into(),
-                )))
-            }
         };
         if self.ending.lock().is_some() {
             return reply(Err(self.closing_error()));

@@ -122,7 +122,7 @@ impl Inner {
         let ub = Uberblock {
             txg,
             pool_guid: self.guid,
-            guid_sum: self.label.tree.guid_sum(),
+            guid_sum: self.label.lock().tree.guid_sum(),
             timestamp: now_secs(),
             root: mos_bp.to_bytes(),
         };

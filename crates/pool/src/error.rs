@@ -82,8 +82,20 @@ pub enum PoolError {
     NoScrub(String),
     #[error("{0} is given twice; each device can be used once")]
     DuplicateDevice(PathBuf),
+    #[error("cannot remove {name}: removing data vdevs is not supported (it holds data of pool '{pool}'); only log devices can be removed")]
+    DataVdevRemoval { name: String, pool: String },
+    #[error("cannot remove {name}: no such device in pool '{pool}' (see `tarn pool status {pool}`)")]
+    NotInPool { name: String, pool: String },
+    #[error("cannot remove {name}: it is one side of {mirror} of pool '{pool}'; remove the whole log mirror (`tarn pool remove {pool} {mirror}`)")]
+    MirrorSide { name: String, mirror: String, pool: String },
+    #[error(
+        "pool '{pool}': the intent log still uses the device after {txgs} txgs; it was left in the pool, try again"
+    )]
+    LogStillInUse { pool: String, txgs: usize },
     #[error(transparent)]
     History(#[from] crate::history::HistoryError),
+    #[error(transparent)]
+    Log(#[from] ZilError),
 }
 
 impl PoolError {

@@ -59,6 +59,7 @@ impl Pool {
             .vdevs
             .tops
             .iter()
+            .filter(|top| !top.is_removed())
             .map(|top| {
                 let (total, free) = zio.top_space(top.index);
                 let leaves: Vec<LeafIostat> =

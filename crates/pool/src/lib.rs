@@ -15,7 +15,7 @@
 //! a device whose label it cannot read.
 //!
 //! Rooms: `pool` (the handle and the state the rooms share), `lifecycle` (create, import,
-//! export, destroy), `claim` (the import walk), `commit` (the txg sync; its header is the
+//! export, destroy), `devices` (log devices added and removed while the pool is open), `claim` (the import walk), `commit` (the txg sync; its header is the
 //! theory of operation of a commit), `mos`, `datasets`, `props`, `space`, `status`,
 //! `iostat`, `snapshots` (snapshots and clones; its header is their theory of operation), `scrub` (scrub and resilver in the background; its header is the theory of
 //! operation of a scan) and `scanwalk` (one slice of it), `errlog` (permanent errors and
@@ -25,6 +25,7 @@
 mod claim;
 mod commit;
 mod datasets;
+mod devices;
 mod errlog;
 mod error;
 mod history;
@@ -42,6 +43,7 @@ mod space;
 mod status;
 
 pub use datasets::{check_name, DatasetInfo};
+pub use devices::{DeviceClass, Removed};
 pub use errlog::ErrKey;
 pub use error::{ClaimError, CommitError, ImportError, PoolError, PropError, RootError};
 pub use history::{HistoryEntry, HistoryError, HISTORY_MAX_BYTES, HISTORY_VERSION};
@@ -50,7 +52,7 @@ pub use lifecycle::{CreateOptions, ImportOptions, VdevSpec};
 pub use mos::{HexError, Mos, MosError, OriginRecord, RecordError, SnapRecord, MOS_VERSION};
 pub use pool::Pool;
 pub use props::PropRow;
-pub use scan::{discover, Discovered, Discovery, Unusable};
+pub use scan::{discover, member_of, Discovered, Discovery, Unusable};
 pub use scrub::{Bookmark, ScanKind, ScanPace, ScanRecord, ScanState, ScanStatus, ScrubResult, DEFAULT_SCAN_RATE};
 pub use snapshots::{split_snapshot_name, SnapshotInfo};
 pub use status::{PoolStats, PoolStatus, TopStatus};

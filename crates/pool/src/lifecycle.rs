@@ -1,5 +1,6 @@
-//! A pool's life: create, import, close, export, destroy, adding log devices — opening
-//! the devices, assembling the vdev tree from the labels, and choosing the root to open.
+//! A pool's life: create, import, close, export, destroy — opening the devices,
+//! assembling the vdev tree from the labels, and choosing the root to open (devices
+//! added to and removed from an open pool: `devices`).
 //!
 //! Theory of operation (import). Read both labels of every device given; refuse a
 //! device that shrank, one of another pool, a destroyed pool, or a data vdev with no
@@ -9,7 +10,9 @@
 //! root block (the MOS) reads and verifies — unless it is of a newer format, which stops
 //! the import. A mirror side whose newest uberblock is older than that root missed the
 //! txgs between (it was away): they are its missed range (DTL), as are the ranges the
-//! MOS still records. Read the intent log chain the root names. Then rebuild the free
+//! MOS still records (holes left by removed log devices at the end of the config are
+//! dropped: no vdev number after them needs keeping). Read the intent log chain the root
+//! names. Then rebuild the free
 //! space from the tree (`claim`): the MOS, the log blocks, every block of every dataset;
 //! everything else is free. Mark the labels active (with the paths the devices were
 //! opened from), start the sync thread, replay the log and commit it, reclaim objects
@@ -127,8 +130,10 @@ impl Pool {
     /// Opens the pool on `devices` (one handle per device found), at its newest
     /// uberblock whose root verifies.
     pub fn import(devices: Vec<Arc<dyn BlockDevice>>, opts: &ImportOptions) -> Result<Pool, PoolError> {
-        let labels = read_all_labels(&devices)?;
-        let label = choose_label(&labels)?;
+        let mut labels = read_all_labels(&devices)?;
+        let mut label = choose_label(&labels)?;
+        let trimmed = label.tree.trim_trailing_holes();
+        open_logs_not_given(&label, &mut labels);
         let refuse =
             |reason: ImportError| PoolError::CannotImport { pool: label.pool_name.clone(), reason: Box::new(reason) };
         let by_guid: BTreeMap<u64, Arc<dyn BlockDevice>> =
@@ -149,7 +154,7 @@ impl Pool {
         };
         let zil_seq = chained.as_ref().map_or(1, |c| c.end_seq + 1);
         note_missed_txgs(&zio.vdevs, &labels, ub.txg, &mos);
-        let rewrite_labels = label.state != LabelState::Active || opened_label.tree != label.tree;
+        let rewrite_labels = label.state != LabelState::Active || opened_label.tree != label.tree || trimmed;
         let pool = Pool::assemble(opened_label, zio.clone(), ub.txg, opts.txg.clone(), mos.next_dataset_id, zil_seq);
         *pool.inner.mos_bp.lock() = Some(mos_bp);
         pool.inner.history.restore(mos.history.as_deref());
@@ -159,7 +164,7 @@ impl Pool {
         pool.claim_all(&mos, mos_bp, chained.as_ref())?;
         zio.finish_load();
         if rewrite_labels {
-            let mut active = pool.inner.label.clone();
+            let mut active = pool.inner.label.lock().clone();
             active.state = LabelState::Active;
             active.hostname = hostname();
             zio.vdevs.write_labels(&active)?;
@@ -187,7 +192,8 @@ impl Pool {
 
     /// Paths of every device in the pool's config.
     pub fn device_paths(&self) -> Vec<PathBuf> {
-        let tree = &self.inner.label.tree;
+        let label = self.inner.label.lock();
+        let tree = &label.tree;
         tree.tops.iter().chain(&tree.logs).flat_map(|t| t.leaves()).map(|(_, p)| PathBuf::from(p)).collect()
     }
 
@@ -217,7 +223,7 @@ impl Pool {
         }
         synced?;
         if export {
-            let mut label = self.inner.label.clone();
+            let mut label = self.inner.label.lock().clone();
             label.state = LabelState::Exported;
             self.inner.ctx.zio.vdevs.write_labels(&label)?;
         }
@@ -234,38 +240,10 @@ impl Pool {
         self.shutdown(true)
     }
 
-    /// Adds separate log devices (`zpool add POOL log DEV`): commits, closes the pool and
-    /// writes the new configuration to every label; the next import uses the log.
-    pub fn add_logs(self, specs: &[VdevSpec], force: bool, size: Option<u64>) -> Result<(), PoolError> {
-        if specs.is_empty() {
-            return Err(PoolError::NoLogDevices);
-        }
-        let zio = &self.inner.ctx.zio;
-        let opts = CreateOptions { ashift: zio.vdevs.ashift, force, size, ..Default::default() };
-        let mut label = self.inner.label.clone();
-        let mut added = Vec::new();
-        check_distinct(specs.iter(), &self.device_paths())?;
-        let mut images = NewImages::default();
-        // Open (or create) every new device before touching the pool, so a bad one
-        // changes nothing.
-        for spec in specs {
-            let index = zio.vdevs.tops.len() + added.len();
-            let (top, cfg) = new_top(index, spec, &opts, &mut images)?;
-            label.tree.logs.push(cfg);
-            added.push(top.as_log());
-        }
-        self.shutdown(false)?;
-        // Every device, old and new, gets the new config (label 0 everywhere, then 1).
-        zio.vdevs.write_labels(&label)?;
-        VdevTree::new(added, zio.vdevs.ashift).write_labels(&label)?;
-        images.keep();
-        Ok(())
-    }
-
     /// Marks the pool destroyed on every device and closes it.
     pub fn destroy(self) -> Result<(), PoolError> {
         self.shutdown(false)?;
-        let mut label = self.inner.label.clone();
+        let mut label = self.inner.label.lock().clone();
         label.state = LabelState::Destroyed;
         self.inner.ctx.zio.vdevs.write_labels(&label)?;
         Ok(())
@@ -286,6 +264,28 @@ impl Pool {
 
 /// A device and what its labels say.
 type Labelled = (Arc<dyn BlockDevice>, DeviceLabels);
+
+/// Opens the log devices the config names that were not given, at the path the config
+/// records, if their labels say they are those devices. A log device added a moment
+/// before a crash may not be in the caller's list yet (the cache file is written after
+/// the add), and the intent log may already hold acknowledged records there. (Data
+/// devices are not looked for: a side left out on purpose stays out.)
+fn open_logs_not_given(label: &Label, labels: &mut Vec<Labelled>) {
+    let given: std::collections::BTreeSet<u64> = labels.iter().map(|(_, l)| l.label.vdev_guid).collect();
+    let wanted = label.tree.logs.iter().flat_map(|t| t.leaves()).filter(|(guid, _)| !given.contains(guid));
+    for (guid, path) in wanted.collect::<Vec<_>>() {
+        let Ok(dev) = FileDevice::open(Path::new(&path)) else { continue };
+        match read_device_labels(&dev) {
+            Ok(l) if l.label.pool_guid == label.pool_guid && l.label.vdev_guid == guid => {
+                let asize = TopVdev::asize_of(dev.size(), l.label.ashift);
+                if asize >= l.label.asize {
+                    labels.push((Arc::new(dev), l));
+                }
+            }
+            _ => {}
+        }
+    }
+}
 
 /// Both labels of every device, refusing one that shrank since it joined the pool (the
 /// blocks past its new end would be silently lost).
@@ -322,13 +322,13 @@ fn choose_label(labels: &[Labelled]) -> Result<Label, PoolError> {
     Ok(label)
 }
 
-/// Image files a create made: removed again unless the create succeeds (`keep`), so a
-/// failed create leaves nothing a retry would trip over.
+/// Image files a create (or an add) made: removed again unless it succeeds (`keep`), so
+/// a failed create leaves nothing a retry would trip over.
 #[derive(Default)]
-struct NewImages(Vec<PathBuf>);
+pub(crate) struct NewImages(Vec<PathBuf>);
 
 impl NewImages {
-    fn keep(mut self) {
+    pub(crate) fn keep(mut self) {
         self.0.clear();
     }
 }
@@ -351,7 +351,10 @@ fn spec_paths(spec: &VdevSpec) -> &[PathBuf] {
 
 /// Refuses a device named twice (in the new specs, or already in the pool): opening it
 /// a second time would find it locked by this very process.
-fn check_distinct<'a>(specs: impl Iterator<Item = &'a VdevSpec>, in_pool: &[PathBuf]) -> Result<(), PoolError> {
+pub(crate) fn check_distinct<'a>(
+    specs: impl Iterator<Item = &'a VdevSpec>,
+    in_pool: &[PathBuf],
+) -> Result<(), PoolError> {
     let key = |p: &Path| device_key(p);
     let mut seen: std::collections::BTreeSet<PathBuf> = in_pool.iter().map(|p| key(p)).collect();
     for path in specs.flat_map(spec_paths) {
@@ -364,7 +367,7 @@ fn check_distinct<'a>(specs: impl Iterator<Item = &'a VdevSpec>, in_pool: &[Path
 
 /// What identifies a device path: the path with links and `.` resolved, also for an
 /// image file not created yet (its directory resolved, then its name).
-fn device_key(p: &Path) -> PathBuf {
+pub(crate) fn device_key(p: &Path) -> PathBuf {
     if let Ok(resolved) = std::fs::canonicalize(p) {
         return resolved;
     }
@@ -379,7 +382,7 @@ fn device_key(p: &Path) -> PathBuf {
 }
 
 /// Opens (or creates) the devices of one top-level vdev for a new pool or log.
-fn new_top(
+pub(crate) fn new_top(
     index: usize,
     spec: &VdevSpec,
     opts: &CreateOptions,
@@ -447,6 +450,10 @@ fn build_tree(
     let mut missing_logs = Vec::new();
     let configs = label.tree.tops.iter().map(|t| (t, false)).chain(label.tree.logs.iter().map(|t| (t, true)));
     for (index, (top, is_log)) in configs.enumerate() {
+        if top.is_hole() {
+            tops.push(TopVdev::hole(index, label.ashift));
+            continue;
+        }
         let mut leaves = Vec::new();
         let mut asize = u64::MAX;
         for (guid, path) in top.leaves() {
@@ -511,6 +518,7 @@ fn with_opened_paths(label: &Label, by_guid: &BTreeMap<u64, Arc<dyn BlockDevice>
         TopConfig::Mirror { guid, children } => {
             TopConfig::Mirror { guid: *guid, children: children.iter().map(opened).collect() }
         }
+        TopConfig::Hole => TopConfig::Hole,
     };
     let mut out = label.clone();
     out.tree.tops = label.tree.tops.iter().map(retarget).collect();
@@ -529,7 +537,7 @@ fn note_missed_txgs(vdevs: &VdevTree, labels: &[Labelled], txg: u64, mos: &Mos) 
             (l.label.vdev_guid, t)
         })
         .collect();
-    for top in &vdevs.tops {
+    for top in vdevs.tops.iter() {
         let current = |l: &Leaf| newest.get(&l.guid).is_some_and(|t| *t >= txg);
         if !top.leaves.iter().any(current) {
             continue;

@@ -63,7 +63,11 @@ pub(crate) struct Destroyed {
 pub(crate) struct Inner {
     pub(crate) name: String,
     pub(crate) guid: u64,
-    pub(crate) label: Label,
+    /// The config the labels hold, in step with the vdev tree.
+    pub(crate) label: Mutex<Label>,
+    /// Held by a config change (`devices`) from start to end; `label` only briefly, as
+    /// the txg commit reads it.
+    pub(crate) config_change: Mutex<()>,
     pub(crate) ctx: Arc<Ctx>,
     pub(crate) datasets: RwLock<Datasets>,
     pub(crate) next_dataset_id: Mutex<u64>,
@@ -170,7 +174,8 @@ impl Pool {
             inner: Arc::new(Inner {
                 name: label.pool_name.clone(),
                 guid: label.pool_guid,
-                label,
+                label: Mutex::new(label),
+                config_change: Mutex::new(()),
                 ctx,
                 datasets: RwLock::new(BTreeMap::new()),
                 next_dataset_id: Mutex::new(next_ds),

@@ -108,3 +108,10 @@ fn is_device_candidate(p: &Path) -> bool {
         Err(_) => false,
     }
 }
+
+/// The guid of the pool the device at `path` belongs to by its labels, read without
+/// taking the device (its holder may be using it); `None` for a device of no pool.
+pub fn member_of(path: &std::path::Path) -> Option<u64> {
+    let labels = tarn_vdev::peek_labels(path).ok()?;
+    (labels.label.state != tarn_vdev::LabelState::Destroyed).then_some(labels.label.pool_guid)
+}

@@ -125,7 +125,7 @@ impl Pool {
         let (size, allocated, free) = zio.space();
         // Not `hold(0)`: joining the open txg would make it commit an empty txg.
         let suspended = self.inner.ctx.txg.suspended().map(|e| e.to_string());
-        let vdevs: Vec<TopStatus> = zio.vdevs.tops.iter().map(top_status).collect();
+        let vdevs: Vec<TopStatus> = zio.vdevs.tops.iter().filter(|t| !t.is_removed()).map(top_status).collect();
         let degraded = vdevs.iter().any(|t| t.health != "ONLINE");
         let state = if suspended.is_some() {
             "SUSPENDED"

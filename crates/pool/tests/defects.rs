@@ -13,7 +13,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use tarn_dataset::{NewObject, ROOT_ID};
-use tarn_pool::{discover, CreateOptions, ImportOptions, Pool, PoolError, VdevSpec};
+use tarn_pool::{discover, CreateOptions, DeviceClass, ImportOptions, Pool, PoolError, VdevSpec};
 use tarn_vdev::{Label, LabelDecode, LABEL_SIZE};
 use xxhash_rust::xxh3::xxh3_128;
 
@@ -191,7 +191,7 @@ fn a_device_given_twice_is_named_at_once() {
     assert!(started.elapsed().as_secs() < 3, "not a lock timeout");
     // Adding a pool's own device as its log.
     let (data, pool) = one_disk(dir.path(), "tank");
-    let err = pool.add_logs(&[VdevSpec::Disk(data.clone())], false, None).err();
+    let err = pool.add_devices(DeviceClass::Log, &[VdevSpec::Disk(data.clone())], false, None).err();
     assert!(matches!(err, Some(PoolError::DuplicateDevice(_))), "{err:?}");
 }
 

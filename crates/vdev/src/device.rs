@@ -27,6 +27,9 @@ pub trait BlockDevice: Send + Sync {
     fn flush(&self) -> std::io::Result<()>;
     fn size(&self) -> u64;
     fn path(&self) -> &Path;
+    /// Lets other openers have the device while this handle lives on (a log device
+    /// removed from an open pool: in-flight holders of the handle may still exist).
+    fn release(&self) {}
     /// The alignment (offset and length) a read needs: 1 for buffered I/O, the logical
     /// sector size for O_DIRECT. A block is read as the smallest aligned span around it,
     /// so a packed compressed block costs its stored size, not whole pool sectors.
@@ -203,4 +206,46 @@ impl BlockDevice for FileDevice {
     fn read_align(&self) -> u64 {
         self.read_align
     }
+    fn release(&self) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: flock on a file descriptor we own; no memory is involved. A block
+        // device's O_EXCL claim lasts until the handle is closed (the pool's close).
+        unsafe { libc::flock(self.file.as_raw_fd(), libc::LOCK_UN) };
+    }
+}
+
+/// A device opened read-only and without its lock, to look at its labels while another
+/// process may hold it (`peek_labels`).
+struct Peek {
+    file: File,
+    path: PathBuf,
+    size: u64,
+}
+
+impl BlockDevice for Peek {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.file.read_exact_at(buf, offset)
+    }
+    fn write_at(&self, _: &[u8], _: u64) -> std::io::Result<()> {
+        Err(std::io::Error::other("a peek is read-only"))
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn size(&self) -> u64 {
+        self.size
+    }
+    fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// The labels of the device at `path`, read without taking the device (its holder may be
+/// writing them: for a caller that only wants to know whose device it is, such as the
+/// cache file after `pool add` or `pool remove`).
+pub fn peek_labels(path: &Path) -> Result<crate::DeviceLabels, VdevError> {
+    let io = |source| VdevError::Io { path: path.to_path_buf(), source };
+    let file = File::open(path).map_err(io)?;
+    let size = device_size(&file).map_err(io)?;
+    crate::read_device_labels(&Peek { file, path: path.to_path_buf(), size })
 }

@@ -39,4 +39,6 @@ pub enum VdevError {
     BlockDeviceBusy { path: PathBuf },
     #[error("{path}: no such device; give --size to create an image file")]
     NoSuchDevice { path: PathBuf },
+    #[error("a pool has at most {max} top-level vdevs (removed log devices count, as holes)")]
+    TooManyVdevs { max: usize },
 }

@@ -20,8 +20,12 @@ pub const LABEL_SIZE: u64 = 256 * 1024;
 pub const CONFIG_AREA: usize = 64 * 1024;
 /// Version 2 added separate log devices (`tree.logs`); version 1 labels are read as
 /// having none. A version-1 tarn refuses a version-2 label instead of importing a pool
-/// whose intent log it would not see.
-pub const LABEL_VERSION: u32 = 2;
+/// whose intent log it would not see. Version 3 added holes (`TopConfig::Hole`, where a
+/// removed log device was): only a config with a hole is written as version 3, so a pool
+/// that never removed a device stays readable by a version-2 tarn.
+pub const LABEL_VERSION: u32 = 3;
+/// The version of a config without holes.
+const LABEL_VERSION_WITHOUT_HOLES: u32 = 2;
 const OLDEST_LABEL: u32 = 1;
 pub const UBERBLOCK_VERSION: u32 = 1;
 const LABEL_MAGIC: u64 = u64::from_le_bytes(*b"TARNLABL");
@@ -40,14 +44,24 @@ pub enum LabelState {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum TopConfig {
-    Disk { guid: u64, path: String },
-    Mirror { guid: u64, children: Vec<(u64, String)> },
+    Disk {
+        guid: u64,
+        path: String,
+    },
+    Mirror {
+        guid: u64,
+        children: Vec<(u64, String)>,
+    },
+    /// Where a removed log device was: it keeps the vdev numbers after it (an intent-log
+    /// block names its vdev by number), as ZFS's hole vdev does.
+    Hole,
 }
 
 impl TopConfig {
     pub fn guid(&self) -> u64 {
         match self {
             TopConfig::Disk { guid, .. } | TopConfig::Mirror { guid, .. } => *guid,
+            TopConfig::Hole => 0,
         }
     }
     /// (guid, path) of every leaf under this top-level vdev.
@@ -55,7 +69,12 @@ impl TopConfig {
         match self {
             TopConfig::Disk { guid, path } => vec![(*guid, path.clone())],
             TopConfig::Mirror { children, .. } => children.clone(),
+            TopConfig::Hole => Vec::new(),
         }
+    }
+
+    pub fn is_hole(&self) -> bool {
+        matches!(self, TopConfig::Hole)
     }
 }
 
@@ -70,6 +89,16 @@ pub struct TreeConfig {
 impl TreeConfig {
     pub fn guid_sum(&self) -> u64 {
         self.tops.iter().chain(&self.logs).flat_map(|t| t.leaves()).fold(0u64, |s, (g, _)| s.wrapping_add(g))
+    }
+
+    /// Drops the holes at the end of the log list: no vdev number after them needs
+    /// keeping. True if there were any.
+    pub fn trim_trailing_holes(&mut self) -> bool {
+        let before = self.logs.len();
+        while self.logs.last().is_some_and(TopConfig::is_hole) {
+            self.logs.pop();
+        }
+        self.logs.len() != before
     }
 }
 
@@ -119,6 +148,9 @@ impl Label {
         if self.tree.tops.is_empty() {
             return bad("tree", "without data vdevs".into(), "a pool has at least one");
         }
+        if self.tree.tops.iter().any(TopConfig::is_hole) {
+            return bad("tree", "with a hole among the data vdevs".into(), "only a removed log device leaves a hole");
+        }
         let tops: Vec<&TopConfig> = self.tree.tops.iter().chain(&self.tree.logs).collect();
         let Some(top) = tops.get(self.top_index as usize) else {
             return bad("top_index", self.top_index.to_string(), "must name one of the tree's vdevs");
@@ -144,7 +176,9 @@ impl Label {
         assert!(json.len() <= CONFIG_AREA - LABEL_HEADER, "label config too large");
         let mut area = vec![0u8; CONFIG_AREA];
         area[0..8].copy_from_slice(&LABEL_MAGIC.to_le_bytes());
-        area[8..12].copy_from_slice(&LABEL_VERSION.to_le_bytes());
+        let version =
+            if self.tree.logs.iter().any(TopConfig::is_hole) { LABEL_VERSION } else { LABEL_VERSION_WITHOUT_HOLES };
+        area[8..12].copy_from_slice(&version.to_le_bytes());
         area[12..16].copy_from_slice(&(json.len() as u32).to_le_bytes());
         area[LABEL_HEADER..LABEL_HEADER + json.len()].copy_from_slice(&json);
         let sum = xxh3_128(&area);
@@ -286,11 +320,26 @@ mod tests {
     #[test]
     fn label_of_unknown_version_is_reported_as_such() {
         let mut area = sample().encode();
-        area[8..12].copy_from_slice(&3u32.to_le_bytes());
+        area[8..12].copy_from_slice(&(LABEL_VERSION + 1).to_le_bytes());
         area[16..32].fill(0);
         let sum = xxh3_128(&area);
         area[16..32].copy_from_slice(&sum.to_le_bytes());
-        assert!(matches!(Label::decode(&area), LabelDecode::Version(3)));
+        assert!(matches!(Label::decode(&area), LabelDecode::Version(v) if v == LABEL_VERSION + 1));
+    }
+
+    #[test]
+    fn only_a_config_with_a_hole_is_written_as_version_3() {
+        let version = |l: &Label| u32_at(&l.encode(), 8);
+        let mut label = sample();
+        label.tree.logs = vec![TopConfig::Disk { guid: 5, path: "/log".into() }];
+        assert_eq!(version(&label), 2, "a version-2 tarn still reads a pool with a log");
+        label.tree.logs.insert(0, TopConfig::Hole);
+        assert_eq!(version(&label), 3);
+        assert!(matches!(Label::decode(&label.encode()), LabelDecode::Ok(l) if l == label), "a hole round-trips");
+        assert!(!label.tree.trim_trailing_holes(), "a hole before a log stays");
+        label.tree.logs.pop();
+        assert!(label.tree.trim_trailing_holes());
+        assert!(label.tree.logs.is_empty());
     }
 
     #[test]

@@ -255,6 +255,20 @@ impl Leaf {
         self.checksum_errors.store(0, Ordering::Relaxed);
     }
 
+    /// Zeroes both labels of this device (it left the pool) and lets other openers have
+    /// it. A device that is gone has nothing to wipe.
+    pub(crate) fn wipe_labels_and_release(&self) -> Result<(), crate::VdevError> {
+        let Some(dev) = self.dev.as_ref() else { return Ok(()) };
+        let zeros = vec![0u8; LABEL_SIZE as usize];
+        let io = |source| crate::VdevError::Io { path: self.path.clone().into(), source };
+        for at in [0, Self::label1_offset(dev.size())] {
+            self.write_dev(&**dev, &zeros, at, IoClass::SyncWrite).map_err(io)?;
+        }
+        self.flush_dev(&**dev).map_err(io)?;
+        dev.release();
+        Ok(())
+    }
+
     /// Offset of label 1: the last whole label-sized slice of the device.
     pub(crate) fn label1_offset(size: u64) -> u64 {
         (size / LABEL_SIZE) * LABEL_SIZE - LABEL_SIZE

@@ -22,9 +22,10 @@ pub mod iostat;
 mod label;
 mod leaf;
 mod queue;
+mod slots;
 mod tree;
 
-pub use device::{BlockDevice, FileDevice};
+pub use device::{peek_labels, BlockDevice, FileDevice};
 pub use dtl::UNKNOWN_BIRTH;
 pub use error::VdevError;
 pub use iostat::IoSnapshot;
@@ -34,6 +35,8 @@ pub use label::{
 };
 pub use leaf::{Leaf, LeafHealth, LeafStatus};
 pub use queue::{async_write_limit, ClassLimits, ClassStats, IoClass, IoPermit, IoQueue, QueueConfig, MAX_ACTIVE};
+pub use slots::{Slots, MAX_TOPS};
 pub use tree::{
-    read_device_labels, DeviceLabels, ReadMode, SidesRead, SyncHold, TopVdev, VdevTree, DATA_START, DEFAULT_MAX_IO,
+    read_device_labels, DeviceLabels, ReadMode, SidesRead, SyncHold, TopState, TopVdev, VdevTree, DATA_START,
+    DEFAULT_MAX_IO,
 };

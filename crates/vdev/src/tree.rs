@@ -26,12 +26,13 @@
 //!
 //! Must never: interpret the bytes it reads (the verifier does), write past a vdev's
 //! data area, or start a thread for a write of one piece (every hot-path write).
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 use crate::dtl::UNKNOWN_BIRTH;
 use crate::label::{slot_count, slot_size, Label, LabelDecode, Uberblock, CONFIG_AREA};
 use crate::leaf::{Leaf, LeafHealth};
 use crate::queue::{ClassStats, IoClass};
+use crate::slots::Slots;
 use crate::{BlockDevice, VdevError, LABEL_SIZE};
 
 /// How a read treats the sides of a mirror.
@@ -64,6 +65,33 @@ pub const DATA_START: u64 = 2 * LABEL_SIZE;
 /// reads `TARN_VDEV_MAX_IO`).
 pub const DEFAULT_MAX_IO: u64 = 128 << 10;
 
+/// Where a top-level vdev is in its life: a live `pool add` brings a log device in, a
+/// `pool remove` takes it out. Its number never changes (an intent-log block names its
+/// vdev by number), so a removed one stays in the tree as a hole.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum TopState {
+    /// Being added: its labels are written, nothing else is, nothing is allocated on it.
+    Adding = 0,
+    /// In service.
+    Active = 1,
+    /// Being removed: written and flushed as before, but no new block is allocated on it.
+    Draining = 2,
+    /// Gone (or a hole at import): never read, written or flushed again.
+    Removed = 3,
+}
+
+impl TopState {
+    fn from_u8(v: u8) -> TopState {
+        match v {
+            0 => TopState::Adding,
+            1 => TopState::Active,
+            2 => TopState::Draining,
+            _ => TopState::Removed,
+        }
+    }
+}
+
 pub struct TopVdev {
     pub index: usize,
     pub guid: u64,
@@ -73,6 +101,8 @@ pub struct TopVdev {
     pub leaves: Vec<Leaf>,
     /// A separate intent-log device: only log blocks are allocated on it.
     pub is_log: bool,
+    /// A `TopState`.
+    state: AtomicU8,
     rotor: AtomicUsize,
     /// Writes are cut into pieces of at most this many bytes (a multiple of the sector).
     max_io: AtomicU64,
@@ -82,7 +112,66 @@ impl TopVdev {
     pub fn new(index: usize, guid: u64, ashift: u32, asize: u64, leaves: Vec<Leaf>) -> TopVdev {
         assert!(!leaves.is_empty(), "a top-level vdev has at least one device");
         let max_io = AtomicU64::new(Self::round_max_io(DEFAULT_MAX_IO, ashift));
-        TopVdev { index, guid, ashift, asize, leaves, is_log: false, rotor: AtomicUsize::new(0), max_io }
+        TopVdev {
+            index,
+            guid,
+            ashift,
+            asize,
+            leaves,
+            is_log: false,
+            state: AtomicU8::new(TopState::Active as u8),
+            rotor: AtomicUsize::new(0),
+            max_io,
+        }
+    }
+
+    /// The place of a removed log device (`TopConfig::Hole`): no device, no space.
+    pub fn hole(index: usize, ashift: u32) -> TopVdev {
+        let max_io = AtomicU64::new(Self::round_max_io(DEFAULT_MAX_IO, ashift));
+        TopVdev {
+            index,
+            guid: 0,
+            ashift,
+            asize: 0,
+            leaves: Vec::new(),
+            is_log: true,
+            state: AtomicU8::new(TopState::Removed as u8),
+            rotor: AtomicUsize::new(0),
+            max_io,
+        }
+    }
+
+    pub fn state(&self) -> TopState {
+        TopState::from_u8(self.state.load(Ordering::Acquire))
+    }
+
+    /// Moves this vdev to `state`. Panics on a move a vdev never makes: out of
+    /// `Removed` (a removed vdev never returns), or back to `Adding`. A draining vdev goes
+    /// back in service when its removal fails.
+    pub fn set_state(&self, state: TopState) {
+        let was = TopState::from_u8(self.state.swap(state as u8, Ordering::AcqRel));
+        let allowed = was == state || (was != TopState::Removed && state != TopState::Adding);
+        assert!(allowed, "vdev {} moved from {was:?} to {state:?}", self.index);
+    }
+
+    /// Written, flushed and given uberblocks (in service or draining).
+    pub fn in_service(&self) -> bool {
+        matches!(self.state(), TopState::Active | TopState::Draining)
+    }
+
+    pub fn is_removed(&self) -> bool {
+        self.state() == TopState::Removed
+    }
+
+    /// True while intent-log blocks may be allocated on this separate log device.
+    pub fn takes_log_blocks(&self) -> bool {
+        self.is_log && self.state() == TopState::Active && self.usable() && self.asize > 0
+    }
+
+    /// A new top-level vdev starts as `Adding` (see `VdevTree::add_top`).
+    pub fn adding(self) -> TopVdev {
+        self.state.store(TopState::Adding as u8, Ordering::Release);
+        self
     }
 
     /// The largest piece a write to this vdev is cut into.
@@ -107,9 +196,9 @@ impl TopVdev {
         self
     }
 
-    /// True if at least one side can be read and written.
+    /// True if at least one side can be read and written (never for a removed vdev).
     pub fn usable(&self) -> bool {
-        self.leaves.iter().any(|l| l.health() == LeafHealth::Online)
+        !self.is_removed() && self.leaves.iter().any(|l| l.health() == LeafHealth::Online)
     }
 
     /// Data-area size a device of `size` bytes offers, aligned to the sector size.
@@ -339,12 +428,26 @@ impl TopVdev {
         let sector = self.sector();
         assert!(offset.is_multiple_of(sector) && (data.len() as u64).is_multiple_of(sector), "unaligned vdev write");
         assert!(offset + data.len() as u64 <= self.asize, "write past the end of vdev {}", self.index);
+        assert!(!self.is_removed(), "write to removed vdev {}", self.index);
         let max_io = self.max_io() as usize;
         self.on_every_side(|leaf, dev| leaf.write_pieces(dev, class, data, DATA_START + offset, max_io))
     }
 
     pub fn flush(&self) -> Result<(), VdevError> {
+        if self.is_removed() {
+            return Ok(()); // holds nothing of the pool's any more
+        }
         self.on_every_side(|leaf, dev| leaf.flush_dev(dev))
+    }
+
+    /// Takes a removed vdev's devices out of the pool: their labels are zeroed (so the
+    /// device can be used again without `-f`) and this process lets them go.
+    pub fn wipe_and_release(&self) -> Result<(), VdevError> {
+        assert!(self.is_removed(), "only a removed vdev's labels are wiped");
+        for leaf in &self.leaves {
+            leaf.wipe_labels_and_release()?;
+        }
+        Ok(())
     }
 
     fn on_every_side(&self, op: impl Fn(&Leaf, &dyn BlockDevice) -> std::io::Result<()>) -> Result<(), VdevError> {
@@ -370,7 +473,8 @@ impl TopVdev {
 
 /// The pool's devices: a stripe over top-level vdevs.
 pub struct VdevTree {
-    pub tops: Vec<TopVdev>,
+    /// Indexed by vdev number; grows when a device is added to the open pool.
+    pub tops: Slots<TopVdev>,
     pub ashift: u32,
     /// The txg of the newest uberblock written or imported: the next must be newer.
     last_uberblock_txg: AtomicU64,
@@ -378,7 +482,14 @@ pub struct VdevTree {
 
 impl VdevTree {
     pub fn new(tops: Vec<TopVdev>, ashift: u32) -> VdevTree {
-        VdevTree { tops, ashift, last_uberblock_txg: AtomicU64::new(0) }
+        VdevTree { tops: Slots::new(tops), ashift, last_uberblock_txg: AtomicU64::new(0) }
+    }
+
+    /// Appends `top` (numbered `tops.len()`, in state `Adding`) to the open tree.
+    pub fn add_top(&self, top: TopVdev) -> Result<usize, VdevError> {
+        assert_eq!(top.index, self.tops.len(), "a new vdev is numbered after the others");
+        assert_eq!(top.state(), TopState::Adding, "a new vdev comes in as Adding");
+        self.tops.push(top).map_err(|_| VdevError::TooManyVdevs { max: crate::slots::MAX_TOPS })
     }
 
     /// Records the txg of the uberblock the pool was opened at: every uberblock written
@@ -388,8 +499,8 @@ impl VdevTree {
     }
 
     pub fn flush_all(&self) -> Result<(), VdevError> {
-        for top in &self.tops {
-            if top.is_log && !top.usable() {
+        for top in self.tops.iter() {
+            if !top.in_service() || (top.is_log && !top.usable()) {
                 continue; // a missing log device holds nothing of the pool's state
             }
             top.flush()?;
@@ -397,8 +508,9 @@ impl VdevTree {
         Ok(())
     }
 
+    /// The devices of the vdevs in service (not one being added or removed).
     pub fn leaves(&self) -> impl Iterator<Item = &Leaf> {
-        self.tops.iter().flat_map(|t| t.leaves.iter())
+        self.tops.iter().filter(|t| t.in_service()).flat_map(|t| t.leaves.iter())
     }
 
     /// The I/O counters of every class, summed over every device (indexed by
@@ -434,17 +546,21 @@ impl VdevTree {
 
     /// Sets the largest piece writes are cut into, on every top-level vdev.
     pub fn set_max_io(&self, bytes: u64) {
-        for top in &self.tops {
+        for top in self.tops.iter() {
             top.set_max_io(bytes);
         }
     }
 
     /// Writes the config area of both labels on every device (pool create, export,
-    /// config change). Label 0 everywhere, flush, then label 1, so a crash leaves one
-    /// consistent copy on each device.
+    /// config change), those being added too, not those removed. Label 0 everywhere,
+    /// flush, then label 1, so a crash leaves one consistent copy on each device. Devices
+    /// being added come first: a config naming a device is never written before that
+    /// device can be recognised as the pool's.
     pub fn write_labels(&self, template: &Label) -> Result<(), VdevError> {
+        let adding = || self.tops.iter().filter(|t| t.state() == TopState::Adding);
+        let others = || self.tops.iter().filter(|t| !matches!(t.state(), TopState::Adding | TopState::Removed));
         for which in 0..2 {
-            for top in &self.tops {
+            for top in adding().chain(others()) {
                 for leaf in &top.leaves {
                     let Some(dev) = leaf.usable() else { continue };
                     let mut label = template.clone();
@@ -762,8 +878,57 @@ mod tests {
         assert_eq!(tree.tops[0].max_io(), 4096);
         tree.set_max_io(0);
         assert_eq!(tree.tops[0].max_io(), 4096);
-        let fresh = TopVdev::new(0, 1, 9, 1 << 20, mirror().0.tops.into_iter().next().unwrap().leaves);
+        let fresh = TopVdev::new(0, 1, 9, 1 << 20, vec![Leaf::new(1, "/x".into(), None)]);
         assert_eq!(fresh.max_io(), DEFAULT_MAX_IO);
+    }
+
+    #[test]
+    fn a_vdev_being_added_gets_labels_and_no_uberblock_and_a_removed_one_neither() {
+        let (tree, _) = mirror();
+        let dev = MemDevice::new("log");
+        let leaf = Leaf::new(5, "log".into(), Some(dev.clone() as Arc<dyn BlockDevice>));
+        let added = TopVdev::new(1, 6, 12, TopVdev::asize_of(4 << 20, 12), vec![leaf]).as_log().adding();
+        assert_eq!(tree.add_top(added).unwrap(), 1);
+        let label = Label {
+            pool_name: "tank".into(),
+            pool_guid: 1,
+            vdev_guid: 0,
+            top_index: 0,
+            ashift: 12,
+            state: crate::LabelState::Active,
+            hostname: String::new(),
+            create_txg: 1,
+            asize: 0,
+            tree: crate::TreeConfig {
+                tops: vec![crate::TopConfig::Mirror { guid: 9, children: vec![(1, "a".into()), (2, "b".into())] }],
+                logs: vec![crate::TopConfig::Disk { guid: 5, path: "log".into() }],
+            },
+        };
+        tree.write_labels(&label).unwrap();
+        tree.write_uberblock(&ub(3)).unwrap();
+        let read = read_device_labels(dev.as_ref()).expect("labelled while being added");
+        assert_eq!((read.label.vdev_guid, read.uberblocks.len()), (5, 0), "no uberblock while being added");
+        assert!(!tree.tops[1].takes_log_blocks(), "nothing is allocated on it yet");
+        tree.tops[1].set_state(TopState::Active);
+        assert!(tree.tops[1].takes_log_blocks());
+        tree.write_uberblock(&ub(4)).unwrap();
+        let txgs: Vec<u64> = read_device_labels(dev.as_ref()).unwrap().uberblocks.iter().map(|u| u.txg).collect();
+        assert!(txgs.contains(&4) && !txgs.contains(&3), "uberblocks from when it is in service: {txgs:?}");
+        tree.tops[1].set_state(TopState::Draining);
+        assert!(!tree.tops[1].takes_log_blocks() && tree.tops[1].in_service());
+        tree.tops[1].set_state(TopState::Removed);
+        tree.tops[1].wipe_and_release().unwrap();
+        tree.write_uberblock(&ub(5)).unwrap();
+        assert!(read_device_labels(dev.as_ref()).is_err(), "wiped, and no uberblock after");
+        assert!(!tree.tops[1].usable() && tree.leaves().count() == 2);
+    }
+
+    #[test]
+    #[should_panic(expected = "moved from Removed")]
+    fn a_removed_vdev_never_comes_back() {
+        let (tree, _) = mirror();
+        tree.tops[0].set_state(TopState::Removed);
+        tree.tops[0].set_state(TopState::Active);
     }
 
     #[test]

@@ -167,6 +167,30 @@ impl Zil {
         Ok(())
     }
 
+    /// Moves the chain off vdev `vdev` (a log device being removed, on which nothing is
+    /// allocated any more). If the next block's pre-allocated place is there, an empty
+    /// block is written there, naming a place elsewhere: the chain then leaves the device,
+    /// and once every block on it is obsolete (`uses_vdev`), neither the chain nor a root
+    /// committed after that points into it. The empty block is flushed by the next commit
+    /// or txg, before anything written after it can be acknowledged.
+    pub fn move_off(&self, vdev: u16) -> Result<(), ZilError> {
+        let mut chain = self.chain.lock();
+        let Some(here) = chain.next.filter(|e| e.vdev == vdev) else {
+            return Ok(());
+        };
+        let elsewhere = self.zio.alloc_extent(MIN_BLOCK)?;
+        assert_ne!(elsewhere.vdev, vdev, "an extent was allocated on a vdev being removed");
+        // No record: obsolete at the next txg (its max txg, 0, is always committed).
+        self.append(&mut chain, here, elsewhere, &[], 0)
+    }
+
+    /// Whether the chain still needs vdev `vdev`: a block not yet obsolete is there, or
+    /// the next block's place.
+    pub fn uses_vdev(&self, vdev: u16) -> bool {
+        let chain = self.chain.lock();
+        chain.next.is_some_and(|e| e.vdev == vdev) || chain.blocks.iter().any(|b| b.extent.vdev == vdev)
+    }
+
     /// For the root of syncing txg `txg`: where replay must start (the first block with a
     /// record newer than `txg`), and the blocks that become obsolete once `txg` commits.
     pub fn head_for_txg(&self, txg: u64) -> Result<(LogHead, Vec<Extent>), ZilError> {

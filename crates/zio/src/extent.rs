@@ -25,22 +25,24 @@ pub struct Extent {
 }
 
 impl Zio {
-    /// True while a separate log device can take intent-log blocks.
+    /// True while a separate log device can take intent-log blocks (one being added or
+    /// removed cannot).
     pub fn has_log_device(&self) -> bool {
-        self.vdevs.tops.iter().any(|t| t.is_log && t.usable() && t.asize > 0)
+        self.vdevs.tops.iter().any(|t| t.takes_log_blocks())
     }
 
     /// Allocates `bytes` (rounded up to whole sectors) outside any block tree, for an
     /// intent-log block. The extent is live until `free_extent`.
     /// A separate log device is used when one is usable; the data vdevs otherwise.
     pub fn alloc_extent(&self, bytes: u64) -> Result<Extent, ZioError> {
-        let n = self.maps.len();
+        let n = self.vdevs.tops.len();
         let start = self.next_top.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let has_log = self.has_log_device();
         for k in 0..n {
             let top = (start + k) % n;
             let t = &self.vdevs.tops[top];
-            if t.is_log != has_log || !t.usable() {
+            let takes = if has_log { t.takes_log_blocks() } else { !t.is_log && t.usable() };
+            if !takes {
                 continue;
             }
             let sector = self.sector(top);

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use parking_lot::Mutex;
 use tarn_alloc::SpaceMap;
 use tarn_arc::{Access, ArcCache, HotCopies, PerKind, ReadKind};
-use tarn_vdev::{Uberblock, VdevTree};
+use tarn_vdev::{Slots, TopVdev, Uberblock, VdevError, VdevTree};
 
 use crate::read::arc_key;
 use crate::trace::{open_trace, Event, TraceFile};
@@ -50,10 +50,11 @@ pub struct WriteMark(u64);
 
 pub struct Zio {
     pub vdevs: VdevTree,
-    pub(crate) maps: Vec<Mutex<SpaceMap>>,
+    /// One per top-level vdev, by vdev number (each set before its vdev joins the tree).
+    pub(crate) maps: Slots<Mutex<SpaceMap>>,
     /// Free bytes per vdev, mirrored from the maps so writers can check space without
     /// taking a map lock the sync thread is using.
-    free: Vec<AtomicU64>,
+    free: Slots<AtomicU64>,
     /// Where the next run or extent is looked for first (rotates over the stripe).
     pub(crate) next_top: AtomicUsize,
     pub stats: ZioStats,
@@ -79,8 +80,8 @@ impl Zio {
     /// calls `finish_load`.
     pub fn new(vdevs: VdevTree) -> Zio {
         let budget = ArcCache::default_max();
-        let maps = vdevs.tops.iter().map(|t| Mutex::new(SpaceMap::new(t.asize, t.ashift))).collect();
-        let free = vdevs.tops.iter().map(|_| AtomicU64::new(0)).collect();
+        let maps = Slots::new(vdevs.tops.iter().map(|t| Mutex::new(SpaceMap::new(t.asize, t.ashift))).collect());
+        let free = Slots::new(vdevs.tops.iter().map(|_| AtomicU64::new(0)).collect());
         Zio {
             vdevs,
             maps,
@@ -109,6 +110,19 @@ impl Zio {
         self.hot.set_max(bytes / HOT_SHARE);
         self.arc.set_reserved(bytes / HOT_SHARE);
         self.arc.set_max(bytes);
+    }
+
+    /// Adds a top-level vdev (in state `Adding`) to the open pool, every sector of it
+    /// free; returns its number. Nothing is allocated on it until it is `Active`.
+    pub fn add_top(&self, top: TopVdev) -> Result<usize, ZioError> {
+        let full = || ZioError::Vdev(VdevError::TooManyVdevs { max: tarn_vdev::MAX_TOPS });
+        assert_eq!(self.maps.len(), self.vdevs.tops.len(), "one space map per vdev");
+        let mut map = SpaceMap::new(top.asize, top.ashift);
+        map.rebuild_free();
+        // The map and its free-byte mirror come first: whoever sees the vdev finds them.
+        self.free.push(AtomicU64::new(map.free_bytes())).map_err(|_| full())?;
+        self.maps.push(Mutex::new(map)).map_err(|_| full())?;
+        Ok(self.vdevs.add_top(top)?)
     }
 
     /// Runs `f` on vdev `top`'s space map and refreshes its free-byte mirror.

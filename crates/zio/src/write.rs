@@ -180,7 +180,7 @@ impl Zio {
     /// Takes a run of free sectors from the next vdev that has one, rotating across the
     /// stripe so data spreads over every top-level vdev.
     fn open_run(&self, min_bytes: u64, remaining: u64) -> Result<OpenRun, ZioError> {
-        let n = self.maps.len();
+        let n = self.vdevs.tops.len();
         let start = self.next_top.fetch_add(1, Ordering::Relaxed);
         for k in 0..n {
             let top = (start + k) % n;

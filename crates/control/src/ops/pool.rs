@@ -1,8 +1,8 @@
-//! Commands on the pool as a whole: `pool status|scrub|clear|export|destroy|add|history|
-//! iostat`, `stats`, `tune`.
+//! Commands on the pool as a whole: `pool status|scrub|clear|export|destroy|add|remove|
+//! history|iostat`, `stats`, `tune`.
 //!
 //! Owns: what each does to the pool, and the checks before a pool is given up (`destroy`
-//! of a pool holding data needs `-f`; a log device cannot be added to a live pool yet).
+//! of a pool holding data needs `-f`).
 //! Promises: export and destroy change nothing themselves: they ask for a [`Finish`],
 //! carried out by whoever holds the pool once its datasets are unmounted.
 //! Must never: tune a pool that has no running cache, or consume the pool.
@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 use tarn_dataset::props::format_size;
-use tarn_pool::{HistoryEntry, PoolIostat, PoolStats, PoolStatus, ScanStatus, VdevSpec};
+use tarn_pool::{DeviceClass, HistoryEntry, PoolIostat, PoolStats, PoolStatus, Removed, ScanStatus, VdevSpec};
 
 use crate::error::OpError;
 use crate::op::{Finish, Held, Op};
@@ -161,34 +161,43 @@ impl From<&Vdev> for VdevSpec {
     }
 }
 
-/// `tarn pool add POOL log DEV…`.
+/// `tarn pool add POOL CLASS DEV…`: devices beside the data vdevs (log devices; cache
+/// devices next), added to the open pool wherever it is held (`Pool::add_devices`).
+/// Returns the paths of the devices added.
 #[derive(Serialize, Deserialize)]
-pub struct AddLogs {
-    pub logs: Vec<Vdev>,
+pub struct Add {
+    pub class: DeviceClass,
+    pub vdevs: Vec<Vdev>,
     pub force: bool,
     pub size: Option<u64>,
 }
 
-impl Op for AddLogs {
+impl Op for Add {
     const NAME: &'static str = "pool.add";
     const CHANGES_POOL: bool = true;
-    type Output = ();
-    fn run(self, on: &Held<'_>) -> Result<(), OpError> {
-        if let Some(d) = on.daemon {
-            // The vdev tree of an open pool is fixed (the engine adds devices by closing
-            // the pool and rewriting every label), and a mounted pool cannot be closed.
-            return Err(OpError::Refused(format!(
-                "cannot add a log device to pool '{}' while it is mounted (tarn mount pid {}): devices are added to a closed pool; unmount its datasets (tarn umount), add the device, and mount again",
-                on.pool.name(),
-                d.pid()
-            )));
-        }
-        on.finish_with(Finish::AddLogs {
-            logs: self.logs.iter().map(VdevSpec::from).collect(),
-            force: self.force,
-            size: self.size,
-        });
-        Ok(())
+    const DURABLE_HISTORY: bool = true;
+    type Output = Vec<PathBuf>;
+    fn run(self, on: &Held<'_>) -> Result<Vec<PathBuf>, OpError> {
+        let specs: Vec<VdevSpec> = self.vdevs.iter().map(VdevSpec::from).collect();
+        Ok(on.pool.add_devices(self.class, &specs, self.force, self.size)?)
+    }
+}
+
+/// `tarn pool remove POOL DEV`: a log device leaves the open pool once the intent log no
+/// longer needs it (`Pool::remove_device`); a data vdev is refused.
+#[derive(Serialize, Deserialize)]
+pub struct Remove {
+    /// A device path, or a vdev name as `status` shows it (`mirror-2`).
+    pub device: String,
+}
+
+impl Op for Remove {
+    const NAME: &'static str = "pool.remove";
+    const CHANGES_POOL: bool = true;
+    const DURABLE_HISTORY: bool = true;
+    type Output = Removed;
+    fn run(self, on: &Held<'_>) -> Result<Removed, OpError> {
+        Ok(on.pool.remove_device(&self.device)?)
     }
 }
 
