@@ -45,9 +45,9 @@ pub fn daemon_went_away(client: &Client, e: &tarn_control::OpError) -> bool {
     client.wait_daemon_gone(wait)
 }
 
-/// The pool part of a dataset name: "tank/db/x" → "tank".
+/// The pool part of a dataset or snapshot name: "tank/db/x" and "tank@s" → "tank".
 pub fn pool_of(dataset: &str) -> &str {
-    dataset.split('/').next().unwrap_or(dataset)
+    dataset.split(['/', '@']).next().unwrap_or(dataset)
 }
 
 /// A pool reached by one command.

@@ -24,6 +24,18 @@ pub enum Cmd {
     /// Datasets: create, destroy, list.
     #[command(subcommand)]
     Ds(DsCmd),
+    /// Snapshots: create, list, destroy.
+    #[command(subcommand)]
+    Snap(SnapCmd),
+    /// Roll a dataset back to its newest snapshot (it must not be mounted): tarn rollback POOL/DS@NAME
+    Rollback { snapshot: String },
+    /// Make a writable dataset from a snapshot, sharing its blocks: tarn clone [-o PROP=VALUE]... POOL/DS@NAME POOL/NEW
+    Clone {
+        #[arg(short = 'o', value_name = "PROP=VALUE")]
+        options: Vec<String>,
+        snapshot: String,
+        target: String,
+    },
     /// Set properties: tarn set PROP=VALUE... DATASET
     Set {
         #[arg(required = true, num_args = 1..)]
@@ -256,6 +268,26 @@ pub enum PoolCmd {
         #[arg(long)]
         json: bool,
     },
+}
+
+#[derive(Subcommand)]
+pub enum SnapCmd {
+    /// Take snapshots, all in one txg: tarn snap create [-r] POOL/DS@NAME...
+    Create {
+        /// Also snapshot every dataset below each one named.
+        #[arg(short = 'r')]
+        recursive: bool,
+        #[arg(required = true, num_args = 1..)]
+        names: Vec<String>,
+    },
+    /// List snapshots with their space (USED: what destroying it frees): tarn snap list [POOL|DS|DS@NAME]
+    List {
+        target: Option<String>,
+        #[command(flatten)]
+        out: Output,
+    },
+    /// Destroy a snapshot, freeing what only it holds: tarn snap destroy POOL/DS@NAME
+    Destroy { name: String },
 }
 
 #[derive(Subcommand)]

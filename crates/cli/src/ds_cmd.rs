@@ -72,7 +72,7 @@ pub fn split_assignment(a: &str) -> Result<(&str, &str), CliError> {
 }
 
 /// Every "PROP=VALUE" of `words`, as owned pairs (all checked before any is used).
-fn owned_assignments(words: &[String]) -> Result<Vec<(String, String)>, CliError> {
+pub fn owned_assignments(words: &[String]) -> Result<Vec<(String, String)>, CliError> {
     words.iter().map(|w| split_assignment(w).map(|(k, v)| (k.to_string(), v.to_string()))).collect()
 }
 

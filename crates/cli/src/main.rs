@@ -10,6 +10,7 @@
 //! | `scrub_cmd` | `pool scrub` |
 //! | `iostat_cmd` | `pool iostat` |
 //! | `ds_cmd` | `ds create/destroy/list`, `set`, `get`, `inherit` |
+//! | `snap_cmd` | `snap create/list/destroy`, `rollback`, `clone` |
 //! | `copy` | `put`, `cat`, `ls` |
 //! | `stats_cmd` | `stats`, `tune` |
 //! | `mount_cmd` | `mount`, `umount` |
@@ -44,6 +45,7 @@ mod mount_cmd;
 mod output;
 mod pool_cmd;
 mod scrub_cmd;
+mod snap_cmd;
 mod space_check;
 mod stats_cmd;
 mod table;
@@ -74,6 +76,9 @@ fn run(cmd: Cmd) -> Result<(), CliError> {
     match cmd {
         Cmd::Pool(p) => pool_cmd::run(p),
         Cmd::Ds(d) => ds_cmd::run(d),
+        Cmd::Snap(s) => snap_cmd::run(s),
+        Cmd::Rollback { snapshot } => snap_cmd::rollback(snapshot),
+        Cmd::Clone { options, snapshot, target } => snap_cmd::clone(&options, snapshot, target),
         Cmd::Set { assignments_then_dataset } => ds_cmd::set(assignments_then_dataset),
         Cmd::Get { props, dataset, out } => ds_cmd::get(&props, &dataset, out),
         Cmd::Inherit { prop, dataset } => ds_cmd::inherit(&prop, &dataset),

@@ -32,6 +32,9 @@ pub enum FsError {
     Invalid(String),
     #[error("no space left in pool")]
     NoSpace,
+    /// A snapshot's contents: they never change.
+    #[error("read-only file system (a snapshot)")]
+    ReadOnly,
     #[error("I/O error: {0}")]
     Io(#[source] ObjError),
     #[error(transparent)]
@@ -49,6 +52,7 @@ impl FsError {
             FsError::NameTooLong => libc::ENAMETOOLONG,
             FsError::Invalid(_) => libc::EINVAL,
             FsError::NoSpace => libc::ENOSPC,
+            FsError::ReadOnly => libc::EROFS,
             FsError::Io(_) | FsError::Txg(_) => libc::EIO,
         }
     }

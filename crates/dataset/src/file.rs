@@ -41,7 +41,7 @@ impl Dataset {
     /// left alone (an access is not a change) and nothing goes to the intent log: atime
     /// is not worth an fsync's cost, it is committed with the next txg (ZFS does the same).
     pub fn accessed(&self, ino: u64) -> Result<(), FsError> {
-        if !self.eff.read().atime {
+        if self.read_only || !self.eff.read().atime {
             return Ok(());
         }
         let now = Timespec::now();

@@ -101,6 +101,8 @@ pub struct Dataset {
     unlinked: Mutex<BTreeSet<u64>>,
     /// The unlinked set as of the last quiesce: what the syncing txg records.
     unlinked_at_quiesce: Mutex<Vec<u64>>,
+    /// A snapshot's contents: every change is refused (`FsError::ReadOnly`).
+    read_only: bool,
 }
 
 impl Dataset {
@@ -124,7 +126,18 @@ impl Dataset {
             opens: Mutex::new(HashMap::new()),
             unlinked: Mutex::new(unlinked.into_iter().collect()),
             unlinked_at_quiesce: Mutex::new(Vec::new()),
+            read_only: false,
         }
+    }
+
+    /// The same dataset refusing every change: a snapshot's contents. Every change takes
+    /// a txg hold first (`hold`), which is where it is refused; reads leave atime alone.
+    pub fn into_read_only(self) -> Dataset {
+        Dataset { read_only: true, ..self }
+    }
+
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
     }
 
     /// Creates the root directory of a new dataset (in the txg of `hold_txg`).
@@ -182,6 +195,9 @@ impl Dataset {
     }
 
     fn hold(&self, bytes: u64) -> Result<tarn_txg::TxgHold<'_>, FsError> {
+        if self.read_only {
+            return Err(FsError::ReadOnly);
+        }
         Ok(self.os.ctx().txg.hold(bytes)?)
     }
 

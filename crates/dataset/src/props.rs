@@ -55,10 +55,28 @@ pub const PROPS: &[PropDef] = &[
         validate: |v| one_of(v, &["all", "metadata", "none"]),
     },
     PropDef { name: "mountpoint", default: "none", help: "an absolute path | none", validate: norm_mountpoint },
+    PropDef {
+        name: "snapdir",
+        default: "hidden",
+        help: "hidden | visible",
+        validate: |v| one_of(v, &["hidden", "visible"]),
+    },
 ];
 
 /// Properties computed by tarn, shown by `get` and refused by `set`.
-pub const READONLY: &[&str] = &["used", "logicalused", "compressratio", "available", "type", "creation"];
+pub const READONLY: &[&str] = &[
+    "used",
+    "logicalused",
+    "compressratio",
+    "available",
+    "type",
+    "creation",
+    "referenced",
+    "usedbysnapshots",
+    "usedbydataset",
+    "written",
+    "origin",
+];
 
 pub fn find(name: &str) -> Option<&'static PropDef> {
     PROPS.iter().find(|p| p.name == name)
@@ -146,6 +164,8 @@ pub struct Effective {
     /// fsync writes the touched records in place and logs pointers to them, which the txg
     /// adopts — one write of the data, not two (the log policy decides, `tarn_zil::policy`).
     pub logbias: LogBias,
+    /// `snapdir=visible`: the mount's `.tarn` directory shows in its root's listing.
+    pub snapdir_visible: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -181,6 +201,7 @@ impl Effective {
             atime: value("atime") == "on",
             sync,
             logbias: if value("logbias") == "throughput" { LogBias::Throughput } else { LogBias::Latency },
+            snapdir_visible: value("snapdir") == "visible",
             primarycache: match value("primarycache").as_str() {
                 "metadata" => CachePolicy::Metadata,
                 "none" => CachePolicy::None,

@@ -1,8 +1,9 @@
 //! The FUSE filesystem: kernel requests translated into `tarn_dataset::Dataset` calls.
 //!
-//! Owns: inode numbers (= dataset object ids; the root object is FUSE's root, 1), open
-//! directory snapshots (one per opendir handle, so a 100k-entry directory is listed in
-//! one pass), and the mapping of engine errors to errno values.
+//! Owns: inode numbers (= dataset object ids; the root object is FUSE's root, 1; the
+//! `.tarn/snapshot` directory's numbers are `snapdir`'s), open directory listings (one
+//! per opendir handle, so a 100k-entry directory is listed in one pass), and the mapping
+//! of engine errors to errno values.
 //!
 //! Promises: every open/create is matched by `Dataset::open` and every release by
 //! `Dataset::release`, so an unlinked file lives until its last close; fsync, fdatasync,
@@ -32,6 +33,8 @@ use parking_lot::Mutex;
 use tarn_dataset::{Attr, Dataset, FileKind, FsError, NewObject, SetAttr, Timespec};
 use tarn_pool::Pool;
 
+use crate::snapdir::{self, tree_of, Node, SnapDir, CTL_DIR, CTL_NAME, SNAP_DIR, SNAP_NAME};
+
 /// How long the kernel may trust attributes and names. Only this mount changes the
 /// dataset, and the kernel invalidates what its own operations change, so this only
 /// bounds how stale nlink/ctime can look after a rename or link from another name.
@@ -46,6 +49,22 @@ const MAX_WRITE: u32 = 1 << 20;
 /// A listing frozen at opendir: (name, ino, kind), "." and ".." first.
 type Listing = Arc<Vec<(Vec<u8>, u64, FileKind)>>;
 
+/// The root directory's object id, FUSE's root inode.
+const ROOT: u64 = tarn_dataset::ROOT_ID;
+
+/// Whether any of `inos` is outside the mounted dataset: a snapshot's, or `.tarn`'s,
+/// where nothing may change.
+fn read_only(inos: &[u64]) -> bool {
+    inos.iter().any(|&i| tree_of(i) != 0)
+}
+
+/// The attributes of a snapshot's object, numbered in its tree.
+fn attr_in(tree: u64, a: &Attr) -> FileAttr {
+    let mut f = fuse_attr(a);
+    f.ino = INodeNo(snapdir::encode(tree, a.ino));
+    f
+}
+
 pub struct TarnFs {
     ds: Arc<Dataset>,
     pool: Arc<Pool>,
@@ -56,6 +75,8 @@ pub struct TarnFs {
     /// Open file and directory handles: the daemon names a busy mount by it before
     /// unmounting (export, umount). Counted at open/release, not on the I/O path.
     open: Arc<AtomicU64>,
+    /// `.tarn/snapshot` (none for a mount made without the dataset's name).
+    snapdir: Option<SnapDir>,
 }
 
 thread_local! {
@@ -72,6 +93,87 @@ impl TarnFs {
             next_fh: AtomicU64::new(1),
             record_atime: true,
             open: Arc::new(AtomicU64::new(0)),
+            snapdir: None,
+        }
+    }
+
+    /// Serves `MOUNT/.tarn/snapshot/NAME/`: the snapshots of dataset `name` (the one
+    /// mounted), read-only.
+    pub fn with_snapdir(mut self, name: &str) -> TarnFs {
+        self.snapdir = Some(SnapDir::new(self.pool.clone(), name));
+        self
+    }
+
+    fn snapdir(&self) -> Result<&SnapDir, FsError> {
+        self.snapdir.as_ref().ok_or(FsError::NotFound)
+    }
+
+    /// What an inode outside the mounted dataset (tree ≠ 0) names.
+    fn node(&self, ino: u64) -> Result<Node, FsError> {
+        self.snapdir()?.node(ino)
+    }
+
+    /// Attributes of an inode outside the mounted dataset.
+    fn other_attr(&self, ino: u64) -> Result<FileAttr, FsError> {
+        match self.node(ino)? {
+            Node::Virtual(v) => Ok(snapdir::virtual_attr(v)),
+            Node::Snapshot { tree, ds, object } => Ok(attr_in(tree, &ds.getattr(object)?)),
+        }
+    }
+
+    /// `name` in directory `parent`, outside the mounted dataset or `.tarn` at its root.
+    fn other_lookup(&self, parent: u64, name: &[u8]) -> Result<FileAttr, FsError> {
+        if parent == ROOT && name == CTL_NAME {
+            self.snapdir()?;
+            return Ok(snapdir::virtual_attr(CTL_DIR));
+        }
+        match self.node(parent)? {
+            Node::Virtual(CTL_DIR) if name == SNAP_NAME => Ok(snapdir::virtual_attr(SNAP_DIR)),
+            Node::Virtual(SNAP_DIR) => {
+                let (tree, ds) = self.snapdir()?.snapshot(name)?;
+                Ok(attr_in(tree, &ds.getattr(ROOT)?))
+            }
+            Node::Virtual(_) => Err(FsError::NotFound),
+            Node::Snapshot { tree, ds, object } => Ok(attr_in(tree, &ds.lookup(object, name)?)),
+        }
+    }
+
+    /// The listing of a directory outside the mounted dataset.
+    fn other_listing(&self, ino: u64) -> Result<Listing, FsError> {
+        let dir = |names: Vec<(Vec<u8>, u64)>, parent: u64| {
+            let mut all = vec![(b".".to_vec(), ino, FileKind::Dir), (b"..".to_vec(), parent, FileKind::Dir)];
+            all.extend(names.into_iter().map(|(n, i)| (n, i, FileKind::Dir)));
+            Arc::new(all)
+        };
+        match self.node(ino)? {
+            Node::Virtual(CTL_DIR) => Ok(dir(vec![(SNAP_NAME.to_vec(), SNAP_DIR)], ROOT)),
+            Node::Virtual(_) => {
+                let sd = self.snapdir()?;
+                let mut names = Vec::new();
+                for name in sd.names() {
+                    // Each entry carries its root's inode: its tree, opened now.
+                    if let Ok((tree, _)) = sd.snapshot(name.as_bytes()) {
+                        names.push((name.into_bytes(), snapdir::encode(tree, ROOT)));
+                    }
+                }
+                Ok(dir(names, CTL_DIR))
+            }
+            Node::Snapshot { tree, ds, object } => {
+                let parent = if object == ROOT { SNAP_DIR } else { snapdir::encode(tree, ds.parent_of(object)?) };
+                let mut all = vec![(b".".to_vec(), ino, FileKind::Dir), (b"..".to_vec(), parent, FileKind::Dir)];
+                for (name, child, kind) in ds.readdir(object)? {
+                    all.push((name, snapdir::encode(tree, child), kind));
+                }
+                Ok(Arc::new(all))
+            }
+        }
+    }
+
+    /// Reads from an object of a snapshot (nothing else outside the dataset has bytes).
+    fn other_read(&self, ino: u64, offset: u64, buf: &mut [u8]) -> Result<usize, FsError> {
+        match self.node(ino)? {
+            Node::Snapshot { ds, object, .. } => ds.read(object, offset, buf),
+            Node::Virtual(_) => Err(FsError::IsDir),
         }
     }
 
@@ -104,6 +206,9 @@ impl TarnFs {
 
     /// Creates `name` in `parent` and replies with its entry.
     fn make(&self, req: &Request, parent: INodeNo, name: &OsStr, what: NewObject, mode: u32, reply: ReplyEntry) {
+        if read_only(&[parent.0]) {
+            return reply.error(Errno::EROFS);
+        }
         match self.ds.create(parent.0, name.as_bytes(), what, mode, req.uid(), req.gid()) {
             Ok(a) => reply.entry(&TTL, &fuse_attr(&a), Generation(0)),
             Err(e) => reply.error(errno(&e)),
@@ -112,7 +217,13 @@ impl TarnFs {
 
     /// "." and ".." then the directory's entries, as one snapshot.
     fn listing(&self, ino: u64) -> Result<Listing, FsError> {
-        let entries = self.ds.readdir(ino)?;
+        if tree_of(ino) != 0 {
+            return self.other_listing(ino);
+        }
+        let mut entries = self.ds.readdir(ino)?;
+        if ino == ROOT && self.snapdir.as_ref().is_some_and(|sd| sd.visible(&self.ds)) {
+            entries.insert(0, (CTL_NAME.to_vec(), CTL_DIR, FileKind::Dir));
+        }
         let parent = self.ds.parent_of(ino)?;
         let mut all = Vec::with_capacity(entries.len() + 2);
         all.push((b".".to_vec(), ino, FileKind::Dir));
@@ -241,6 +352,12 @@ impl Filesystem for TarnFs {
         if name.len() > NAME_MAX {
             return reply.error(Errno::ENAMETOOLONG);
         }
+        if tree_of(parent.0) != 0 || (parent.0 == ROOT && name.as_bytes() == CTL_NAME && self.snapdir.is_some()) {
+            return match self.other_lookup(parent.0, name.as_bytes()) {
+                Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+                Err(e) => reply.error(errno(&e)),
+            };
+        }
         match self.ds.lookup(parent.0, name.as_bytes()) {
             Ok(a) => reply.entry(&TTL, &fuse_attr(&a), Generation(0)),
             Err(e) => reply.error(errno(&e)),
@@ -248,6 +365,12 @@ impl Filesystem for TarnFs {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        if tree_of(ino.0) != 0 {
+            return match self.other_attr(ino.0) {
+                Ok(a) => reply.attr(&TTL, &a),
+                Err(e) => reply.error(errno(&e)),
+            };
+        }
         match self.ds.getattr(ino.0) {
             Ok(a) => reply.attr(&TTL, &fuse_attr(&a)),
             Err(e) => reply.error(errno(&e)),
@@ -272,6 +395,9 @@ impl Filesystem for TarnFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        if read_only(&[ino.0]) {
+            return reply.error(Errno::EROFS);
+        }
         let set = SetAttr { mode, uid, gid, size, atime: atime.map(timespec), mtime: mtime.map(timespec) };
         match self.ds.setattr(ino.0, &set) {
             Ok(a) => reply.attr(&TTL, &fuse_attr(&a)),
@@ -280,6 +406,16 @@ impl Filesystem for TarnFs {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        if tree_of(ino.0) != 0 {
+            return match self.node(ino.0) {
+                Ok(Node::Snapshot { ds, object, .. }) => match ds.readlink(object) {
+                    Ok(target) => reply.data(&target),
+                    Err(e) => reply.error(errno(&e)),
+                },
+                Ok(Node::Virtual(_)) => reply.error(Errno::EINVAL),
+                Err(e) => reply.error(errno(&e)),
+            };
+        }
         match self.ds.readlink(ino.0) {
             Ok(target) => reply.data(&target),
             Err(e) => reply.error(errno(&e)),
@@ -301,6 +437,9 @@ impl Filesystem for TarnFs {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if read_only(&[parent.0]) {
+            return reply.error(Errno::EROFS);
+        }
         match self.ds.unlink(parent.0, name.as_bytes()) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
@@ -308,6 +447,9 @@ impl Filesystem for TarnFs {
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if read_only(&[parent.0]) {
+            return reply.error(Errno::EROFS);
+        }
         match self.ds.rmdir(parent.0, name.as_bytes()) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
@@ -329,6 +471,9 @@ impl Filesystem for TarnFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        if read_only(&[parent.0, newparent.0]) {
+            return reply.error(Errno::EROFS);
+        }
         // RENAME_EXCHANGE and RENAME_WHITEOUT are not implemented: refuse, never fake.
         if !(flags - RenameFlags::RENAME_NOREPLACE).is_empty() {
             reply.error(Errno::EINVAL);
@@ -342,6 +487,9 @@ impl Filesystem for TarnFs {
     }
 
     fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        if read_only(&[ino.0, newparent.0]) {
+            return reply.error(Errno::EROFS);
+        }
         match self.ds.link(ino.0, newparent.0, newname.as_bytes()) {
             Ok(a) => reply.entry(&TTL, &fuse_attr(&a), Generation(0)),
             // POSIX wants EPERM for a hard link to a directory.
@@ -355,6 +503,17 @@ impl Filesystem for TarnFs {
         // across opens because every change to the file passes through this mount.
         // O_DIRECT opens bypass the cache in the kernel and may write in parallel.
         let flags = FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES;
+        if tree_of(ino.0) != 0 {
+            // A snapshot's file: opened for reading (writes are refused by `write`).
+            return match self.node(ino.0) {
+                Ok(Node::Snapshot { ds, object, .. }) => match ds.open(object) {
+                    Ok(()) => reply.opened(self.opened(), flags),
+                    Err(e) => reply.error(errno(&e)),
+                },
+                Ok(Node::Virtual(_)) => reply.error(Errno::EISDIR),
+                Err(e) => reply.error(errno(&e)),
+            };
+        }
         match self.ds.open(ino.0) {
             Ok(()) => reply.opened(self.opened(), flags),
             Err(e) => reply.error(errno(&e)),
@@ -371,6 +530,9 @@ impl Filesystem for TarnFs {
         _flags: i32,
         reply: ReplyCreate,
     ) {
+        if read_only(&[parent.0]) {
+            return reply.error(Errno::EROFS);
+        }
         let attr = match self.ds.create(parent.0, name.as_bytes(), NewObject::File, mode & !umask, req.uid(), req.gid())
         {
             Ok(a) => a,
@@ -399,6 +561,12 @@ impl Filesystem for TarnFs {
             if buf.len() < size as usize {
                 buf.resize(size as usize, 0);
             }
+            if tree_of(ino.0) != 0 {
+                return match self.other_read(ino.0, offset, &mut buf[..size as usize]) {
+                    Ok(n) => reply.data(&buf[..n]),
+                    Err(e) => reply.error(errno(&e)),
+                };
+            }
             match self.ds.read(ino.0, offset, &mut buf[..size as usize]) {
                 Ok(n) => {
                     reply.data(&buf[..n]);
@@ -425,6 +593,9 @@ impl Filesystem for TarnFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        if read_only(&[ino.0]) {
+            return reply.error(Errno::EROFS);
+        }
         match self.write_data(ino.0, offset, data, flags.0) {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(errno(&e)),
@@ -448,6 +619,12 @@ impl Filesystem for TarnFs {
     ) {
         // The kernel's handle is gone whatever the dataset says.
         self.closed();
+        if tree_of(ino.0) != 0 {
+            if let Ok(Node::Snapshot { ds, object, .. }) = self.node(ino.0) {
+                let _ = ds.release(object);
+            }
+            return reply.ok();
+        }
         match self.ds.release(ino.0) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
@@ -455,6 +632,9 @@ impl Filesystem for TarnFs {
     }
 
     fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        if tree_of(ino.0) != 0 {
+            return reply.ok(); // nothing there ever changes
+        }
         match self.ds.fsync(ino.0) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
@@ -462,6 +642,13 @@ impl Filesystem for TarnFs {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        if tree_of(ino.0) != 0 {
+            return match self.other_attr(ino.0) {
+                Ok(a) if a.kind == FileType::Directory => reply.opened(self.opened(), FopenFlags::empty()),
+                Ok(_) => reply.error(Errno::ENOTDIR),
+                Err(e) => reply.error(errno(&e)),
+            };
+        }
         match self.ds.getattr(ino.0) {
             Ok(a) if a.kind == FileKind::Dir => reply.opened(self.opened(), FopenFlags::empty()),
             Ok(_) => reply.error(Errno::ENOTDIR),
@@ -501,6 +688,9 @@ impl Filesystem for TarnFs {
     }
 
     fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        if tree_of(ino.0) != 0 {
+            return reply.ok();
+        }
         match self.ds.fsync(ino.0) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
@@ -522,6 +712,12 @@ impl Filesystem for TarnFs {
     fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
         // The mount uses default_permissions: the kernel checks modes itself, so access
         // only has to say whether the object exists.
+        if tree_of(ino.0) != 0 {
+            return match self.other_attr(ino.0) {
+                Ok(_) => reply.ok(),
+                Err(e) => reply.error(errno(&e)),
+            };
+        }
         match self.ds.getattr(ino.0) {
             Ok(_) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
@@ -538,6 +734,9 @@ impl Filesystem for TarnFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        if read_only(&[ino.0]) {
+            return reply.error(Errno::EROFS);
+        }
         match self.allocate(ino.0, offset, length, mode) {
             Ok(()) => reply.ok(),
             Err(FsError::Invalid(_)) => reply.error(Errno::EOPNOTSUPP),

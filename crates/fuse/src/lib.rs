@@ -5,7 +5,8 @@
 //! and `cli` (above). It speaks to the engine only through `dataset` and `pool`: no
 //! engine crate below `dataset` is a dependency or named in its sources
 //! (`crates/cli/tests/layering.rs` checks both).
-//! Owns: the FUSE filesystem ([`fs::TarnFs`]), the order of the mount daemon's life
+//! Owns: the FUSE filesystem ([`fs::TarnFs`]) and its read-only `.tarn/snapshot`
+//! directory (`snapdir`), the order of the mount daemon's life
 //! (start, mount, control socket, ready, serve, the end; the fork, readiness pipe,
 //! signals and unmounting themselves are `tarn_daemon`'s), what the daemon does for the
 //! control socket (`holder`: mounts, unmounts, export and destroy of a mounted pool),
@@ -22,6 +23,7 @@ pub mod fs;
 mod holder;
 pub mod mount;
 pub mod options;
+mod snapdir;
 pub mod state;
 
 pub use mount::{mount, umount, MountRequest};

@@ -185,7 +185,7 @@ fn mount_one(
     };
     let mountpoint = check_mountpoint(&mountpoint)?;
     let atime = ds.effective().atime && options.records_atime();
-    let fs = TarnFs::new(pool.clone(), ds).recording_atime(atime);
+    let fs = TarnFs::new(pool.clone(), ds).recording_atime(atime).with_snapdir(dataset);
     let open = fs.open_handles();
     let session = session(fs, &mountpoint, threads, &options, dataset, atime)?;
     Ok(Mounted { dataset: dataset.to_string(), mountpoint, session, open })

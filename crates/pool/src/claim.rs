@@ -4,7 +4,8 @@
 //! free; the root block (MOS), the intent log's blocks and the blocks its indirect
 //! writes point at are claimed, then every block of every dataset, found by walking its
 //! dnode table and each live object's tree (`tarn_objects::traverse`, data blocks not
-//! read). Every sector no claimed byte touches is then free. Free space is derived from
+//! read), and of every snapshot (each block once: see `snapshots`). Every sector no
+//! claimed byte touches is then free. Free space is derived from
 //! the tree, so the two cannot disagree: a crash cannot leak space or allocate it twice.
 //!
 //! Owns: what the walk claims and what it refuses.
@@ -20,7 +21,7 @@
 
 use tarn_dataset::SpaceUsed;
 use tarn_objects::dnode::DnodeError;
-use tarn_objects::traverse::{self, Flow, Options, Start, Visit, Visitor};
+use tarn_objects::traverse::{self, Entering, Flow, Options, Start, Visit, Visitor};
 use tarn_objects::Dnode;
 use tarn_zil::Chained;
 use tarn_zio::{BlockPtr, Zio};
@@ -28,6 +29,7 @@ use tarn_zio::{BlockPtr, Zio};
 use crate::error::{ClaimError, ImportError, PoolError};
 use crate::mos::Mos;
 use crate::pool::Pool;
+use crate::snapshots::{Origin, Snap};
 
 impl Pool {
     /// Claims the root block, the log's blocks and every dataset's blocks, opening each
@@ -44,7 +46,34 @@ impl Pool {
         let refuse = |reason| PoolError::CannotImport { pool: self.inner.name.clone(), reason: Box::new(reason) };
         for rec in &mos.datasets {
             let dataset = rec.name.clone();
-            let meta = rec.meta().map_err(|source| refuse(ImportError::Record { dataset: dataset.clone(), source }))?;
+            let bad_record = |source| refuse(ImportError::Record { dataset: dataset.clone(), source });
+            let meta = rec.meta().map_err(bad_record)?;
+            let origin =
+                rec.origin.as_ref().map(|o| Origin { dataset: o.dataset, snapshot: o.snapshot.clone(), txg: o.txg });
+            // Each block once: a snapshot claims what was born since the one before it
+            // (or since the origin, whose own dataset claims the rest), the head what
+            // was born since its newest snapshot.
+            let mut floor = origin.as_ref().map_or(0, |o| o.txg);
+            let mut snaps = Vec::new();
+            for s in &rec.snapshots {
+                let snap_meta = s.meta().map_err(bad_record)?.unwrap_or_else(empty_meta);
+                claim_tree(zio, &snap_meta, floor, false).map_err(|source| {
+                    refuse(ImportError::Metadata { dataset: format!("{dataset}@{}", s.name), source })
+                })?;
+                floor = s.txg;
+                snaps.push(Snap {
+                    name: s.name.clone(),
+                    txg: s.txg,
+                    meta: snap_meta,
+                    next_obj: s.next_obj,
+                    unlinked: s.unlinked.clone(),
+                    creation: s.creation,
+                    referenced: SpaceUsed { physical: s.referenced, logical: s.logicalreferenced },
+                });
+            }
+            if !snaps.is_empty() {
+                self.inner.snaps.write().insert(rec.id, snaps);
+            }
             let ds = self.add_dataset(
                 &rec.name,
                 rec.id,
@@ -53,19 +82,29 @@ impl Pool {
                 rec.next_obj,
                 rec.unlinked.clone(),
                 rec.creation,
+                origin,
             )?;
-            let (physical, logical) = claim_dataset(zio, meta.as_ref())
-                .map_err(|source| refuse(ImportError::Metadata { dataset, source }))?;
+            let (physical, logical) = match meta.as_ref() {
+                Some(meta) => claim_tree(zio, meta, floor, true),
+                None => Ok((0, 0)),
+            }
+            .map_err(|source| refuse(ImportError::Metadata { dataset, source }))?;
             ds.set_used(SpaceUsed { physical, logical });
         }
         Ok(())
     }
 }
 
-/// Marks every block of a dataset live; returns its (physical, logical) bytes.
-fn claim_dataset(zio: &Zio, meta: Option<&Dnode>) -> Result<(u64, u64), ClaimError> {
-    let Some(meta) = meta else { return Ok((0, 0)) };
-    let mut claimer = Claimer { zio, physical: 0, logical: 0, first_error: None };
+/// The dnode table of a dataset with nothing in it.
+fn empty_meta() -> Dnode {
+    Dnode::new(tarn_objects::ObjType::Meta, 16384, 0, 0)
+}
+
+/// Marks live the blocks of a tree born after `floor`; returns the (physical, logical)
+/// bytes of the blocks walked. With `whole`, every block is walked (and counted: a
+/// head's `referenced`), else subtrees born at or before `floor` are passed over.
+fn claim_tree(zio: &Zio, meta: &Dnode, floor: u64, whole: bool) -> Result<(u64, u64), ClaimError> {
+    let mut claimer = Claimer { zio, floor, whole, physical: 0, logical: 0, first_error: None };
     traverse::walk(zio, Start::ObjSet(meta), Options::default(), &mut claimer);
     match claimer.first_error {
         Some(e) => Err(e),
@@ -75,16 +114,32 @@ fn claim_dataset(zio: &Zio, meta: Option<&Dnode>) -> Result<(u64, u64), ClaimErr
 
 struct Claimer<'a> {
     zio: &'a Zio,
+    /// Blocks born at or before it are claimed by an older tree.
+    floor: u64,
+    whole: bool,
     physical: u64,
     logical: u64,
     first_error: Option<ClaimError>,
 }
 
 impl Visitor for Claimer<'_> {
+    fn enter(&mut self, b: &Entering<'_>) -> Flow {
+        if !self.whole && b.bp.birth <= self.floor {
+            return Flow::Skip;
+        }
+        Flow::Continue
+    }
+
     fn block(&mut self, v: &Visit<'_>) -> Flow {
         // Whether or not it read: a block no copy of which verifies is still referenced.
-        if let Err(source) = self.zio.claim(v.bp) {
-            self.first_error.get_or_insert(ClaimError::OutsideDevice { vdev: v.bp.vdev, offset: v.bp.offset, source });
+        if v.bp.birth > self.floor {
+            if let Err(source) = self.zio.claim(v.bp) {
+                self.first_error.get_or_insert(ClaimError::OutsideDevice {
+                    vdev: v.bp.vdev,
+                    offset: v.bp.offset,
+                    source,
+                });
+            }
         }
         self.physical += v.bp.psize as u64;
         self.logical += v.bp.lsize as u64;

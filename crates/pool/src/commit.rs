@@ -14,9 +14,12 @@
 //! * **Sync** (`write_txg`, sync thread, no barrier), in this order:
 //!   1. each dataset writes N's records (compressed, checksummed, packed into runs), then
 //!      its dirty indirect blocks bottom-up, then its dnode table; every block replaced
-//!      is freed (deferred);
-//!   2. every block of each dataset destroyed in N is freed (deferred), found by a walk
-//!      of its tree (`tarn_objects::traverse`);
+//!      is freed (deferred) unless a snapshot still holds it (born at or before the
+//!      dataset's newest snapshot or origin: see `snapshots`);
+//!   2. every block of each dataset destroyed in N (born after its origin) is freed
+//!      (deferred), found by a walk of its tree (`tarn_objects::traverse`); then the
+//!      snapshots queued in N are taken (each records its dataset's root as N leaves
+//!      it) and destroyed (freeing what only they held);
 //!   3. the intent log gives the head its chain continues from, and the log blocks no
 //!      longer needed after N commits are freed (deferred);
 //!   4. the MOS (the pool's root: datasets, their dnode-table roots, device error
@@ -54,17 +57,18 @@
 //!
 //! Must never: write an uberblock before the blocks it points to are flushed, release a
 //! free before its txg's uberblock is durable, or take the txg barrier.
-use tarn_dataset::FsError;
-use tarn_objects::traverse::{self, Flow, Options, Start, Visit};
-use tarn_objects::Dnode;
+use std::sync::Arc;
+
+use tarn_dataset::{Dataset, FsError};
 use tarn_txg::SyncTarget;
 use tarn_vdev::Uberblock;
 use tarn_zil::LogHead;
 use tarn_zio::{BlockPtr, BlockType, CachePolicy, ChecksumKind, Compression, PendingBlock};
 
 use crate::error::{CommitError, PoolError};
-use crate::mos::{dnode_hex, DatasetRecord, Mos, MOS_VERSION};
-use crate::pool::{now_secs, Frozen, Inner, Pool};
+use crate::mos::{dnode_hex, DatasetRecord, Mos, OriginRecord, SnapRecord, MOS_VERSION};
+use crate::pool::{now_secs, Destroyed, DsMeta, Frozen, Inner, Pool};
+use crate::snapshots::{self, Snap, SnapOp};
 
 impl SyncTarget for Inner {
     type Error = CommitError;
@@ -79,7 +83,9 @@ impl SyncTarget for Inner {
             datasets.push((name.clone(), meta.clone(), ds.clone()));
         }
         let destroyed = std::mem::take(&mut *self.destroy_queue.lock());
-        *self.frozen.lock() = Some(Frozen { datasets, destroyed, next_dataset_id: *self.next_dataset_id.lock() });
+        let snap_ops = std::mem::take(&mut *self.snap_ops.lock());
+        *self.frozen.lock() =
+            Some(Frozen { datasets, destroyed, next_dataset_id: *self.next_dataset_id.lock(), snap_ops });
     }
 
     fn sync(&self, txg: u64) -> Result<(), CommitError> {
@@ -95,17 +101,20 @@ impl Inner {
     /// Steps 1 to 8 of the module header.
     fn write_txg(&self, txg: u64, frozen: &Frozen) -> Result<(), CommitError> {
         let zio = &self.ctx.zio;
-        for (name, _, ds) in &frozen.datasets {
+        for (name, meta, ds) in &frozen.datasets {
+            let floor = snapshots::floor(&self.snaps.read(), meta);
             let synced = ds.sync(txg).map_err(|source| CommitError::Dataset { dataset: name.clone(), source })?;
             // The txg's free list: zio's deferred frees, released only once this txg
-            // has committed (step 7).
-            for bp in synced.blocks_to_free() {
+            // has committed (step 7). A block born at or before the floor is still a
+            // snapshot's (ZFS's dead list): it stays allocated.
+            for bp in synced.blocks_to_free().filter(|bp| bp.birth > floor) {
                 zio.free(bp);
             }
         }
-        for meta in &frozen.destroyed {
-            self.free_destroyed(meta);
+        for gone in &frozen.destroyed {
+            self.free_destroyed(gone);
         }
+        self.apply_snap_ops(txg, frozen);
         let head = self.retire_log(txg)?;
         let mos_bp = self.write_mos(txg, frozen, head)?;
         let covers = zio.write_mark();
@@ -131,12 +140,52 @@ impl Inner {
     /// Frees every block of a destroyed dataset. A block that cannot be read is freed
     /// all the same; what it pointed to cannot be known and stays allocated until the
     /// next import rebuilds the space maps.
-    fn free_destroyed(&self, meta: &Dnode) {
+    /// Only blocks born after its floor are its own: the rest are a snapshot's (a
+    /// clone's origin, or the snapshot a rollback returns to).
+    fn free_destroyed(&self, gone: &Destroyed) {
         let zio = &self.ctx.zio;
-        traverse::walk(zio, Start::ObjSet(meta), Options::default(), &mut |v: &Visit| {
-            zio.free(v.bp);
-            Flow::Continue
-        });
+        snapshots::for_each_born_after(zio, &gone.meta, gone.floor, |bp| zio.free(bp));
+    }
+
+    /// Takes and destroys the snapshots queued in txg `txg`, after every dataset wrote
+    /// its part of it: a snapshot taken now is the root `txg` commits.
+    fn apply_snap_ops(&self, txg: u64, frozen: &Frozen) {
+        let head_of = |id: u64| frozen.datasets.iter().find(|(_, m, _)| m.id == id);
+        for op in &frozen.snap_ops {
+            match op {
+                SnapOp::Take { dataset, name, creation } => {
+                    // A dataset destroyed in the same txg has no snapshot to take.
+                    let Some((_, _, ds)) = head_of(*dataset) else { continue };
+                    let snap = Snap {
+                        name: name.clone(),
+                        txg,
+                        meta: ds.meta_dnode(),
+                        next_obj: ds.next_obj(),
+                        unlinked: ds.unlinked_syncing(),
+                        creation: *creation,
+                        referenced: ds.used(),
+                    };
+                    self.snaps.write().entry(*dataset).or_default().push(snap);
+                }
+                SnapOp::Destroy { dataset, name } => self.destroy_snap(*dataset, name, head_of(*dataset)),
+            }
+        }
+    }
+
+    /// Frees the blocks only snapshot `name` of dataset `id` holds, and drops it.
+    fn destroy_snap(&self, id: u64, name: &str, head: Option<&(String, DsMeta, Arc<Dataset>)>) {
+        let Some((_, meta, ds)) = head else { return };
+        let list = self.snaps.read().get(&id).cloned().unwrap_or_default();
+        let Some(i) = list.iter().position(|s| s.name == name) else { return };
+        let prev = if i > 0 { list[i - 1].txg } else { meta.origin.as_ref().map_or(0, |o| o.txg) };
+        let head_meta = ds.meta_dnode();
+        let next = list.get(i + 1).map_or(&head_meta, |n| &n.meta);
+        let zio = &self.ctx.zio;
+        let snap = &list[i];
+        snapshots::for_each_unique(zio, &snap.meta, prev, snap.txg, next, |bp| zio.free(bp));
+        if let Some(v) = self.snaps.write().get_mut(&id) {
+            v.retain(|s| s.name != name);
+        }
     }
 
     /// The log head this txg's root names; the log blocks it no longer needs are freed.
@@ -172,6 +221,7 @@ impl Inner {
     }
 
     fn build_mos(&self, frozen: &Frozen) -> Mos {
+        let snaps = self.snaps.read();
         let datasets = frozen
             .datasets
             .iter()
@@ -183,8 +233,15 @@ impl Inner {
                 next_obj: ds.next_obj(),
                 unlinked: ds.unlinked_syncing(),
                 creation: meta.creation,
+                snapshots: snaps.get(&meta.id).map(|v| v.iter().map(snap_record).collect()).unwrap_or_default(),
+                origin: meta.origin.as_ref().map(|o| OriginRecord {
+                    dataset: o.dataset,
+                    snapshot: o.snapshot.clone(),
+                    txg: o.txg,
+                }),
             })
             .collect();
+        drop(snaps);
         let errors = self
             .ctx
             .zio
@@ -221,6 +278,19 @@ impl Inner {
             missed_txgs,
             history: None,
         }
+    }
+}
+
+fn snap_record(s: &Snap) -> SnapRecord {
+    SnapRecord {
+        name: s.name.clone(),
+        txg: s.txg,
+        meta_dnode: dnode_hex(&s.meta),
+        next_obj: s.next_obj,
+        unlinked: s.unlinked.clone(),
+        creation: s.creation,
+        referenced: s.referenced.physical,
+        logicalreferenced: s.referenced.logical,
     }
 }
 

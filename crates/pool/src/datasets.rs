@@ -20,8 +20,9 @@ use tarn_dataset::{Dataset, FsError};
 use tarn_objects::{Dnode, ObjSet};
 
 use crate::error::PoolError;
-use crate::pool::{now_secs, Datasets, DsMeta, Pool};
+use crate::pool::{now_secs, Datasets, Destroyed, DsMeta, Pool};
 use crate::props::normalized;
+use crate::snapshots::Origin;
 use crate::space::PoolSpace;
 
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
@@ -133,7 +134,7 @@ impl Pool {
         // One txg holds both the new dataset and its root directory: a crash never
         // leaves a dataset without a root.
         let hold = self.inner.ctx.txg.hold(1024).map_err(FsError::from)?;
-        let ds = self.add_dataset(name, id, local, None, 1, Vec::new(), now_secs())?;
+        let ds = self.add_dataset(name, id, local, None, 1, Vec::new(), now_secs(), None)?;
         ds.init_root()?;
         drop(hold);
         Ok(ds)
@@ -154,21 +155,30 @@ impl Pool {
         Ok(false)
     }
 
-    /// Destroys a dataset with no children; its space returns once the txg commits.
+    /// Destroys a dataset with no children and no snapshots; its space (what it does not
+    /// share with a clone's origin) returns once the txg commits.
     pub fn destroy_dataset(&self, name: &str) -> Result<(), PoolError> {
         if name == self.inner.name {
             return Err(PoolError::RootDataset(name.into()));
         }
+        // No snapshot is taken of it, nor cloned from it, while it goes.
+        let _serial = self.inner.snap_lock.lock();
         self.dataset(name)?;
         let prefix = format!("{name}/");
         if self.inner.datasets.read().keys().any(|k| k.starts_with(&prefix)) {
             return Err(PoolError::HasChildren(name.into()));
         }
+        let snapshots = self.snapshot_names(name)?;
+        if !snapshots.is_empty() {
+            let names: Vec<String> = snapshots.iter().map(|s| format!("{name}@{s}")).collect();
+            return Err(PoolError::HasSnapshots { dataset: name.into(), snapshots: names.join(", ") });
+        }
         self.sync()?;
         let hold = self.inner.ctx.txg.hold(1024).map_err(FsError::from)?;
         let removed = self.inner.datasets.write().remove(name);
-        let (_, ds) = removed.ok_or_else(|| PoolError::NoSuchDataset(name.into()))?;
-        self.inner.destroy_queue.lock().push(ds.meta_dnode());
+        let (meta, ds) = removed.ok_or_else(|| PoolError::NoSuchDataset(name.into()))?;
+        let floor = meta.origin.as_ref().map_or(0, |o| o.txg);
+        self.inner.destroy_queue.lock().push(Destroyed { meta: ds.meta_dnode(), floor });
         drop(hold);
         self.sync()
     }
@@ -197,11 +207,12 @@ impl Pool {
         next_obj: u64,
         unlinked: Vec<u64>,
         creation: u64,
+        origin: Option<Origin>,
     ) -> Result<Arc<Dataset>, PoolError> {
         let ctx = &self.inner.ctx;
         let os = ObjSet::open(ctx.clone(), id, meta, next_obj);
         let space = Arc::new(PoolSpace { zio: ctx.zio.clone(), txg: ctx.txg.clone() });
-        let meta = DsMeta { id, props, creation };
+        let meta = DsMeta { id, props, creation, origin };
         let eff = Effective::from_values(|_| String::new());
         let ds = Arc::new(Dataset::new(id, os, eff, space, self.inner.zil.clone(), unlinked));
         self.inner.datasets.write().insert(name.to_string(), (meta, ds.clone()));

@@ -47,6 +47,16 @@ pub enum PoolError {
     DatasetExists(String),
     #[error("dataset '{0}' has children; destroy them first")]
     HasChildren(String),
+    #[error("dataset '{dataset}' has snapshots ({snapshots}); destroy them first (tarn snap destroy)")]
+    HasSnapshots { dataset: String, snapshots: String },
+    #[error("snapshot '{0}' does not exist")]
+    NoSuchSnapshot(String),
+    #[error("snapshot '{0}' already exists")]
+    SnapshotExists(String),
+    #[error("snapshot '{snapshot}' has clones ({clones}); destroy them first")]
+    SnapshotHasClones { snapshot: String, clones: String },
+    #[error("'{snapshot}' is not the newest snapshot (newer: {newer}); destroy the newer ones first")]
+    SnapshotNotNewest { snapshot: String, newer: String },
     #[error("'{0}' is the pool's root dataset; use `tarn pool destroy`")]
     RootDataset(String),
     #[error("{path}: device is too small ({size} bytes); a tarn device needs at least {min} bytes (use --size)")]

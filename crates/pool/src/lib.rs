@@ -17,7 +17,7 @@
 //! Rooms: `pool` (the handle and the state the rooms share), `lifecycle` (create, import,
 //! export, destroy), `devices` (log devices added and removed while the pool is open), `claim` (the import walk), `commit` (the txg sync; its header is the
 //! theory of operation of a commit), `mos`, `datasets`, `props`, `space`, `status`,
-//! `iostat`, `scrub` (scrub and resilver in the background; its header is the theory of
+//! `iostat`, `snapshots` (snapshots and clones; its header is their theory of operation), `scrub` (scrub and resilver in the background; its header is the theory of
 //! operation of a scan) and `scanwalk` (one slice of it), `errlog` (permanent errors and
 //! the files they hit), `replay`, `scan` (finding pools on devices), `history` (the
 //! command history kept in the MOS), `error`.
@@ -38,6 +38,7 @@ mod replay;
 mod scan;
 mod scanwalk;
 mod scrub;
+mod snapshots;
 mod space;
 mod status;
 
@@ -48,11 +49,12 @@ pub use error::{ClaimError, CommitError, ImportError, PoolError, PropError, Root
 pub use history::{HistoryEntry, HistoryError, HISTORY_MAX_BYTES, HISTORY_VERSION};
 pub use iostat::{LeafIostat, PoolIostat, VdevIostat};
 pub use lifecycle::{CreateOptions, ImportOptions, VdevSpec};
-pub use mos::{HexError, Mos, MosError, RecordError, MOS_VERSION};
+pub use mos::{HexError, Mos, MosError, OriginRecord, RecordError, SnapRecord, MOS_VERSION};
 pub use pool::Pool;
 pub use props::PropRow;
 pub use scan::{discover, member_of, Discovered, Discovery, Unusable};
 pub use scrub::{Bookmark, ScanKind, ScanPace, ScanRecord, ScanState, ScanStatus, ScrubResult, DEFAULT_SCAN_RATE};
+pub use snapshots::{split_snapshot_name, SnapshotInfo};
 pub use status::{PoolStats, PoolStatus, TopStatus};
 /// The binary's allocator tells the engine how to give free memory back to the OS.
 pub use tarn_arc::set_memory_release;

@@ -135,7 +135,7 @@ impl Pool {
         let zio = Arc::new(Zio::new(vdevs));
         zio.finish_load();
         let pool = Pool::assemble(label, zio, 0, opts.txg.clone(), 1, 1);
-        pool.add_dataset(name, 1, BTreeMap::new(), None, 1, Vec::new(), now_secs())?.init_root()?;
+        pool.add_dataset(name, 1, BTreeMap::new(), None, 1, Vec::new(), now_secs(), None)?.init_root()?;
         pool.start();
         pool.sync()?;
         pool.attach_caches(false);

@@ -1,8 +1,8 @@
 //! The MOS (meta object set, after ZFS's name): the pool's root block, written every txg
 //! and pointed to by the uberblock. It holds the dataset directory — names, local
 //! properties, each dataset's dnode-table root — the per-device error counters, the
-//! last or current scan (scrub or resilver), the error log, and the txgs each mirror
-//! side missed.
+//! last or current scan (scrub or resilver), the error log, the txgs each mirror
+//! side missed, and each dataset's snapshots and origin (a clone's).
 //! Stored as versioned JSON inside a checksummed block (docs/FORMAT.md).
 //!
 //! Owns: the MOS's fields, its encoding and its version.
@@ -22,9 +22,11 @@ use crate::errlog::ErrKey;
 use crate::scrub::ScanRecord;
 
 /// Version 2 added `zil` (the intent log's head). Version 3 added `scan`, `errlog`,
-/// `errlog_last` and `missed_txgs`. Older roots are read as having an empty log, no
-/// scan, an empty error log and no side missing txgs.
-pub const MOS_VERSION: u32 = 3;
+/// `errlog_last` and `missed_txgs`. Version 4 added each dataset's `snapshots` and
+/// `origin`: a tarn that did not know them would free blocks only a snapshot still
+/// references, so it must refuse such a root. Older roots are read as having an empty
+/// log, no scan, an empty error log, no side missing txgs and no snapshots.
+pub const MOS_VERSION: u32 = 4;
 const OLDEST_READABLE: u32 = 1;
 
 /// Why a block is not a pool root this build can read.
@@ -99,16 +101,57 @@ pub struct DatasetRecord {
     pub next_obj: u64,
     pub unlinked: Vec<u64>,
     pub creation: u64,
+    /// The dataset's snapshots, oldest first (version 4 on).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub snapshots: Vec<SnapRecord>,
+    /// The snapshot a clone was made from (version 4 on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<OriginRecord>,
+}
+
+/// One snapshot: the dataset's dnode-table root as txg `txg` committed it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SnapRecord {
+    /// The part after `@`.
+    pub name: String,
+    pub txg: u64,
+    /// The dnode of the snapshot's dnode table, as hex.
+    pub meta_dnode: String,
+    pub next_obj: u64,
+    pub unlinked: Vec<u64>,
+    pub creation: u64,
+    /// Physical and logical bytes its tree holds (`referenced`, `logicalreferenced`).
+    pub referenced: u64,
+    pub logicalreferenced: u64,
+}
+
+impl SnapRecord {
+    /// The dnode of the snapshot's dnode table (`None`: taken of an empty dataset).
+    pub fn meta(&self) -> Result<Option<Dnode>, RecordError> {
+        meta_from_hex(&self.meta_dnode)
+    }
+}
+
+/// The snapshot a clone was made from: dataset id, snapshot name and its txg.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct OriginRecord {
+    pub dataset: u64,
+    pub snapshot: String,
+    pub txg: u64,
+}
+
+fn meta_from_hex(hex: &str) -> Result<Option<Dnode>, RecordError> {
+    let raw = from_hex(hex)?;
+    if raw.len() != DNODE_SIZE {
+        return Err(RecordError::Size(raw.len()));
+    }
+    Ok(Dnode::decode(&raw)?)
 }
 
 impl DatasetRecord {
     /// The dnode of the dataset's dnode table (`None`: an empty dataset).
     pub fn meta(&self) -> Result<Option<Dnode>, RecordError> {
-        let raw = from_hex(&self.meta_dnode)?;
-        if raw.len() != DNODE_SIZE {
-            return Err(RecordError::Size(raw.len()));
-        }
-        Ok(Dnode::decode(&raw)?)
+        meta_from_hex(&self.meta_dnode)
     }
 }
 
@@ -184,6 +227,16 @@ mod tests {
     }
 
     #[test]
+    fn a_version_3_root_has_no_snapshots_or_origins() {
+        let mut v3 = serde_json::to_value(sample(3)).unwrap();
+        let record = serde_json::json!({"id": 1, "name": "tank", "props": {}, "meta_dnode": "", "next_obj": 2,
+            "unlinked": [], "creation": 0});
+        v3.as_object_mut().unwrap().insert("datasets".into(), serde_json::json!([record]));
+        let mos = Mos::decode(&serde_json::to_vec(&v3).unwrap()).unwrap();
+        assert!(mos.datasets[0].snapshots.is_empty() && mos.datasets[0].origin.is_none());
+    }
+
+    #[test]
     fn a_version_1_root_without_a_log_head_is_read() {
         let mut v1 = serde_json::to_value(sample(1)).unwrap();
         v1.as_object_mut().unwrap().remove("zil");
@@ -223,6 +276,8 @@ mod tests {
             next_obj: 1,
             unlinked: Vec::new(),
             creation: 0,
+            snapshots: Vec::new(),
+            origin: None,
         };
         assert_eq!(rec.meta().unwrap(), Some(d));
         rec.meta_dnode.truncate(10);

@@ -3,9 +3,9 @@
 //! Owns: `Inner` — the pool's identity and label, the object context (pipeline, txg
 //! engine, reclaim lock), the datasets and their MOS records, what the next commit must
 //! write (destroyed datasets, the frozen view of the syncing txg), the intent log, the
-//! scan and the error log — and the sync thread's handle. The operations live in rooms
-//! of their own: `lifecycle` (create, import, export, destroy), `commit` (the txg sync),
-//! `datasets`, `props`, `status`, `iostat`, `scrub` and `scanwalk`, `errlog`, `space`,
+//! scan, the error log and the snapshots — and the sync thread's handle. The operations
+//! live in rooms of their own: `lifecycle` (create, import, export, destroy), `commit`
+//! (the txg sync), `datasets`, `snapshots`, `props`, `status`, `iostat`, `scrub` and `scanwalk`, `errlog`, `space`,
 //! `replay`.
 //!
 //! Promises: one `Inner` per open pool, shared by the handle and the sync thread; the
@@ -28,6 +28,7 @@ use crate::errlog::ErrLog;
 use crate::error::CommitError;
 use crate::history::History;
 use crate::scrub::ScanCtl;
+use crate::snapshots::{Origin, SnapOp, Snaps};
 
 /// Local state of one dataset kept in the MOS.
 #[derive(Clone, Debug)]
@@ -35,6 +36,8 @@ pub(crate) struct DsMeta {
     pub(crate) id: u64,
     pub(crate) props: BTreeMap<String, String>,
     pub(crate) creation: u64,
+    /// The snapshot a clone was made from.
+    pub(crate) origin: Option<Origin>,
 }
 
 /// The datasets by name.
@@ -43,8 +46,18 @@ pub(crate) type Datasets = BTreeMap<String, (DsMeta, Arc<Dataset>)>;
 /// What the syncing txg will write into the MOS, frozen at quiesce.
 pub(crate) struct Frozen {
     pub(crate) datasets: Vec<(String, DsMeta, Arc<Dataset>)>,
-    pub(crate) destroyed: Vec<Dnode>,
+    pub(crate) destroyed: Vec<Destroyed>,
     pub(crate) next_dataset_id: u64,
+    /// Snapshots to take and destroy in the syncing txg, in the order asked.
+    pub(crate) snap_ops: Vec<SnapOp>,
+}
+
+/// A dnode-table root whose blocks the commit frees: those born after `floor` (the
+/// blocks born at or before it are a snapshot's: a clone's origin, or the snapshot a
+/// dataset was rolled back to).
+pub(crate) struct Destroyed {
+    pub(crate) meta: Dnode,
+    pub(crate) floor: u64,
 }
 
 pub(crate) struct Inner {
@@ -60,7 +73,17 @@ pub(crate) struct Inner {
     pub(crate) next_dataset_id: Mutex<u64>,
     /// Dnode-table roots of datasets destroyed in the open txg: their blocks are freed
     /// by the commit of that txg.
-    pub(crate) destroy_queue: Mutex<Vec<Dnode>>,
+    pub(crate) destroy_queue: Mutex<Vec<Destroyed>>,
+    /// Every dataset's snapshots (by dataset id, oldest first). Changed only by the sync
+    /// thread (`commit`), so a txg's frees and its root see one list.
+    pub(crate) snaps: RwLock<Snaps>,
+    /// Snapshots to take or destroy in the open txg (frozen at quiesce).
+    pub(crate) snap_ops: Mutex<Vec<SnapOp>>,
+    /// Serialises the checks and queueing of snapshot, clone and rollback commands, so
+    /// two of them never both pass a check the other would fail.
+    pub(crate) snap_lock: Mutex<()>,
+    /// Snapshots opened for reading (`Pool::snapshot_dataset`), by full name.
+    pub(crate) snap_open: Mutex<BTreeMap<String, Arc<Dataset>>>,
     pub(crate) frozen: Mutex<Option<Frozen>>,
     /// A dataset that failed to quiesce: the next sync fails with it.
     pub(crate) quiesce_error: Mutex<Option<CommitError>>,
@@ -157,6 +180,10 @@ impl Pool {
                 datasets: RwLock::new(BTreeMap::new()),
                 next_dataset_id: Mutex::new(next_ds),
                 destroy_queue: Mutex::new(Vec::new()),
+                snaps: RwLock::new(BTreeMap::new()),
+                snap_ops: Mutex::new(Vec::new()),
+                snap_lock: Mutex::new(()),
+                snap_open: Mutex::new(BTreeMap::new()),
                 frozen: Mutex::new(None),
                 quiesce_error: Mutex::new(None),
                 mos_bp: Mutex::new(None),

@@ -71,11 +71,24 @@ impl Pool {
 
     /// `tarn get`: every property (or one) with its value and source.
     pub fn get_properties(&self, ds: &str, which: Option<&str>) -> Result<Vec<PropRow>, PoolError> {
+        // Walks and names first: neither runs under the `datasets` lock.
+        let (space, origin) = {
+            let sets = self.inner.datasets.read();
+            let Some((meta, head)) = sets.get(ds) else {
+                return Err(PoolError::NoSuchDataset(ds.into()));
+            };
+            let (meta, head) = (meta.clone(), head.clone());
+            drop(sets);
+            (self.snap_space(&meta, &head), self.origin_name(meta.origin.as_ref()))
+        };
         let sets = self.inner.datasets.read();
-        let Some((meta, _)) = sets.get(ds) else {
+        let Some((meta, head)) = sets.get(ds) else {
             return Err(PoolError::NoSuchDataset(ds.into()));
         };
-        let (used, logical) = subtree_space(&sets, ds);
+        let (subtree, logical) = subtree_space(&sets, ds);
+        let referenced = head.used().physical;
+        // ZFS's sum: what the dataset, its snapshots and its children hold.
+        let used = subtree - referenced + space.usedbydataset + space.usedbysnapshots;
         let ratio = if used == 0 { 1.0 } else { logical as f64 / used as f64 };
         let row = |property: &str, value: String, raw: Option<String>| PropRow {
             property: property.into(),
@@ -88,6 +101,11 @@ impl Pool {
             row("type", "filesystem".into(), None),
             row("creation", meta.creation.to_string(), None),
             row("used", format_size(used), Some(used.to_string())),
+            row("referenced", format_size(referenced), Some(referenced.to_string())),
+            row("usedbysnapshots", format_size(space.usedbysnapshots), Some(space.usedbysnapshots.to_string())),
+            row("usedbydataset", format_size(space.usedbydataset), Some(space.usedbydataset.to_string())),
+            row("written", format_size(space.written), Some(space.written.to_string())),
+            row("origin", origin, None),
             row("available", format_size(available), Some(available.to_string())),
             row("logicalused", format_size(logical), Some(logical.to_string())),
             row("compressratio", format!("{ratio:.2}x"), Some(format!("{ratio:.4}"))),

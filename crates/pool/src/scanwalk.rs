@@ -1,8 +1,13 @@
 //! One slice of a scan: the walk from a bookmark, what each block costs and counts, and
 //! the pacing of the scan's I/O (see `scrub` for the theory of operation).
 //!
-//! Walk order and bookmarks. The pool's root block comes first, then each dataset by id;
-//! inside a dataset, the dnode table and the objects it describes are walked depth first
+//! Walk order and bookmarks. The pool's root block comes first, then each dataset by id:
+//! its head, then its snapshots oldest first, each block once — the head passes over
+//! what is born by its newest snapshot that existed when the scan started (or its
+//! origin), each snapshot over what is born by the one before it (or the origin): a
+//! snapshot's blocks no head holds any more are scanned (and resilvered) too, and a
+//! snapshot taken during the scan is walked after the head. Inside a tree, the dnode
+//! table and the objects it describes are walked depth first
 //! (a table block, then the objects in it, in order), and each object's blocks in record
 //! order. A slice stops only before a block of an object (not of the table), and its
 //! bookmark is (dataset, object, first record under that block). Resuming, the walk
@@ -25,7 +30,7 @@ use tarn_dataset::Dataset;
 use tarn_objects::dnode::DnodeError;
 use tarn_objects::traverse::{self, Entering, Flow, Options, Outcome, Start, Visit, Walked};
 use tarn_objects::tree::span;
-use tarn_objects::DNODE_SIZE;
+use tarn_objects::{Dnode, DNODE_SIZE};
 use tarn_vdev::iostat::now_ns;
 use tarn_vdev::TopVdev;
 
@@ -100,9 +105,13 @@ fn last_demand(top: &TopVdev) -> u64 {
 
 /// Walks from the record's bookmark for about `SLICE`, holding the reclaim lock.
 pub(crate) fn scan_slice(inner: &Inner, record: &mut ScanRecord, pacer: &mut Pacer) -> SliceEnd {
-    let mut sets: Vec<(u64, Arc<Dataset>)> =
-        inner.datasets.read().values().map(|(meta, ds)| (meta.id, ds.clone())).collect();
-    sets.sort_by_key(|(id, _)| *id);
+    let mut sets: Vec<(u64, Arc<Dataset>, u64)> = inner
+        .datasets
+        .read()
+        .values()
+        .map(|(meta, ds)| (meta.id, ds.clone(), meta.origin.as_ref().map_or(0, |o| o.txg)))
+        .collect();
+    sets.sort_by_key(|(id, _, _)| *id);
     let _reclaim = inner.ctx.reclaim.read();
     pacer.new_slice();
     let from = record.bookmark;
@@ -118,6 +127,8 @@ pub(crate) fn scan_slice(inner: &Inner, record: &mut ScanRecord, pacer: &mut Pac
         pacer,
         deadline: Instant::now() + SLICE,
         dataset: 0,
+        snapshot: 0,
+        floor: 0,
         from: None,
         per_block: 1,
         paused: None,
@@ -128,21 +139,45 @@ pub(crate) fn scan_slice(inner: &Inner, record: &mut ScanRecord, pacer: &mut Pac
             traverse::walk(&inner.ctx.zio, start, opts, &mut v);
         }
     }
-    for (id, ds) in sets {
+    for (id, ds, origin_txg) in sets {
         if from.is_some_and(|b| id < b.dataset) {
             continue;
         }
         v.dataset = id;
-        v.from = from.filter(|b| b.dataset == id && (b.object, b.blkid) != (0, 0)).map(|b| (b.object, b.blkid));
-        let meta = ds.meta_dnode();
-        v.per_block = (u64::from(meta.blksz) / DNODE_SIZE as u64).max(1);
-        let walked = traverse::walk(&inner.ctx.zio, Start::ObjSet(&meta), opts, &mut v);
-        if walked == Walked::Stopped {
-            let at = v.paused.expect("the scan stops a walk only to pause it");
-            return SliceEnd::Paused(at);
+        for (key, meta, floor) in trees(inner, id, &ds, origin_txg, v.record.max_txg) {
+            if from.is_some_and(|b| (id, key) < (b.dataset, b.snapshot)) {
+                continue;
+            }
+            v.snapshot = key;
+            v.floor = floor;
+            v.from = from
+                .filter(|b| (b.dataset, b.snapshot) == (id, key) && (b.object, b.blkid) != (0, 0))
+                .map(|b| (b.object, b.blkid));
+            v.per_block = (u64::from(meta.blksz) / DNODE_SIZE as u64).max(1);
+            let walked = traverse::walk(&inner.ctx.zio, Start::ObjSet(&meta), opts, &mut v);
+            if walked == Walked::Stopped {
+                let at = v.paused.expect("the scan stops a walk only to pause it");
+                return SliceEnd::Paused(at);
+            }
         }
     }
     SliceEnd::Done
+}
+
+/// The trees of dataset `id` in walk order, each as (bookmark key, dnode-table root,
+/// floor: blocks born at or before it are another tree's). The head's floor counts only
+/// snapshots taken by `scan_txg` (the scan's `max_txg`), so it stays the same from slice
+/// to slice; a destroy only lowers a floor, which walks more, never less.
+fn trees(inner: &Inner, id: u64, head: &Dataset, origin_txg: u64, scan_txg: u64) -> Vec<(u64, Dnode, u64)> {
+    let snaps = inner.snaps.read().get(&id).cloned().unwrap_or_default();
+    let head_floor = snaps.iter().filter(|s| s.txg <= scan_txg).map(|s| s.txg).max().unwrap_or(0).max(origin_txg);
+    let mut out = vec![(0, head.meta_dnode(), head_floor)];
+    let mut prev = origin_txg;
+    for s in snaps {
+        out.push((s.txg, s.meta, prev));
+        prev = s.txg;
+    }
+    out
 }
 
 /// Where a block sits in the walk order.
@@ -163,6 +198,10 @@ struct ScanVisitor<'a> {
     deadline: Instant,
     /// The dataset being walked (0: the pool's root block).
     dataset: u64,
+    /// Its tree: 0 for the head, else a snapshot's txg.
+    snapshot: u64,
+    /// Blocks born at or before it are another tree's, walked there.
+    floor: u64,
     /// Resuming inside this dataset: (object, record) of the bookmark.
     from: Option<(u64, u64)>,
     /// Dnodes per dnode-table block.
@@ -238,12 +277,14 @@ impl ScanVisitor<'_> {
 impl traverse::Visitor for ScanVisitor<'_> {
     fn enter(&mut self, b: &Entering<'_>) -> Flow {
         let place = self.place(b.object, b.level, b.blkid);
-        if self.before_bookmark(place) {
+        // Another tree's block (and its subtree): scanned there. The pool's root block
+        // is born in the last txg, after any floor.
+        if b.bp.birth <= self.floor || self.before_bookmark(place) {
             return Flow::Skip;
         }
         if let Place::Object { object, first, .. } = place {
             if self.should_pause() {
-                self.paused = Some(Bookmark { dataset: self.dataset, object, blkid: first });
+                self.paused = Some(Bookmark { dataset: self.dataset, snapshot: self.snapshot, object, blkid: first });
                 return Flow::Stop;
             }
         }

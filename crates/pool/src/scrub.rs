@@ -71,13 +71,22 @@ pub enum ScanState {
 }
 
 /// A position in the scan's walk order: every block before it was examined. Datasets
-/// go by id (the pool's root block comes before them all), objects by number, and an
-/// object's blocks by the first record under them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+/// go by id (the pool's root block comes before them all), within a dataset its head
+/// and then its snapshots by txg, objects by number, and an object's blocks by the
+/// first record under them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Bookmark {
     pub dataset: u64,
+    /// The tree of the dataset: 0 for its head, else the txg of its snapshot (MOS
+    /// version 4; absent in older roots, which had only heads).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub snapshot: u64,
     pub object: u64,
     pub blkid: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// The last scan, or the one under way (kept in the MOS).

@@ -57,7 +57,12 @@ pub struct Entry {
     pub name: String,
 }
 
-/// `tarn ls POOL/DS[:PATH]`.
+/// A dataset, or a snapshot's contents (`POOL/DS@NAME`: read-only), for ls and cat.
+fn readable(on: &Held<'_>, name: &str) -> Result<std::sync::Arc<tarn_dataset::Dataset>, OpError> {
+    Ok(if name.contains('@') { on.pool.snapshot_dataset(name)? } else { on.pool.dataset(name)? })
+}
+
+/// `tarn ls POOL/DS[:PATH]` (or `POOL/DS@SNAP[:PATH]`).
 #[derive(Serialize, Deserialize)]
 pub struct List {
     pub dataset: String,
@@ -68,7 +73,7 @@ impl Op for List {
     const NAME: &'static str = "fs.ls";
     type Output = Vec<Entry>;
     fn run(self, on: &Held<'_>) -> Result<Vec<Entry>, OpError> {
-        let ds = on.pool.dataset(&self.dataset)?;
+        let ds = readable(on, &self.dataset)?;
         let ino = resolve(&ds, &self.path)?;
         let listing = ds.readdir(ino).map_err(|e| OpError::file(&self.path, e))?;
         let mut out = Vec::with_capacity(listing.len());
@@ -108,7 +113,7 @@ impl Op for Read {
     const NAME: &'static str = "fs.read";
     type Output = Chunk;
     fn run(self, on: &Held<'_>) -> Result<Chunk, OpError> {
-        let ds = on.pool.dataset(&self.dataset)?;
+        let ds = readable(on, &self.dataset)?;
         let ino = resolve(&ds, &self.path)?;
         let fail = |e| OpError::file(&self.path, e);
         let size = ds.getattr(ino).map_err(fail)?.size;

@@ -2,7 +2,8 @@
 //!
 //! Rooms: `pool` (status, scrub start/stop and its scan, iostat, clear, export, destroy,
 //! add, history, stats, tune),
-//! `dataset` (ds create/destroy/list, set, get, inherit), `files` (put, ls, cat) and
+//! `dataset` (ds create/destroy/list, set, get, inherit), `snapshot` (snap
+//! create/list/destroy, rollback, clone), `files` (put, ls, cat) and
 //! `mounts` (mount, umount: the daemon's own).
 //!
 //! Owns: [`dispatch`], the one place a command's wire name meets its type.
@@ -13,6 +14,7 @@ pub mod dataset;
 pub mod files;
 pub mod mounts;
 pub mod pool;
+pub mod snapshot;
 
 use serde_json::Value;
 
@@ -57,6 +59,11 @@ registry![
     dataset::Set,
     dataset::Get,
     dataset::Inherit,
+    snapshot::SnapCreate,
+    snapshot::SnapList,
+    snapshot::SnapDestroy,
+    snapshot::Rollback,
+    snapshot::Clone,
     files::Put,
     files::List,
     files::Read,

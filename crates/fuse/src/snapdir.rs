@@ -1,0 +1,131 @@
+//! The `.tarn/snapshot` directory of a mount (ZFS's `.zfs/snapshot`): every snapshot of
+//! the mounted dataset as a read-only directory, `MOUNT/.tarn/snapshot/NAME/`, for
+//! file-level restores. `.tarn` is left out of the root's listing unless the dataset
+//! says `snapdir=visible`, and can be looked up either way.
+//!
+//! Inode numbers: the mounted dataset's objects keep their ids (tree 0, so the page read
+//! path only tests the top bits); `.tarn` and `.tarn/snapshot` are tree 1; the objects of
+//! the n-th snapshot opened through this mount are tree n + 2 (`tree << 48 | object`).
+//! A snapshot keeps its tree for the life of the mount.
+//!
+//! Owns: that numbering and the snapshots opened through the mount.
+//! Promises: nothing under `.tarn` can be changed (EROFS); a name that is not a snapshot
+//! of the dataset is ENOENT, and so is every inode of a snapshot once it is destroyed.
+//! Must never: take a lock on the head's read path, or hand a snapshot's object id to the
+//! kernel without its tree.
+use std::sync::Arc;
+use std::time::UNIX_EPOCH;
+
+use fuser::{FileAttr, FileType, INodeNo};
+use parking_lot::RwLock;
+use tarn_dataset::{Dataset, FsError};
+use tarn_pool::Pool;
+
+/// Bits of an inode number that hold the object id.
+const TREE_SHIFT: u32 = 48;
+/// Tree 1: the directories this module makes up.
+const VIRTUAL: u64 = 1;
+/// `.tarn`.
+pub(crate) const CTL_DIR: u64 = VIRTUAL << TREE_SHIFT | 1;
+/// `.tarn/snapshot`.
+pub(crate) const SNAP_DIR: u64 = VIRTUAL << TREE_SHIFT | 2;
+pub(crate) const CTL_NAME: &[u8] = b".tarn";
+pub(crate) const SNAP_NAME: &[u8] = b"snapshot";
+/// The first tree of a snapshot.
+const FIRST_SNAP_TREE: u64 = 2;
+
+/// The tree an inode number belongs to (0: the mounted dataset itself).
+pub(crate) fn tree_of(ino: u64) -> u64 {
+    ino >> TREE_SHIFT
+}
+
+/// The inode number of `object` in `tree`.
+pub(crate) fn encode(tree: u64, object: u64) -> u64 {
+    debug_assert!(object >> TREE_SHIFT == 0, "object id {object} does not fit the inode's object bits");
+    tree << TREE_SHIFT | object
+}
+
+/// What an inode number outside the mounted dataset names.
+pub(crate) enum Node {
+    /// `.tarn` or `.tarn/snapshot`.
+    Virtual(u64),
+    /// Object `object` of a snapshot, reached through tree `tree`.
+    Snapshot { tree: u64, ds: Arc<Dataset>, object: u64 },
+}
+
+pub(crate) struct SnapDir {
+    pool: Arc<Pool>,
+    dataset: String,
+    /// Snapshots opened through this mount: (`DS@NAME`, contents); index + 2 is the tree.
+    opened: RwLock<Vec<(String, Arc<Dataset>)>>,
+}
+
+impl SnapDir {
+    pub(crate) fn new(pool: Arc<Pool>, dataset: &str) -> SnapDir {
+        SnapDir { pool, dataset: dataset.to_string(), opened: RwLock::new(Vec::new()) }
+    }
+
+    /// What `ino` (of a tree other than 0) names.
+    pub(crate) fn node(&self, ino: u64) -> Result<Node, FsError> {
+        let tree = tree_of(ino);
+        let object = ino & ((1 << TREE_SHIFT) - 1);
+        if tree == VIRTUAL {
+            return match ino {
+                CTL_DIR | SNAP_DIR => Ok(Node::Virtual(ino)),
+                _ => Err(FsError::NotFound),
+            };
+        }
+        let slot = tree.checked_sub(FIRST_SNAP_TREE).ok_or(FsError::NotFound)? as usize;
+        let opened = self.opened.read();
+        let (full, ds) = opened.get(slot).ok_or(FsError::NotFound)?;
+        // A destroyed snapshot's blocks may be in use again: never read through it.
+        if !self.pool.snapshot_is_current(full, ds) {
+            return Err(FsError::NotFound);
+        }
+        Ok(Node::Snapshot { tree, ds: ds.clone(), object })
+    }
+
+    /// The snapshot `name` of the mounted dataset: its tree and contents.
+    pub(crate) fn snapshot(&self, name: &[u8]) -> Result<(u64, Arc<Dataset>), FsError> {
+        let name = std::str::from_utf8(name).map_err(|_| FsError::NotFound)?;
+        let full = format!("{}@{name}", self.dataset);
+        let ds = self.pool.snapshot_dataset(&full).map_err(|_| FsError::NotFound)?;
+        if let Some(i) = self.opened.read().iter().position(|(n, d)| *n == full && Arc::ptr_eq(d, &ds)) {
+            return Ok((i as u64 + FIRST_SNAP_TREE, ds));
+        }
+        let mut opened = self.opened.write();
+        opened.push((full, ds.clone()));
+        Ok((opened.len() as u64 - 1 + FIRST_SNAP_TREE, ds))
+    }
+
+    /// Names of the dataset's snapshots, oldest first.
+    pub(crate) fn names(&self) -> Vec<String> {
+        self.pool.snapshot_names(&self.dataset).unwrap_or_default()
+    }
+
+    /// Whether the root's listing shows `.tarn` (`snapdir=visible`).
+    pub(crate) fn visible(&self, head: &Dataset) -> bool {
+        head.effective().snapdir_visible
+    }
+}
+
+/// The attributes of `.tarn` or `.tarn/snapshot`: a read-only directory.
+pub(crate) fn virtual_attr(ino: u64) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(ino),
+        size: 0,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        crtime: UNIX_EPOCH,
+        kind: FileType::Directory,
+        perm: 0o555,
+        nlink: 2,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 4096,
+        flags: 0,
+    }
+}
