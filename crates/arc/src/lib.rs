@@ -21,9 +21,9 @@
 //! Promises: the blocks, headers, reserved hot share and decoded metadata never exceed
 //! `arc_max` after an insert, a charge or a shrink (`set_max`) returns, whichever policy
 //! keeps the data (unless what cannot be evicted — the objects' owner's pinned ones — is
-//! over it alone); a one-time scan only cycles through
-//! T1 and leaves the frequently used set in T2 alone; a block is keyed by its identity
-//! (vdev, offset, birth txg), so a rewritten block never hits a stale copy.
+//! over it alone); a one-time scan only cycles through T1 and leaves the frequently used
+//! set in T2 alone; a block is keyed by its identity (vdev, offset, birth txg), so a
+//! rewritten block never hits a stale copy.
 //!
 //! Must never: hold data that was not verified (callers insert only checksummed bytes),
 //! be needed for correctness — losing the cache costs speed, never data — or touch a
