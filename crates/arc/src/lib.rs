@@ -19,10 +19,11 @@
 //! `META_LIMIT_QUARTERS` of the budget, like ZFS's `arc_meta_limit`.
 //!
 //! Promises: the blocks, headers, reserved hot share and decoded metadata never exceed
-//! `arc_max` after an insert or a charge returns (unless what cannot be evicted — the
-//! objects' owner's pinned ones — is over it alone); a one-time scan only cycles through
-//! T1 and leaves the frequently used set in T2 alone; a block is keyed by its identity
-//! (vdev, offset, birth txg), so a rewritten block never hits a stale copy.
+//! `arc_max` after an insert, a charge or a shrink (`set_max`) returns, whichever policy
+//! keeps the data (unless what cannot be evicted — the objects' owner's pinned ones — is
+//! over it alone); a one-time scan only cycles through T1 and leaves the frequently used
+//! set in T2 alone; a block is keyed by its identity (vdev, offset, birth txg), so a
+//! rewritten block never hits a stale copy.
 //!
 //! Must never: hold data that was not verified (callers insert only checksummed bytes),
 //! be needed for correctness — losing the cache costs speed, never data — or touch a
@@ -314,7 +315,8 @@ impl Inner {
     }
 
     /// Makes room for `incoming` bytes of the lists (0: fits the budget again). Data gives
-    /// way first while metadata is under its limit; then the lists evict.
+    /// way first while metadata is under its limit; beyond it the lists evict first, and
+    /// data gives what they could not.
     fn make_room(&mut self, incoming: u64, after_b2_hit: bool, outside: u64) -> Evicted {
         let mut ev = Evicted::default();
         let keep_meta = self.lists.metadata_bytes + outside + incoming <= self.lists.meta_limit();
@@ -323,6 +325,13 @@ impl Inner {
         }
         let data = self.data_held();
         ev.blocks += self.lists.make_room(incoming, after_b2_hit, outside, data);
+        if !keep_meta {
+            // The lists may have emptied and still not made room: decoded metadata alone
+            // can be over the limit, as just after a shrink (the objects' owner trims its
+            // share only after `set_max`). Without this a shrink left data at its old
+            // budget (issue #11).
+            ev += self.rebudget_data(outside, incoming);
+        }
         ev
     }
 

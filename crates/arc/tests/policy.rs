@@ -4,7 +4,7 @@
 //! (`DataPolicy::SecondLevel`) are both checked.
 use std::sync::Arc;
 
-use tarn_arc::{Access, ArcCache, BlockKey, Class, DataPolicy, PageId, ReadKind};
+use tarn_arc::{Access, ArcCache, BlockKey, Class, DataPolicy, Outside, PageId, ReadKind, OBJECTS_SHARE};
 
 const DEMAND: Access = Access::of(ReadKind::Demand);
 
@@ -291,4 +291,52 @@ fn a_directory_record_read_as_metadata_is_cached_under_either_policy() {
         let s = arc.snapshot();
         assert_eq!(s.kind_hits[ReadKind::Directory.index()], 2, "{policy:?}");
     }
+}
+
+#[test]
+fn a_shrink_evicts_down_to_the_new_budget_under_every_policy_even_with_metadata_over_its_limit() {
+    for policy in [DataPolicy::SecondLevel, DataPolicy::Arc] {
+        shrink_with_metadata_over_its_new_limit(policy);
+    }
+}
+
+/// What a mount holds after many files were created and read (issue #11): decoded objects
+/// at their share, decoded indirect blocks, metadata blocks, and file data read, read
+/// again and rewritten through the paths the pipeline uses. A shrink to a quarter makes
+/// the metadata (blocks and decoded) more than the new metadata limit: it must still give
+/// back everything over the new budget, data included.
+fn shrink_with_metadata_over_its_new_limit(policy: DataPolicy) {
+    let max = 1024 * BLOCK as u64;
+    let arc = ArcCache::with_policy(max, policy);
+    arc.charge(Outside::Objects, max / OBJECTS_SHARE);
+    let decoded: Vec<_> = (0..32).map(|n| arc.keep_decoded(n, BLOCK as u64)).collect();
+    let meta = Access::of(ReadKind::Indirect);
+    for n in 0..100 {
+        arc.insert(key(100_000 + n), Arc::from(vec![0u8; BLOCK]), 16384, Class::Metadata, meta);
+    }
+    for round in 0..3 {
+        for n in 0..600 {
+            read_page(&arc, n, 0);
+        }
+        if round == 2 {
+            for n in 0..100 {
+                rewrite_page(&arc, n, 1);
+            }
+        }
+    }
+    let full = arc.snapshot();
+    assert!(full.data_size >= max / 2, "{policy:?}: data fills the cache first: {full:?}");
+    assert!(full.accounted_size <= max, "{policy:?}: {full:?}");
+
+    let small = max / 4;
+    arc.set_max(small);
+    let s = arc.snapshot();
+    assert!(
+        s.metadata_size + s.decoded_indirect_size + s.decoded_objects_size > 0,
+        "{policy:?}: the case under test keeps some metadata: {s:?}"
+    );
+    assert!(s.size <= small, "{policy:?}: cached blocks over the new budget: {s:?}");
+    assert!(s.blocks * BLOCK as u64 <= small, "{policy:?}: {} blocks still cached: {s:?}", s.blocks);
+    assert!(s.accounted_size <= small, "{policy:?}: accounted over the new budget: {s:?}");
+    drop(decoded);
 }

@@ -1,0 +1,81 @@
+//! `tarn tune POOL arc_max=` to a smaller budget gives the memory back at once (issue
+//! #11): after a mount has written and read file data and created and read many small
+//! files, the ARC holds data under the default data policy and metadata (blocks, decoded
+//! indirect blocks, decoded objects) beside it. A shrink to a budget smaller than that
+//! metadata's old share must still evict down to the new budget — the data too.
+mod common;
+
+use tarn_dataset::{Dataset, NewObject, ROOT_ID};
+use tarn_pool::{CreateOptions, Pool, VdevSpec};
+
+const PAGE: usize = 16384;
+/// Pages of the data file (40 MiB, half compressible: about 20 MiB cached compressed).
+const PAGES: u64 = 2560;
+const FILES: u64 = 6000;
+const ARC_MAX: u64 = 64 << 20;
+const SHRUNK: u64 = 4 << 20;
+
+/// Half noise, half zeros: lz4 keeps it compressed at about half a page.
+fn page(p: u64) -> Vec<u8> {
+    let mut bytes = common::noise(p, PAGE / 2);
+    bytes.resize(PAGE, 0);
+    bytes
+}
+
+fn create_and_read_files(ds: &Dataset) {
+    let mut inos = Vec::new();
+    for d in 0..FILES / 1000 {
+        let dir = ds.create(ROOT_ID, format!("d{d}").as_bytes(), NewObject::Dir, 0o755, 0, 0).unwrap().ino;
+        for f in 0..1000 {
+            let ino = ds.create(dir, format!("f{f}").as_bytes(), NewObject::File, 0o644, 0, 0).unwrap().ino;
+            ds.write(ino, 0, format!("file {ino}").as_bytes()).unwrap();
+            inos.push(ino);
+        }
+    }
+    let mut buf = vec![0u8; 64];
+    for ino in inos {
+        let n = ds.read(ino, 0, &mut buf).unwrap();
+        assert_eq!(&buf[..n], format!("file {ino}").as_bytes());
+    }
+}
+
+#[test]
+fn a_smaller_arc_max_evicts_cached_data_and_metadata_down_to_the_new_budget() {
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let opts = CreateOptions { size: Some(1 << 30), ..Default::default() };
+    let pool = Pool::create("shrink", &[VdevSpec::Disk(dir.path().join("d0.img"))], &opts).unwrap();
+    pool.set_property("shrink", "recordsize", "16K").unwrap();
+    pool.set_arc_max(ARC_MAX);
+    let ds = pool.dataset("shrink").unwrap();
+
+    let data = ds.create(ROOT_ID, b"table.ibd", NewObject::File, 0o644, 0, 0).unwrap().ino;
+    for p in 0..PAGES {
+        ds.write(data, p * PAGE as u64, &page(p)).unwrap();
+    }
+    create_and_read_files(&ds);
+    pool.sync().unwrap();
+    // Every page read twice, so the data policy admits them to its main area.
+    let mut buf = vec![0u8; PAGE];
+    for _ in 0..2 {
+        for p in 0..PAGES {
+            ds.read(data, p * PAGE as u64, &mut buf).unwrap();
+            assert!(buf == page(p), "page {p}");
+        }
+    }
+    let full = pool.stats().arc;
+    assert!(full.data_size > 4 * SHRUNK, "the data is cached before the shrink: {full:?}");
+    assert!(full.accounted_size <= ARC_MAX, "{full:?}");
+
+    pool.set_arc_max(SHRUNK);
+    let a = pool.stats().arc;
+    assert_eq!(a.max, SHRUNK);
+    assert!(a.size <= SHRUNK, "cached blocks over the new budget after the shrink: {a:?}");
+    assert!(a.accounted_size <= SHRUNK, "accounted bytes over the new budget after the shrink: {a:?}");
+    // The cache still works under the new budget, and holds to it.
+    for p in (0..PAGES).step_by(7) {
+        ds.read(data, p * PAGE as u64, &mut buf).unwrap();
+        assert!(buf == page(p), "page {p} after the shrink");
+    }
+    let a = pool.stats().arc;
+    assert!(a.accounted_size <= SHRUNK, "accounted bytes over the new budget after more reads: {a:?}");
+}
