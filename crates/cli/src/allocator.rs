@@ -26,9 +26,23 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 #[export_name = "_rjem_malloc_conf"]
 pub static malloc_conf: &[u8] = b"dirty_decay_ms:1000,muzzy_decay_ms:0\0";
 
-/// Tells the engine how to give free memory back (called first thing in `main`).
+/// Tells the engine how to give free memory back and how big a slot jemalloc hands out
+/// for a request, so the ARC charges a block what it occupies (called first thing in
+/// `main`, before any pool is opened).
 pub fn install() {
     tarn_pool::set_memory_release(release);
+    tarn_pool::set_alloc_size(slot_size);
+}
+
+/// The size of the slot jemalloc would hand out for `len` bytes (its size class).
+fn slot_size(len: usize) -> usize {
+    if len == 0 {
+        return 0;
+    }
+    // SAFETY: nallocx only computes a size class; it allocates nothing and takes no
+    // pointer. It returns 0 if the size is beyond what jemalloc could allocate.
+    let slot = unsafe { tikv_jemalloc_sys::nallocx(len, 0) };
+    slot.max(len)
 }
 
 /// Returns every arena's unused pages to the OS now.
