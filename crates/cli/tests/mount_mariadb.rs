@@ -240,7 +240,9 @@ fn a_snapshot_under_running_mariadb_clones_into_a_database_that_recovers() {
     let prefix = copy.query(&format!("SELECT COUNT(*) FROM sbtest.ledger WHERE n <= {acked_before}")).expect("count");
     assert_eq!(prefix, acked_before.to_string(), "every commit acknowledged before the snapshot is in the clone");
     assert!(in_clone <= acked_after + 1, "the clone holds no commit made after the snapshot's moment");
-    println!("clone of a live snapshot: recovered, CHECK TABLE ok, {acked_before} commits acked before, {in_clone} in clone");
+    println!(
+        "clone of a live snapshot: recovered, CHECK TABLE ok, {acked_before} commits acked before, {in_clone} in clone"
+    );
 
     // The clone is a database of its own: writes there do not reach the head.
     copy.query("INSERT INTO sbtest.ledger VALUES (999999999)").expect("write in clone");
