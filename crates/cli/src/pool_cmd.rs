@@ -498,12 +498,14 @@ fn full_pool_attention(s: &PoolStatus, held: u64) -> (String, String) {
             " Snapshots alone hold {}: overwriting or deleting files they hold frees nothing.",
             format_size(held)
         ));
-        let action = format!(
-            "destroy snapshots you no longer need (`tarn snap list {name}`: USED is what each destroy frees)"
-        );
+        let action =
+            format!("destroy snapshots you no longer need (`tarn snap list {name}`: USED is what each destroy frees)");
         return (status, action);
     }
-    (status, format!("delete data you no longer need (`tarn ds list` shows where it is), or move datasets to a bigger pool"))
+    (
+        status,
+        format!("delete data you no longer need (`tarn ds list` shows where it is), or move datasets to a bigger pool"),
+    )
 }
 
 /// The `scan:` line (and the progress line under it while a scan is under way).

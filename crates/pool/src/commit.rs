@@ -200,7 +200,8 @@ impl Inner {
             names
         };
         let old_origin_name = datasets.iter().find(|(_, m, _)| m.id == origin.dataset).map(|(n, _, _)| n.clone());
-        let old_origin_of_o = datasets.iter().find(|(_, m, _)| m.id == origin.dataset).and_then(|(_, m, _)| m.origin.clone());
+        let old_origin_of_o =
+            datasets.iter().find(|(_, m, _)| m.id == origin.dataset).and_then(|(_, m, _)| m.origin.clone());
         let repoint = |id: u64, o: &mut Option<Origin>| {
             if id == clone_id {
                 *o = old_origin_of_o.clone();

@@ -84,11 +84,20 @@ pub(crate) struct Origin {
 /// A snapshot change queued in the open txg, done by its commit.
 #[derive(Clone, Debug)]
 pub(crate) enum SnapOp {
-    Take { dataset: u64, name: String, creation: u64 },
-    Destroy { dataset: u64, name: String },
+    Take {
+        dataset: u64,
+        name: String,
+        creation: u64,
+    },
+    Destroy {
+        dataset: u64,
+        name: String,
+    },
     /// `tarn promote`: the clone `clone` takes its origin dataset's snapshots up to and
     /// including the origin snapshot, and the origin dataset becomes a clone of it.
-    Promote { clone: u64 },
+    Promote {
+        clone: u64,
+    },
 }
 
 /// A snapshot as `tarn snap list` shows it.
@@ -380,7 +389,11 @@ impl Pool {
         let clash: Vec<String> = taken.iter().filter(|n| own.contains(n)).map(|n| format!("{clone}@{n}")).collect();
         if !clash.is_empty() {
             let origin_name = self.origin_name(Some(&origin));
-            return Err(PoolError::PromoteNameConflict { clone: clone.into(), origin: origin_name, names: clash.join(", ") });
+            return Err(PoolError::PromoteNameConflict {
+                clone: clone.into(),
+                origin: origin_name,
+                names: clash.join(", "),
+            });
         }
         let hold = self.inner.ctx.txg.hold(0).map_err(FsError::from)?;
         let txg = hold.txg;
@@ -572,7 +585,11 @@ impl Pool {
     pub fn snapshot_space(&self) -> u64 {
         let heads: Vec<(DsMeta, Arc<Dataset>)> =
             self.inner.datasets.read().values().map(|(m, d)| (m.clone(), d.clone())).collect();
-        heads.iter().filter(|(m, _)| self.inner.snaps.read().get(&m.id).is_some_and(|v| !v.is_empty())).map(|(m, d)| self.snap_space(m, d).usedbysnapshots).sum()
+        heads
+            .iter()
+            .filter(|(m, _)| self.inner.snaps.read().get(&m.id).is_some_and(|v| !v.is_empty()))
+            .map(|(m, d)| self.snap_space(m, d).usedbysnapshots)
+            .sum()
     }
 
     /// The origin of a clone as `POOL/DS@NAME` ("-" for none).
