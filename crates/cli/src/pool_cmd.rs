@@ -504,7 +504,7 @@ fn full_pool_attention(s: &PoolStatus, held: u64) -> (String, String) {
     }
     (
         status,
-        format!("delete data you no longer need (`tarn ds list` shows where it is), or move datasets to a bigger pool"),
+        "delete data you no longer need (`tarn ds list` shows where it is), or move datasets to a bigger pool".into(),
     )
 }
 
