@@ -663,15 +663,27 @@ fn unprivileged_setup(env: &Env) -> PathBuf {
     bin
 }
 
+/// Runs the copied binary as nobody. Another test thread forking while the copy's write
+/// descriptor was open leaves that descriptor in its child until the child execs, so exec
+/// can briefly fail with ETXTBSY (a known fork/exec race): retried, not a tarn failure.
 fn as_nobody(env: &Env, bin: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(bin)
-        .args(args)
-        .env("TARN_CACHE_FILE", env.path("pools.json"))
-        .env("TARN_RUN_DIR", env.run_dir())
-        .uid(65534)
-        .gid(65534)
-        .output()
-        .expect("run tarn as nobody")
+    let mut tries = 0;
+    loop {
+        let out = Command::new(bin)
+            .args(args)
+            .env("TARN_CACHE_FILE", env.path("pools.json"))
+            .env("TARN_RUN_DIR", env.run_dir())
+            .uid(65534)
+            .gid(65534)
+            .output();
+        match out {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 100 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            out => return out.expect("run tarn as nobody"),
+        }
+    }
 }
 
 #[test]
