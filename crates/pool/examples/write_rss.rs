@@ -28,7 +28,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 #[allow(non_upper_case_globals)]
 #[export_name = "_rjem_malloc_conf"]
-pub static malloc_conf: &[u8] = b"dirty_decay_ms:1000,muzzy_decay_ms:0,background_thread:true\0";
+pub static malloc_conf: &[u8] = b"narenas:1,dirty_decay_ms:200,muzzy_decay_ms:0,background_thread:true\0";
 
 const MIB: u64 = 1 << 20;
 /// The mount daemon's default under bench/memory.sh: a 256 MiB ARC (and `dirty_max` at

@@ -20,7 +20,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 #[allow(non_upper_case_globals)]
 #[export_name = "_rjem_malloc_conf"]
-pub static malloc_conf: &[u8] = b"dirty_decay_ms:1000,muzzy_decay_ms:0,background_thread:true\0";
+pub static malloc_conf: &[u8] = b"narenas:1,dirty_decay_ms:200,muzzy_decay_ms:0,background_thread:true\0";
 
 /// The ARC's budget for the run.
 const ARC_MAX: u64 = 64 << 20;
