@@ -126,10 +126,11 @@ fn size_from_env(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| props::parse_size(&v))
 }
 
-/// Dirty data may take at most this fraction of the ARC's budget (ZFS keeps
-/// zfs_dirty_data_max at most half of a small ARC). Dirty data lives inside `arc_max`
-/// (`ArcCache::set_dirty`), so a larger share would empty the cache during bulk writes;
-/// a half still leaves a txg large enough to write in long runs.
+/// Dirty data may take at most this fraction of the ARC's budget by default. Dirty data
+/// lives inside `arc_max` (`ArcCache::set_dirty`), so a larger share would empty the cache
+/// during bulk writes, a much smaller one would make txgs too small for long sequential
+/// runs (ZFS's defaults — dirty data 10 % of memory, the ARC up to half of it on Linux —
+/// give it about a fifth; tarn's default `dirty_max`, 256 MiB, is a half of a 512 MiB ARC).
 pub(crate) const DIRTY_SHARE_OF_ARC: u64 = 2;
 
 /// `config` with `dirty_max` at most `arc_max / DIRTY_SHARE_OF_ARC` (`dirty_sync` kept at
