@@ -1,0 +1,289 @@
+"""The l2arc scenario's numbers: how much a cache device serves, over time and in all, and
+its two extra parts — the run after a restart (the pool exported and imported: is the cache
+warm again within a minute?) and the long run (does the feed keep up while the working set
+is overwritten?).
+
+A run records, each second, the engine's L2ARC counters where the engine exposes them
+(`tarn stats l2arc --json`, in the sampler's rows as "l2arc") and every device's reads
+(diskstats, "data" and "cache"). From them: the L2ARC hit ratio over time (the engine's own
+hits / (hits + misses)), and for every stack with a cache device — zfs-fuse included, which
+has no kstats in the lab — the cache device's share of the device reads, a different number
+and labelled as such.
+
+Owns: those derivations, the restart and long-run comparisons and their bars (restart: the
+first minute ≥ 80% of the warm run's TPS; long run: the last quarter ≥ 90% of the peak), and
+the result files of the two parts (<workload>.restart.json, <workload>.long.json).
+Promises: pure functions of the result dicts, except `load_phases` which only reads files; a
+number that was not measured is None, never a guess.
+Must never: run anything or change results.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import mean
+
+PHASES = ("restart", "long")
+RESTART_BAR = 0.80      # issue #12: ≥ 80% of warm TPS within the first minute after a restart
+LONG_BAR = 0.90         # issue #12: the last quarter ≥ 90% of the peak (TPS and hit ratio)
+FIRST_MINUTE = 60       # seconds
+PEAK_WINDOW = 10        # seconds per block when looking for a run's peak
+
+
+def phase_file(workload: str, phase: str) -> str:
+    """The result file of a part of its own: `tpcc_like.restart.json` (the report's loader of
+    ordinary runs skips it: its workload name is not one of the scenario's)."""
+    assert phase in PHASES, phase
+    return f"{workload}.{phase}.json"
+
+
+def load_phases(rundir: Path) -> dict[tuple[str, str, str], dict]:
+    """(stack, workload, phase) -> the finished result of that part."""
+    out = {}
+    for p in sorted((rundir / "runs").glob("*/*.json")):
+        workload, dot, rest = p.name.partition(".")
+        phase = rest.removesuffix(".json")
+        if not dot or phase not in PHASES:
+            continue
+        try:
+            result = json.loads(p.read_text())
+        except (OSError, ValueError):
+            continue
+        if result.get("status") == "ok":
+            out[(p.parent.name, workload, phase)] = result
+    return out
+
+
+# -- per-second series ----------------------------------------------------------------------
+
+def l2arc_samples(run: dict) -> list[tuple[float, dict]]:
+    """(seconds into the run, the engine's L2ARC counters then), where they were sampled."""
+    return [(row["t"], row["l2arc"]) for row in run.get("system", []) if isinstance(row.get("l2arc"), dict)]
+
+
+def _ratio(hits: float, misses: float) -> float | None:
+    total = hits + misses
+    return hits / total if total > 0 else None
+
+
+def hit_ratio_between(a: dict, b: dict) -> float | None:
+    """The L2ARC hit ratio of the lookups between two counter snapshots (None: no lookup)."""
+    return _ratio(b.get("hits", 0) - a.get("hits", 0), b.get("misses", 0) - a.get("misses", 0))
+
+
+def hit_ratio_series(run: dict, window: int = 5) -> tuple[list[float], list[float | None]]:
+    """The engine's L2ARC hit ratio over time: at each sample, over the `window` seconds
+    before it (None where nothing was looked up). Empty without engine samples."""
+    samples = l2arc_samples(run)
+    ts, ratios = [], []
+    for i in range(1, len(samples)):
+        t, now = samples[i]
+        _, then = samples[max(0, i - window)]
+        ts.append(t)
+        ratios.append(hit_ratio_between(then, now))
+    return ts, ratios
+
+
+def cache_read_share_series(run: dict, window: int = 1) -> tuple[list[float], list[float | None]]:
+    """Each second, the cache device's reads over the data and cache devices' reads in the
+    `window` seconds up to it (None in a window without reads). Empty for a stack without a
+    cache device."""
+    rows = [r for r in run.get("system", []) if r.get("cache") is not None and r.get("data") is not None]
+    ts, shares = [], []
+    for i, row in enumerate(rows):
+        span = rows[max(0, i - window + 1):i + 1]
+        ts.append(row["t"])
+        shares.append(_ratio(sum(r["cache"]["r_iops"] for r in span), sum(r["data"]["r_iops"] for r in span)))
+    return ts, shares
+
+
+def tps_series(run: dict) -> tuple[list[int], list[float]]:
+    rows = run.get("series", [])
+    return [r["t"] for r in rows], [r["tps"] for r in rows]
+
+
+# -- one run in all ---------------------------------------------------------------------------
+
+@dataclass
+class CacheSummary:
+    """One run's cache device in numbers (None: not measured on this stack)."""
+    stack: str
+    tps: float
+    transactions: int
+    hits: int | None = None
+    misses: int | None = None
+    size: int | None = None           # logical bytes the cache holds at the end
+    asize: int | None = None          # stored (compressed) bytes
+    blocks: int | None = None
+    hdr_size: int | None = None       # RAM of the index, outside arc_max
+    feed_bytes: int | None = None     # written to the cache device during the run
+    feed_behind: int | None = None    # blocks not cached because the feed queue was full
+    data_reads: int | None = None     # device reads over the run
+    cache_reads: int | None = None
+    daemon_rss_max: int | None = None
+    arc_max: int | None = None
+
+    @property
+    def hit_ratio(self) -> float | None:
+        return None if self.hits is None else _ratio(self.hits, self.misses or 0)
+
+    @property
+    def hdr_bytes_per_block(self) -> float | None:
+        return self.hdr_size / self.blocks if self.hdr_size is not None and self.blocks else None
+
+    def per_txn(self, n: int | None) -> float | None:
+        return n / self.transactions if n is not None and self.transactions else None
+
+    @property
+    def cache_read_share(self) -> float | None:
+        if self.cache_reads is None or self.data_reads is None:
+            return None
+        return _ratio(self.cache_reads, self.data_reads)
+
+
+def summarize(stack: str, run: dict) -> CacheSummary:
+    engine = run.get("stack_engine_stats") or {}
+    delta = (engine.get("delta") or {}).get("l2arc")
+    after = (engine.get("after") or {}).get("l2arc")
+    totals = run.get("device_totals", {})
+    summary = CacheSummary(stack, run["summary"]["tps"], run["summary"].get("transactions", 0))
+    if delta is not None and after is not None:
+        summary.hits, summary.misses = int(delta.get("hits", 0)), int(delta.get("misses", 0))
+        summary.feed_bytes, summary.feed_behind = delta.get("write_bytes"), delta.get("feed_behind")
+        summary.size, summary.asize = after.get("size"), after.get("asize")
+        summary.blocks, summary.hdr_size = after.get("blocks"), after.get("hdr_size")
+    if "data" in totals:
+        summary.data_reads = totals["data"].get("reads")
+    if "cache" in totals:
+        summary.cache_reads = totals["cache"].get("reads")
+    rss = ((run.get("memory") or {}).get("rss") or {})
+    daemon = rss.get("tarn") or rss.get("zfs-fuse") or {}
+    summary.daemon_rss_max = daemon.get("max_bytes")
+    arc_mb = ((run.get("settings") or {}).get("spec") or {}).get("arc_mb")
+    summary.arc_max = arc_mb * 2**20 if arc_mb else None
+    return summary
+
+
+# -- the restart --------------------------------------------------------------------------------
+
+@dataclass
+class RestartEffect:
+    stack: str
+    warm_tps: float
+    first_minute_tps: float
+    seconds: int                      # of the restart run inside the first minute
+    restart: dict                     # what was done, how long export and import took
+    first_minute_hit_ratio: float | None = None
+
+    @property
+    def ratio(self) -> float | None:
+        return self.first_minute_tps / self.warm_tps if self.warm_tps > 0 else None
+
+    @property
+    def passed(self) -> bool | None:
+        return None if self.ratio is None else self.ratio >= RESTART_BAR
+
+
+def restart_effect(stack: str, warm: dict, after: dict, first: int = FIRST_MINUTE) -> RestartEffect | None:
+    """TPS over the first minute after the restart against the warm run's mean TPS. None
+    when the restart run reported no second."""
+    rows = [r for r in after.get("series", []) if r["t"] <= first]
+    if not rows:
+        return None
+    samples = [(t, c) for t, c in l2arc_samples(after) if t <= first + 1]
+    hit = hit_ratio_between(samples[0][1], samples[-1][1]) if len(samples) > 1 else None
+    return RestartEffect(stack, warm["summary"]["tps"], mean(r["tps"] for r in rows), len(rows),
+                         after.get("restart") or {}, hit)
+
+
+# -- the long run -------------------------------------------------------------------------------
+
+@dataclass
+class Steadiness:
+    """A value's peak (the best PEAK_WINDOW-second block) against its last quarter."""
+    peak: float | None
+    last_quarter: float | None
+
+    @property
+    def ratio(self) -> float | None:
+        if self.peak is None or self.last_quarter is None or self.peak <= 0:
+            return None
+        return self.last_quarter / self.peak
+
+    @property
+    def passed(self) -> bool | None:
+        return None if self.ratio is None else self.ratio >= LONG_BAR
+
+
+def blocks_of(ts: list[float], values: list[float | None], width: int) -> list[float]:
+    """Means of `values` over consecutive blocks of `width` seconds (blocks of None only
+    are left out)."""
+    blocks: dict[int, list[float]] = {}
+    for t, v in zip(ts, values):
+        if v is not None:
+            blocks.setdefault(int((t - 1) // width), []).append(v)
+    return [mean(v) for _, v in sorted(blocks.items())]
+
+
+def tps_steadiness(run: dict, width: int = PEAK_WINDOW) -> Steadiness:
+    ts, tps = tps_series(run)
+    if not ts:
+        return Steadiness(None, None)
+    blocks = blocks_of(ts, tps, width)
+    start = ts[-1] * 0.75
+    last = [v for t, v in zip(ts, tps) if t > start]
+    return Steadiness(max(blocks) if blocks else None, mean(last) if last else None)
+
+
+def hit_steadiness(run: dict, width: int = PEAK_WINDOW) -> Steadiness:
+    """The engine's L2ARC hit ratio: the best block of `width` seconds against the ratio of
+    all lookups in the last quarter (from the counters, not a mean of ratios)."""
+    samples = l2arc_samples(run)
+    if len(samples) < 2:
+        return Steadiness(None, None)
+    peaks = []
+    for i in range(width, len(samples), width):
+        r = hit_ratio_between(samples[i - width][1], samples[i][1])
+        if r is not None:
+            peaks.append(r)
+    start = samples[-1][0] * 0.75
+    first_of_last = next((c for t, c in samples if t >= start), samples[-1][1])
+    return Steadiness(max(peaks) if peaks else None, hit_ratio_between(first_of_last, samples[-1][1]))
+
+
+def share_steadiness(run: dict, width: int = PEAK_WINDOW) -> Steadiness:
+    """The cache device's share of the device reads, as hit_steadiness: the best block of
+    `width` seconds against the share of all reads in the last quarter (for zfs-fuse)."""
+    ts, shares = cache_read_share_series(run, width)
+    if not ts:
+        return Steadiness(None, None)
+    peaks = [v for v in shares[width - 1::width] if v is not None]
+    quarter = max(1, round(len(ts) / 4))
+    _, last = cache_read_share_series(run, quarter)
+    return Steadiness(max(peaks) if peaks else None, last[-1])
+
+
+@dataclass
+class LongEffect:
+    stack: str
+    seconds: int
+    tps: Steadiness
+    hits: Steadiness                  # the engine's hit ratio (tarn)
+    share: Steadiness                 # the cache device's share of reads (every cache stack)
+    overwrites: float | None          # bytes written to the data device / the tables' bytes
+    feed_behind: int | None
+
+
+def overwrites_of(run: dict) -> float | None:
+    """How many times over the run wrote the tables' bytes to the data device."""
+    written = run.get("device_totals", {}).get("data", {}).get("write_bytes")
+    tables = (run.get("dataset") or {}).get("table_bytes") or {}
+    total = sum(tables.values()) if isinstance(tables, dict) else tables
+    return written / total if written is not None and total else None
+
+
+def long_effect(stack: str, run: dict) -> LongEffect:
+    delta = ((run.get("stack_engine_stats") or {}).get("delta") or {}).get("l2arc") or {}
+    return LongEffect(stack, len(run.get("series", [])), tps_steadiness(run), hit_steadiness(run),
+                      share_steadiness(run), overwrites_of(run), delta.get("feed_behind"))
