@@ -4,10 +4,10 @@ warm again within a minute?) and the long run (does the feed keep up while the w
 is overwritten?).
 
 A run records, each second, the engine's L2ARC counters where the engine exposes them
-(`tarn stats l2arc --json`, in the sampler's rows as "l2arc") and every device's reads
-(diskstats, "data" and "cache"). From them: the L2ARC hit ratio over time (the engine's own
-hits / (hits + misses)), and for every stack with a cache device — zfs-fuse included, which
-has no kstats in the lab — the cache device's share of the device reads, a different number
+(`tarn stats l2arc --json`; zfs-fuse's arcstats from its kstat mount, under tarn's names; in
+the sampler's rows as "l2arc") and every device's reads (diskstats, "data" and "cache"). From
+them: the L2ARC hit ratio over time (the engine's own hits / (hits + misses)), and for every
+stack with a cache device the cache device's share of the device reads, a different number
 and labelled as such.
 
 Owns: those derivations, the restart and long-run comparisons and their bars (restart: the

@@ -4,9 +4,9 @@ per transaction, the daemon's RSS against arc_max), the restart (first minute ag
 warm run, bar 80%) and the long run (last quarter against the peak, bar 90%).
 
 Owns: the columns of those three tables and which runs fill them.
-Promises: the numbers come from cachephases (measured, or empty); a zfs-fuse value that is
-the cache device's share of reads, not an L2ARC hit ratio, is shown in [brackets] and the
-caption says so.
+Promises: the numbers come from cachephases (measured, or empty); where the engine gave no
+L2ARC counters, the cache device's share of reads stands in for the hit ratio, in [brackets],
+and the caption says so.
 Must never: run anything or change results.
 """
 from __future__ import annotations
@@ -20,8 +20,8 @@ from rich.text import Text
 from . import cachephases as cp
 from .analysis import Cell
 
-CACHE_TITLE = ("The L2ARC over the warm run (tarn's own counters; zfs-fuse has no kstats in the lab: "
-               "[brackets] are its cache device's share of device reads), sizes in MiB")
+CACHE_TITLE = ("The L2ARC over the warm run (the engine's counters: `tarn stats l2arc`, zfs-fuse's arcstats "
+               "kstats; [brackets]: none, the cache device's share of device reads), sizes in MiB")
 READS_TITLE = ("Device reads per transaction over the warm run, and the daemon's peak RSS against arc_max "
                "(MiB; the L2ARC's headers are outside arc_max)")
 RESTART_TITLE = (f"Restart (pool exported and imported, same devices): TPS over the first minute against the "

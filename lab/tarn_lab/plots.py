@@ -259,8 +259,7 @@ def l2arc_hits_over_time(pairs: list[tuple[Cell, dict]], baseline: str | None, t
     """The L2ARC hit ratio over a run, per stack with a cache device: the engine's own
     (hits / (hits + misses) over the last `window` seconds, solid) where it exposes one, and
     the cache device's share of the device reads for every
-    stack with a cache device (over the same window, dashed) — zfs-fuse's only line, as it
-    has no kstats in the lab."""
+    stack with a cache device (over the same window, dashed)."""
     fig = new_figure(9, 3.8)
     ax = fig.add_subplot()
     cells = [c for c, _ in pairs]

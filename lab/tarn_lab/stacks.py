@@ -208,7 +208,8 @@ def _zfs(spec, data, fast, workdir, mnt, teardown) -> BuiltStack:
     zfs_fuse_pid = None
     if not _kernel_zfs():
         arc_mb = max(16, int(spec.get("arc_mb", 256)))
-        settings["zfs_fuse_argv"], zfs_fuse_pid = _start_zfs_fuse(workdir, arc_mb, teardown)
+        settings["zfs_fuse_argv"], zfs_fuse_pid = _start_zfs_fuse(workdir, arc_mb, teardown,
+                                                                  kstats=bool(spec.get("l2arc")))
         settings["implementation"] = "zfs-fuse"
         settings["arc_max_mb"] = arc_mb
         if compression in ZFS_FUSE_COMPRESSION:
@@ -236,11 +237,34 @@ def _zfs(spec, data, fast, workdir, mnt, teardown) -> BuiltStack:
     teardown.push(f"destroy pool {pool}", lambda: _destroy_pool(pool, mnt))
     settings.update(props)
     settings["pool"] = pool
+    # zfs-fuse's L2ARC counters, from its kstat mount (an L2ARC stack's daemon has one).
+    l2arc = (lambda: zfs_fuse_l2arc_stats()) if zfs_fuse_pid and spec.get("l2arc") else None
     return BuiltStack(spec["name"], "zfs", mnt, devices, settings, pool=pool,
                       versions={"zfs": settings["implementation"],
                                 "zfs-fuse": tool_version(["dpkg-query", "-W", "-f=${Version}", "zfs-fuse"])},
                       processes={"zfs-fuse": zfs_fuse_pid} if zfs_fuse_pid else {},
-                      restart=lambda: _zfs_restart(pool, devices, workdir))
+                      restart=lambda: _zfs_restart(pool, devices, workdir), l2arc_stats=l2arc,
+                      engine_stats=(lambda: {"l2arc": l2arc()}) if l2arc else None)
+
+
+ZFS_FUSE_KSTATS = Path("/zfs-kstat/zfs/arcstats")
+# zfs-fuse's arcstats (pool v23) under tarn's names (`tarn stats l2arc`): the same meaning.
+# It has no compressed L2ARC (so no stored size) and no count of cached blocks.
+ZFS_FUSE_L2ARC = {"hits": "l2_hits", "misses": "l2_misses", "size": "l2_size", "hdr_size": "l2_hdr_size",
+                  "write_bytes": "l2_write_bytes", "read_bytes": "l2_read_bytes", "cksum_bad": "l2_cksum_bad",
+                  "io_errors": "l2_io_error"}
+
+
+def zfs_fuse_l2arc_stats(root: Path = ZFS_FUSE_KSTATS) -> dict | None:
+    """zfs-fuse's L2ARC counters from its kstat mount, under tarn's names; None when the
+    kstats cannot be read (no kstat mount)."""
+    out = {}
+    for name, kstat in ZFS_FUSE_L2ARC.items():
+        try:
+            out[name] = int((root / kstat).read_text().strip())
+        except (OSError, ValueError):
+            return None
+    return out
 
 
 def device_dir(workdir: Path, devices: list[Device]) -> Path:
@@ -273,16 +297,22 @@ def _zfs_restart(pool: str, devices: list[Device], workdir: Path) -> dict:
 ZFS_FUSE_CACHE_FLAGS = ["--disable-page-cache", "--disable-block-cache"]
 
 
-def zfs_fuse_argv(pidfile: Path, arc_mb: int) -> list[str]:
-    return ["zfs-fuse", "--pidfile", str(pidfile), "--no-kstat-mount", "-m", str(arc_mb),
+def zfs_fuse_argv(pidfile: Path, arc_mb: int, kstats: bool = False) -> list[str]:
+    """With kstats, the daemon mounts its counters at /zfs-kstat (the l2arc scenario reads the
+    L2ARC's there); otherwise not, so no stack leaves a mount outside its work directory."""
+    return ["zfs-fuse", "--pidfile", str(pidfile), *([] if kstats else ["--no-kstat-mount"]), "-m", str(arc_mb),
             "--fuse-attr-timeout", "1", "--fuse-entry-timeout", "1", *ZFS_FUSE_CACHE_FLAGS]
 
 
-def _start_zfs_fuse(workdir: Path, arc_mb: int, teardown: Teardown) -> tuple[list[str], int]:
+def _start_zfs_fuse(workdir: Path, arc_mb: int, teardown: Teardown, kstats: bool = False) -> tuple[list[str], int]:
     pidfile = workdir / "zfs-fuse.pid"
     pidfile.unlink(missing_ok=True)
+    if kstats:
+        # Runs after the daemon is stopped (the teardown is a stack): the daemon unmounts its
+        # kstats as it exits, this only clears a mount a killed daemon left behind.
+        teardown.push("umount /zfs-kstat if left", lambda: umount_if_mounted("/zfs-kstat"))
     # Daemonizes; the pidfile names our daemon so teardown stops exactly it.
-    argv = zfs_fuse_argv(pidfile, arc_mb)
+    argv = zfs_fuse_argv(pidfile, arc_mb, kstats)
     run(argv)
     deadline = time.monotonic() + 20
     while not (pidfile.exists() and pidfile.read_text().strip()):

@@ -293,3 +293,26 @@ def test_share_steadiness_for_a_stack_without_l2arc_counters():
                                  cache_reads=[100] * 30 + [10] * 10)}
     s = cp.share_steadiness(run)
     assert s.peak == 1.0 and s.last_quarter == 0.25 and s.passed is False
+
+
+# -- zfs-fuse's L2ARC counters -------------------------------------------------------------------
+
+def test_zfs_fuse_l2arc_counters_from_its_kstats(tmp_path):
+    for name, value in {"l2_hits": 90, "l2_misses": 10, "l2_size": 4096, "l2_hdr_size": 512,
+                        "l2_write_bytes": 8192, "l2_read_bytes": 1024, "l2_cksum_bad": 0, "l2_io_error": 0,
+                        "hits": 5000}.items():
+        (tmp_path / name).write_text(f"{value}\n")
+    got = stacks.zfs_fuse_l2arc_stats(tmp_path)
+    assert got["hits"] == 90 and got["misses"] == 10 and got["size"] == 4096 and got["hdr_size"] == 512
+    assert got["write_bytes"] == 8192
+    # The ARC's own hits are not the L2ARC's.
+    assert set(got) == set(stacks.ZFS_FUSE_L2ARC)
+
+
+def test_zfs_fuse_without_kstats_gives_none(tmp_path):
+    assert stacks.zfs_fuse_l2arc_stats(tmp_path / "absent") is None
+
+
+def test_only_an_l2arc_zfs_fuse_mounts_its_kstats(tmp_path):
+    assert "--no-kstat-mount" in stacks.zfs_fuse_argv(tmp_path / "pid", 32)
+    assert "--no-kstat-mount" not in stacks.zfs_fuse_argv(tmp_path / "pid", 32, kstats=True)
