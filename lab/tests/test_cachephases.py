@@ -251,7 +251,7 @@ def test_terminal_report_prints_the_cache_tables(tmp_path):
     text = console.export_text()
     assert "Restart (pool exported and imported" in text and "Long run: the last quarter" in text
     assert "NO" in text   # the restart at 50% of warm fails its bar, and says so
-    assert "[brackets] are its cache device's share" in text   # not eaten as markup
+    assert "[brackets]: none, the cache device" in text   # not eaten as markup
     assert "[90.0%]" in text
 
 
