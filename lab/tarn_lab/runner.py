@@ -3,9 +3,9 @@ stack, or the dataset cache's prepared copy restored onto it) into a private Mar
 dataset against the stack's caches (the 4× rule, measured), run each workload (warm-up
 first when the scenario asks, `repeat` times) while sampling metrics — the paced disk, CPU,
 the RSS of mariadbd and of the stack's own daemon, the L2ARC's counters — and write one JSON
-result per run; then the parts of their own a scenario asks for (`workload.restart`: the pool
-exported and imported, then a run; `workload.long`: a long run); tell the progress display
-what happens.
+result per run; then the parts of their own a scenario asks for, on its first workload
+(`workload.restart`: the pool exported and imported, then a run; `workload.long`: a long
+run); tell the progress display what happens.
 
 Owns: the results directory layout —
   <rundir>/scenario.json, <rundir>/runs/<stack>/<workload>.json (+ .sysbench.txt; a
@@ -81,8 +81,13 @@ def sysbench_seconds(scenario: dict) -> int:
     return int(params.get("warmup", 0)) + int(params.get("duration", 30))
 
 
+def parts_workload(scenario: dict) -> str:
+    """The workload the restart and long parts run: the scenario's first."""
+    return scenario["workloads"][0]
+
+
 def phase_seconds(scenario: dict) -> int:
-    """Seconds the restart and long parts add per workload (0 when the scenario has none)."""
+    """Seconds the restart and long parts add to a stack (0 when the scenario has none)."""
     params = scenario.get("workload", {})
     return int(params.get("restart", 0)) + int(params.get("long", 0))
 
@@ -128,7 +133,8 @@ def run_scenario(scenario: dict, rundir: Path, console: Console, progress: Progr
     (rundir / "versions.json").write_text(json.dumps(versions, indent=2))
     plan = [StackPlan(spec["name"], 0 if load_only else
                       len(pending_runs(scenario, rundir, spec["name"])) * sysbench_seconds(scenario)
-                      + len({w for w, _ in pending_runs(scenario, rundir, spec["name"])}) * phase_seconds(scenario))
+                      + (phase_seconds(scenario) if any(w == parts_workload(scenario) for w, _ in
+                                                        pending_runs(scenario, rundir, spec["name"])) else 0))
             for spec in scenario["stacks"]]
     progress = progress or progress_mod.for_console(console)
     with progress:
@@ -187,9 +193,9 @@ def run_stack(scenario: dict, spec: dict, rundir: Path, versions: dict, progress
                 result["memory"] = {**memory, **result.get("memory", {})}
                 write_json(result_path(rundir, name, workload, repeat), result)
                 progress.note(run_line(name, workload, result))
-            for workload in dict.fromkeys(w for w, _ in pending):
-                run_phases(scenario, spec, stack, db, workload, rundir, versions, memory, prepared, teardown,
-                           progress)
+            if parts_workload(scenario) in {w for w, _ in pending}:
+                run_phases(scenario, spec, stack, db, parts_workload(scenario), rundir, versions, memory,
+                           prepared, teardown, progress)
         except StackSkipped as exc:
             progress.note(f"{name}: skipped: {exc}")
             write_json(stack_json, {"stack": name, "fs": spec["fs"], "status": "skipped", "reason": str(exc)})
