@@ -175,6 +175,9 @@ class RestartEffect:
     seconds: int                      # of the restart run inside the first minute
     restart: dict                     # what was done, how long export and import took
     first_minute_hit_ratio: float | None = None
+    rebuilt_blocks: int | None = None  # the L2ARC's index rebuilt from the cache device at import
+    rebuild_ms: int | None = None
+    rebuilt_bytes: int | None = None   # the cache's logical size at the end of the run
 
     @property
     def ratio(self) -> float | None:
@@ -193,8 +196,10 @@ def restart_effect(stack: str, warm: dict, after: dict, first: int = FIRST_MINUT
         return None
     samples = [(t, c) for t, c in l2arc_samples(after) if t <= first + 1]
     hit = hit_ratio_between(samples[0][1], samples[-1][1]) if len(samples) > 1 else None
+    l2 = ((after.get("stack_engine_stats") or {}).get("after") or {}).get("l2arc") or {}
     return RestartEffect(stack, warm["summary"]["tps"], mean(r["tps"] for r in rows), len(rows),
-                         after.get("restart") or {}, hit)
+                         after.get("restart") or {}, hit, l2.get("rebuilt_blocks"), l2.get("rebuild_ms"),
+                         l2.get("size"))
 
 
 # -- the long run -------------------------------------------------------------------------------

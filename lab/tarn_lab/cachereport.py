@@ -123,6 +123,8 @@ def restart_columns() -> list[tuple[str, object]]:
         ("L2 hits\n1st min", lambda e: pct(e.first_minute_hit_ratio)),
         ("export\ns", lambda e: f"{e.restart.get('export_seconds', '')}"),
         ("import\ns", lambda e: f"{e.restart.get('import_seconds', '')}"),
+        ("blocks\nrebuilt", lambda e: count(e.rebuilt_blocks)),
+        ("rebuild\nms", lambda e: count(e.rebuild_ms)),
     ]
 
 

@@ -126,6 +126,13 @@ def test_restart_hit_ratio_over_the_first_minute_from_the_counters():
     assert effect.first_minute_hit_ratio == 0.75
 
 
+def test_restart_reports_the_index_rebuilt_at_import():
+    after = {"series": series([1.0] * 60),
+             "stack_engine_stats": {"after": {"l2arc": {"rebuilt_blocks": 16000, "rebuild_ms": 42, "size": 2**28}}}}
+    effect = cp.restart_effect("t", warm_run(), after)
+    assert (effect.rebuilt_blocks, effect.rebuild_ms, effect.rebuilt_bytes) == (16000, 42, 2**28)
+
+
 def test_restart_without_a_reported_second_is_none():
     assert cp.restart_effect("t", warm_run(), {"series": []}) is None
 
