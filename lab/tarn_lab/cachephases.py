@@ -28,7 +28,6 @@ PHASES = ("restart", "long")
 RESTART_BAR = 0.80      # issue #12: ≥ 80% of warm TPS within the first minute after a restart
 LONG_BAR = 0.90         # issue #12: the last quarter ≥ 90% of the peak (TPS and hit ratio)
 FIRST_MINUTE = 60       # seconds
-PEAK_WINDOW = 10        # seconds per block when looking for a run's peak
 
 
 def phase_file(workload: str, phase: str) -> str:
@@ -203,10 +202,13 @@ def restart_effect(stack: str, warm: dict, after: dict, first: int = FIRST_MINUT
 
 
 # -- the long run -------------------------------------------------------------------------------
+# "Peak" is the best quarter of the run, so the last quarter is held against a stretch of the
+# same length: a txg sync can stall commits for seconds, and a peak of a few seconds would
+# measure that burstiness, not whether the feed keeps up.
 
 @dataclass
 class Steadiness:
-    """A value's peak (the best PEAK_WINDOW-second block) against its last quarter."""
+    """A value over the run's best quarter (its peak) against its last quarter."""
     peak: float | None
     last_quarter: float | None
 
@@ -221,52 +223,62 @@ class Steadiness:
         return None if self.ratio is None else self.ratio >= LONG_BAR
 
 
-def blocks_of(ts: list[float], values: list[float | None], width: int) -> list[float]:
-    """Means of `values` over consecutive blocks of `width` seconds (blocks of None only
-    are left out)."""
-    blocks: dict[int, list[float]] = {}
-    for t, v in zip(ts, values):
-        if v is not None:
-            blocks.setdefault(int((t - 1) // width), []).append(v)
-    return [mean(v) for _, v in sorted(blocks.items())]
+def quarter_of(t: float, end: float) -> int:
+    """Which quarter (0–3) of a run ending at `end` the second `t` (1-based) falls in."""
+    return min(3, int(4 * (t - 1) / end)) if end > 0 else 0
 
 
-def tps_steadiness(run: dict, width: int = PEAK_WINDOW) -> Steadiness:
+def tps_steadiness(run: dict) -> Steadiness:
+    """Mean TPS of each quarter of the run: the best against the last."""
     ts, tps = tps_series(run)
     if not ts:
         return Steadiness(None, None)
-    blocks = blocks_of(ts, tps, width)
-    start = ts[-1] * 0.75
-    last = [v for t, v in zip(ts, tps) if t > start]
-    return Steadiness(max(blocks) if blocks else None, mean(last) if last else None)
+    quarters: dict[int, list[float]] = {}
+    for t, v in zip(ts, tps):
+        quarters.setdefault(quarter_of(t, ts[-1]), []).append(v)
+    means = {q: mean(v) for q, v in quarters.items()}
+    return Steadiness(max(means.values()), means.get(3))
 
 
-def hit_steadiness(run: dict, width: int = PEAK_WINDOW) -> Steadiness:
-    """The engine's L2ARC hit ratio: the best block of `width` seconds against the ratio of
-    all lookups in the last quarter (from the counters, not a mean of ratios)."""
+def _quarter_ratios(samples: list[tuple[float, object]], ratio_between) -> dict[int, float | None]:
+    """Each quarter's ratio, from the samples at its two ends (cumulative counters)."""
+    end = samples[-1][0]
+    bounds: dict[int, list] = {}
+    for i, (t, _) in enumerate(samples):
+        bounds.setdefault(quarter_of(t, end), []).append(i)
+    out = {}
+    for q, idx in bounds.items():
+        first = max(0, idx[0] - 1)    # the sample before the quarter opens it
+        out[q] = ratio_between(samples[first][1], samples[idx[-1]][1])
+    return out
+
+
+def _steadiness(ratios: dict[int, float | None]) -> Steadiness:
+    known = [v for v in ratios.values() if v is not None]
+    return Steadiness(max(known) if known else None, ratios.get(3))
+
+
+def hit_steadiness(run: dict) -> Steadiness:
+    """The engine's L2ARC hit ratio of each quarter's lookups: the best against the last."""
     samples = l2arc_samples(run)
     if len(samples) < 2:
         return Steadiness(None, None)
-    peaks = []
-    for i in range(width, len(samples), width):
-        r = hit_ratio_between(samples[i - width][1], samples[i][1])
-        if r is not None:
-            peaks.append(r)
-    start = samples[-1][0] * 0.75
-    first_of_last = next((c for t, c in samples if t >= start), samples[-1][1])
-    return Steadiness(max(peaks) if peaks else None, hit_ratio_between(first_of_last, samples[-1][1]))
+    return _steadiness(_quarter_ratios(samples, hit_ratio_between))
 
 
-def share_steadiness(run: dict, width: int = PEAK_WINDOW) -> Steadiness:
-    """The cache device's share of the device reads, as hit_steadiness: the best block of
-    `width` seconds against the share of all reads in the last quarter (for zfs-fuse)."""
-    ts, shares = cache_read_share_series(run, width)
-    if not ts:
+def share_steadiness(run: dict) -> Steadiness:
+    """The cache device's share of each quarter's device reads, as hit_steadiness (for a
+    stack whose engine gives no L2ARC counters)."""
+    rows = [(r["t"], r) for r in run.get("system", []) if r.get("cache") is not None and r.get("data") is not None]
+    if len(rows) < 2:
         return Steadiness(None, None)
-    peaks = [v for v in shares[width - 1::width] if v is not None]
-    quarter = max(1, round(len(ts) / 4))
-    _, last = cache_read_share_series(run, quarter)
-    return Steadiness(max(peaks) if peaks else None, last[-1])
+    end = rows[-1][0]
+    sums: dict[int, list[float]] = {}
+    for t, r in rows:
+        acc = sums.setdefault(quarter_of(t, end), [0.0, 0.0])
+        acc[0] += r["cache"]["r_iops"]
+        acc[1] += r["data"]["r_iops"]
+    return _steadiness({q: _ratio(c, d) for q, (c, d) in sums.items()})
 
 
 @dataclass

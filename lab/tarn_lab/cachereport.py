@@ -1,7 +1,7 @@
 """The l2arc scenario's tables, for the terminal and the HTML page alike: the cache device
 over the warm run (L2ARC hits, misses, size, header bytes per block, feed bytes; device reads
 per transaction, the daemon's RSS against arc_max), the restart (first minute against the
-warm run, bar 80%) and the long run (last quarter against the peak, bar 90%).
+warm run, bar 80%) and the long run (last quarter against the best quarter, bar 90%).
 
 Owns: the columns of those three tables and which runs fill them.
 Promises: the numbers come from cachephases (measured, or empty); where the engine gave no
@@ -26,7 +26,7 @@ READS_TITLE = ("Device reads per transaction over the warm run, and the daemon's
                "(MiB; the L2ARC's headers are outside arc_max)")
 RESTART_TITLE = (f"Restart (pool exported and imported, same devices): TPS over the first minute against the "
                  f"warm run's (bar ≥ {cp.RESTART_BAR:.0%})")
-LONG_TITLE = (f"Long run: the last quarter against the peak {cp.PEAK_WINDOW} s (bar ≥ {cp.LONG_BAR:.0%}); "
+LONG_TITLE = (f"Long run: the last quarter against the best quarter, the peak (bar ≥ {cp.LONG_BAR:.0%}); "
               "overwrites: bytes written to the data device / the tables' bytes")
 
 

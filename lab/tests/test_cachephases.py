@@ -323,3 +323,9 @@ def test_zfs_fuse_without_kstats_gives_none(tmp_path):
 def test_only_an_l2arc_zfs_fuse_mounts_its_kstats(tmp_path):
     assert "--no-kstat-mount" in stacks.zfs_fuse_argv(tmp_path / "pid", 32)
     assert "--no-kstat-mount" not in stacks.zfs_fuse_argv(tmp_path / "pid", 32, kstats=True)
+
+
+def test_the_peak_is_the_best_quarter_not_a_burst():
+    # A 3 s burst at 300 TPS inside the first quarter: the peak is that quarter's mean.
+    s = cp.tps_steadiness({"series": series([300.0] * 3 + [50.0] * 37)})
+    assert s.peak == 125.0 and s.last_quarter == 50.0 and s.ratio == 0.4
