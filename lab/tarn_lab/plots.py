@@ -335,6 +335,5 @@ def long_run_over_time(pairs: list[tuple[Cell, dict]], baseline: str | None, win
     bottom.set_xlabel("seconds into the long run")
     _title(fig, "Long run: TPS and L2ARC hit ratio over time",
            f"{window} s moving averages; shaded: the last quarter (bar: ≥ {cachephases.LONG_BAR:.0%} of the best "
-           "quarter); "
-           "dashed: the cache device's share of reads where the engine has no L2ARC counters")
+           "quarter)\ndashed: the cache device's share of reads, where the engine has no L2ARC counters")
     return fig
