@@ -38,7 +38,7 @@ class CacheTables:
     long: list[cp.LongEffect]
 
     def __bool__(self) -> bool:
-        return bool(self.restart or self.long or any(s.hits is not None or s.cache_reads is not None
+        return bool(self.restart or self.long or any((s.hits or s.misses) or s.cache_reads is not None
                                                      for s in self.cache))
 
 
@@ -156,7 +156,8 @@ def long_columns() -> list[tuple[str, object]]:
 def sections(tables: CacheTables) -> list[tuple[str, list[tuple[str, object]], list]]:
     """(title, columns, rows) of each table that has rows, in the report's order."""
     out = []
-    rows = [s for s in tables.cache if s.hits is not None or s.cache_reads is not None]
+    # A stack without a cache device looks nothing up in an L2ARC: its row would be empty.
+    rows = [s for s in tables.cache if (s.hits or s.misses) or s.cache_reads is not None]
     if rows:
         out.append((CACHE_TITLE, cache_columns(), rows))
         out.append((READS_TITLE, reads_columns(), tables.cache))

@@ -329,3 +329,12 @@ def test_the_peak_is_the_best_quarter_not_a_burst():
     # A 3 s burst at 300 TPS inside the first quarter: the peak is that quarter's mean.
     s = cp.tps_steadiness({"series": series([300.0] * 3 + [50.0] * 37)})
     assert s.peak == 125.0 and s.last_quarter == 50.0 and s.ratio == 0.4
+
+
+def test_a_stack_without_a_cache_device_has_no_l2arc_row():
+    plain = warm_run(cache=False)
+    plain["stack_engine_stats"]["delta"]["l2arc"].update(hits=0, misses=0)
+    tables = cachereport.CacheTables([cp.summarize("tarn", plain), cp.summarize("tarn-l2arc", warm_run())], [], [])
+    (_, _, l2_rows), (_, _, read_rows) = cachereport.sections(tables)
+    assert [r.stack for r in l2_rows] == ["tarn-l2arc"]
+    assert [r.stack for r in read_rows] == ["tarn", "tarn-l2arc"]   # its reads per transaction still count
