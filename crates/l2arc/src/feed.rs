@@ -19,7 +19,7 @@
 //!
 //! Promises: the sink never blocks (a full queue drops and counts); a worker writes a
 //! block only if no device already holds that version of it; workers stop when the cache
-//! is dropped.
+//! is dropped, and a device's workers when it leaves the pool.
 //!
 //! Must never: copy or write under the ARC's lock, or let the queue pin more than its
 //! bound.
@@ -138,7 +138,7 @@ impl Queue {
     /// budget.
     fn bound(&self, shared: &Shared) -> u64 {
         let devs = shared.devs.iter().filter(|d| d.usable()).count() as u64;
-        let warm = shared.devs.iter().all(|d| d.is_warm());
+        let warm = shared.devs.iter().filter(|d| d.usable()).all(|d| d.is_warm());
         shared.tunables.round_budget(warm) * shared.tunables.headroom.load(Ordering::Relaxed) * devs
     }
 }
@@ -206,7 +206,7 @@ pub(crate) fn run_worker(shared: Arc<Shared>, dev: usize, helper: bool) {
     let mut buf = Vec::new();
     let d = shared.devs[dev].clone();
     let pace = &shared.paces[dev];
-    while !shared.stopping.load(Ordering::Relaxed) {
+    while !shared.stopping.load(Ordering::Relaxed) && !d.is_leaving() {
         if !d.feed_ready() {
             if !d.usable() && helper {
                 break;
