@@ -150,16 +150,15 @@ fn add(force: bool, size: Option<&str>, pool: &str, vdevs: &[String]) -> Result<
     added.map(|_| ())
 }
 
-/// `pool add`'s device words: a class keyword (`log`), then its vdevs.
+/// `pool add`'s device words: a class keyword (`log` or `cache`), then its vdevs (a
+/// cache device is a plain device, never a mirror).
 fn parse_add(words: &[String]) -> Result<(DeviceClass, Vec<VdevSpec>), CliError> {
     let class = match words.first().map(String::as_str) {
         Some("log") => DeviceClass::Log,
-        Some("cache") => {
-            return Err(CliError::Usage("cache devices are not supported yet; only log devices can be added".into()))
-        }
+        Some("cache") => DeviceClass::Cache,
         _ => {
             return Err(CliError::Usage(
-                "adding data vdevs is not supported; only log devices can be added: tarn pool add POOL log DEV..."
+                "adding data vdevs is not supported; only log and cache devices can be added: tarn pool add POOL log|cache DEV..."
                     .into(),
             ))
         }
@@ -168,11 +167,17 @@ fn parse_add(words: &[String]) -> Result<(DeviceClass, Vec<VdevSpec>), CliError>
     if specs.is_empty() {
         return Err(CliError::Usage(format!("`{}` needs at least one device after it", class.keyword())));
     }
+    if class == DeviceClass::Cache && specs.iter().any(|s| matches!(s, VdevSpec::Mirror(_))) {
+        return Err(CliError::Usage(
+            "cache devices are plain devices: `cache DEV...` (a cache is never mirrored)".into(),
+        ));
+    }
     Ok((class, specs))
 }
 
-/// `pool remove POOL DEV`: a log device leaves the pool wherever it is held; the cache
-/// file then lists the pool's devices whose labels still say they belong to it.
+/// `pool remove POOL DEV`: a log or cache device leaves the pool wherever it is held;
+/// the cache file then lists the pool's devices whose labels still say they belong to it
+/// (cache devices are never in it: the labels' config names them).
 fn remove(pool: &str, device: &str) -> Result<(), CliError> {
     // A path is made absolute as at add; a vdev name (`mirror-2`) is passed as is.
     let device = if device.contains('/') || Path::new(device).exists() {

@@ -106,7 +106,8 @@ impl Pool {
         let mut tree_cfg = TreeConfig { tops: Vec::new(), logs: Vec::new(), caches: Vec::new() };
         let pool_guid = random_guid();
         for path in &opts.caches {
-            tree_cfg.caches.push(new_cache(path, pool_guid, opts, &mut images)?);
+            let (guid, path, _closed_until_attached) = new_cache(path, pool_guid, opts, &mut images)?;
+            tree_cfg.caches.push((guid, path));
         }
         for spec in specs {
             let (top, cfg) = new_top(tops.len(), spec, opts, &mut images)?;
@@ -420,19 +421,25 @@ pub(crate) fn device_key(p: &Path) -> PathBuf {
     }
 }
 
-/// Opens (or creates) a cache device for a new pool and writes its header; returns its
-/// (guid, path) for the config.
-fn new_cache(
+/// Opens (or creates) a cache device for a new pool (or `pool add … cache`) and writes
+/// its header; returns its (guid, path) for the config, and the open device. The cache
+/// device of another pool is refused unless `force` (it is that pool's, even exported).
+pub(crate) fn new_cache(
     path: &Path,
     pool_guid: u64,
     opts: &CreateOptions,
     images: &mut NewImages,
-) -> Result<(u64, String), PoolError> {
+) -> Result<(u64, String, Arc<dyn BlockDevice>), PoolError> {
     let dev = open_for_create(path, opts, images)?;
+    if !opts.force {
+        if let Some(other) = tarn_l2arc::cache_owner(dev.as_ref()).filter(|g| *g != pool_guid) {
+            return Err(PoolError::CacheOfOtherPool { path: path.to_path_buf(), guid: other });
+        }
+    }
     let guid = random_guid();
     tarn_l2arc::initialise_device(dev.as_ref(), pool_guid, guid)
         .map_err(|source| VdevError::Io { path: path.to_path_buf(), source })?;
-    Ok((guid, path.display().to_string()))
+    Ok((guid, path.display().to_string(), dev))
 }
 
 /// Opens (or creates) the devices of one top-level vdev for a new pool or log.

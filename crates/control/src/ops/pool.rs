@@ -161,8 +161,8 @@ impl From<&Vdev> for VdevSpec {
     }
 }
 
-/// `tarn pool add POOL CLASS DEV…`: devices beside the data vdevs (log devices; cache
-/// devices next), added to the open pool wherever it is held (`Pool::add_devices`).
+/// `tarn pool add POOL CLASS DEV…`: devices beside the data vdevs (log or cache
+/// devices), added to the open pool wherever it is held (`Pool::add_devices`).
 /// Returns the paths of the devices added.
 #[derive(Serialize, Deserialize)]
 pub struct Add {
@@ -184,7 +184,8 @@ impl Op for Add {
 }
 
 /// `tarn pool remove POOL DEV`: a log device leaves the open pool once the intent log no
-/// longer needs it (`Pool::remove_device`); a data vdev is refused.
+/// longer needs it, a cache device once its reads under way finish
+/// (`Pool::remove_device`); a data vdev is refused.
 #[derive(Serialize, Deserialize)]
 pub struct Remove {
     /// A device path, or a vdev name as `status` shows it (`mirror-2`).
