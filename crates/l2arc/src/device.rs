@@ -145,6 +145,8 @@ pub struct Pending {
     pub bytes: Arc<[u8]>,
     pub lsize: u32,
     pub class: tarn_arc::Class,
+    /// The dataset whose page it is, if the ARC knew (`secondarycache` is asked then).
+    pub objset: Option<u64>,
 }
 
 /// The device's I/O under way, and whether it is leaving the pool. A reader counts

@@ -34,7 +34,7 @@ mod index;
 mod layout;
 
 pub use device::{CacheDev, DevRead, DevState};
-pub use feed::{Tunables, TuneError, CHUNK_MAX, ROUNDS_PER_SEC};
+pub use feed::{SecondaryCache, Tunables, TuneError, CHUNK_MAX, ROUNDS_PER_SEC};
 pub use layout::{DevHeader, HeaderRefused, L2_VERSION};
 
 /// The cache's counters (ZFS's l2_* arcstats).
@@ -52,6 +52,8 @@ pub struct Counters {
     pub feed_behind: AtomicU64,
     pub feed_skipped_prefetch: AtomicU64,
     pub feed_helpers_started: AtomicU64,
+    /// Evicted blocks not cached because their dataset's `secondarycache` says so.
+    pub feed_skipped_policy: AtomicU64,
     /// Entries dropped because the pool freed their block.
     pub freed: AtomicU64,
 }
@@ -77,6 +79,7 @@ pub struct L2Snapshot {
     pub feed_backlog: u64,
     pub feed_skipped_prefetch: u64,
     pub feed_helpers_started: u64,
+    pub feed_skipped_policy: u64,
     pub freed: u64,
     pub rebuilt_blocks: u64,
     pub rebuild_ms: u64,
@@ -104,6 +107,7 @@ impl L2Snapshot {
             ("feed_backlog", self.feed_backlog),
             ("feed_skipped_prefetch", self.feed_skipped_prefetch),
             ("feed_helpers_started", self.feed_helpers_started),
+            ("feed_skipped_policy", self.feed_skipped_policy),
             ("freed", self.freed),
             ("rebuilt_blocks", self.rebuilt_blocks),
             ("rebuild_ms", self.rebuild_ms),
@@ -147,6 +151,7 @@ pub(crate) struct Shared {
     /// Set by `start`: a device added after gets its worker at once.
     started: AtomicBool,
     pub(crate) queue: feed::Queue,
+    pub(crate) secondary: feed::Secondary,
     pub(crate) tunables: Tunables,
     pub(crate) counters: Counters,
     pub(crate) stopping: AtomicBool,
@@ -249,6 +254,7 @@ impl L2Arc {
                 membership: Mutex::new(()),
                 started: AtomicBool::new(false),
                 queue: feed::Queue::default(),
+                secondary: feed::Secondary::default(),
                 tunables: Tunables::default(),
                 counters: Counters::default(),
                 stopping: AtomicBool::new(false),
@@ -349,6 +355,12 @@ impl L2Arc {
         }
     }
 
+    /// The datasets' `secondarycache` (object set id, value), all of them: replaces what
+    /// was given before. Blocks taken off the queue from now on follow it.
+    pub fn set_secondarycache(&self, policies: impl IntoIterator<Item = (u64, SecondaryCache)>) {
+        self.shared.secondary.replace(policies);
+    }
+
     pub fn tunables(&self) -> &Tunables {
         &self.shared.tunables
     }
@@ -374,6 +386,7 @@ impl L2Arc {
             feed_backlog: get(&self.shared.queue.backlog),
             feed_skipped_prefetch: get(&c.feed_skipped_prefetch),
             feed_helpers_started: get(&c.feed_helpers_started),
+            feed_skipped_policy: get(&c.feed_skipped_policy),
             freed: get(&c.freed),
             ..L2Snapshot::default()
         };

@@ -33,7 +33,14 @@ fn key(n: u64) -> BlockKey {
 
 fn evict(sink: &Arc<dyn EvictSink>, k: BlockKey, len: usize) {
     let bytes = bytes_of(&k, len);
-    sink.evicted(Departing { key: k, bytes: &bytes, lsize: 16384, class: Class::Data, unread_prefetch: false });
+    sink.evicted(Departing {
+        key: k,
+        bytes: &bytes,
+        lsize: 16384,
+        class: Class::Data,
+        unread_prefetch: false,
+        objset: None,
+    });
 }
 
 /// Feeds `keys` one at a time (waiting while the queue is full) until each is written.

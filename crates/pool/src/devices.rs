@@ -214,6 +214,7 @@ impl Pool {
         if zio.l2arc().is_none() {
             // Under `config_change`: nothing else attaches one meanwhile.
             zio.attach_l2arc(std::sync::Arc::new(L2Arc::open(self.inner.guid, &[])), false);
+            self.refresh_secondarycache();
         }
         zio.l2arc().expect("a cache was just attached").clone()
     }

@@ -229,6 +229,7 @@ impl Pool {
             caches.iter().map(|(guid, path)| CacheSpec { guid: *guid, path: PathBuf::from(path) }).collect();
         let l2 = Arc::new(L2Arc::open(self.inner.guid, &specs));
         self.inner.ctx.zio.attach_l2arc(l2, rebuild);
+        self.refresh_secondarycache();
     }
 
     /// Says plainly what a missing log device means for this import.

@@ -193,3 +193,56 @@ fn bad_cache_adds_and_removes_are_refused_by_name_and_change_nothing() {
     assert_eq!(pool.status().caches.len(), 2);
     pool.export().unwrap();
 }
+
+/// Writes `PAGES` incompressible pages to a new file `t` of dataset `name`.
+fn filled_dataset(pool: &Pool, name: &str, seed: u64) -> (u64, Vec<u8>) {
+    let ds = pool.create_dataset(name).unwrap();
+    pool.set_property(name, "recordsize", "16K").unwrap();
+    let ino = ds.create(ROOT_ID, b"t", NewObject::File, 0o644, 0, 0).unwrap().ino;
+    let mut model = Vec::new();
+    for p in 0..PAGES {
+        let data = common::noise(seed + p, PAGE as usize);
+        ds.write(ino, p * PAGE, &data).unwrap();
+        model.extend_from_slice(&data);
+    }
+    (ino, model)
+}
+
+/// Hits the cache served while every page of `name`'s file was read twice.
+fn hits_reading(pool: &Pool, name: &str, ino: u64, model: &[u8]) -> u64 {
+    let before = l2(pool, "hits");
+    read_all_twice(pool, &pool.dataset(name).unwrap(), ino, model);
+    l2(pool, "hits") - before
+}
+
+#[test]
+fn secondarycache_none_and_metadata_keep_a_datasets_file_blocks_off_the_cache_and_a_change_applies_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache.img");
+    let opts = CreateOptions { size: Some(256 * MB), txg: txg(), caches: vec![cache], ..Default::default() };
+    let pool = Pool::create("tank", &[VdevSpec::Disk(dir.path().join("d0.img"))], &opts).unwrap();
+    let (kept_ino, kept) = filled_dataset(&pool, "tank/kept", 1 << 20);
+    let (off_ino, off) = filled_dataset(&pool, "tank/off", 2 << 20);
+    let (meta_ino, meta) = filled_dataset(&pool, "tank/meta", 3 << 20);
+    pool.set_property("tank/off", "secondarycache", "none").unwrap();
+    pool.set_property("tank/meta", "secondarycache", "metadata").unwrap();
+    pool.sync().unwrap();
+    pool.set_arc_max(TINY_ARC);
+
+    assert!(hits_reading(&pool, "tank/kept", kept_ino, &kept) > PAGES / 2, "{:?}", pool.stats().l2arc);
+    let skipped = l2(&pool, "feed_skipped_policy");
+    assert_eq!(hits_reading(&pool, "tank/off", off_ino, &off), 0, "none: {:?}", pool.stats().l2arc);
+    assert_eq!(hits_reading(&pool, "tank/meta", meta_ino, &meta), 0, "metadata: {:?}", pool.stats().l2arc);
+    assert!(l2(&pool, "feed_skipped_policy") >= skipped + PAGES, "{:?}", pool.stats().l2arc);
+
+    // Inherited from the parent, and changed while the blocks sit in the ARC: the blocks
+    // fed afterwards follow the new value.
+    pool.set_property("tank", "secondarycache", "none").unwrap();
+    pool.inherit_property("tank/off", "secondarycache").unwrap();
+    pool.set_property("tank/meta", "secondarycache", "all").unwrap();
+    assert!(hits_reading(&pool, "tank/meta", meta_ino, &meta) > PAGES / 2, "all again: {:?}", pool.stats().l2arc);
+    let skipped = l2(&pool, "feed_skipped_policy");
+    assert_eq!(hits_reading(&pool, "tank/off", off_ino, &off), 0, "inherited none: {:?}", pool.stats().l2arc);
+    assert!(l2(&pool, "feed_skipped_policy") > skipped);
+    pool.export().unwrap();
+}
