@@ -255,3 +255,63 @@ fn a_device_added_to_a_running_cache_is_fed_and_read_and_a_removed_one_is_let_go
     assert_eq!(tarn_l2arc::cache_owner(&again), None);
     evict(&sink, key(7), 3000); // the sink has no device to feed: dropped, no panic
 }
+
+/// A device that starts failing every read and write when told (a cache device going bad
+/// or pulled mid-run).
+struct Failing {
+    inner: tarn_vdev::FileDevice,
+    failing: std::sync::atomic::AtomicBool,
+}
+
+impl tarn_vdev::BlockDevice for Failing {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        if self.failing.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(std::io::Error::other("injected read error"));
+        }
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        if self.failing.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(std::io::Error::other("injected write error"));
+        }
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn path(&self) -> &Path {
+        self.inner.path()
+    }
+}
+
+#[test]
+fn a_device_that_starts_failing_is_dropped_after_its_errors_and_costs_only_hits() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = image(dir.path(), "failing.img", 64 << 20);
+    let dev = Arc::new(Failing {
+        inner: tarn_vdev::FileDevice::open(&path).unwrap(),
+        failing: std::sync::atomic::AtomicBool::new(false),
+    });
+    let l2 = L2Arc::open_devices(POOL, vec![(spec(&path)[0].clone(), dev.clone() as Arc<dyn tarn_vdev::BlockDevice>)]);
+    let sink = l2.start(false);
+    let keys: Vec<BlockKey> = (0..300).map(key).collect();
+    feed_all(&l2, &sink, &keys, 4000);
+    assert!(read(&l2, &keys[0], 4000).is_some());
+    dev.failing.store(true, std::sync::atomic::Ordering::Relaxed);
+    for k in &keys {
+        assert_eq!(read(&l2, k, 4000), None, "a failing device serves nothing");
+    }
+    let d = &l2.devices()[0];
+    assert_eq!(d.state, DevState::Faulted);
+    let note = d.note.clone().unwrap_or_default();
+    assert!(note.starts_with("dropped after 16 read errors"), "{note}");
+    let snap = l2.snapshot();
+    assert_eq!((snap.io_errors, snap.blocks), (16, 0), "16 errors, then nothing more is tried");
+    // The feed stops writing to it: nothing more is queued for a faulted device.
+    evict(&sink, key(1000), 4000);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(l2.snapshot().written_blocks, snap.written_blocks);
+}

@@ -44,14 +44,17 @@
 //! Must never: write a log block to a device before its labels name it, give up a
 //! device the committed root or the chain still points into, or remove a data vdev.
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use tarn_l2arc::{CacheSpec, L2Arc};
-use tarn_vdev::{Label, TopConfig, TopState, TopVdev, VdevError, VdevTree, MAX_TOPS};
+use tarn_vdev::{BlockDevice, Label, TopConfig, TopState, TopVdev, VdevTree, MAX_TOPS};
 
 use crate::error::PoolError;
 use crate::iostat::vdev_name;
-use crate::lifecycle::{check_distinct, device_key, new_cache, new_top, CreateOptions, NewImages, VdevSpec};
+use crate::lifecycle::{
+    check_distinct, check_reusable, device_key, init_cache, new_cache, new_top, CreateOptions, NewImages, VdevSpec,
+};
 use crate::pool::Pool;
 
 /// What a device beside the data vdevs is for (`pool add POOL CLASS DEV…`).
@@ -180,28 +183,63 @@ impl Pool {
         if paths.is_empty() {
             return Err(PoolError::NoCacheDevicesGiven);
         }
-        let zio = &self.inner.ctx.zio;
         let _one_change_at_a_time = self.inner.config_change.lock();
         let label = self.inner.label.lock().clone();
         check_distinct(specs.iter(), &config_paths(&label))?;
+        let opts = CreateOptions { ashift: self.inner.ctx.zio.vdevs.ashift, force, size, ..Default::default() };
+        let mut images = NewImages::default();
+        let mut opened = Vec::new();
+        for path in &paths {
+            let (guid, _, dev) = new_cache(path, self.inner.guid, &opts, &mut images)?;
+            opened.push((CacheSpec { guid, path: path.clone() }, dev));
+        }
+        self.name_and_attach_caches(label, opened, images)
+    }
+
+    /// Adds cache devices already open (known by `BlockDevice::path`): a caller that
+    /// wraps them (a test injecting faults) or opened them itself. Checked as
+    /// `pool add … cache` checks a path.
+    pub fn add_cache_devices(
+        &self,
+        devices: Vec<Arc<dyn BlockDevice>>,
+        force: bool,
+    ) -> Result<Vec<PathBuf>, PoolError> {
+        if devices.is_empty() {
+            return Err(PoolError::NoCacheDevicesGiven);
+        }
+        let _one_change_at_a_time = self.inner.config_change.lock();
+        let label = self.inner.label.lock().clone();
+        let specs: Vec<VdevSpec> = devices.iter().map(|d| VdevSpec::Disk(d.path().to_path_buf())).collect();
+        check_distinct(specs.iter(), &config_paths(&label))?;
+        let mut opened = Vec::new();
+        for dev in devices {
+            check_reusable(dev.as_ref(), force)?;
+            let guid = init_cache(dev.as_ref(), self.inner.guid, force)?;
+            opened.push((CacheSpec { guid, path: dev.path().to_path_buf() }, dev));
+        }
+        self.name_and_attach_caches(label, opened, NewImages::default())
+    }
+
+    /// The end of a cache add (under `config_change`, `label` the config before it): the
+    /// config naming the new devices goes into every label, then the cache takes them.
+    fn name_and_attach_caches(
+        &self,
+        label: Label,
+        opened: Vec<(CacheSpec, Arc<dyn BlockDevice>)>,
+        images: NewImages,
+    ) -> Result<Vec<PathBuf>, PoolError> {
         let l2 = self.cache_for_adding();
         if !l2.has_room() {
             return Err(tarn_l2arc::AddError::Full.into());
         }
-        let opts = CreateOptions { ashift: zio.vdevs.ashift, force, size, ..Default::default() };
-        let mut images = NewImages::default();
-        let mut grown = label.clone();
-        let mut opened = Vec::new();
-        for path in &paths {
-            let (guid, cfg_path, dev) = new_cache(path, self.inner.guid, &opts, &mut images)?;
-            grown.tree.caches.push((guid, cfg_path));
-            opened.push((CacheSpec { guid, path: path.clone() }, dev));
-        }
+        let mut grown = label;
+        grown.tree.caches.extend(opened.iter().map(|(s, _)| (s.guid, s.path.display().to_string())));
         // The devices hold only a fresh cache header so far: a failed write leaves them
         // unnamed, and the images this call made are removed.
-        zio.vdevs.write_labels(&grown)?;
+        self.inner.ctx.zio.vdevs.write_labels(&grown)?;
         *self.inner.label.lock() = grown;
         images.keep();
+        let paths = opened.iter().map(|(s, _)| s.path.clone()).collect();
         for (spec, dev) in opened {
             l2.add_device(&spec, dev)?;
         }
@@ -209,11 +247,11 @@ impl Pool {
     }
 
     /// The running cache, attached now (with no device) if the pool had none.
-    fn cache_for_adding(&self) -> std::sync::Arc<L2Arc> {
+    fn cache_for_adding(&self) -> Arc<L2Arc> {
         let zio = &self.inner.ctx.zio;
         if zio.l2arc().is_none() {
             // Under `config_change`: nothing else attaches one meanwhile.
-            zio.attach_l2arc(std::sync::Arc::new(L2Arc::open(self.inner.guid, &[])), false);
+            zio.attach_l2arc(Arc::new(L2Arc::open(self.inner.guid, &[])), false);
             self.refresh_secondarycache();
         }
         zio.l2arc().expect("a cache was just attached").clone()
@@ -227,7 +265,9 @@ impl Pool {
         zio.vdevs.write_labels(&shrunk)?;
         *self.inner.label.lock() = shrunk;
         if let Some(l2) = zio.l2arc() {
-            l2.remove_device(guid).map_err(|source| VdevError::Io { path: path.clone(), source })?;
+            // A header left unzeroed (the device is failing, or gone) is harmless: no
+            // config names the device, an import never opens it, an add initialises it.
+            let _ = l2.remove_device(guid);
         }
         Ok(Removed { class: DeviceClass::Cache, paths: vec![path] })
     }

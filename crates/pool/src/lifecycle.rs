@@ -432,15 +432,23 @@ pub(crate) fn new_cache(
     images: &mut NewImages,
 ) -> Result<(u64, String, Arc<dyn BlockDevice>), PoolError> {
     let dev = open_for_create(path, opts, images)?;
-    if !opts.force {
-        if let Some(other) = tarn_l2arc::cache_owner(dev.as_ref()).filter(|g| *g != pool_guid) {
-            return Err(PoolError::CacheOfOtherPool { path: path.to_path_buf(), guid: other });
+    let guid = init_cache(dev.as_ref(), pool_guid, opts.force)?;
+    Ok((guid, path.display().to_string(), dev))
+}
+
+/// Writes a fresh cache header of pool `pool_guid` on `dev` (checked already as
+/// `check_reusable` does); returns the device's new guid. The cache device of another
+/// pool is refused unless `force`.
+pub(crate) fn init_cache(dev: &dyn BlockDevice, pool_guid: u64, force: bool) -> Result<u64, PoolError> {
+    let path = dev.path().to_path_buf();
+    if !force {
+        if let Some(other) = tarn_l2arc::cache_owner(dev).filter(|g| *g != pool_guid) {
+            return Err(PoolError::CacheOfOtherPool { path, guid: other });
         }
     }
     let guid = random_guid();
-    tarn_l2arc::initialise_device(dev.as_ref(), pool_guid, guid)
-        .map_err(|source| VdevError::Io { path: path.to_path_buf(), source })?;
-    Ok((guid, path.display().to_string(), dev))
+    tarn_l2arc::initialise_device(dev, pool_guid, guid).map_err(|source| VdevError::Io { path, source })?;
+    Ok(guid)
 }
 
 /// Opens (or creates) the devices of one top-level vdev for a new pool or log.
@@ -481,12 +489,20 @@ fn open_for_create(
     if !existed && path.exists() {
         images.0.push(path.to_path_buf());
     }
-    let dev = dev?;
+    let dev: Arc<dyn BlockDevice> = Arc::new(dev?);
+    check_reusable(dev.as_ref(), opts.force)?;
+    Ok(dev)
+}
+
+/// Refuses a device too small for tarn, or (unless `force`) one of a pool or of a newer
+/// tarn's format.
+pub(crate) fn check_reusable(dev: &dyn BlockDevice, force: bool) -> Result<(), PoolError> {
+    let path = dev.path();
     if dev.size() < MIN_DEVICE {
         return Err(PoolError::TooSmall { path: path.into(), size: dev.size(), min: MIN_DEVICE });
     }
-    if !opts.force {
-        match read_device_labels(&dev) {
+    if !force {
+        match read_device_labels(dev) {
             Ok(labels) if labels.label.state != LabelState::Destroyed => {
                 let state = format!("{:?}", labels.label.state).to_lowercase();
                 return Err(PoolError::InUse { path: path.into(), pool: labels.label.pool_name, state });
@@ -498,7 +514,7 @@ fn open_for_create(
             _ => {}
         }
     }
-    Ok(Arc::new(dev))
+    Ok(())
 }
 
 /// Assembles the vdev tree from the label's config and the devices found. A data vdev

@@ -246,3 +246,70 @@ fn secondarycache_none_and_metadata_keep_a_datasets_file_blocks_off_the_cache_an
     assert!(l2(&pool, "feed_skipped_policy") > skipped);
     pool.export().unwrap();
 }
+
+/// A cache device that starts failing every read and write when told (going bad, or
+/// pulled out of the machine, mid-run).
+struct Failing {
+    inner: tarn_vdev::FileDevice,
+    failing: AtomicBool,
+}
+
+impl tarn_vdev::BlockDevice for Failing {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        if self.failing.load(Ordering::Relaxed) {
+            return Err(std::io::Error::other("injected read error"));
+        }
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        if self.failing.load(Ordering::Relaxed) {
+            return Err(std::io::Error::other("injected write error"));
+        }
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn path(&self) -> &Path {
+        self.inner.path()
+    }
+    fn release(&self) {
+        self.inner.release()
+    }
+}
+
+#[test]
+fn a_cache_device_failing_mid_run_is_dropped_the_pool_stays_online_and_reads_stay_right() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pool, img, ino, model) = pool_without_cache(dir.path());
+    let cache = dir.path().join("cache.img");
+    std::fs::File::create(&cache).unwrap().set_len(64 * MB).unwrap();
+    let failing =
+        Arc::new(Failing { inner: tarn_vdev::FileDevice::open(&cache).unwrap(), failing: AtomicBool::new(false) });
+    pool.add_cache_devices(vec![failing.clone() as Arc<dyn tarn_vdev::BlockDevice>], false).unwrap();
+    let ds = pool.dataset("tank/db").unwrap();
+    read_all_twice(&pool, &ds, ino, &model);
+    assert!(l2(&pool, "hits") > 0, "{:?}", pool.stats().l2arc);
+    failing.failing.store(true, Ordering::Relaxed);
+    read_all_twice(&pool, &ds, ino, &model);
+    let status = pool.status();
+    assert_eq!(status.state, "ONLINE", "a cache device never degrades the pool");
+    let c = &status.caches[0];
+    assert_eq!(c.state.name(), "FAULTED");
+    assert!(c.note.as_deref().unwrap_or("").starts_with("dropped after"), "the reason: {:?}", c.note);
+    let hits = l2(&pool, "hits");
+    read_all_twice(&pool, &ds, ino, &model);
+    assert_eq!(l2(&pool, "hits"), hits, "nothing more is read from it");
+    assert_eq!(status.data_errors, 0);
+    // Removed while faulted: the config forgets it though its header cannot be zeroed.
+    drop(ds);
+    pool.remove_device(cache.to_str().unwrap()).unwrap();
+    assert!(pool.status().caches.is_empty());
+    pool.export().unwrap();
+    let pool = Pool::import_paths(&[img], &ImportOptions { txg: txg() }).unwrap();
+    assert!(pool.status().caches.is_empty(), "the config forgot it");
+    pool.export().unwrap();
+}
