@@ -188,6 +188,19 @@ pub enum PoolCmd {
     /// log device) first; a cache device stops being fed and read, and its reads under
     /// way finish first. Data vdevs cannot be removed.
     Remove { pool: String, device: String },
+    /// Set pool properties: tarn pool set PROP=VALUE... POOL (cacheautoreplace=on|off:
+    /// whether import initialises a cache device it finds blank or foreign)
+    Set {
+        #[arg(required = true, num_args = 2..)]
+        assignments_then_pool: Vec<String>,
+    },
+    /// Show pool properties: tarn pool get PROP[,PROP]|all POOL
+    Get {
+        props: String,
+        pool: String,
+        #[command(flatten)]
+        out: Output,
+    },
     /// Import a pool found on devices (lists importable pools without POOL), then mount
     /// every dataset whose mountpoint property is a path (one daemon for the pool).
     Import {

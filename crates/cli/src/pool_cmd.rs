@@ -45,6 +45,8 @@ pub fn run(cmd: PoolCmd) -> Result<(), CliError> {
         }
         PoolCmd::Add { force, size, pool, vdevs } => add(force, size.as_deref(), &pool, &vdevs),
         PoolCmd::Remove { pool, device } => remove(&pool, &device),
+        PoolCmd::Set { assignments_then_pool } => set(assignments_then_pool),
+        PoolCmd::Get { props, pool, out } => get(&props, &pool, out),
         PoolCmd::Import { dirs, pool, json } => import(&dirs, pool.as_deref(), json),
         PoolCmd::Export { force, pool } => export(force, &pool),
         PoolCmd::Destroy { force, pool } => destroy(force, &pool),
@@ -188,6 +190,31 @@ fn remove(pool: &str, device: &str) -> Result<(), CliError> {
     let removed = access::run(pool, ops::Remove { device });
     access::sync_cached_devices(pool, Vec::new())?;
     removed.map(|_| ())
+}
+
+/// `pool set PROP=VALUE... POOL`: applied in order; the first refused stops it.
+fn set(mut words: Vec<String>) -> Result<(), CliError> {
+    let pool = words.pop().unwrap_or_default();
+    if pool.contains('=') || words.is_empty() {
+        return Err(CliError::Usage("usage: tarn pool set PROP=VALUE... POOL".into()));
+    }
+    let assignments = crate::ds_cmd::owned_assignments(&words)?;
+    access::run(&pool, ops::PoolSet { assignments })
+}
+
+/// `pool get PROP[,PROP]|all POOL`.
+fn get(props: &str, pool: &str, out: Output) -> Result<(), CliError> {
+    let wanted = (props != "all").then(|| props.split(',').map(String::from).collect());
+    let rows = access::run(pool, ops::PoolGet { props: wanted })?;
+    if out.json {
+        return print_json(&rows);
+    }
+    let mut t = Table::new(&["NAME", "PROPERTY", "VALUE", "SOURCE"]);
+    for r in rows {
+        t.row(vec![pool.to_string(), r.name, r.value, r.source]);
+    }
+    t.print(out.scripted);
+    Ok(())
 }
 
 fn wire_vdev(spec: &VdevSpec) -> ops::Vdev {

@@ -126,6 +126,19 @@ fn cache_devices_are_added_and_removed_on_a_mounted_and_a_closed_pool() {
     assert!(!fs::read_to_string(env.path("pools.json")).expect("cache file").contains("cache.img"));
     // The device left for good: a new pool may take it without -f.
     env.ok(&["pool", "create", "other", s(&cache)]);
+
+    // The pool property `cacheautoreplace`, on the closed pool and served by a daemon.
+    assert_eq!(env.ok(&["pool", "get", "-H", "all", "tank"]), "tank\tcacheautoreplace\ton\tdefault\n");
+    env.ok(&["pool", "set", "cacheautoreplace=off", "tank"]);
+    let m = env.mount("mnt", &[]);
+    assert_eq!(env.ok(&["pool", "get", "-H", "cacheautoreplace", "tank"]), "tank\tcacheautoreplace\toff\tlocal\n");
+    let e = env.fails(&["pool", "set", "cacheautoreplace=sometimes", "tank"]);
+    assert!(e.contains("invalid value 'sometimes' for property 'cacheautoreplace': use on | off"), "{e}");
+    let e = env.fails(&["pool", "get", "autoexpand", "tank"]);
+    assert!(e.contains("unknown pool property 'autoexpand'"), "{e}");
+    env.ok(&["pool", "set", "cacheautoreplace=on", "tank"]);
+    m.umount();
+    assert!(env.ok(&["pool", "history", "tank"]).contains("tarn pool set cacheautoreplace=off tank"));
 }
 
 /// The versions of each page a reader may find: the one whose fsync returned, and the one

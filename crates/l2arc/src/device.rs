@@ -211,10 +211,25 @@ pub struct CacheDev {
 impl CacheDev {
     /// A configured device that could not be opened: shown, never used.
     pub fn unavailable(guid: u64, path: PathBuf, why: String) -> CacheDev {
+        CacheDev::unavailable_noting(guid, path, format!("{why}; initialised at the next import that finds it"))
+    }
+
+    /// A configured device the cache does not use, and `note` saying why (status).
+    pub fn unavailable_noting(guid: u64, path: PathBuf, note: String) -> CacheDev {
         let d = CacheDev::blank(guid, path, None, None, 0);
         *d.state.lock() = DevState::Unavail;
-        *d.note.lock() = Some(format!("{why}; initialised at the next import that finds it"));
+        *d.note.lock() = Some(note);
         d
+    }
+
+    /// Why `dev`'s header is not this pool's cache device `guid` (blank, another pool's,
+    /// damaged…), or `Ok` if it is.
+    pub fn check_header(guid: u64, pool_guid: u64, dev: &dyn BlockDevice) -> Result<DevHeader, HeaderRefused> {
+        let mut buf = vec![0u8; HEADER_SIZE as usize];
+        match dev.read_at(&mut buf, 0) {
+            Ok(()) => DevHeader::decode(&buf, pool_guid, guid, dev.size()),
+            Err(_) => Err(HeaderRefused::Damaged),
+        }
     }
 
     fn blank(
@@ -249,12 +264,7 @@ impl CacheDev {
     /// pool's and this device's (`needs_rebuild`), else initialises it afresh and says
     /// why in its note. Fails only if the device cannot be written.
     pub fn attach(guid: u64, pool_guid: u64, dev: Arc<dyn BlockDevice>) -> Result<(CacheDev, bool), std::io::Error> {
-        let size = dev.size();
-        let mut buf = vec![0u8; HEADER_SIZE as usize];
-        let found = match dev.read_at(&mut buf, 0) {
-            Ok(()) => DevHeader::decode(&buf, pool_guid, guid, size),
-            Err(_) => Err(HeaderRefused::Damaged),
-        };
+        let found = CacheDev::check_header(guid, pool_guid, dev.as_ref());
         let path = dev.path().to_path_buf();
         match found {
             Ok(h) => Ok((CacheDev::blank(guid, path, Some(dev), Some(h), pool_guid), true)),

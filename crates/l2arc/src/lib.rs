@@ -174,10 +174,24 @@ impl L2Arc {
     /// kept as `Unavail`; one whose header is not this pool's is initialised afresh.
     /// Nothing runs until `start`.
     pub fn open(pool_guid: u64, specs: &[CacheSpec]) -> L2Arc {
+        L2Arc::open_with(pool_guid, specs, true)
+    }
+
+    /// As `open`; with `autoreplace` off (the pool's `cacheautoreplace=off`) a device whose
+    /// header is not this pool's is left untouched and shown `Unavail` with the reason.
+    pub fn open_with(pool_guid: u64, specs: &[CacheSpec], autoreplace: bool) -> L2Arc {
+        let off_note = "not initialised: cacheautoreplace=off (tarn pool remove, then add, to use it)";
         let devs = specs
             .iter()
             .map(|s| match FileDevice::open(&s.path) {
+                Ok(f) if !autoreplace => match CacheDev::check_header(s.guid, pool_guid, &f) {
+                    Ok(_) => L2Arc::attach_device(pool_guid, s, Arc::new(f)),
+                    Err(why) => CacheDev::unavailable_noting(s.guid, s.path.clone(), format!("{why}; {off_note}")),
+                },
                 Ok(f) => L2Arc::attach_device(pool_guid, s, Arc::new(f)),
+                Err(e) if !autoreplace => {
+                    CacheDev::unavailable_noting(s.guid, s.path.clone(), format!("cannot open: {e}; {off_note}"))
+                }
                 Err(e) => CacheDev::unavailable(s.guid, s.path.clone(), format!("cannot open: {e}")),
             })
             .map(Arc::new)

@@ -208,6 +208,8 @@ pub enum PropError {
     ReadOnly(String),
     #[error("unknown property '{0}'; settable properties: {settable}", settable = settable_names())]
     Unknown(String),
+    #[error("unknown pool property '{0}'; pool properties: {names}", names = crate::pool_props::pool_prop_names())]
+    UnknownPool(String),
     #[error("invalid value '{value}' for property '{name}': use {help}")]
     InvalidValue { name: String, value: String, help: &'static str },
 }

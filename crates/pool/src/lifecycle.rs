@@ -175,6 +175,7 @@ impl Pool {
         let pool = Pool::assemble(opened_label, zio.clone(), ub.txg, opts.txg.clone(), mos.next_dataset_id, zil_seq);
         *pool.inner.mos_bp.lock() = Some(mos_bp);
         pool.inner.history.restore(mos.history.as_deref());
+        *pool.inner.pool_props.lock() = crate::pool_props::restore(&mos.pool_props);
         restore_error_counters(&zio.vdevs, &mos);
         pool.inner.scan.restore(mos.scan.clone());
         *pool.inner.errlog.lock() = ErrLog::restore(&mos.errlog, &mos.errlog_last);
@@ -227,7 +228,7 @@ impl Pool {
         }
         let specs: Vec<CacheSpec> =
             caches.iter().map(|(guid, path)| CacheSpec { guid: *guid, path: PathBuf::from(path) }).collect();
-        let l2 = Arc::new(L2Arc::open(self.inner.guid, &specs));
+        let l2 = Arc::new(L2Arc::open_with(self.inner.guid, &specs, self.cache_autoreplace()));
         self.inner.ctx.zio.attach_l2arc(l2, rebuild);
         self.refresh_secondarycache();
     }

@@ -313,3 +313,45 @@ fn a_cache_device_failing_mid_run_is_dropped_the_pool_stays_online_and_reads_sta
     assert!(pool.status().caches.is_empty(), "the config forgot it");
     pool.export().unwrap();
 }
+
+#[test]
+fn cacheautoreplace_initialises_a_blank_cache_device_at_import_unless_it_is_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let (img, cache) = (dir.path().join("d0.img"), dir.path().join("cache.img"));
+    let opts = CreateOptions { size: Some(128 * MB), txg: txg(), caches: vec![cache.clone()], ..Default::default() };
+    let pool = Pool::create("tank", &[VdevSpec::Disk(img.clone())], &opts).unwrap();
+    let row = |pool: &Pool| {
+        let r = pool.get_pool_properties(Some("cacheautoreplace")).unwrap().remove(0);
+        (r.value, r.source)
+    };
+    assert_eq!(row(&pool), ("on".to_string(), "default".to_string()));
+    for (name, value, says) in [
+        ("cacheautoreplace", "maybe", "use on | off"),
+        ("autoexpand", "on", "unknown pool property 'autoexpand'; pool properties: cacheautoreplace"),
+    ] {
+        let e = pool.set_pool_property(name, value).unwrap_err().to_string();
+        assert!(e.contains(says), "{e}");
+    }
+    pool.set_pool_property("cacheautoreplace", "off").unwrap();
+    pool.export().unwrap();
+    let blank = || std::fs::File::create(&cache).unwrap().set_len(64 * MB).unwrap(); // the VM moved
+    blank();
+    let pool = Pool::import_paths(std::slice::from_ref(&img), &ImportOptions { txg: txg() }).unwrap();
+    assert_eq!(row(&pool), ("off".to_string(), "local".to_string()), "kept in the pool");
+    let c = pool.status().caches.remove(0);
+    assert_eq!(c.state.name(), "UNAVAIL");
+    assert_eq!(
+        c.note.as_deref(),
+        Some("blank device; not initialised: cacheautoreplace=off (tarn pool remove, then add, to use it)")
+    );
+    assert_eq!(pool.status().state, "ONLINE");
+    pool.set_pool_property("cacheautoreplace", "on").unwrap();
+    pool.export().unwrap();
+    assert_eq!(owner(&cache), None, "left untouched while off");
+    let pool = Pool::import_paths(std::slice::from_ref(&img), &ImportOptions { txg: txg() }).unwrap();
+    assert_eq!(row(&pool).1, "default", "setting the default clears the setting");
+    let c = pool.status().caches.remove(0);
+    assert_eq!((c.state.name(), c.note.as_deref()), ("ONLINE", Some("initialised: blank device")));
+    pool.export().unwrap();
+    assert!(owner(&cache).is_some(), "initialised by itself");
+}
