@@ -36,6 +36,8 @@ pub enum Cmd {
         snapshot: String,
         target: String,
     },
+    /// Make a clone independent of its origin: it takes the origin's snapshots up to the one it was cloned from, and the origin becomes its clone: tarn promote POOL/CLONE
+    Promote { dataset: String },
     /// Set properties: tarn set PROP=VALUE... DATASET
     Set {
         #[arg(required = true, num_args = 1..)]

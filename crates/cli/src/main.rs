@@ -79,6 +79,7 @@ fn run(cmd: Cmd) -> Result<(), CliError> {
         Cmd::Snap(s) => snap_cmd::run(s),
         Cmd::Rollback { snapshot } => snap_cmd::rollback(snapshot),
         Cmd::Clone { options, snapshot, target } => snap_cmd::clone(&options, snapshot, target),
+        Cmd::Promote { dataset } => snap_cmd::promote(dataset),
         Cmd::Set { assignments_then_dataset } => ds_cmd::set(assignments_then_dataset),
         Cmd::Get { props, dataset, out } => ds_cmd::get(&props, &dataset, out),
         Cmd::Inherit { prop, dataset } => ds_cmd::inherit(&prop, &dataset),

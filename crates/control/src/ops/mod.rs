@@ -3,7 +3,7 @@
 //! Rooms: `pool` (status, scrub start/stop and its scan, iostat, clear, export, destroy,
 //! add, remove, set, get, history, stats, tune),
 //! `dataset` (ds create/destroy/list, set, get, inherit), `snapshot` (snap
-//! create/list/destroy, rollback, clone), `files` (put, ls, cat) and
+//! create/list/destroy, rollback, clone, promote), `files` (put, ls, cat) and
 //! `mounts` (mount, umount: the daemon's own).
 //!
 //! Owns: [`dispatch`], the one place a command's wire name meets its type.
@@ -66,6 +66,7 @@ registry![
     snapshot::SnapDestroy,
     snapshot::Rollback,
     snapshot::Clone,
+    snapshot::Promote,
     files::Put,
     files::List,
     files::Read,
