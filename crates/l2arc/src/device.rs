@@ -381,6 +381,9 @@ impl CacheDev {
     /// them. The caller verifies them against the block pointer.
     pub fn read(&self, key: &BlockKey, psize: u32, scratch: &mut Vec<u8>) -> DevRead {
         let (Some(dev), Some(g)) = (&self.dev, &self.geometry) else { return DevRead::Miss };
+        if self.in_flight.leaving.load(Ordering::Relaxed) {
+            return DevRead::Miss; // removed: not even its (empty) index is locked
+        }
         let Some(pos) = self.index.get(key) else { return DevRead::Miss };
         let Some(_io) = self.begin_io() else { return DevRead::Miss };
         let abs = pos * BLOCK_ALIGN;
