@@ -55,7 +55,7 @@ pub use lifecycle::{CreateOptions, ImportOptions, VdevSpec};
 pub use mos::{HexError, Mos, MosError, OriginRecord, RecordError, SnapRecord, MOS_VERSION};
 pub use pool::Pool;
 pub use props::PropRow;
-pub use recv::ReceiveSummary;
+pub use recv::{ReceiveSummary, ResumeToken};
 pub use scan::{discover, member_of, Discovered, Discovery, Unusable};
 pub use scrub::{Bookmark, ScanKind, ScanPace, ScanRecord, ScanState, ScanStatus, ScrubResult, DEFAULT_SCAN_RATE};
 pub use send::{SendBase, SendSummary};

@@ -71,6 +71,7 @@ impl Op for Send {
     type Output = SendReport;
     fn run(self, on: &Held<'_>) -> Result<SendReport, OpError> {
         absolute(&self.path)?;
+        let _no_sigpipe = NoSigpipe::new();
         let file = OpenOptions::new().write(true).open(&self.path).map_err(|e| io_refused(&self.path, e))?;
         let mut out = BufWriter::with_capacity(BUFFER, file);
         let mut quiet = |_: u64| {};
@@ -79,6 +80,7 @@ impl Op for Send {
             (None, Some(s)) => on.pool.send(s, self.base(), &mut out, &mut quiet)?,
             (None, None) => return Err(OpError::Refused("send needs a snapshot or a resume token".into())),
         };
+        out.into_inner().map_err(|e| io_refused(&self.path, e.into_error()))?;
         Ok(summary.into())
     }
 }
@@ -139,6 +141,49 @@ impl Op for Recv {
         let mut input = BufReader::with_capacity(BUFFER, file);
         let summary = on.pool.receive(&self.target, self.force, &mut input, &mut |_| {})?;
         Ok(summary.received)
+    }
+}
+
+/// SIGPIPE blocked on this thread while it lives: a reader that goes away (the command
+/// line killed, `| head`) is an `EPIPE` for the send or receive to report, never a
+/// signal that ends a daemon holding a mounted pool. A SIGPIPE raised meanwhile is
+/// taken off the thread before the old mask comes back.
+pub struct NoSigpipe {
+    old: libc::sigset_t,
+}
+
+impl NoSigpipe {
+    pub fn new() -> NoSigpipe {
+        // SAFETY: sigset_t is plain data, filled by sigemptyset/sigaddset; pthread_sigmask
+        // changes only this thread's mask.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGPIPE);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+            NoSigpipe { old }
+        }
+    }
+}
+
+impl Default for NoSigpipe {
+    fn default() -> Self {
+        NoSigpipe::new()
+    }
+}
+
+impl Drop for NoSigpipe {
+    fn drop(&mut self) {
+        // SAFETY: as in `new`; a zero timeout makes sigtimedwait a poll.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGPIPE);
+            let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            while libc::sigtimedwait(&set, std::ptr::null_mut(), &zero) == libc::SIGPIPE {}
+            libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut());
+        }
     }
 }
 
