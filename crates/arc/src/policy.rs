@@ -232,35 +232,11 @@ impl DataCache {
         Found::Hit { bytes, window, prefetched }
     }
 
-    /// Caches a block read from the devices (after `get` missed).
-    pub(crate) fn insert_read(&mut self, key: BlockKey, bytes: Arc<[u8]>, lsize: u32, page: Option<PageId>) -> Evicted {
-        self.insert(key, bytes, lsize, page, false)
-    }
-
-    /// Caches a block read ahead of demand: it waits in the window like a first read.
-    pub(crate) fn insert_prefetched(
-        &mut self,
-        key: BlockKey,
-        bytes: Arc<[u8]>,
-        lsize: u32,
-        page: Option<PageId>,
-    ) -> Evicted {
-        self.insert(key, bytes, lsize, page, true)
-    }
-
-    /// Caches a block just written: in place of the page's older version if that is
-    /// cached (same area, same rank), else in the window.
-    pub(crate) fn insert_written(
-        &mut self,
-        key: BlockKey,
-        bytes: Arc<[u8]>,
-        lsize: u32,
-        page: Option<PageId>,
-    ) -> Evicted {
-        self.insert(key, bytes, lsize, page, false)
-    }
-
-    fn insert(
+    /// Caches a block read from the devices (after `get` missed), just written, or read
+    /// ahead of demand (`prefetched`: it waits in the window like a first read, and its
+    /// first demand read is not a second access). The block takes the place (area and
+    /// rank) of its page's older version if that is cached, else it enters the window.
+    pub(crate) fn insert(
         &mut self,
         key: BlockKey,
         bytes: Arc<[u8]>,
@@ -557,18 +533,18 @@ mod tests {
             match (x >> 40) % 10 {
                 0..=5 => {
                     if let Found::Miss = d.get(&key(n, v), Some(page(n)), true) {
-                        d.insert_read(key(n, v), bytes(size), 16384, Some(page(n)));
+                        d.insert(key(n, v), bytes(size), 16384, Some(page(n)), false);
                     }
                 }
                 6 | 7 => {
                     // Rewritten: the new version is cached, the old one freed.
                     version[n as usize] += 1;
-                    d.insert_written(key(n, v + 1), bytes(size), 16384, Some(page(n)));
+                    d.insert(key(n, v + 1), bytes(size), 16384, Some(page(n)), false);
                     d.remove(&key(n, v));
                     assert!(!d.contains(&key(n, v)));
                 }
                 8 => {
-                    d.insert_prefetched(key(n, v), bytes(size), 16384, Some(page(n)));
+                    d.insert(key(n, v), bytes(size), 16384, Some(page(n)), true);
                 }
                 _ => {
                     if step % 1000 == 0 {
@@ -586,19 +562,19 @@ mod tests {
         for _ in 0..5 {
             for n in 0..10 {
                 if let Found::Miss = d.get(&key(n, 0), Some(page(n)), true) {
-                    d.insert_read(key(n, 0), bytes(4096), 16384, Some(page(n)));
+                    d.insert(key(n, 0), bytes(4096), 16384, Some(page(n)), false);
                 }
             }
         }
         // Push the first pages out of the window into main with enough traffic.
         for n in 100..200 {
             if let Found::Miss = d.get(&key(n, 0), Some(page(n)), true) {
-                d.insert_read(key(n, 0), bytes(4096), 16384, Some(page(n)));
+                d.insert(key(n, 0), bytes(4096), 16384, Some(page(n)), false);
             }
         }
         let before = d.entries[&key(3, 0)].region;
         assert!(matches!(before, Region::Main(f) if f >= 5), "{before:?}");
-        d.insert_written(key(3, 1), bytes(4096), 16384, Some(page(3)));
+        d.insert(key(3, 1), bytes(4096), 16384, Some(page(3)), false);
         assert!(!d.contains(&key(3, 0)), "the old version is replaced");
         assert_eq!(d.entries[&key(3, 1)].region, before);
         d.check();
@@ -609,7 +585,7 @@ mod tests {
         let mut d = DataCache::new(50 * 4096, SinkSlot::default());
         let read = |d: &mut DataCache, n: u64| {
             if let Found::Miss = d.get(&key(n, 0), Some(page(n)), true) {
-                d.insert_read(key(n, 0), bytes(4096), 16384, Some(page(n)));
+                d.insert(key(n, 0), bytes(4096), 16384, Some(page(n)), false);
                 false
             } else {
                 true

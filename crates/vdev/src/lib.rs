@@ -23,6 +23,9 @@ mod label;
 mod leaf;
 mod queue;
 mod slots;
+#[cfg(test)]
+mod test_devices;
+mod top_state;
 mod tree;
 
 pub use device::{peek_labels, BlockDevice, FileDevice};
@@ -36,7 +39,7 @@ pub use label::{
 pub use leaf::{Leaf, LeafHealth, LeafStatus};
 pub use queue::{async_write_limit, ClassLimits, ClassStats, IoClass, IoPermit, IoQueue, QueueConfig, MAX_ACTIVE};
 pub use slots::{Slots, MAX_TOPS};
+pub use top_state::TopState;
 pub use tree::{
-    read_device_labels, DeviceLabels, ReadMode, SidesRead, SyncHold, TopState, TopVdev, VdevTree, DATA_START,
-    DEFAULT_MAX_IO,
+    read_device_labels, DeviceLabels, ReadMode, SidesRead, SyncHold, TopVdev, VdevTree, DATA_START, DEFAULT_MAX_IO,
 };

@@ -10,9 +10,9 @@
 //! loop device and the lab's pacer all serve in arrival order).
 //!
 //! Owns: the top-level vdevs over their leaves (`leaf.rs`: one device, its counters,
-//! queue and DTL), mirror reads and self-healing, writes and flushes on every side, the
-//! scrub and resilver I/O entry points, and where labels and uberblocks go on each
-//! device.
+//! queue and DTL; `top_state.rs`: their life through add and remove), mirror reads and
+//! self-healing, writes and flushes on every side, the scrub and resilver I/O entry
+//! points, and where labels and uberblocks go on each device.
 //!
 //! Promises: a read hands back only bytes the caller's verifier accepted, and rewrites
 //! each bad side it found from the good copy; a side that missed a block's txg (its DTL
@@ -33,6 +33,7 @@ use crate::label::{slot_count, slot_size, Label, LabelDecode, Uberblock, CONFIG_
 use crate::leaf::{Leaf, LeafHealth};
 use crate::queue::{ClassStats, IoClass};
 use crate::slots::Slots;
+use crate::top_state::TopState;
 use crate::{BlockDevice, VdevError, LABEL_SIZE};
 
 /// How a read treats the sides of a mirror.
@@ -65,33 +66,6 @@ pub const DATA_START: u64 = 2 * LABEL_SIZE;
 /// reads `TARN_VDEV_MAX_IO`).
 pub const DEFAULT_MAX_IO: u64 = 128 << 10;
 
-/// Where a top-level vdev is in its life: a live `pool add` brings a log device in, a
-/// `pool remove` takes it out. Its number never changes (an intent-log block names its
-/// vdev by number), so a removed one stays in the tree as a hole.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum TopState {
-    /// Being added: its labels are written, nothing else is, nothing is allocated on it.
-    Adding = 0,
-    /// In service.
-    Active = 1,
-    /// Being removed: written and flushed as before, but no new block is allocated on it.
-    Draining = 2,
-    /// Gone (or a hole at import): never read, written or flushed again.
-    Removed = 3,
-}
-
-impl TopState {
-    fn from_u8(v: u8) -> TopState {
-        match v {
-            0 => TopState::Adding,
-            1 => TopState::Active,
-            2 => TopState::Draining,
-            _ => TopState::Removed,
-        }
-    }
-}
-
 pub struct TopVdev {
     pub index: usize,
     pub guid: u64,
@@ -101,8 +75,8 @@ pub struct TopVdev {
     pub leaves: Vec<Leaf>,
     /// A separate intent-log device: only log blocks are allocated on it.
     pub is_log: bool,
-    /// A `TopState`.
-    state: AtomicU8,
+    /// A `TopState` (see `top_state.rs`).
+    pub(crate) state: AtomicU8,
     rotor: AtomicUsize,
     /// Writes are cut into pieces of at most this many bytes (a multiple of the sector).
     max_io: AtomicU64,
@@ -139,39 +113,6 @@ impl TopVdev {
             rotor: AtomicUsize::new(0),
             max_io,
         }
-    }
-
-    pub fn state(&self) -> TopState {
-        TopState::from_u8(self.state.load(Ordering::Acquire))
-    }
-
-    /// Moves this vdev to `state`. Panics on a move a vdev never makes: out of
-    /// `Removed` (a removed vdev never returns), or back to `Adding`. A draining vdev goes
-    /// back in service when its removal fails.
-    pub fn set_state(&self, state: TopState) {
-        let was = TopState::from_u8(self.state.swap(state as u8, Ordering::AcqRel));
-        let allowed = was == state || (was != TopState::Removed && state != TopState::Adding);
-        assert!(allowed, "vdev {} moved from {was:?} to {state:?}", self.index);
-    }
-
-    /// Written, flushed and given uberblocks (in service or draining).
-    pub fn in_service(&self) -> bool {
-        matches!(self.state(), TopState::Active | TopState::Draining)
-    }
-
-    pub fn is_removed(&self) -> bool {
-        self.state() == TopState::Removed
-    }
-
-    /// True while intent-log blocks may be allocated on this separate log device.
-    pub fn takes_log_blocks(&self) -> bool {
-        self.is_log && self.state() == TopState::Active && self.usable() && self.asize > 0
-    }
-
-    /// A new top-level vdev starts as `Adding` (see `VdevTree::add_top`).
-    pub fn adding(self) -> TopVdev {
-        self.state.store(TopState::Adding as u8, Ordering::Release);
-        self
     }
 
     /// The largest piece a write to this vdev is cut into.
@@ -440,16 +381,6 @@ impl TopVdev {
         self.on_every_side(|leaf, dev| leaf.flush_dev(dev))
     }
 
-    /// Takes a removed vdev's devices out of the pool: their labels are zeroed (so the
-    /// device can be used again without `-f`) and this process lets them go.
-    pub fn wipe_and_release(&self) -> Result<(), VdevError> {
-        assert!(self.is_removed(), "only a removed vdev's labels are wiped");
-        for leaf in &self.leaves {
-            leaf.wipe_labels_and_release()?;
-        }
-        Ok(())
-    }
-
     fn on_every_side(&self, op: impl Fn(&Leaf, &dyn BlockDevice) -> std::io::Result<()>) -> Result<(), VdevError> {
         let mut ok = false;
         let mut detail = String::new();
@@ -483,13 +414,6 @@ pub struct VdevTree {
 impl VdevTree {
     pub fn new(tops: Vec<TopVdev>, ashift: u32) -> VdevTree {
         VdevTree { tops: Slots::new(tops), ashift, last_uberblock_txg: AtomicU64::new(0) }
-    }
-
-    /// Appends `top` (numbered `tops.len()`, in state `Adding`) to the open tree.
-    pub fn add_top(&self, top: TopVdev) -> Result<usize, VdevError> {
-        assert_eq!(top.index, self.tops.len(), "a new vdev is numbered after the others");
-        assert_eq!(top.state(), TopState::Adding, "a new vdev comes in as Adding");
-        self.tops.push(top).map_err(|_| VdevError::TooManyVdevs { max: crate::slots::MAX_TOPS })
     }
 
     /// Records the txg of the uberblock the pool was opened at: every uberblock written
@@ -700,63 +624,14 @@ pub fn read_device_labels(dev: &dyn BlockDevice) -> Result<DeviceLabels, VdevErr
 
 #[cfg(test)]
 mod tests {
-    use std::path::{Path, PathBuf};
+    use std::path::Path;
     use std::sync::Arc;
 
     use parking_lot::Mutex;
 
     use super::*;
     use crate::iostat::IoSnapshot;
-
-    /// A device in memory, so a test can damage one side of a mirror.
-    struct MemDevice {
-        bytes: Mutex<Vec<u8>>,
-        path: PathBuf,
-    }
-
-    impl MemDevice {
-        fn new(name: &str) -> Arc<MemDevice> {
-            Arc::new(MemDevice { bytes: Mutex::new(vec![0u8; 4 << 20]), path: PathBuf::from(name) })
-        }
-    }
-
-    impl BlockDevice for MemDevice {
-        fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-            let b = self.bytes.lock();
-            buf.copy_from_slice(&b[offset as usize..offset as usize + buf.len()]);
-            Ok(())
-        }
-        fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-            self.bytes.lock()[offset as usize..offset as usize + buf.len()].copy_from_slice(buf);
-            Ok(())
-        }
-        fn flush(&self) -> std::io::Result<()> {
-            Ok(())
-        }
-        fn size(&self) -> u64 {
-            self.bytes.lock().len() as u64
-        }
-        fn path(&self) -> &Path {
-            &self.path
-        }
-    }
-
-    fn mirror() -> (VdevTree, Vec<Arc<MemDevice>>) {
-        let devs = vec![MemDevice::new("a"), MemDevice::new("b")];
-        let leaves = devs
-            .iter()
-            .enumerate()
-            .map(|(i, d)| {
-                Leaf::new(i as u64 + 1, d.path.display().to_string(), Some(d.clone() as Arc<dyn BlockDevice>))
-            })
-            .collect();
-        let asize = TopVdev::asize_of(4 << 20, 12);
-        (VdevTree::new(vec![TopVdev::new(0, 9, 12, asize, leaves)], 12), devs)
-    }
-
-    fn ub(txg: u64) -> Uberblock {
-        Uberblock { txg, pool_guid: 1, guid_sum: 3, timestamp: 0, root: [0; 64] }
-    }
+    use crate::test_devices::{mirror, ub, MemDevice};
 
     #[test]
     fn an_all_sides_read_counts_and_repairs_the_bad_side() {
@@ -891,74 +766,6 @@ mod tests {
         assert_eq!(tree.tops[0].max_io(), 4096);
         let fresh = TopVdev::new(0, 1, 9, 1 << 20, vec![Leaf::new(1, "/x".into(), None)]);
         assert_eq!(fresh.max_io(), DEFAULT_MAX_IO);
-    }
-
-    #[test]
-    fn a_vdev_being_added_gets_labels_and_no_uberblock_and_a_removed_one_neither() {
-        let (tree, _) = mirror();
-        let dev = MemDevice::new("log");
-        let leaf = Leaf::new(5, "log".into(), Some(dev.clone() as Arc<dyn BlockDevice>));
-        let added = TopVdev::new(1, 6, 12, TopVdev::asize_of(4 << 20, 12), vec![leaf]).as_log().adding();
-        assert_eq!(tree.add_top(added).unwrap(), 1);
-        let label = Label {
-            pool_name: "tank".into(),
-            pool_guid: 1,
-            vdev_guid: 0,
-            top_index: 0,
-            ashift: 12,
-            state: crate::LabelState::Active,
-            hostname: String::new(),
-            create_txg: 1,
-            asize: 0,
-            tree: crate::TreeConfig {
-                tops: vec![crate::TopConfig::Mirror { guid: 9, children: vec![(1, "a".into()), (2, "b".into())] }],
-                logs: vec![crate::TopConfig::Disk { guid: 5, path: "log".into() }],
-                caches: Vec::new(),
-            },
-        };
-        tree.write_labels(&label).unwrap();
-        tree.write_uberblock(&ub(3)).unwrap();
-        let read = read_device_labels(dev.as_ref()).expect("labelled while being added");
-        assert_eq!((read.label.vdev_guid, read.uberblocks.len()), (5, 0), "no uberblock while being added");
-        assert!(!tree.tops[1].takes_log_blocks(), "nothing is allocated on it yet");
-        tree.tops[1].set_state(TopState::Active);
-        assert!(tree.tops[1].takes_log_blocks());
-        tree.write_uberblock(&ub(4)).unwrap();
-        let txgs: Vec<u64> = read_device_labels(dev.as_ref()).unwrap().uberblocks.iter().map(|u| u.txg).collect();
-        assert!(txgs.contains(&4) && !txgs.contains(&3), "uberblocks from when it is in service: {txgs:?}");
-        tree.tops[1].set_state(TopState::Draining);
-        assert!(!tree.tops[1].takes_log_blocks() && tree.tops[1].in_service());
-        tree.tops[1].set_state(TopState::Removed);
-        tree.tops[1].wipe_and_release().unwrap();
-        tree.write_uberblock(&ub(5)).unwrap();
-        assert!(read_device_labels(dev.as_ref()).is_err(), "wiped, and no uberblock after");
-        assert!(!tree.tops[1].usable() && tree.leaves().count() == 2);
-    }
-
-    #[test]
-    fn an_fsync_holding_the_devices_while_a_log_is_added_and_activated_ends_on_the_same_devices() {
-        let (tree, _) = mirror();
-        let hold = tree.hold_sync();
-        let leaf = Leaf::new(5, "log".into(), Some(MemDevice::new("log") as Arc<dyn BlockDevice>));
-        let added = TopVdev::new(1, 6, 12, TopVdev::asize_of(4 << 20, 12), vec![leaf]).as_log().adding();
-        tree.add_top(added).unwrap();
-        tree.tops[1].set_state(TopState::Active);
-        drop(hold); // ended twice on the new log's queue before the fix: a panic in fsync
-        let syncs: Vec<u64> = tree.leaves().map(|l| l.queue.syncs_under_way()).collect();
-        assert_eq!(syncs, [0, 0, 0], "every begin ended once, nothing ended that did not begin");
-        let hold = tree.hold_sync();
-        tree.tops[1].set_state(TopState::Draining);
-        tree.tops[1].set_state(TopState::Removed);
-        drop(hold);
-        assert!(tree.tops.iter().flat_map(|t| t.leaves.iter()).all(|l| l.queue.syncs_under_way() == 0));
-    }
-
-    #[test]
-    #[should_panic(expected = "moved from Removed")]
-    fn a_removed_vdev_never_comes_back() {
-        let (tree, _) = mirror();
-        tree.tops[0].set_state(TopState::Removed);
-        tree.tops[0].set_state(TopState::Active);
     }
 
     #[test]

@@ -1,0 +1,50 @@
+//! The process's memory as the OS sees it: resident size, physical memory, and giving the
+//! allocator's free memory back.
+//!
+//! Owns: the hook the binary sets to release its allocator's free memory.
+//!
+//! Promises: every reading degrades to a stated default when /proc cannot be read, never
+//! an error.
+//!
+//! Must never: choose the allocator (the binary does) or be read on a hot path (each call
+//! reads /proc).
+
+/// How the process's allocator gives free memory back to the OS, if the binary said
+/// (`set_memory_release`).
+static MEMORY_RELEASE: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+
+/// Sets, once, how to give the allocator's free memory back to the OS: the binary chooses
+/// the allocator, the engine knows when a shrink made memory free.
+pub fn set_memory_release(release: fn()) {
+    let _ = MEMORY_RELEASE.set(release);
+}
+
+/// Gives the allocator's free memory back to the OS, if the binary said how.
+pub fn release_memory() {
+    if let Some(release) = MEMORY_RELEASE.get() {
+        release();
+    }
+}
+
+/// The process's resident memory in bytes, from /proc/self/statm (0 if it cannot be
+/// read).
+pub fn resident_bytes() -> u64 {
+    let page = 4096; // statm counts pages; every Linux platform tarn runs on has 4 KiB ones
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1).and_then(|n| n.parse::<u64>().ok()))
+        .map_or(0, |pages| pages * page)
+}
+
+/// Physical memory in bytes, from /proc/meminfo (1 GiB if it cannot be read).
+pub(crate) fn total_memory() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map_or(1 << 30, |kb| kb * 1024)
+}
