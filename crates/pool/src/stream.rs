@@ -582,14 +582,13 @@ mod tests {
         let a = encode(&sample());
         let mut spliced = a[..PREAMBLE_LEN].to_vec();
         let mut w_out = Vec::new();
-        let mut w = StreamWriter::new(&mut w_out).unwrap();
-        w.put(&sample()[1]).unwrap();
-        drop(w);
+        StreamWriter::new(&mut w_out).unwrap().put(&sample()[1]).unwrap();
         let mut w2_out = Vec::new();
-        let mut w2 = StreamWriter::new(&mut w2_out).unwrap();
-        w2.put(&sample()[0]).unwrap();
-        w2.put(&sample()[1]).unwrap();
-        drop(w2);
+        {
+            let mut w2 = StreamWriter::new(&mut w2_out).unwrap();
+            w2.put(&sample()[0]).unwrap();
+            w2.put(&sample()[1]).unwrap();
+        }
         // Record 1 of the second stream placed first: seq 1 where 0 is due.
         let first_len = w2_out.len() - w_out.len();
         spliced.extend_from_slice(&w2_out[first_len + PREAMBLE_LEN..]);
