@@ -108,8 +108,16 @@ fn send_from_a_mounted_dataset_and_receive_into_a_closed_pool() {
     let list = env.ok(&["ds", "list", "-H"]);
     assert!(!list.contains("dst/other"), "{list}");
 
-    // Bad input is one line: a snapshot that does not exist, a stream to a terminal is
-    // not tested here (no tty), an unknown token.
+    // Into the pool held by the daemon (tank is mounted): a new dataset, not mounted;
+    // an incremental into the mounted dataset itself is refused, saying why.
+    let (ok, out, err) = recv_from_file(&env, &["recv", "tank/restored"], "one.stream");
+    assert!(ok, "{err}");
+    assert!(out.contains("received tank/restored@one"), "{out}");
+    assert_eq!(env.tarn(&["cat", "tank/restored:pages"]).stdout, text);
+    let (ok, _, err) = recv_from_file(&env, &["recv", "tank/db"], "two.stream");
+    assert!(!ok && err.contains("is mounted at") && err.contains("unmount it first"), "{err}");
+
+    // Bad input is one line: a snapshot that does not exist, an unknown token.
     let out = tarn_cmd(&env, &["send", "tank/db@nope"]).stdout(Stdio::null()).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("does not exist"), "{err}");

@@ -5,7 +5,8 @@
 //!
 //! Owns: opening the FIFO for the pool's side of the copy.
 //! Promises: the stream is written (read) whole or the command fails with the engine's
-//! error; a receive never mounts what it received.
+//! error; a receive never mounts what it received, and is refused into a mounted
+//! dataset (its head is replaced at the stream's end).
 //! Must never: open a path that is not absolute (a daemon's working directory is `/`).
 
 use std::fs::{File, OpenOptions};
@@ -132,6 +133,16 @@ impl Op for Recv {
         if self.abort {
             on.pool.abort_receive(&self.target)?;
             return Ok(Vec::new());
+        }
+        if let Some(at) = on.daemon.and_then(|d| d.mounted(&self.target)) {
+            // The swap at the stream's end replaces the dataset's head: the mount's open
+            // files would go on writing into the one it dropped.
+            return Err(OpError::Refused(format!(
+                "cannot receive into '{}': it is mounted at {}; unmount it first (tarn umount {}), receive, then mount it again",
+                self.target,
+                at.display(),
+                self.target
+            )));
         }
         let Some(path) = &self.path else {
             return Err(OpError::Refused("recv needs the stream's path".into()));
