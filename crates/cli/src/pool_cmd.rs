@@ -348,8 +348,6 @@ pub(crate) fn datasets_with_mountpoints(p: &Pool) -> Vec<(String, PathBuf)> {
     p.datasets_info()
         .into_iter()
         .filter(|d| d.mountpoint.starts_with('/'))
-        // A receive's hidden dataset (`DS%recv`) is never mounted.
-        .filter(|d| !d.name.contains('%'))
         .map(|d| (d.name, PathBuf::from(d.mountpoint)))
         .collect()
 }

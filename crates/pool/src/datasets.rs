@@ -183,10 +183,13 @@ impl Pool {
         self.sync()
     }
 
+    /// Every dataset but a receive's hidden one (`DS%recv`, see `recv.rs`), as `ds list`
+    /// shows them.
     pub fn datasets_info(&self) -> Vec<DatasetInfo> {
         let sets = self.inner.datasets.read();
         let avail = self.available();
         sets.keys()
+            .filter(|name| !name.contains('%'))
             .map(|name| {
                 let (used, logicalused) = subtree_space(&sets, name);
                 let mountpoint = Self::resolve(&sets, name, "mountpoint").0;

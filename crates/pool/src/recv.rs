@@ -314,6 +314,14 @@ impl Pool {
     fn plan_receive(&self, target: &str, force: bool, begin: &Begin) -> Result<Plan, PoolError> {
         let recv = format!("{target}{RECV_SUFFIX}");
         let hidden = self.inner.datasets.read().get(&recv).map(|(m, _)| m.clone());
+        if hidden.is_some() && !begin.is_resume() {
+            // Checked before anything else: a -F must not roll the target back first.
+            let why = format!(
+                "a receive into it was interrupted; resume it with `tarn send -t TOKEN` (the token: `tarn get \
+                 {TOKEN_PROP} {recv}`) or abort it with `tarn recv -A {target}`"
+            );
+            return Err(refused(target, &why));
+        }
         let incremental = if begin.is_incremental() { Some(self.check_base(target, force, begin)?) } else { None };
         if incremental.is_none() && self.inner.datasets.read().contains_key(target) {
             let why = "it exists; a full stream creates its dataset (destroy it, or send incrementally)";
@@ -334,17 +342,10 @@ impl Pool {
             let at = token.as_ref().map(|t| (t.to_guid, t.object, t.offset));
             if at != Some((begin.to_guid, begin.resume_object, begin.resume_offset)) {
                 let why = "the stream resumes another point than the interrupted receive (use the token `tarn recv` printed, or \
-                           `tarn ds get receive_resume_token`)";
+                           `tarn get receive_resume_token`)";
                 return Err(refused(target, why));
             }
             return Ok(Plan { recv, incremental });
-        }
-        if hidden.is_some() {
-            let why = format!(
-                "a receive into it was interrupted; resume it with `tarn send -t TOKEN` (the token: `tarn ds get \
-                 {TOKEN_PROP} {recv}`) or abort it with `tarn recv -A {target}`"
-            );
-            return Err(refused(target, &why));
         }
         let Some((parent, _)) = target.rsplit_once('/') else {
             return Err(PoolError::BadName(target.into(), "a dataset name is POOL/NAME".into()));
@@ -445,13 +446,21 @@ impl Pool {
             sets.remove(&plan.recv).ok_or_else(|| PoolError::NoSuchDataset(plan.recv.clone()))?
         };
         let (id, props, creation, origin) = match &plan.incremental {
-            None => (recv_meta.id, BTreeMap::new(), now_secs(), None),
-            Some((meta, base)) => {
-                let old = self.inner.datasets.write().remove(target).map(|(_, d)| d);
-                let old = old.ok_or_else(|| PoolError::NoSuchDataset(target.into()))?;
+            None => {
+                if self.inner.datasets.read().contains_key(target) {
+                    // Made by another command while the stream came: the stream's tree
+                    // stays hidden, to be resumed into (its token is kept) or aborted.
+                    self.inner.datasets.write().insert(plan.recv.clone(), (recv_meta, recv_ds));
+                    return Err(refused(target, "it was created while the stream was being received"));
+                }
+                (recv_meta.id, BTreeMap::new(), now_secs(), None)
+            }
+            Some((_, base)) => {
+                let old = self.inner.datasets.write().remove(target);
+                let (meta, old) = old.ok_or_else(|| PoolError::NoSuchDataset(target.into()))?;
                 // The old head goes as a rollback's does: what it holds past the base.
                 self.inner.destroy_queue.lock().push(Destroyed { meta: old.meta_dnode(), floor: base.txg });
-                (meta.id, meta.props.clone(), meta.creation, meta.origin.clone())
+                (meta.id, meta.props, meta.creation, meta.origin)
             }
         };
         let opened = self.add_dataset(
