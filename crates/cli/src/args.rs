@@ -77,6 +77,8 @@ mounted. An interrupted receive keeps what arrived and prints a resume token (al
         #[arg(long)]
         progress: bool,
     },
+    /// Make a clone independent of its origin: it takes the origin's snapshots up to the one it was cloned from, and the origin becomes its clone: tarn promote POOL/CLONE
+    Promote { dataset: String },
     /// Set properties: tarn set PROP=VALUE... DATASET
     Set {
         #[arg(required = true, num_args = 1..)]

@@ -84,6 +84,7 @@ fn run(cmd: Cmd) -> Result<(), CliError> {
             send_cmd::send(snapshot, incremental, intermediates, token, progress)
         }
         Cmd::Recv { target, force, abort, progress } => send_cmd::recv(target, force, abort, progress),
+        Cmd::Promote { dataset } => snap_cmd::promote(dataset),
         Cmd::Set { assignments_then_dataset } => ds_cmd::set(assignments_then_dataset),
         Cmd::Get { props, dataset, out } => ds_cmd::get(&props, &dataset, out),
         Cmd::Inherit { prop, dataset } => ds_cmd::inherit(&prop, &dataset),

@@ -478,7 +478,34 @@ fn attention(s: &PoolStatus) -> Option<(String, String)> {
             "Wait for the resilver to complete.".into(),
         ));
     }
+    if let Some(held) = s.snapshot_space {
+        return Some(full_pool_attention(s, held));
+    }
     None
+}
+
+/// The pool is nearly full: writes will fail with ENOSPC. Says how much of it only
+/// snapshots hold (overwriting snapshotted data frees nothing) and what gives space back.
+fn full_pool_attention(s: &PoolStatus, held: u64) -> (String, String) {
+    let name = &s.name;
+    let mut status = format!(
+        "The pool is nearly full ({} allocated of {}): writes may fail with \"No space left on device\".",
+        format_size(s.allocated),
+        format_size(s.size)
+    );
+    if held > 0 {
+        status.push_str(&format!(
+            " Snapshots alone hold {}: overwriting or deleting files they hold frees nothing.",
+            format_size(held)
+        ));
+        let action =
+            format!("destroy snapshots you no longer need (`tarn snap list {name}`: USED is what each destroy frees)");
+        return (status, action);
+    }
+    (
+        status,
+        "delete data you no longer need (`tarn ds list` shows where it is), or move datasets to a bigger pool".into(),
+    )
 }
 
 /// The `scan:` line (and the progress line under it while a scan is under way).

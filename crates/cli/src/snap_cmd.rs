@@ -80,3 +80,8 @@ pub fn clone(options: &[String], snapshot: String, target: String) -> Result<(),
     }
     run_on_pool_of(&snapshot.clone(), ops::Clone { snapshot, target, props })
 }
+
+/// `tarn promote POOL/CLONE`.
+pub fn promote(dataset: String) -> Result<(), CliError> {
+    run_on_pool_of(&dataset.clone(), ops::Promote { dataset })
+}

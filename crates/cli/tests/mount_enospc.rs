@@ -95,3 +95,60 @@ fn nix_statvfs_avail(p: &Path) -> u64 {
     assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut s) }, 0, "statfs on the mount");
     s.f_bavail * s.f_frsize
 }
+
+/// Issue #13: a pool full because of snapshots says so. A 64 MiB pool holds a file and a
+/// snapshot of it; overwriting the file frees nothing (the snapshot keeps the old blocks),
+/// so the writer hits ENOSPC. The companion: `pool status` names snapshots as what holds
+/// the space and says what frees it, `ds list` charges the dataset with the snapshot's
+/// bytes; after `snap destroy` the same overwrite fits.
+#[test]
+fn a_pool_full_because_of_snapshots_says_so() {
+    let env = Env::with_pool("64M");
+    let m = env.mount("mnt", &[]);
+    let old = noise(3, 32 << 20);
+    write_synced(&m.p("table.ibd"), &old);
+    env.ok(&["snap", "create", "tank/db@nightly"]);
+    let status = env.ok(&["pool", "status", "tank"]);
+    assert!(!status.contains("nearly full"), "not full yet:\n{status}");
+
+    // Rewrite the table in place, MiB by MiB, until the pool is full.
+    let mut f = OpenOptions::new().write(true).open(m.p("table.ibd")).expect("open");
+    let mut full = None;
+    for round in 0..3u64 {
+        for i in 0..32 {
+            if let Err(e) = f.write_all(&noise(100 + round * 64 + i, CHUNK)).and_then(|_| f.sync_data()) {
+                full = Some(e);
+                break;
+            }
+        }
+        if full.is_some() {
+            break;
+        }
+        std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(0)).expect("seek");
+    }
+    drop(f);
+    let err = full.expect("overwrites under a snapshot must fill a 64 MiB pool");
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "the writer must see ENOSPC, got {err}");
+
+    let status = env.ok(&["pool", "status", "tank"]);
+    assert!(status.contains("status: The pool is nearly full"), "{status}");
+    assert!(status.contains("Snapshots alone hold"), "status must name the snapshots:\n{status}");
+    assert!(status.contains("tarn snap list tank"), "and what frees the space:\n{status}");
+    let list = env.ok(&["ds", "list", "-H", "-p"]);
+    let used_of = |name: &str| -> u64 {
+        let row = list.lines().find(|l| l.split('\t').next() == Some(name)).unwrap_or_else(|| panic!("{list}"));
+        row.split('\t').nth(1).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{row}"))
+    };
+    assert!(used_of("tank/db") > 40 << 20, "USED charges the snapshot's bytes too:\n{list}");
+    let refer = env.ok(&["get", "-H", "-p", "referenced", "tank/db"]);
+    let refer: u64 = refer.split('\t').nth(2).and_then(|v| v.trim().parse().ok()).expect("referenced");
+    assert!(used_of("tank/db") > refer + (16 << 20), "USED {} vs REFER {refer}", used_of("tank/db"));
+
+    env.ok(&["snap", "destroy", "tank/db@nightly"]);
+    let status = env.ok(&["pool", "status", "tank"]);
+    assert!(!status.contains("Snapshots alone hold"), "{status}");
+    let new = noise(4, 32 << 20);
+    write_synced(&m.p("table.ibd"), &new);
+    assert_file(&m.p("table.ibd"), &new);
+    m.umount();
+}

@@ -245,3 +245,84 @@ fn postgres_pgbench_and_kill_9_recovery_on_tarn() {
     db.stop();
     m.umount();
 }
+
+/// Detaches a second mount of the daemon if the test fails before its clean `tarn umount`
+/// (the daemon itself is stopped by the first mount's guard).
+struct DetachOnDrop(PathBuf);
+
+impl Drop for DetachOnDrop {
+    fn drop(&mut self) {
+        let _ = tarn_daemon::umount(&self.0, libc::MNT_DETACH);
+    }
+}
+
+/// Issue #13's database promise for PostgreSQL: a snapshot taken while pgbench and a
+/// committing client run is crash-consistent. A clone of it starts a second postmaster
+/// that runs WAL recovery, passes pg_amcheck, and holds every commit acknowledged before
+/// `tarn snap create` — while the first server keeps running on the head. The clone's
+/// `postmaster.pid` names the live first server, so it is removed first (the documented
+/// recipe; PostgreSQL would otherwise refuse to start, rightly).
+#[test]
+fn a_snapshot_under_running_postgres_clones_into_a_database_that_recovers() {
+    let env = common::Env::with_pool("2G");
+    let sockdir = open_to_postgres(&env);
+    let sock_b = env.path("sock-b");
+    std::fs::create_dir(&sock_b).expect("sockdir");
+    chown_postgres(&sock_b);
+    let m = env.mount("mnt", &[]);
+    let datadir = m.p("pgdata");
+    std::fs::create_dir(&datadir).expect("mkdir pgdata on the mount");
+    chown_postgres(&datadir);
+    let init = as_postgres(bin("initdb"))
+        .args(["-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-instructions", "-D"])
+        .arg(&datadir)
+        .output()
+        .expect("run initdb");
+    check(&init, "initdb on the mount");
+    let db = Postgres::start(&datadir, &sockdir);
+    query(&sockdir, "CREATE TABLE ledger (n BIGINT PRIMARY KEY)").expect("create ledger");
+    check(&db.pgbench(&["-i", "-q", "-s", SCALE]), "pgbench -i");
+
+    let dir = sockdir.clone();
+    let ledger = common::Ledger::start(move |n| query(&dir, &format!("INSERT INTO ledger VALUES ({n})")));
+    let sd = sockdir.clone();
+    let bench = std::thread::spawn(move || {
+        Command::new(bin("pgbench"))
+            .args(["-U", "postgres", "-T", "8", "-c", "4", "-j", "2", "-h"])
+            .arg(&sd)
+            .arg("postgres")
+            .output()
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    let acked_before = ledger.acked();
+    env.ok(&["snap", "create", "tank/db@live"]);
+    std::thread::sleep(Duration::from_secs(1));
+    let acked_after = ledger.stop();
+    check(&bench.join().expect("pgbench thread").expect("run pgbench"), "pgbench during the snapshot");
+    assert!(acked_before > 0, "the ledger client committed nothing before the snapshot");
+
+    env.ok(&["clone", "tank/db@live", "tank/copy"]);
+    let copy_mp = env.path("copy");
+    std::fs::create_dir(&copy_mp).expect("mkdir clone mountpoint");
+    env.ok(&["mount", "tank/copy", copy_mp.to_str().expect("utf8")]);
+    let _detach = DetachOnDrop(copy_mp.clone());
+    std::fs::remove_file(copy_mp.join("pgdata/postmaster.pid")).expect("the snapshot holds the live postmaster.pid");
+    let copy = Postgres::start(&copy_mp.join("pgdata"), &sock_b);
+    assert!(copy.log().contains("redo done"), "the clone should have run WAL recovery:\n{}", copy.log());
+    amcheck(&sock_b);
+    let prefix = query(&sock_b, &format!("SELECT count(*) FROM ledger WHERE n <= {acked_before}")).expect("count");
+    assert_eq!(prefix, acked_before.to_string(), "every commit acknowledged before the snapshot is in the clone");
+    let in_clone: u64 = query(&sock_b, "SELECT count(*) FROM ledger").expect("count").parse().expect("number");
+    assert!(in_clone <= acked_after + 1, "the clone holds no commit made after the snapshot's moment");
+    let accounts = query(&sock_b, "SELECT count(*) FROM pgbench_accounts").expect("count accounts");
+    assert_eq!(accounts, "200000", "pgbench_accounts keeps its rows in the clone");
+    println!("clone of a live snapshot: WAL recovery, pg_amcheck clean, {acked_before} commits acked before, {in_clone} in clone");
+
+    query(&sock_b, "INSERT INTO ledger VALUES (999999999)").expect("write in clone");
+    let head = query(&sockdir, "SELECT count(*) FROM ledger WHERE n = 999999999").expect("count head");
+    assert_eq!(head, "0", "a write to the clone's database must not appear in the head's");
+    copy.stop();
+    env.ok(&["umount", copy_mp.to_str().expect("utf8")]);
+    db.stop();
+    m.umount();
+}

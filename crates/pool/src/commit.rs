@@ -68,7 +68,7 @@ use tarn_zio::{BlockPtr, BlockType, CachePolicy, ChecksumKind, Compression, Pend
 use crate::error::{CommitError, PoolError};
 use crate::mos::{dnode_hex, DatasetRecord, Mos, OriginRecord, SnapRecord, MOS_VERSION};
 use crate::pool::{now_secs, Destroyed, DsMeta, Frozen, Inner, Pool};
-use crate::snapshots::{self, Snap, SnapOp};
+use crate::snapshots::{self, Origin, Snap, SnapOp};
 
 impl SyncTarget for Inner {
     type Error = CommitError;
@@ -92,14 +92,14 @@ impl SyncTarget for Inner {
         if let Some(e) = self.quiesce_error.lock().take() {
             return Err(e);
         }
-        let frozen = self.frozen.lock().take().expect("quiesce ran before sync");
-        self.write_txg(txg, &frozen)
+        let mut frozen = self.frozen.lock().take().expect("quiesce ran before sync");
+        self.write_txg(txg, &mut frozen)
     }
 }
 
 impl Inner {
     /// Steps 1 to 8 of the module header.
-    fn write_txg(&self, txg: u64, frozen: &Frozen) -> Result<(), CommitError> {
+    fn write_txg(&self, txg: u64, frozen: &mut Frozen) -> Result<(), CommitError> {
         let zio = &self.ctx.zio;
         for (name, meta, ds) in &frozen.datasets {
             let floor = snapshots::floor(&self.snaps.read(), meta);
@@ -149,9 +149,10 @@ impl Inner {
 
     /// Takes and destroys the snapshots queued in txg `txg`, after every dataset wrote
     /// its part of it: a snapshot taken now is the root `txg` commits.
-    fn apply_snap_ops(&self, txg: u64, frozen: &Frozen) {
-        let head_of = |id: u64| frozen.datasets.iter().find(|(_, m, _)| m.id == id);
-        for op in &frozen.snap_ops {
+    fn apply_snap_ops(&self, txg: u64, frozen: &mut Frozen) {
+        let ops = std::mem::take(&mut frozen.snap_ops);
+        for op in &ops {
+            let head_of = |id: u64| frozen.datasets.iter().find(|(_, m, _)| m.id == id);
             match op {
                 SnapOp::Take { dataset, name, creation, guid } => {
                     // A dataset destroyed in the same txg has no snapshot to take.
@@ -169,6 +170,58 @@ impl Inner {
                     self.snaps.write().entry(*dataset).or_default().push(snap);
                 }
                 SnapOp::Destroy { dataset, name } => self.destroy_snap(*dataset, name, head_of(*dataset)),
+                SnapOp::Promote { clone } => self.promote(*clone, &mut frozen.datasets),
+            }
+        }
+    }
+
+    /// `tarn promote` of dataset `clone_id` (origin O@S at txg t): O's snapshots up to S
+    /// move to the clone's list (before its own, all newer than t), the clone takes O's
+    /// origin, O becomes a clone of the clone's S, and clones of the moved snapshots
+    /// follow them. Every floor stays what it was — the clone's is still t (now its
+    /// newest-by-t snapshot S), O's is still its newest snapshot or t — so the frees this
+    /// txg already decided and the import's claim walk agree with the new lists.
+    /// `datasets` is the frozen list this txg's MOS is written from; the live map is
+    /// changed the same way.
+    fn promote(&self, clone_id: u64, datasets: &mut [(String, DsMeta, Arc<Dataset>)]) {
+        let Some(origin) = datasets.iter().find(|(_, m, _)| m.id == clone_id).and_then(|(_, m, _)| m.origin.clone())
+        else {
+            return;
+        };
+        let moved: Vec<String> = {
+            let mut snaps = self.snaps.write();
+            let from = snaps.entry(origin.dataset).or_default();
+            let split = from.partition_point(|s| s.txg <= origin.txg);
+            let mut taken: Vec<Snap> = from.drain(..split).collect();
+            let names = taken.iter().map(|s| s.name.clone()).collect();
+            let to = snaps.entry(clone_id).or_default();
+            assert!(to.iter().all(|s| s.txg > origin.txg), "a clone's own snapshots are newer than its origin");
+            taken.append(to);
+            *to = taken;
+            names
+        };
+        let old_origin_name = datasets.iter().find(|(_, m, _)| m.id == origin.dataset).map(|(n, _, _)| n.clone());
+        let old_origin_of_o =
+            datasets.iter().find(|(_, m, _)| m.id == origin.dataset).and_then(|(_, m, _)| m.origin.clone());
+        let repoint = |id: u64, o: &mut Option<Origin>| {
+            if id == clone_id {
+                *o = old_origin_of_o.clone();
+            } else if id == origin.dataset {
+                *o = Some(Origin { dataset: clone_id, snapshot: origin.snapshot.clone(), txg: origin.txg });
+            } else if let Some(x) = o.as_mut().filter(|x| x.dataset == origin.dataset && moved.contains(&x.snapshot)) {
+                x.dataset = clone_id;
+            }
+        };
+        for (_, meta, _) in datasets.iter_mut() {
+            repoint(meta.id, &mut meta.origin);
+        }
+        for (meta, _) in self.datasets.write().values_mut() {
+            repoint(meta.id, &mut meta.origin);
+        }
+        if let Some(o) = old_origin_name {
+            let mut open = self.snap_open.lock();
+            for name in &moved {
+                open.remove(&format!("{o}@{name}"));
             }
         }
     }

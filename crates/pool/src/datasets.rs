@@ -82,9 +82,18 @@ pub fn check_name(name: &str) -> Result<(), PoolError> {
 
 /// (physical, logical) bytes used by `ds` and every dataset under it, as of the last
 /// commit.
+/// Whether dataset `name` is `ds` or below it.
+pub(crate) fn in_subtree(name: &str, ds: &str) -> bool {
+    name == ds || name.strip_prefix(ds).is_some_and(|rest| rest.starts_with('/'))
+}
+
+/// ZFS's USED of `ds`: what it and every dataset below it are charged.
+pub(crate) fn subtree_charged(charged: &BTreeMap<String, u64>, ds: &str) -> u64 {
+    charged.iter().filter(|(k, _)| in_subtree(k, ds)).map(|(_, v)| v).sum()
+}
+
 pub(crate) fn subtree_space(sets: &Datasets, ds: &str) -> (u64, u64) {
-    let prefix = format!("{ds}/");
-    sets.iter().filter(|(k, _)| k.as_str() == ds || k.starts_with(&prefix)).fold((0, 0), |(p, l), (_, (_, d))| {
+    sets.iter().filter(|(k, _)| in_subtree(k, ds)).fold((0, 0), |(p, l), (_, (_, d))| {
         let used = d.used();
         (p + used.physical, l + used.logical)
     })
@@ -183,19 +192,35 @@ impl Pool {
         self.sync()
     }
 
-    /// Every dataset but a receive's hidden one (`DS%recv`, see `recv.rs`), as `ds list`
-    /// shows them.
+    /// `tarn ds list`: USED as ZFS's — what each dataset, its snapshots and its children
+    /// hold (a clone is not charged what it shares with its origin); a receive's
+    /// hidden dataset (`DS%recv`, see `recv.rs`) is left out.
     pub fn datasets_info(&self) -> Vec<DatasetInfo> {
+        let charged = self.charged_by_dataset(None);
         let sets = self.inner.datasets.read();
         let avail = self.available();
         sets.keys()
             .filter(|name| !name.contains('%'))
             .map(|name| {
-                let (used, logicalused) = subtree_space(&sets, name);
+                let (_, logicalused) = subtree_space(&sets, name);
+                let used = subtree_charged(&charged, name);
                 let mountpoint = Self::resolve(&sets, name, "mountpoint").0;
                 DatasetInfo { name: name.clone(), used, logicalused, available: avail, mountpoint }
             })
             .collect()
+    }
+
+    /// `charged_space` of every dataset (or of `under` and the datasets below it), by
+    /// name. The walks run outside the `datasets` lock.
+    pub(crate) fn charged_by_dataset(&self, under: Option<&str>) -> BTreeMap<String, u64> {
+        let heads: Vec<(String, DsMeta, Arc<Dataset>)> = {
+            let sets = self.inner.datasets.read();
+            sets.iter()
+                .filter(|(k, _)| under.is_none_or(|u| in_subtree(k, u)))
+                .map(|(k, (m, d))| (k.clone(), m.clone(), d.clone()))
+                .collect()
+        };
+        heads.into_iter().map(|(name, meta, head)| (name, self.charged_space(&meta, &head))).collect()
     }
 
     /// Opens dataset `name` over its dnode table (`meta`; `None` for a new dataset) and

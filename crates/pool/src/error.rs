@@ -55,6 +55,10 @@ pub enum PoolError {
     SnapshotExists(String),
     #[error("snapshot '{snapshot}' has clones ({clones}); destroy them first")]
     SnapshotHasClones { snapshot: String, clones: String },
+    #[error("cannot promote '{0}': it is not a clone (its `origin` is -); only a clone can be promoted")]
+    NotAClone(String),
+    #[error("cannot promote '{clone}': it already has snapshot(s) named {names}, which it would take from '{origin}'; rename them by destroying or re-taking them first")]
+    PromoteNameConflict { clone: String, origin: String, names: String },
     #[error("'{snapshot}' is not the newest snapshot (newer: {newer}); destroy the newer ones first")]
     SnapshotNotNewest { snapshot: String, newer: String },
     #[error("'{0}' is the pool's root dataset; use `tarn pool destroy`")]

@@ -12,7 +12,7 @@
 use tarn_dataset::props::{self, format_size, Effective, READONLY};
 use tarn_dataset::FsError;
 
-use crate::datasets::subtree_space;
+use crate::datasets::{subtree_charged, subtree_space};
 use crate::error::{PoolError, PropError};
 use crate::pool::{Datasets, Pool};
 
@@ -81,14 +81,15 @@ impl Pool {
             drop(sets);
             (self.snap_space(&meta, &head), self.origin_name(meta.origin.as_ref()))
         };
+        let charged = self.charged_by_dataset(Some(ds));
         let sets = self.inner.datasets.read();
         let Some((meta, head)) = sets.get(ds) else {
             return Err(PoolError::NoSuchDataset(ds.into()));
         };
-        let (subtree, logical) = subtree_space(&sets, ds);
+        let (_, logical) = subtree_space(&sets, ds);
         let referenced = head.used().physical;
         // ZFS's sum: what the dataset, its snapshots and its children hold.
-        let used = subtree - referenced + space.usedbydataset + space.usedbysnapshots;
+        let used = subtree_charged(&charged, ds);
         let ratio = if used == 0 { 1.0 } else { logical as f64 / used as f64 };
         let row = |property: &str, value: String, raw: Option<String>| PropRow {
             property: property.into(),

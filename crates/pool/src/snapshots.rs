@@ -98,6 +98,11 @@ pub(crate) enum SnapOp {
         dataset: u64,
         name: String,
     },
+    /// `tarn promote`: the clone `clone` takes its origin dataset's snapshots up to and
+    /// including the origin snapshot, and the origin dataset becomes a clone of it.
+    Promote {
+        clone: u64,
+    },
 }
 
 /// A snapshot as `tarn snap list` shows it.
@@ -368,6 +373,42 @@ impl Pool {
         Ok(())
     }
 
+    /// `tarn promote POOL/CLONE` (ZFS's): the clone takes over its origin dataset's
+    /// snapshots up to and including its origin snapshot, and that dataset becomes a
+    /// clone of the clone — so the original can then be destroyed and the clone lives on.
+    /// No block moves and no floor changes (see `Inner::promote`); committed in one txg.
+    pub fn promote(&self, clone: &str) -> Result<(), PoolError> {
+        let _serial = self.inner.snap_lock.lock();
+        let meta = {
+            let sets = self.inner.datasets.read();
+            sets.get(clone).map(|(m, _)| m.clone()).ok_or_else(|| PoolError::NoSuchDataset(clone.into()))?
+        };
+        let origin = meta.origin.clone().ok_or_else(|| PoolError::NotAClone(clone.into()))?;
+        let taken: Vec<String> = self
+            .inner
+            .snaps
+            .read()
+            .get(&origin.dataset)
+            .map(|v| v.iter().filter(|s| s.txg <= origin.txg).map(|s| s.name.clone()).collect())
+            .unwrap_or_default();
+        let own = self.snapshot_names(clone)?;
+        let clash: Vec<String> = taken.iter().filter(|n| own.contains(n)).map(|n| format!("{clone}@{n}")).collect();
+        if !clash.is_empty() {
+            let origin_name = self.origin_name(Some(&origin));
+            return Err(PoolError::PromoteNameConflict {
+                clone: clone.into(),
+                origin: origin_name,
+                names: clash.join(", "),
+            });
+        }
+        let hold = self.inner.ctx.txg.hold(0).map_err(FsError::from)?;
+        let txg = hold.txg;
+        self.inner.snap_ops.lock().push(SnapOp::Promote { clone: meta.id });
+        drop(hold);
+        self.inner.ctx.txg.wait_synced(txg).map_err(FsError::from)?;
+        Ok(())
+    }
+
     /// `tarn rollback DS@SNAP`: the dataset's head becomes the snapshot again. Only to the
     /// newest snapshot; the caller makes sure nothing has the dataset open (unmounted).
     pub fn rollback(&self, full: &str) -> Result<(), PoolError> {
@@ -515,6 +556,46 @@ impl Pool {
             head.used().physical
         };
         SnapSpace { usedbysnapshots, written, usedbydataset }
+    }
+
+    /// What a dataset itself is charged, children apart (ZFS's `usedbydataset +
+    /// usedbysnapshots`): its head, less what a clone shares with its origin, plus what
+    /// only its snapshots hold. Walks only for a clone or a dataset with snapshots, and
+    /// then only the blocks born after its origin.
+    pub(crate) fn charged_space(&self, meta: &DsMeta, head: &Dataset) -> u64 {
+        let has_snaps = self.inner.snaps.read().get(&meta.id).is_some_and(|v| !v.is_empty());
+        if !has_snaps && meta.origin.is_none() {
+            return head.used().physical;
+        }
+        let zio = &self.inner.ctx.zio;
+        let _reading = self.inner.ctx.reclaim.read();
+        let list = self.inner.snaps.read().get(&meta.id).cloned().unwrap_or_default();
+        let head_meta = head.meta_dnode();
+        let origin_txg = meta.origin.as_ref().map_or(0, |o| o.txg);
+        let mut prev = origin_txg;
+        let mut held = 0;
+        for s in &list {
+            held += psize_sum(|f| for_each_unique(zio, &s.meta, prev, s.txg, &head_meta, f));
+            prev = s.txg;
+        }
+        let own = if meta.origin.is_some() {
+            psize_sum(|f| for_each_born_after(zio, &head_meta, origin_txg, f))
+        } else {
+            head.used().physical
+        };
+        held + own
+    }
+
+    /// Bytes only snapshots hold, summed over the pool's datasets (what destroying every
+    /// snapshot would give back, at most).
+    pub fn snapshot_space(&self) -> u64 {
+        let heads: Vec<(DsMeta, Arc<Dataset>)> =
+            self.inner.datasets.read().values().map(|(m, d)| (m.clone(), d.clone())).collect();
+        heads
+            .iter()
+            .filter(|(m, _)| self.inner.snaps.read().get(&m.id).is_some_and(|v| !v.is_empty()))
+            .map(|(m, d)| self.snap_space(m, d).usedbysnapshots)
+            .sum()
     }
 
     /// The origin of a clone as `POOL/DS@NAME` ("-" for none).

@@ -58,6 +58,17 @@ pub struct PoolStatus {
     /// Cache devices (L2ARC): state, what happened at import, counters.
     #[serde(default)]
     pub caches: Vec<tarn_l2arc::CacheDevStatus>,
+    /// Set only when the pool is nearly full (`nearly_full`): the bytes only snapshots hold, so
+    /// `status` can say a write's ENOSPC comes from history kept, and what frees it.
+    #[serde(default)]
+    pub snapshot_space: Option<u64>,
+}
+
+/// Under 5% of the pool left for datasets (free space less the reserve and dirty data):
+/// the point where `status` explains what holds the space (a write can fail with ENOSPC
+/// soon after, and the reason must be one command away).
+fn nearly_full(size: u64, available: u64) -> bool {
+    available.saturating_mul(20) < size
 }
 
 /// Engine counters of one pool (what `tarn stats` shows).
@@ -155,6 +166,7 @@ impl Pool {
             data_errors: self.data_errors(),
             error_files: Vec::new(),
             caches: zio.l2arc().map(|l2| l2.devices()).unwrap_or_default(),
+            snapshot_space: nearly_full(size, self.available()).then(|| self.snapshot_space()),
         }
     }
 

@@ -461,3 +461,119 @@ fn kill9_during_snapshot_create_and_destroy_leaves_a_consistent_pool() {
     }
     assert!(checked >= 6, "only {checked} snapshots checked");
 }
+
+/// `tarn promote`: the clone takes its origin's snapshots up to the one it came from,
+/// the origin becomes its clone, other clones follow their snapshots — and then the
+/// original dataset can be destroyed with the clone living on. Contents of every head and
+/// snapshot against the model, and the allocated count across imports (a block freed while
+/// still held, or leaked, shows there), after the promote and after each destroy.
+#[test]
+fn promote_hands_the_origins_snapshots_to_the_clone_and_frees_nothing_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pool, img) = new_pool(dir.path());
+    let ds = pool.dataset("tank/db").unwrap();
+    let mut model = Model::new();
+    change(&ds, &mut model, 0);
+    change(&ds, &mut model, 1);
+    pool.create_snapshots(&["tank/db@s1".into()], false).unwrap();
+    let m1 = model.clone();
+    change(&ds, &mut model, 2);
+    pool.create_snapshots(&["tank/db@s2".into()], false).unwrap();
+    let m2 = model.clone();
+    change(&ds, &mut model, 3);
+    pool.create_snapshots(&["tank/db@s3".into()], false).unwrap();
+    let m3 = model.clone();
+    change(&ds, &mut model, 4);
+    pool.clone_snapshot("tank/db@s2", "tank/copy", &[]).unwrap();
+    pool.clone_snapshot("tank/db@s1", "tank/other", &[]).unwrap();
+    let copy = pool.dataset("tank/copy").unwrap();
+    let mut copy_model = m2.clone();
+    write(&copy, &mut copy_model, "b", 5000, &noise(50, 200_000));
+    write(&copy, &mut copy_model, "c", 0, &noise(51, 70_000));
+    pool.create_snapshots(&["tank/copy@c1".into()], false).unwrap();
+    let c1 = copy_model.clone();
+    write(&copy, &mut copy_model, "a", 0, &noise(60, 90_000));
+    remove(&copy, &mut copy_model, "new1");
+
+    // Bad input first: nothing changes.
+    let err = pool.promote("tank/db").unwrap_err();
+    assert!(matches!(err, PoolError::NotAClone(_)), "{err}");
+    pool.create_snapshots(&["tank/copy@s1".into()], false).unwrap();
+    let err = pool.promote("tank/copy").unwrap_err();
+    assert!(matches!(err, PoolError::PromoteNameConflict { .. }) && err.to_string().contains("tank/copy@s1"), "{err}");
+    pool.destroy_snapshot("tank/copy@s1").unwrap();
+    assert_eq!(pool.snapshot_names("tank/db").unwrap(), ["s1", "s2", "s3"]);
+
+    let before = allocated(&pool);
+    pool.promote("tank/copy").unwrap();
+    assert_eq!(allocated(&pool), before, "a promote moves no block");
+    assert_eq!(pool.snapshot_names("tank/copy").unwrap(), ["s1", "s2", "c1"]);
+    assert_eq!(pool.snapshot_names("tank/db").unwrap(), ["s3"]);
+    let origin = |ds: &str| pool.get_properties(ds, Some("origin")).unwrap()[0].value.clone();
+    assert_eq!(origin("tank/copy"), "-");
+    assert_eq!(origin("tank/db"), "tank/copy@s2");
+    assert_eq!(origin("tank/other"), "tank/copy@s1");
+    for (name, want) in [("tank/copy@s1", &m1), ("tank/copy@s2", &m2), ("tank/copy@c1", &c1), ("tank/db@s3", &m3)] {
+        assert_snapshot(&pool, name, want);
+    }
+    // Both heads keep changing after the promote; the frees they cause respect the new lists.
+    change(&ds, &mut model, 5);
+    write(&copy, &mut copy_model, "b", 0, &noise(80, 300_000));
+    remove(&copy, &mut copy_model, "c");
+    drop((ds, copy));
+    let alloc = allocated(&pool);
+    let pool = reimport(pool, &img);
+    assert!(allocated(&pool).abs_diff(alloc) <= 64 << 10, "no block leaked or freed while held");
+    assert!(read_tree(&pool.dataset("tank/db").unwrap()).unwrap() == model);
+    assert!(read_tree(&pool.dataset("tank/copy").unwrap()).unwrap() == copy_model);
+    assert!(read_tree(&pool.dataset("tank/other").unwrap()).unwrap() == m1);
+    assert_eq!(pool.snapshot_names("tank/copy").unwrap(), ["s1", "s2", "c1"], "the promote is in the MOS");
+
+    // The original can go now; the clone and its snapshots live on.
+    pool.destroy_snapshot("tank/db@s3").unwrap();
+    pool.destroy_dataset("tank/db").unwrap();
+    pool.destroy_dataset("tank/other").unwrap();
+    pool.destroy_snapshot("tank/copy@s1").unwrap();
+    let alloc = allocated(&pool);
+    let pool = reimport(pool, &img);
+    assert!(allocated(&pool).abs_diff(alloc) <= 64 << 10, "destroys after a promote free exactly what no one holds");
+    assert!(read_tree(&pool.dataset("tank/copy").unwrap()).unwrap() == copy_model);
+    assert_snapshot(&pool, "tank/copy@s2", &m2);
+    assert_snapshot(&pool, "tank/copy@c1", &c1);
+    assert_eq!(pool.scrub().unwrap().errors, 0);
+    pool.export().unwrap();
+}
+
+/// `ds list` USED as ZFS's: a dataset is charged what its snapshots alone hold, a clone
+/// only what it does not share with its origin, a parent the sum of its children.
+#[test]
+fn ds_list_used_counts_snapshots_and_not_what_a_clone_shares() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pool, _img) = new_pool(dir.path());
+    let ds = pool.dataset("tank/db").unwrap();
+    let mut model = Model::new();
+    write(&ds, &mut model, "f", 0, &noise(1, 8 << 20));
+    pool.sync().unwrap();
+    let used = |name: &str| pool.datasets_info().into_iter().find(|d| d.name == name).unwrap().used;
+    let head_only = used("tank/db");
+    pool.create_snapshots(&["tank/db@s".into()], false).unwrap();
+    write(&ds, &mut model, "f", 0, &noise(2, 8 << 20));
+    pool.sync().unwrap();
+    let with_snap = used("tank/db");
+    assert!(with_snap > head_only + (7 << 20), "the snapshot's 8 MiB count: {head_only} -> {with_snap}");
+    pool.clone_snapshot("tank/db@s", "tank/copy", &[]).unwrap();
+    let copy = pool.dataset("tank/copy").unwrap();
+    assert!(used("tank/copy") < 1 << 20, "a fresh clone shares everything: {}", used("tank/copy"));
+    write(&copy, &mut model, "g", 0, &noise(3, 2 << 20));
+    pool.sync().unwrap();
+    let c = used("tank/copy");
+    assert!(c > (3 << 19) && c < 3 << 20, "the clone is charged its own 2 MiB: {c}");
+    assert_eq!(used("tank"), used("tank/db") + c + root_own(&pool), "a parent is charged its children");
+    drop((ds, copy));
+    pool.export().unwrap();
+}
+
+/// What the root dataset itself is charged (its head: it has no snapshots here).
+fn root_own(pool: &Pool) -> u64 {
+    pool.dataset("tank").unwrap().used().physical
+}

@@ -198,6 +198,18 @@ impl Ledger {
         Ledger { stop, acked, writer }
     }
 
+    /// The highest number whose commit the client has seen acknowledged so far.
+    pub fn acked(&self) -> u64 {
+        self.acked.load(Ordering::Relaxed)
+    }
+
+    /// Stops the client after its current commit; returns the highest acknowledged number.
+    pub fn stop(self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.writer.join();
+        self.acked.load(Ordering::Relaxed)
+    }
+
     /// Lets the client write for `after`, then runs `crash` (kill -9 of the database and
     /// of the tarn daemon) while it is still writing. Returns the highest number whose
     /// commit was acknowledged; fails if nothing was committed before the crash.

@@ -3,7 +3,7 @@
 //! Rooms: `pool` (status, scrub start/stop and its scan, iostat, clear, export, destroy,
 //! add, history, stats, tune),
 //! `dataset` (ds create/destroy/list, set, get, inherit), `snapshot` (snap
-//! create/list/destroy, rollback, clone), `stream` (send, recv), `files` (put, ls, cat) and
+//! create/list/destroy, rollback, clone, promote), `stream` (send, recv), `files` (put, ls, cat) and
 //! `mounts` (mount, umount: the daemon's own).
 //!
 //! Owns: [`dispatch`], the one place a command's wire name meets its type.
@@ -68,6 +68,7 @@ registry![
     stream::Send,
     stream::SendSize,
     stream::Recv,
+    snapshot::Promote,
     files::Put,
     files::List,
     files::Read,

@@ -98,3 +98,20 @@ impl Op for Clone {
         Ok(on.pool.clone_snapshot(&self.snapshot, &self.target, &props)?)
     }
 }
+
+/// `tarn promote POOL/CLONE`: the clone takes its origin's snapshots up to the origin
+/// snapshot; the origin dataset becomes its clone. Works on mounted datasets (no head
+/// changes, only which dataset owns which snapshots).
+#[derive(Serialize, Deserialize)]
+pub struct Promote {
+    pub dataset: String,
+}
+
+impl Op for Promote {
+    const NAME: &'static str = "promote";
+    const CHANGES_POOL: bool = true;
+    type Output = ();
+    fn run(self, on: &Held<'_>) -> Result<(), OpError> {
+        Ok(on.pool.promote(&self.dataset)?)
+    }
+}
