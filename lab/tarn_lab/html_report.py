@@ -1,7 +1,7 @@
 """The HTML report: one self-contained page to mail or attach to a ticket — the headline
 (one per memory variant), the memory sweep's advice, warnings, the ratio tables against the
-scenario's baseline, the sweep's splits and what each stack was given and used, the verdict
-and the charts first; then what was measured (the disk, the database, how the data was
+scenario's baseline, the sweep's splits and what each stack was given and used, the cache
+device's tables (warm run, restart, long run), the verdict and the charts first; then what was measured (the disk, the database, how the data was
 loaded, only the workloads that ran, the stacks); the sysbench detail, devices, settings
 and versions collapsed in <details>.
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import jinja2
 
-from . import analysis, plots
+from . import analysis, cachephases, cachereport, plots
 from .analysis import Cell, cells_of
 from .devices import parse_size
 from .humanize import (WORKLOAD_TEXT, describe_database, describe_disk, describe_load, describe_stack,
@@ -174,6 +174,32 @@ def settings_tables(stacks: list[dict], versions: dict) -> list[HtmlTable]:
 
 # -- the page ---------------------------------------------------------------------------------
 
+def cache_html_tables(tables: cachereport.CacheTables) -> list[HtmlTable]:
+    return [HtmlTable(headers=[h for h, _ in cols], rows=[[get(r) for _, get in cols] for r in rows],
+                      caption=title, id=f"cache-{i}")
+            for i, (title, cols, rows) in enumerate(cachereport.sections(tables), 1)]
+
+
+def cache_charts(scenario: dict, cells: dict, phases: dict, plots_dir: Path | None) -> list[Chart]:
+    """The l2arc scenario's: the hit ratio over the warm run, TPS after the restart, the long
+    run (each only where there is something to draw)."""
+    baseline = analysis.baseline_of(scenario, cells)
+    out = []
+    warm = [(c, r) for c, r in cachereport.stack_runs(cells, phases, None)
+            if cachephases.l2arc_samples(r) or cachephases.cache_read_share_series(r)[0]]
+    if warm:
+        out.append(chart(plots.l2arc_hits_over_time(warm, baseline, "L2ARC hit ratio over time"),
+                         "L2ARC hit ratio over time", "l2arc_hits.png", plots_dir))
+    restart = cachereport.stack_runs(cells, phases, "restart")
+    if restart:
+        out.append(chart(plots.restart_over_time(restart, baseline), "TPS after a restart", "restart.png", plots_dir))
+    long = cachereport.stack_runs(cells, phases, "long")
+    if long:
+        out.append(chart(plots.long_run_over_time(long, baseline), "Long run: TPS and L2ARC hit ratio",
+                         "long_run.png", plots_dir))
+    return out
+
+
 def charts(scenario: dict, cells: dict, plots_dir: Path | None) -> list[Chart]:
     """In a DBA's order: who serves the most TPS, what a transaction costs the disk, is the
     rate steady, how much disk the data takes."""
@@ -260,6 +286,8 @@ def report_page(rundir: Path, plots_dir: Path | None = None) -> Page:
     own = own_baseline_html_table(scenario, cells)
     if own:
         tables.append(own)
+    phases = cachephases.load_phases(rundir)
+    tables += cache_html_tables(cachereport.cache_tables(cells, phases))
     verdicts = []
     for variant, view, vcells in views:
         text = analysis.verdict(view, vcells)
@@ -273,7 +301,8 @@ def report_page(rundir: Path, plots_dir: Path | None = None) -> Page:
                 headline=headlines[0] if headlines else None, more_headlines=headlines[1:],
                 advice=[sw.advice() for sw in sweeps], warnings=warnings_of(scenario, stacks), tables=tables,
                 verdict=" ".join(verdicts) or None, notes=stack_notes(stacks),
-                figures=charts(scenario, cells, plots_dir) if cells else [],
+                figures=(charts(scenario, cells, plots_dir) + cache_charts(scenario, cells, phases, plots_dir))
+                if cells else [],
                 measured=measured(scenario, cells, versions) + loads(stacks),
                 workloads=[(workload_label(w), WORKLOAD_TEXT.get(w, "")) for w in (workloads or scenario["workloads"])],
                 footer=f"Raw results: {rundir / 'runs'} · report written {dt.datetime.now():%Y-%m-%d %H:%M}")

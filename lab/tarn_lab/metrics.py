@@ -1,13 +1,14 @@
 """Per-second system metrics: per-device IOPS and MB/s from /proc/diskstats, CPU from
-/proc/stat, and the resident memory (RSS) of the processes that hold a stack's caches —
+/proc/stat, the resident memory (RSS) of the processes that hold a stack's caches —
 mariadbd (the buffer pool), the `tarn mount` daemon or zfs-fuse (the ARC) — from
-/proc/PID/status.
+/proc/PID/status, and the counters of any probe it is given (the L2ARC's, each second).
 
 Owns: parsing those files and a sampler thread that turns counter deltas into rates, one
 row per second, for the data/cache/log devices separately, with each process's RSS.
 Promises: parsers are pure functions of text; the sampler stops when its `with` ends; a
-process that has exited is left out of the rows from then on, not counted as zero.
-Must never: write anything to the system; it only reads /proc.
+process that has exited is left out of the rows from then on, not counted as zero; a probe
+that fails or answers None leaves its key out of that second's row.
+Must never: write anything to the system; it only reads /proc (and runs its probes).
 """
 from __future__ import annotations
 
@@ -108,13 +109,30 @@ def read_cpu() -> dict:
         return parse_proc_stat_cpu(f.read())
 
 
+def run_probes(probes: dict) -> dict:
+    """Each probe's answer under its name; one that raises or answers None is left out
+    (counters are extra: a failed read must not stop the sampling)."""
+    out = {}
+    for name, probe in probes.items():
+        try:
+            value = probe()
+        except Exception:
+            continue
+        if value is not None:
+            out[name] = value
+    return out
+
+
 class Sampler:
     """Samples once a second in a thread; `rows` holds one dict per second (with "rss":
-    {role: bytes} for the processes given); `memory` summarizes each process's RSS."""
+    {role: bytes} for the processes given, and each probe's answer under its name);
+    `memory` summarizes each process's RSS."""
 
-    def __init__(self, devices: dict[str, str], interval: float = 1.0, processes: dict[str, int] | None = None):
+    def __init__(self, devices: dict[str, str], interval: float = 1.0, processes: dict[str, int] | None = None,
+                 probes: dict | None = None):
         self.devices = devices            # role -> kernel device name (loop3)
         self.processes = dict(processes or {})   # role -> pid (mariadbd, tarn, zfs-fuse)
+        self.probes = dict(probes or {})  # name -> () -> dict | None (the L2ARC's counters)
         self.interval = interval
         self.rows: list[dict] = []
         self.totals: dict[str, dict] = {}
@@ -161,5 +179,6 @@ class Sampler:
                     row[role] = device_rates(prev_disk[name], now_disk[name], dt)
             if self.processes:
                 row["rss"] = self._sample_memory()
+            row.update(run_probes(self.probes))
             self.rows.append(row)
             prev_disk, prev_cpu, prev_t = now_disk, now_cpu, now_t

@@ -1,12 +1,13 @@
 """The report's charts, each answering one question a DBA asks: TPS per stack, reads per
 transaction, TPS by buffer pool / ARC split (the memory sweep), TPS over time, size on
-disk; and before/after for a comparison.
+disk, the L2ARC hit ratio over time, TPS after a restart and over a long run; and
+before/after for a comparison.
 
 Owns: matplotlib figures (object API, no pyplot state) and their PNG bytes.
 Promises: every chart has a title, labelled axes and units; bar labels sit inside the axes
 (head room above the tallest bar), so they never cover a title; min–max whiskers wherever
 a stack ran more than once.
-Must never: compute a number itself — values come from analysis.Cell.
+Must never: compute a number itself — values come from analysis.Cell and cachephases.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import io
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from . import cachephases
 from .analysis import Cell, memory_of
 from .humanize import workload_label
 
@@ -242,4 +244,96 @@ def before_after_bars(title: str, unit: str, names: list[str], before: list[Cell
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     _title(fig, title, "before (grey) and after (blue), same stacks and workload", ax)
+    return fig
+
+
+# -- the l2arc scenario: the cache device over time ----------------------------------------------
+
+def _percent(values: list[float | None]) -> list[float]:
+    """Ratios as percent; a second without lookups is a gap in the line (NaN), not 0%."""
+    return [float("nan") if v is None else 100.0 * v for v in values]
+
+
+def l2arc_hits_over_time(pairs: list[tuple[Cell, dict]], baseline: str | None, title: str,
+                         window: int = 5) -> Figure:
+    """The L2ARC hit ratio over a run, per stack with a cache device: the engine's own
+    (hits / (hits + misses) over the last `window` seconds, solid) where it exposes one, and
+    the cache device's share of the device reads for every
+    stack with a cache device (over the same window, dashed)."""
+    fig = new_figure(9, 3.8)
+    ax = fig.add_subplot()
+    cells = [c for c, _ in pairs]
+    for (cell, run), color in zip(pairs, stack_colors(cells, baseline)):
+        t, hits = cachephases.hit_ratio_series(run, window)
+        if t:
+            ax.plot(t, _percent(hits), color=color, linewidth=2, label=f"{cell.stack}: L2ARC hit ratio")
+        t, share = cachephases.cache_read_share_series(run, window)
+        if t:
+            ax.plot(t, _percent(share), color=color, linewidth=1, linestyle="--",
+                    label=f"{cell.stack}: cache device's share of reads")
+    ax.set_ylim(0, 105)
+    ax.set_xlabel("seconds into the run")
+    ax.set_ylabel("%")
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    _title(fig, title, f"over the last {window} s — solid: the engine's L2ARC hits / lookups; dashed: cache "
+                       "device reads / (cache + data device reads)", ax)
+    return fig
+
+
+def restart_over_time(pairs: list[tuple[Cell, dict]], baseline: str | None, window: int = 5) -> Figure:
+    """TPS after the restart (moving average) against the warm run's mean (dotted), the
+    first minute shaded: is the cache warm again within a minute?"""
+    fig = new_figure(9, 3.6)
+    ax = fig.add_subplot()
+    cells = [c for c, _ in pairs]
+    for (cell, run), color in zip(pairs, stack_colors(cells, baseline)):
+        t, tps = cachephases.tps_series(run)
+        ax.plot(t, moving_average(tps, window), color=color, linewidth=2, label=f"{cell.stack} after restart")
+        ax.axhline(cell.tps, color=color, linewidth=1, linestyle=":", label=f"{cell.stack} warm ({cell.tps:,.0f})")
+    ax.axvspan(0, cachephases.FIRST_MINUTE, color="#eeeeee", zorder=0)
+    ax.set_xlabel("seconds after the pool was imported and the database started")
+    ax.set_ylabel("TPS")
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    _title(fig, "TPS after a restart (export, import)",
+           f"{window} s moving average; dotted: the warm run's mean; shaded: the first minute "
+           f"(bar: ≥ {cachephases.RESTART_BAR:.0%} of warm)", ax)
+    return fig
+
+
+def long_run_over_time(pairs: list[tuple[Cell, dict]], baseline: str | None, window: int = 10) -> Figure:
+    """The long run: TPS (top) and the L2ARC hit ratio (bottom) over time, the last quarter
+    shaded — does the feed keep up while the data is overwritten?"""
+    fig = new_figure(9, 5.6)
+    top, bottom = fig.subplots(2, 1, sharex=True)
+    cells = [c for c, _ in pairs]
+    end = 0.0
+    for (cell, run), color in zip(pairs, stack_colors(cells, baseline)):
+        t, tps = cachephases.tps_series(run)
+        top.plot(t, moving_average(tps, window), color=color, linewidth=2, label=cell.stack)
+        end = max([end] + t)
+        ht, hits = cachephases.hit_ratio_series(run, window)
+        if ht:
+            bottom.plot(ht, _percent(hits), color=color, linewidth=2, label=f"{cell.stack}: L2ARC hit ratio")
+        else:
+            st, share = cachephases.cache_read_share_series(run, window)
+            if st:
+                bottom.plot(st, _percent(share), color=color, linewidth=1, linestyle="--",
+                            label=f"{cell.stack}: cache device's share of reads")
+    for ax in (top, bottom):
+        if end:
+            ax.axvspan(end * 0.75, end, color="#eeeeee", zorder=0)
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    top.set_ylabel("TPS")
+    bottom.set_ylabel("%")
+    bottom.set_ylim(0, 105)
+    bottom.set_xlabel("seconds into the long run")
+    _title(fig, "Long run: TPS and L2ARC hit ratio over time",
+           f"{window} s moving averages; shaded: the last quarter (bar: ≥ {cachephases.LONG_BAR:.0%} of the best "
+           "quarter)\ndashed: the cache device's share of reads, where the engine has no L2ARC counters")
     return fig

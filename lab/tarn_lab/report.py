@@ -1,7 +1,8 @@
 """Reports from a results directory, the answer first: the headline (one per memory variant
 when a scenario ran the articles' setup and equal memory), warnings (caches too big for the
 dataset), the ratio table against the scenario's baseline (fits 100 columns), TPS bars, the
-memory sweep's splits and its advice, what each stack was given and used (RSS), and the
+memory sweep's splits and its advice, what each stack was given and used (RSS), the cache
+device's tables (l2arc scenario: warm run, restart, long run; see cachereport), and the
 verdict in the terminal; per-stack sysbench detail, devices and settings behind `--verbose`.
 The HTML page (html_report) shows the same numbers in the same order.
 
@@ -21,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from . import analysis, budget
+from . import analysis, budget, cachephases, cachereport
 from .analysis import Cell, cells_of
 from .budget import CacheCheck
 from .scenario import cache_warning
@@ -355,6 +356,8 @@ def print_terminal(rundir: Path, console: Console, verbose: bool = False) -> Non
     own = own_baseline_table(scenario, cells)
     if own:
         console.print(own)
+    for table in cachereport.terminal_tables(cachereport.cache_tables(cells, cachephases.load_phases(rundir))):
+        console.print(table)
     for variant, view, vcells in views:
         text = analysis.verdict(view, vcells)
         if text:

@@ -2,12 +2,15 @@
 stack, or the dataset cache's prepared copy restored onto it) into a private MariaDB, check the
 dataset against the stack's caches (the 4× rule, measured), run each workload (warm-up
 first when the scenario asks, `repeat` times) while sampling metrics — the paced disk, CPU,
-and the RSS of mariadbd and of the stack's own daemon — and write one JSON result per run;
-tell the progress display what happens.
+the RSS of mariadbd and of the stack's own daemon, the L2ARC's counters — and write one JSON
+result per run; then the parts of their own a scenario asks for, on its first workload
+(`workload.restart`: the pool exported and imported, then a run; `workload.long`: a long
+run); tell the progress display what happens.
 
 Owns: the results directory layout —
   <rundir>/scenario.json, <rundir>/runs/<stack>/<workload>.json (+ .sysbench.txt; a
-  repeat k > 1 is <workload>.rep<k>.json), <rundir>/runs/<stack>/stack.json
+  repeat k > 1 is <workload>.rep<k>.json; the restart and long parts are
+  <workload>.restart.json and <workload>.long.json), <rundir>/runs/<stack>/stack.json
   (skipped/failed reason, how the data was loaded and in how long, the tables' bytes,
   the memory given, warnings), <rundir>/work/ (scratch).
 Promises: finished runs are kept and skipped on a re-run in the same directory; every
@@ -36,6 +39,7 @@ from .devices import (REPO_ROOT, PacerMissing, counters_delta, pacer_binary, rea
                       read_pacer_stats)
 from .mariadb import INNODB_CACHE_COUNTERS, PrivateMariaDB
 from .postgres import PrivatePostgres
+from .cachephases import phase_file
 from .metrics import Sampler
 from .scrubload import ScrubLoop, scrub_effect
 from .progress import Progress, StackPlan
@@ -75,6 +79,17 @@ def sysbench_seconds(scenario: dict) -> int:
     """Seconds one run keeps sysbench busy: its warm-up and its measured time."""
     params = scenario.get("workload", {})
     return int(params.get("warmup", 0)) + int(params.get("duration", 30))
+
+
+def parts_workload(scenario: dict) -> str:
+    """The workload the restart and long parts run: the scenario's first."""
+    return scenario["workloads"][0]
+
+
+def phase_seconds(scenario: dict) -> int:
+    """Seconds the restart and long parts add to a stack (0 when the scenario has none)."""
+    params = scenario.get("workload", {})
+    return int(params.get("restart", 0)) + int(params.get("long", 0))
 
 
 def is_finished(rundir: Path, stack: str, workload: str, repeat: int = 1) -> bool:
@@ -117,7 +132,9 @@ def run_scenario(scenario: dict, rundir: Path, console: Console, progress: Progr
     versions = machine_versions()
     (rundir / "versions.json").write_text(json.dumps(versions, indent=2))
     plan = [StackPlan(spec["name"], 0 if load_only else
-                      len(pending_runs(scenario, rundir, spec["name"])) * sysbench_seconds(scenario))
+                      len(pending_runs(scenario, rundir, spec["name"])) * sysbench_seconds(scenario)
+                      + (phase_seconds(scenario) if any(w == parts_workload(scenario) for w, _ in
+                                                        pending_runs(scenario, rundir, spec["name"])) else 0))
             for spec in scenario["stacks"]]
     progress = progress or progress_mod.for_console(console)
     with progress:
@@ -176,6 +193,9 @@ def run_stack(scenario: dict, spec: dict, rundir: Path, versions: dict, progress
                 result["memory"] = {**memory, **result.get("memory", {})}
                 write_json(result_path(rundir, name, workload, repeat), result)
                 progress.note(run_line(name, workload, result))
+            if parts_workload(scenario) in {w for w, _ in pending}:
+                run_phases(scenario, spec, stack, db, parts_workload(scenario), rundir, versions, memory,
+                           prepared, teardown, progress)
         except StackSkipped as exc:
             progress.note(f"{name}: skipped: {exc}")
             write_json(stack_json, {"stack": name, "fs": spec["fs"], "status": "skipped", "reason": str(exc)})
@@ -387,20 +407,27 @@ def pacer_snapshot(stack) -> dict:
     return {d.role: read_fresh_pacer_stats(d) for d in stack.devices if d.stats_path}
 
 
-def run_workload(scenario, spec, stack, db, workload, repeat, rundir, progress: Progress) -> dict:
+def run_workload(scenario, spec, stack, db, workload, repeat, rundir, progress: Progress,
+                 phase: str | None = None, seconds: int | None = None) -> dict:
+    """One measured run; a `phase` (restart, long) runs `seconds` instead of the scenario's
+    duration, without warm-up."""
     params = scenario.get("workload", {})
+    if phase:
+        params = {**params, "duration": seconds, "warmup": 0}
     argv = run_argv(workload, db.sysbench_args(), params)
     duration = int(params.get("duration", 30))
     drop_caches()
-    warmup = warm_up(scenario, spec, db, workload, progress)
+    warmup = warm_up({**scenario, "workload": params}, spec, db, workload, progress)
     before = db.status_counters(db.CACHE_COUNTERS)
     engine_before = _engine_stats(stack)
     pacer_before = pacer_snapshot(stack)
     started = dt.datetime.now().isoformat(timespec="seconds")
     n = repeats(scenario)
-    progress.phase("run", workload + (f", repeat {repeat} of {n}" if n > 1 else ""), total=duration)
+    progress.phase("run", workload + (f", {phase} part" if phase else f", repeat {repeat} of {n}" if n > 1 else ""),
+                   total=duration)
     scrubs = scrub_loop(params, stack, duration)
-    with Sampler(stack.device_names(), processes=memory_processes(stack, db)) as sampler:
+    probes = {"l2arc": stack.l2arc_stats} if getattr(stack, "l2arc_stats", None) else {}
+    with Sampler(stack.device_names(), processes=memory_processes(stack, db), probes=probes) as sampler:
         if scrubs:
             scrubs.start()
         try:
@@ -411,7 +438,8 @@ def run_workload(scenario, spec, stack, db, workload, repeat, rundir, progress: 
         # Inside the sampler: the pacer's window closes with the diskstats window.
         pacer_after = pacer_snapshot(stack)
     progress.sysbench_done(duration)
-    log = result_path(rundir, spec["name"], workload, repeat).with_suffix(".sysbench.txt")
+    log = (rundir / "runs" / spec["name"] / phase_file(workload, phase) if phase
+           else result_path(rundir, spec["name"], workload, repeat)).with_suffix(".sysbench.txt")
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text(" ".join(argv) + "\n" + output)
     if returncode != 0:
@@ -420,7 +448,7 @@ def run_workload(scenario, spec, stack, db, workload, repeat, rundir, progress: 
     engine_after = _engine_stats(stack)
     return {
         "scenario": scenario["name"], "size_class": scenario.get("size_class"), "stack": spec["name"],
-        "fs": spec["fs"], "workload": workload, "repeat": repeat, "status": "ok", "started": started,
+        "fs": spec["fs"], "workload": workload, "repeat": repeat, "phase": phase, "status": "ok", "started": started,
         "finished": dt.datetime.now().isoformat(timespec="seconds"), "warmup": warmup,
         "settings": {"disk": scenario["disk"], "fast_disk": scenario.get("fast_disk", {}),
                      "stack": stack.settings, "spec": spec, "mariadb": db.settings,
@@ -443,6 +471,42 @@ def run_workload(scenario, spec, stack, db, workload, repeat, rundir, progress: 
         # tarn daemon or zfs-fuse: the ARC), beside what the stack was given.
         "memory": {"rss": sampler.memory, "pids": sampler.processes},
     }
+
+
+def run_phases(scenario, spec, stack, db, workload, rundir, versions, memory, prepared, teardown,
+               progress: Progress) -> None:
+    """The parts of their own, after the workload's measured runs: `workload.restart` — the
+    database stopped, the pool exported and imported from the same devices, the database
+    started, then a run of that many seconds without warm-up (is the cache warm again?);
+    `workload.long` — a run of that many seconds (does the feed keep up?). Each is written
+    as <workload>.<part>.json beside the runs."""
+    params = scenario.get("workload", {})
+    name = spec["name"]
+    done: dict = {}
+    if int(params.get("restart", 0)) > 0:
+        if stack.restart is None:
+            progress.note(f"{name}: no restart part ({stack.fs} has no pool to export and import)")
+        else:
+            progress.phase("build stack", f"restart: stop {database_name(scenario)}, export and import the pool")
+            db.stop()
+            done = stack.restart()
+            db.start(teardown, initialize=False)
+            progress.note(f"{name}: pool exported and imported ({done.get('export_seconds')} s + "
+                          f"{done.get('import_seconds')} s)")
+            write_phase(scenario, spec, stack, db, workload, "restart", int(params["restart"]), rundir, versions,
+                        memory, prepared, progress, extra={"restart": done})
+    if int(params.get("long", 0)) > 0:
+        write_phase(scenario, spec, stack, db, workload, "long", int(params["long"]), rundir, versions, memory,
+                    prepared, progress)
+
+
+def write_phase(scenario, spec, stack, db, workload, phase, seconds, rundir, versions, memory, prepared,
+                progress: Progress, extra: dict | None = None) -> None:
+    result = run_workload(scenario, spec, stack, db, workload, 1, rundir, progress, phase=phase, seconds=seconds)
+    result.update({"versions": {**versions, **stack.versions}, "dataset": prepared, **(extra or {})})
+    result["memory"] = {**memory, **result.get("memory", {})}
+    write_json(rundir / "runs" / spec["name"] / phase_file(workload, phase), result)
+    progress.note(run_line(spec["name"], f"{workload} ({phase})", result))
 
 
 def scrub_loop(params: dict, stack, duration: int) -> ScrubLoop | None:

@@ -2,7 +2,9 @@
 
 A scenario is TOML: [disk] (the emulated cloud disk), [fast_disk] (the unthrottled local
 device), [database], [workload] (threads, duration, warmup seconds, sizes, `scrub`: the
-second half of each measured run with a scrub running, see scrubload),
+second half of each measured run with a scrub running, see scrubload; `restart`: seconds of
+a run after the pool's export and import, `long`: seconds of a long run after it, see
+cachephases),
 `workloads = [...]`, [[stacks]], optional `baseline` (a stack the report divides every
 stack's results by, the first stack if absent; a stack's own `baseline` adds one more for
 it), optional `repeat` (runs per stack and workload, for min/max), optional [memory]
@@ -55,7 +57,7 @@ SCHEMA = {
     "database": {"engine": STR, "buffer_pool": SIZE, "settings": TABLE},
     "workload": {"threads": INT, "duration": INT, "tables": INT, "table_size": INT,
                  "warehouses": INT, "items": INT, "customers": INT, "random_points": INT,
-                 "warmup": INT, "scrub": BOOL},
+                 "warmup": INT, "scrub": BOOL, "restart": INT, "long": INT},
 }
 STACK_SCHEMA = {
     "name": STR, "fs": STR, "compression": STR, "recordsize": STR, "arc_mb": INT,
@@ -254,9 +256,10 @@ def _check_stacks(stacks: list, origin: str) -> None:
         if stack.get("dataset", "prepare") not in DATASET_METHODS:
             raise ScenarioError(f"{origin}: '{where}.dataset' must be one of "
                                 f"{', '.join(repr(m) for m in DATASET_METHODS)}")
-        for key in ("l2arc", "recordsize"):
-            if key in stack and stack["fs"] != "zfs":
-                raise ScenarioError(f"{origin}: '{where}.{key}' only applies to fs = \"zfs\"")
+        if "recordsize" in stack and stack["fs"] != "zfs":
+            raise ScenarioError(f"{origin}: '{where}.recordsize' only applies to fs = \"zfs\"")
+        if "l2arc" in stack and stack["fs"] not in ("zfs", "tarn"):
+            raise ScenarioError(f"{origin}: '{where}.l2arc' only applies to fs = \"zfs\" or \"tarn\"")
         if "slog" in stack and stack["fs"] not in ("zfs", "tarn"):
             raise ScenarioError(f"{origin}: '{where}.slog' only applies to fs = \"zfs\" or \"tarn\"")
         if "properties" in stack and stack["fs"] != "tarn":

@@ -3,8 +3,9 @@
 Owns: mkfs/mount of ext4 (journal in place or on the fast device), xfs, btrfs
 (compress=zstd|lzo), ZFS (kernel ZFS if the module is loaded, else a private zfs-fuse
 daemon; compression, recordsize, ARC size, L2ARC, SLOG, logbias), ext4 on bcache, and tarn
-(`tarn mount`; properties such as logbias, SLOG, ARC size); and the database settings each
-stack wants (doublewrite off on copy-on-write stacks, as the articles did).
+(`tarn mount`; properties such as logbias, SLOG, ARC size, an L2ARC on the fast device); the
+database settings each stack wants (doublewrite off on copy-on-write stacks, as the articles
+did); and the restart of a ZFS or tarn pool (export, import, mount) for the l2arc scenario.
 Promises: a stack this machine cannot build raises StackSkipped with the reason; every
 mount, pool and daemon it starts is registered on the Teardown.
 Must never: touch pools, mounts or daemons it did not create.
@@ -45,6 +46,13 @@ class BuiltStack:
     # (stop: bool) -> argv that runs one scrub of the pool in the foreground, or stops it;
     # None where the stack has no scrub (workload.scrub measures its cost).
     scrub_argv: object = None
+    # () -> the L2ARC's counters now (`tarn stats l2arc --json`), or None: sampled each second
+    # of a run on stacks whose engine exposes them (tarn with a cache device).
+    l2arc_stats: object = None
+    # () -> dict: export and import the pool with the same devices and mount it again (the
+    # database must be stopped first); what was done and how long it took. None where the
+    # stack has no pool to export.
+    restart: object = None
 
     def device_names(self) -> dict[str, str]:
         return {d.role: d.name for d in self.devices}
@@ -200,7 +208,8 @@ def _zfs(spec, data, fast, workdir, mnt, teardown) -> BuiltStack:
     zfs_fuse_pid = None
     if not _kernel_zfs():
         arc_mb = max(16, int(spec.get("arc_mb", 256)))
-        settings["zfs_fuse_argv"], zfs_fuse_pid = _start_zfs_fuse(workdir, arc_mb, teardown)
+        settings["zfs_fuse_argv"], zfs_fuse_pid = _start_zfs_fuse(workdir, arc_mb, teardown,
+                                                                  kstats=bool(spec.get("l2arc")))
         settings["implementation"] = "zfs-fuse"
         settings["arc_max_mb"] = arc_mb
         if compression in ZFS_FUSE_COMPRESSION:
@@ -228,10 +237,56 @@ def _zfs(spec, data, fast, workdir, mnt, teardown) -> BuiltStack:
     teardown.push(f"destroy pool {pool}", lambda: _destroy_pool(pool, mnt))
     settings.update(props)
     settings["pool"] = pool
+    # zfs-fuse's L2ARC counters, from its kstat mount (an L2ARC stack's daemon has one).
+    l2arc = (lambda: zfs_fuse_l2arc_stats()) if zfs_fuse_pid and spec.get("l2arc") else None
     return BuiltStack(spec["name"], "zfs", mnt, devices, settings, pool=pool,
                       versions={"zfs": settings["implementation"],
                                 "zfs-fuse": tool_version(["dpkg-query", "-W", "-f=${Version}", "zfs-fuse"])},
-                      processes={"zfs-fuse": zfs_fuse_pid} if zfs_fuse_pid else {})
+                      processes={"zfs-fuse": zfs_fuse_pid} if zfs_fuse_pid else {},
+                      restart=lambda: _zfs_restart(pool, devices, workdir), l2arc_stats=l2arc,
+                      engine_stats=(lambda: {"l2arc": l2arc()}) if l2arc else None)
+
+
+ZFS_FUSE_KSTATS = Path("/zfs-kstat/zfs/arcstats")
+# zfs-fuse's arcstats (pool v23) under tarn's names (`tarn stats l2arc`): the same meaning.
+# It has no compressed L2ARC (so no stored size) and no count of cached blocks.
+ZFS_FUSE_L2ARC = {"hits": "l2_hits", "misses": "l2_misses", "size": "l2_size", "hdr_size": "l2_hdr_size",
+                  "write_bytes": "l2_write_bytes", "read_bytes": "l2_read_bytes", "cksum_bad": "l2_cksum_bad",
+                  "io_errors": "l2_io_error"}
+
+
+def zfs_fuse_l2arc_stats(root: Path = ZFS_FUSE_KSTATS) -> dict | None:
+    """zfs-fuse's L2ARC counters from its kstat mount, under tarn's names; None when the
+    kstats cannot be read (no kstat mount)."""
+    out = {}
+    for name, kstat in ZFS_FUSE_L2ARC.items():
+        try:
+            out[name] = int((root / kstat).read_text().strip())
+        except (OSError, ValueError):
+            return None
+    return out
+
+
+def device_dir(workdir: Path, devices: list[Device]) -> Path:
+    """A directory holding only this stack's devices (symlinks), for `import -d`: the
+    import then looks at nothing else, so it can never find another pool's devices."""
+    where = workdir / "import-devices"
+    where.mkdir(parents=True, exist_ok=True)
+    for dev in devices:
+        link = where / dev.name
+        if not link.is_symlink():
+            link.symlink_to(dev.path)
+    return where
+
+
+def _zfs_restart(pool: str, devices: list[Device], workdir: Path) -> dict:
+    """zpool export, then import from the same devices (the filesystem mounts itself)."""
+    t0 = time.monotonic()
+    run(["zpool", "export", pool], timeout=600)
+    exported = time.monotonic()
+    run(["zpool", "import", "-d", str(device_dir(workdir, devices)), pool], timeout=600)
+    return {"how": "zpool export, zpool import -d (same devices)",
+            "export_seconds": round(exported - t0, 1), "import_seconds": round(time.monotonic() - exported, 1)}
 
 
 # zfs-fuse's caching flags for the lab's daemon. Without them two kernel caches sit outside
@@ -242,16 +297,22 @@ def _zfs(spec, data, fast, workdir, mnt, teardown) -> BuiltStack:
 ZFS_FUSE_CACHE_FLAGS = ["--disable-page-cache", "--disable-block-cache"]
 
 
-def zfs_fuse_argv(pidfile: Path, arc_mb: int) -> list[str]:
-    return ["zfs-fuse", "--pidfile", str(pidfile), "--no-kstat-mount", "-m", str(arc_mb),
+def zfs_fuse_argv(pidfile: Path, arc_mb: int, kstats: bool = False) -> list[str]:
+    """With kstats, the daemon mounts its counters at /zfs-kstat (the l2arc scenario reads the
+    L2ARC's there); otherwise not, so no stack leaves a mount outside its work directory."""
+    return ["zfs-fuse", "--pidfile", str(pidfile), *([] if kstats else ["--no-kstat-mount"]), "-m", str(arc_mb),
             "--fuse-attr-timeout", "1", "--fuse-entry-timeout", "1", *ZFS_FUSE_CACHE_FLAGS]
 
 
-def _start_zfs_fuse(workdir: Path, arc_mb: int, teardown: Teardown) -> tuple[list[str], int]:
+def _start_zfs_fuse(workdir: Path, arc_mb: int, teardown: Teardown, kstats: bool = False) -> tuple[list[str], int]:
     pidfile = workdir / "zfs-fuse.pid"
     pidfile.unlink(missing_ok=True)
+    if kstats:
+        # Runs after the daemon is stopped (the teardown is a stack): the daemon unmounts its
+        # kstats as it exits, this only clears a mount a killed daemon left behind.
+        teardown.push("umount /zfs-kstat if left", lambda: umount_if_mounted("/zfs-kstat"))
     # Daemonizes; the pidfile names our daemon so teardown stops exactly it.
-    argv = zfs_fuse_argv(pidfile, arc_mb)
+    argv = zfs_fuse_argv(pidfile, arc_mb, kstats)
     run(argv)
     deadline = time.monotonic() + 20
     while not (pidfile.exists() and pidfile.read_text().strip()):
@@ -341,6 +402,11 @@ def _tarn(spec, data, fast, workdir, mnt, teardown) -> BuiltStack:
         log = start_fast_disk(workdir, fast.get("size", "1G"), teardown, role="log")
         vdevs += ["log", log.path]
         devices.append(log)
+    if spec.get("l2arc"):
+        # The L2ARC on the fast device, as the zfs-l2arc stack's: same size, same role.
+        cache = start_fast_disk(workdir, fast.get("size", "1G"), teardown, role="cache")
+        vdevs += ["cache", cache.path]
+        devices.append(cache)
     run(tarn_command(workdir, "pool", "create", "-f", "-o", f"ashift={ashift}", pool, *vdevs))
     teardown.push(f"export tarn pool {pool}", lambda: run(tarn_command(workdir, "pool", "export", pool), check=False))
     options = [a for k, v in props.items() for a in ("-o", f"{k}={v}")]
@@ -350,13 +416,36 @@ def _tarn(spec, data, fast, workdir, mnt, teardown) -> BuiltStack:
     teardown.push(f"tarn umount {mnt}", lambda: (run(tarn_command(workdir, "umount", str(mnt)), check=False),
                                                   umount_if_mounted(str(mnt))))
     settings = {"properties": props, "ashift": ashift, "vdev": data.path, "arc_mb": arc_mb or "default (1/4 of RAM)",
-                "slog": bool(spec.get("slog"))}
+                "slog": bool(spec.get("slog")), "l2arc": bool(spec.get("l2arc"))}
     pid = tarn_daemon_pid(workdir, pool)
     settings["mount_daemon_pid"] = pid
-    return BuiltStack(spec["name"], "tarn", mnt, devices, settings, pool=pool,
-                      versions={"tarn": tool_version([str(tarn_binary()), "--version"])},
-                      engine_stats=lambda: tarn_stats(workdir, pool), processes={"tarn": pid} if pid else {},
-                      scrub_argv=lambda stop: tarn_command(workdir, "pool", "scrub", *(["-s"] if stop else []), pool))
+    stack = BuiltStack(spec["name"], "tarn", mnt, devices, settings, pool=pool,
+                       versions={"tarn": tool_version([str(tarn_binary()), "--version"])},
+                       engine_stats=lambda: tarn_stats(workdir, pool), processes={"tarn": pid} if pid else {},
+                       scrub_argv=lambda stop: tarn_command(workdir, "pool", "scrub", *(["-s"] if stop else []), pool),
+                       l2arc_stats=(lambda: tarn_l2arc_stats(workdir, pool)) if spec.get("l2arc") else None)
+    stack.restart = lambda: _tarn_restart(stack, workdir, arc_mb)
+    return stack
+
+
+def _tarn_restart(stack: BuiltStack, workdir: Path, arc_mb: int | None) -> dict:
+    """tarn umount, pool export, pool import from the same devices (cache device included),
+    mount again with the same ARC cap; the new daemon's pid replaces the old one's."""
+    pool, mnt = stack.pool, str(stack.mountpoint)
+    t0 = time.monotonic()
+    run(tarn_command(workdir, "umount", mnt), timeout=600)
+    run(tarn_command(workdir, "pool", "export", pool), timeout=600)
+    exported = time.monotonic()
+    # -d with each device path: the import looks at nothing else, and the pool keeps the
+    # /dev/loopN paths it was created with.
+    run(tarn_command(workdir, "pool", "import", *[a for d in stack.devices for a in ("-d", d.path)], pool),
+        timeout=600)
+    run(tarn_command(workdir, "mount", f"{pool}/db", mnt, arc_mb=arc_mb), timeout=600)
+    pid = tarn_daemon_pid(workdir, pool)
+    stack.processes = {"tarn": pid} if pid else {}
+    stack.settings["mount_daemon_pid_after_restart"] = pid
+    return {"how": "tarn umount, pool export, pool import -d DEV… (same devices), tarn mount",
+            "export_seconds": round(exported - t0, 1), "import_seconds": round(time.monotonic() - exported, 1)}
 
 
 def parse_mount_record(text: str) -> int:
@@ -388,6 +477,26 @@ def tarn_stats(workdir: Path, pool: str) -> dict | None:
         return json.loads(proc.stdout)
     except ValueError:
         return None
+
+
+def tarn_l2arc_stats(workdir: Path, pool: str) -> dict | None:
+    """`tarn stats l2arc POOL --json`'s counters, or None if the daemon did not answer."""
+    proc = subprocess.run(tarn_command(workdir, "stats", "l2arc", pool, "--json"),
+                          capture_output=True, text=True, timeout=10)
+    return parse_l2arc_stats(proc.stdout) if proc.returncode == 0 else None
+
+
+def parse_l2arc_stats(text: str) -> dict | None:
+    """`tarn stats l2arc --json` output -> its counters ({"hits": …, "misses": …}), or None
+    when the text is not that (a daemon that has no L2ARC section, or garbage)."""
+    import json
+    try:
+        section = json.loads(text).get("l2arc")
+    except (ValueError, AttributeError):
+        return None
+    if not isinstance(section, dict) or not {"hits", "misses"} <= section.keys():
+        return None
+    return {k: v for k, v in section.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
 def counter_deltas(before: dict | None, after: dict | None) -> dict | None:

@@ -23,3 +23,12 @@ def test_a_scenario_without_repeat_runs_each_workload_once(tmp_path):
     scenario = {"workloads": ["oltp_read_write"]}
     assert runner.pending_runs(scenario, tmp_path, "ext4") == [("oltp_read_write", 1)]
     assert runner.sysbench_seconds(scenario) == 30
+
+
+def test_restart_and_long_parts_run_the_first_workload_once_per_stack():
+    from tarn_lab import runner
+    s = {"workloads": ["tpcc_like", "select_random_points"],
+         "workload": {"duration": 90, "warmup": 60, "restart": 60, "long": 180}}
+    assert runner.parts_workload(s) == "tpcc_like"
+    assert runner.phase_seconds(s) == 240
+    assert runner.phase_seconds({"workloads": ["tpcc_like"], "workload": {}}) == 0

@@ -107,8 +107,11 @@ def test_tarn_is_in_the_article_scenarios():
         tarn = [s for s in sc.load(name)["stacks"] if s["fs"] == "tarn"]
         assert tarn, name
         assert all(s["properties"]["recordsize"] in ("16K", "32K") for s in tarn), name
-    l2arc_tarn = [s for s in sc.load("l2arc")["stacks"] if s["fs"] == "tarn"][0]
-    assert "no L2ARC" in l2arc_tarn["notes"]
+    # The l2arc scenario: tarn with its L2ARC on the fast device, and plain tarn with the same
+    # ARC as the no-L2ARC baseline.
+    tarn = {s["name"]: s for s in sc.load("l2arc")["stacks"] if s["fs"] == "tarn"}
+    assert tarn["tarn-l2arc"]["l2arc"] is True and "l2arc" not in tarn["tarn"]
+    assert tarn["tarn-l2arc"]["arc_mb"] == tarn["tarn"]["arc_mb"]
 
 
 def test_zil_scenario_covers_logbias_and_slog_against_ext4():

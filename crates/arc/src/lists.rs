@@ -223,7 +223,8 @@ impl Lists {
             let keep_meta = self.metadata_bytes + outside <= self.meta_limit();
             let (from_t1, (key, e)) = self.pop_victim(from_t1, keep_meta);
             let size = e.bytes.len() as u64;
-            self.sink.offer(key, &e.bytes, e.lsize, e.class, e.prefetched);
+            // Metadata, or data under `DataPolicy::Arc`: no page identity kept here.
+            self.sink.offer(key, &e.bytes, e.lsize, e.class, e.prefetched, None);
             self.account(&e, false, from_t1);
             let ghost = Ghost { size, unread_prefetch: e.prefetched };
             self.unread_prefetch_evictions += e.prefetched as u64;

@@ -98,27 +98,34 @@ impl ArcCache {
     /// Caches a block just written (counts as neither a hit nor a miss). File data takes
     /// the place of its page's older version if that is cached.
     pub fn insert_written(&self, key: BlockKey, bytes: Arc<[u8]>, lsize: u32, class: Class, page: Option<PageId>) {
-        let added = if self.in_lists(class) {
-            self.insert_entry(key, Entry { bytes, lsize, class, prefetched: false })
-        } else {
-            let size = bytes.len() as u64;
-            self.insert_data(size, |d| d.insert(key, bytes, lsize, page, false), &key)
-        };
-        if added {
+        if self.insert_unasked(key, bytes, lsize, class, page, false) {
             self.counters.written_inserts.fetch_add(1, Ordering::Relaxed);
         }
     }
 
     /// Caches a block read ahead of demand (sequential prefetch).
     pub fn insert_prefetched(&self, key: BlockKey, bytes: Arc<[u8]>, lsize: u32, class: Class, page: Option<PageId>) {
-        let added = if self.in_lists(class) {
-            self.insert_entry(key, Entry { bytes, lsize, class, prefetched: true })
+        if self.insert_unasked(key, bytes, lsize, class, page, true) {
+            self.counters.prefetch_inserts.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Caches a block no read asked for (written, or read ahead: `prefetched`) where its
+    /// class lives. Returns whether it was added.
+    fn insert_unasked(
+        &self,
+        key: BlockKey,
+        bytes: Arc<[u8]>,
+        lsize: u32,
+        class: Class,
+        page: Option<PageId>,
+        prefetched: bool,
+    ) -> bool {
+        if self.in_lists(class) {
+            self.insert_entry(key, Entry { bytes, lsize, class, prefetched })
         } else {
             let size = bytes.len() as u64;
-            self.insert_data(size, |d| d.insert(key, bytes, lsize, page, true), &key)
-        };
-        if added {
-            self.counters.prefetch_inserts.fetch_add(1, Ordering::Relaxed);
+            self.insert_data(size, |d| d.insert(key, bytes, lsize, page, prefetched), &key)
         }
     }
 

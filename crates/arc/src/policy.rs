@@ -454,7 +454,11 @@ impl DataCache {
     /// A block leaves the cache; its page is remembered as a ghost of where it was.
     fn drop_block(&mut self, key: BlockKey, e: Entry, from_main: bool) -> Evicted {
         let size = e.bytes.len() as u64;
-        self.sink.offer(key, &e.bytes, e.lsize, Class::Data, e.prefetched);
+        let objset = match e.ident {
+            Ident::Page(page) => Some(page.objset),
+            Ident::Block(_) => None,
+        };
+        self.sink.offer(key, &e.bytes, e.lsize, Class::Data, e.prefetched, objset);
         let (ghosts, bytes) = if from_main {
             (&mut self.main_ghosts, &mut self.main_ghost_bytes)
         } else {

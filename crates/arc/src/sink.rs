@@ -14,13 +14,16 @@ use std::sync::{Arc, OnceLock};
 use crate::{BlockKey, Class};
 
 /// A block leaving the ARC: its identity, its stored bytes (shared, not copied), its
-/// logical size and class, and whether it was read ahead and never asked for.
+/// logical size and class, whether it was read ahead and never asked for, and the object
+/// set (dataset) whose page it is, when the cache knows (file data under the default data
+/// policy, which keeps each page's identity): the L2ARC's `secondarycache` looks at it.
 pub struct Departing<'a> {
     pub key: BlockKey,
     pub bytes: &'a Arc<[u8]>,
     pub lsize: u32,
     pub class: Class,
     pub unread_prefetch: bool,
+    pub objset: Option<u64>,
 }
 
 /// Receives blocks as the cache evicts them. Called under the cache's lock: queue and
@@ -39,9 +42,17 @@ impl SinkSlot {
     }
 
     /// Offers an evicted block to the sink, if there is one.
-    pub(crate) fn offer(&self, key: BlockKey, bytes: &Arc<[u8]>, lsize: u32, class: Class, unread_prefetch: bool) {
+    pub(crate) fn offer(
+        &self,
+        key: BlockKey,
+        bytes: &Arc<[u8]>,
+        lsize: u32,
+        class: Class,
+        unread_prefetch: bool,
+        objset: Option<u64>,
+    ) {
         if let Some(sink) = self.0.get() {
-            sink.evicted(Departing { key, bytes, lsize, class, unread_prefetch });
+            sink.evicted(Departing { key, bytes, lsize, class, unread_prefetch, objset });
         }
     }
 }

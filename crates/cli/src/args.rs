@@ -212,8 +212,9 @@ pub enum PoolCmd {
         #[arg(required = true, num_args = 1..)]
         vdevs: Vec<String>,
     },
-    /// Add separate intent-log devices, also to a mounted pool: tarn pool add POOL log
-    /// [mirror] DEV...
+    /// Add separate intent-log devices or cache devices (L2ARC), also to a mounted
+    /// pool: tarn pool add POOL log [mirror] DEV... | tarn pool add POOL cache DEV...
+    /// A cache device starts empty and fills as blocks leave the ARC.
     Add {
         /// Reuse devices that belong to another pool (destroys it).
         #[arg(short = 'f')]
@@ -225,10 +226,24 @@ pub enum PoolCmd {
         #[arg(required = true, num_args = 1..)]
         vdevs: Vec<String>,
     },
-    /// Remove a log device (a path, or `mirror-N` as status shows it), also from a
-    /// mounted pool: the intent log moves back to the data devices (or another log
-    /// device) first. Data vdevs cannot be removed.
+    /// Remove a log or cache device (a path, or `mirror-N` as status shows it), also
+    /// from a mounted pool: the intent log moves back to the data devices (or another
+    /// log device) first; a cache device stops being fed and read, and its reads under
+    /// way finish first. Data vdevs cannot be removed.
     Remove { pool: String, device: String },
+    /// Set pool properties: tarn pool set PROP=VALUE... POOL (cacheautoreplace=on|off:
+    /// whether import initialises a cache device it finds blank or foreign)
+    Set {
+        #[arg(required = true, num_args = 2..)]
+        assignments_then_pool: Vec<String>,
+    },
+    /// Show pool properties: tarn pool get PROP[,PROP]|all POOL
+    Get {
+        props: String,
+        pool: String,
+        #[command(flatten)]
+        out: Output,
+    },
     /// Import a pool found on devices (lists importable pools without POOL), then mount
     /// every dataset whose mountpoint property is a path (one daemon for the pool).
     Import {

@@ -57,6 +57,12 @@ const METRICS: &[(&str, &str, Kind, &str)] = &[
         Kind::Counter,
         "Read-ahead blocks never asked for, not cached (l2arc_noprefetch).",
     ),
+    (
+        "l2arc",
+        "feed_skipped_policy",
+        Kind::Counter,
+        "Evicted blocks not cached because their dataset's secondarycache is none or metadata.",
+    ),
     ("l2arc", "feed_helpers_started", Kind::Counter, "Extra feed workers started while the queue was over half full."),
     ("l2arc", "freed", Kind::Counter, "Cached blocks dropped because the pool freed them."),
     ("l2arc", "rebuilt_blocks", Kind::Counter, "Blocks indexed from the cache devices' log blocks at import."),

@@ -45,6 +45,8 @@ pub fn run(cmd: PoolCmd) -> Result<(), CliError> {
         }
         PoolCmd::Add { force, size, pool, vdevs } => add(force, size.as_deref(), &pool, &vdevs),
         PoolCmd::Remove { pool, device } => remove(&pool, &device),
+        PoolCmd::Set { assignments_then_pool } => set(assignments_then_pool),
+        PoolCmd::Get { props, pool, out } => get(&props, &pool, out),
         PoolCmd::Import { dirs, pool, json } => import(&dirs, pool.as_deref(), json),
         PoolCmd::Export { force, pool } => export(force, &pool),
         PoolCmd::Destroy { force, pool } => destroy(force, &pool),
@@ -150,16 +152,15 @@ fn add(force: bool, size: Option<&str>, pool: &str, vdevs: &[String]) -> Result<
     added.map(|_| ())
 }
 
-/// `pool add`'s device words: a class keyword (`log`), then its vdevs.
+/// `pool add`'s device words: a class keyword (`log` or `cache`), then its vdevs (a
+/// cache device is a plain device, never a mirror).
 fn parse_add(words: &[String]) -> Result<(DeviceClass, Vec<VdevSpec>), CliError> {
     let class = match words.first().map(String::as_str) {
         Some("log") => DeviceClass::Log,
-        Some("cache") => {
-            return Err(CliError::Usage("cache devices are not supported yet; only log devices can be added".into()))
-        }
+        Some("cache") => DeviceClass::Cache,
         _ => {
             return Err(CliError::Usage(
-                "adding data vdevs is not supported; only log devices can be added: tarn pool add POOL log DEV..."
+                "adding data vdevs is not supported; only log and cache devices can be added: tarn pool add POOL log|cache DEV..."
                     .into(),
             ))
         }
@@ -168,11 +169,17 @@ fn parse_add(words: &[String]) -> Result<(DeviceClass, Vec<VdevSpec>), CliError>
     if specs.is_empty() {
         return Err(CliError::Usage(format!("`{}` needs at least one device after it", class.keyword())));
     }
+    if class == DeviceClass::Cache && specs.iter().any(|s| matches!(s, VdevSpec::Mirror(_))) {
+        return Err(CliError::Usage(
+            "cache devices are plain devices: `cache DEV...` (a cache is never mirrored)".into(),
+        ));
+    }
     Ok((class, specs))
 }
 
-/// `pool remove POOL DEV`: a log device leaves the pool wherever it is held; the cache
-/// file then lists the pool's devices whose labels still say they belong to it.
+/// `pool remove POOL DEV`: a log or cache device leaves the pool wherever it is held;
+/// the cache file then lists the pool's devices whose labels still say they belong to it
+/// (cache devices are never in it: the labels' config names them).
 fn remove(pool: &str, device: &str) -> Result<(), CliError> {
     // A path is made absolute as at add; a vdev name (`mirror-2`) is passed as is.
     let device = if device.contains('/') || Path::new(device).exists() {
@@ -183,6 +190,31 @@ fn remove(pool: &str, device: &str) -> Result<(), CliError> {
     let removed = access::run(pool, ops::Remove { device });
     access::sync_cached_devices(pool, Vec::new())?;
     removed.map(|_| ())
+}
+
+/// `pool set PROP=VALUE... POOL`: applied in order; the first refused stops it.
+fn set(mut words: Vec<String>) -> Result<(), CliError> {
+    let pool = words.pop().unwrap_or_default();
+    if pool.contains('=') || words.is_empty() {
+        return Err(CliError::Usage("usage: tarn pool set PROP=VALUE... POOL".into()));
+    }
+    let assignments = crate::ds_cmd::owned_assignments(&words)?;
+    access::run(&pool, ops::PoolSet { assignments })
+}
+
+/// `pool get PROP[,PROP]|all POOL`.
+fn get(props: &str, pool: &str, out: Output) -> Result<(), CliError> {
+    let wanted = (props != "all").then(|| props.split(',').map(String::from).collect());
+    let rows = access::run(pool, ops::PoolGet { props: wanted })?;
+    if out.json {
+        return print_json(&rows);
+    }
+    let mut t = Table::new(&["NAME", "PROPERTY", "VALUE", "SOURCE"]);
+    for r in rows {
+        t.row(vec![pool.to_string(), r.name, r.value, r.source]);
+    }
+    t.print(out.scripted);
+    Ok(())
 }
 
 fn wire_vdev(spec: &VdevSpec) -> ops::Vdev {

@@ -11,6 +11,8 @@ use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use common::Env;
 
@@ -305,6 +307,45 @@ fn fsynced_data_survives_kill_9_of_the_daemon() {
     let m = env.mount("mnt", &[]);
     assert!(fs::read(m.p("log")).expect("log after crash") == pattern(1, 3 * PAGE));
     assert_eq!(fs::read(m.p("dir/f")).expect("dir/f after crash"), b"synced");
+    m.umount();
+}
+
+#[test]
+fn a_panic_in_the_daemon_ends_it_and_the_mount_fails_instead_of_hanging() {
+    let env = Env::with_pool("256M");
+    let m = env.mount_with_env("mnt", &[], &[("TARN_TEST_PANIC_IN_STATFS", "1")]);
+    let mut f = File::create(m.p("synced")).expect("create");
+    f.write_all(&pattern(2, 2 * PAGE)).expect("write");
+    f.sync_all().expect("fsync");
+    drop(f);
+    // df on the mount: a FUSE worker thread of the daemon panics serving it. In a child
+    // process, so that a daemon left half-alive (the request never answered) shows as a
+    // timeout, not a hung test.
+    let mut df = Command::new("stat")
+        .arg("-f")
+        .arg(&m.mp)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run stat -f");
+    let answered = common::wait_exit(&mut df, Duration::from_secs(30));
+    if !answered {
+        let _ = df.kill();
+    }
+    let status = df.wait().expect("reap stat");
+    assert!(answered, "statfs hung: the daemon outlived the panic of its FUSE thread");
+    assert!(!status.success(), "statfs on the panicking daemon's mount failed");
+    let pid = m.pid;
+    assert!(common::wait_gone(pid, Duration::from_secs(10)), "daemon {pid} still running after its panic");
+    let err = fs::metadata(&m.mp).expect_err("the dead mount fails the next call");
+    assert_eq!(err.raw_os_error(), Some(libc::ENOTCONN), "the next call on the mount: {err}");
+    let log = fs::read_to_string(env.run_dir().join("tank.log")).expect("the daemon's log");
+    assert!(log.contains("panicked at") && log.contains("TARN_TEST_PANIC_IN_STATFS"), "the panic is in the log: {log}");
+    // The dead mount is cleared like a crashed daemon's, and what was fsynced is there.
+    m.gone();
+    env.ok(&["umount", env.path("mnt").to_str().expect("utf8")]);
+    let m = env.mount("mnt", &[]);
+    assert!(fs::read(m.p("synced")).expect("synced file after the panic") == pattern(2, 2 * PAGE));
     m.umount();
 }
 

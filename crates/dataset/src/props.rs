@@ -161,6 +161,9 @@ pub struct Effective {
     pub atime: bool,
     pub sync: SyncMode,
     pub primarycache: CachePolicy,
+    /// `secondarycache`: which of its blocks leaving the ARC may go to the cache devices
+    /// (the pool hands it to the L2ARC, which applies it).
+    pub secondarycache: CachePolicy,
     /// `logbias`: with `throughput`, written data is not copied into the intent log;
     /// fsync writes the touched records in place and logs pointers to them, which the txg
     /// adopts — one write of the data, not two (the log policy decides, `tarn_zil::policy`).
@@ -203,12 +206,18 @@ impl Effective {
             sync,
             logbias: if value("logbias") == "throughput" { LogBias::Throughput } else { LogBias::Latency },
             snapdir_visible: value("snapdir") == "visible",
-            primarycache: match value("primarycache").as_str() {
-                "metadata" => CachePolicy::Metadata,
-                "none" => CachePolicy::None,
-                _ => CachePolicy::All,
-            },
+            primarycache: cache_policy(&value("primarycache")),
+            secondarycache: cache_policy(&value("secondarycache")),
         }
+    }
+}
+
+/// A `primarycache` or `secondarycache` value (validated already).
+fn cache_policy(value: &str) -> CachePolicy {
+    match value {
+        "metadata" => CachePolicy::Metadata,
+        "none" => CachePolicy::None,
+        _ => CachePolicy::All,
     }
 }
 

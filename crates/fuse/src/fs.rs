@@ -77,7 +77,15 @@ pub struct TarnFs {
     open: Arc<AtomicU64>,
     /// `.tarn/snapshot` (none for a mount made without the dataset's name).
     snapdir: Option<SnapDir>,
+    /// A test hook: `statfs` panics, so a test can see what a bug's panic in a FUSE
+    /// thread does to the daemon (`TEST_PANIC_IN_STATFS`). Off unless the daemon was
+    /// started with that variable set.
+    panic_in_statfs: bool,
 }
+
+/// The environment variable that makes a mount's `statfs` panic (tests of the daemon's
+/// panic handling; read once per mount, never on a request).
+pub const TEST_PANIC_IN_STATFS: &str = "TARN_TEST_PANIC_IN_STATFS";
 
 thread_local! {
     /// Each worker thread's read buffer, grown to the largest read it has served.
@@ -94,7 +102,14 @@ impl TarnFs {
             record_atime: true,
             open: Arc::new(AtomicU64::new(0)),
             snapdir: None,
+            panic_in_statfs: false,
         }
+    }
+
+    /// Makes `statfs` panic (the test hook `TEST_PANIC_IN_STATFS`).
+    pub fn panicking_in_statfs(mut self, on: bool) -> TarnFs {
+        self.panic_in_statfs = on;
+        self
     }
 
     /// Serves `MOUNT/.tarn/snapshot/NAME/`: the snapshots of dataset `name` (the one
@@ -698,6 +713,10 @@ impl Filesystem for TarnFs {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        assert!(
+            !self.panic_in_statfs,
+            "{TEST_PANIC_IN_STATFS} is set: statfs panics (a test of the daemon's panic handling)"
+        );
         // As zfs does: the size shown is what is used plus what can still be written, so
         // df's "used" is the bytes allocated and the reserve kept for metadata is not
         // counted as either.

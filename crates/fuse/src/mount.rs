@@ -7,8 +7,10 @@
 //! record behind; in daemon mode the caller's `tarn mount` exits 0 silently once the
 //! mount is usable, and the daemon's stderr goes to a log in the state directory; after
 //! an unmount or a termination signal the pool is closed (all changes committed) before
-//! the process exits. Must never: report success before the kernel has our INIT reply,
-//! or close the pool while a request can still reach it.
+//! the process exits; a panic in any of the daemon's threads ends the process at once
+//! (the panic in its log, SIGABRT), so the kernel fails its mounts' calls with ENOTCONN
+//! instead of leaving them half-served. Must never: report success before the kernel has
+//! our INIT reply, or close the pool while a request can still reach it.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -41,6 +43,11 @@ pub struct MountRequest {
     pub options: MountOptions,
 }
 
+/// The daemon's last line in its log after a panic (the panic itself comes before it).
+const PANIC_NOTE: &str = "tarn mount: a thread of this daemon panicked (a bug): the daemon ends here without a \
+commit; its mounts fail with ENOTCONN until `tarn umount`, and what was fsynced is replayed when the pool is \
+imported again";
+
 /// How long `umount` waits for the daemon to commit and exit.
 const UMOUNT_WAIT: Duration = Duration::from_secs(300);
 
@@ -59,6 +66,9 @@ where
     // The daemon chdirs to /: resolve a relative mountpoint now.
     let given = req.mountpoint.as_deref().map(|p| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()));
     let readiness = tarn_daemon::start(req.foreground, report)?;
+    // This process is the daemon now (forked, or in the foreground): a panic in any of
+    // its threads ends it rather than leaving its mounts half-served (`tarn_daemon::panics`).
+    tarn_daemon::end_on_panic(PANIC_NOTE);
     // From here on threads may exist (the pool's sync thread): no more forking.
     let started = match start(&req, given, open_pool) {
         Ok(s) => s,
@@ -185,7 +195,8 @@ fn mount_one(
     };
     let mountpoint = check_mountpoint(&mountpoint)?;
     let atime = ds.effective().atime && options.records_atime();
-    let fs = TarnFs::new(pool.clone(), ds).recording_atime(atime).with_snapdir(dataset);
+    let test_panic = std::env::var_os(crate::fs::TEST_PANIC_IN_STATFS).is_some();
+    let fs = TarnFs::new(pool.clone(), ds).recording_atime(atime).with_snapdir(dataset).panicking_in_statfs(test_panic);
     let open = fs.open_handles();
     let session = session(fs, &mountpoint, threads, &options, dataset, atime)?;
     Ok(Mounted { dataset: dataset.to_string(), mountpoint, session, open })

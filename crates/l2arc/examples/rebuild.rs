@@ -28,7 +28,14 @@ fn main() {
     let mut n = 0u64;
     while l2.snapshot().asize < size - (size >> 4) {
         let key = BlockKey { vdev: 0, offset: n * 8192, birth: 1 + n / 1000 };
-        sink.evicted(Departing { key, bytes: &block, lsize: 16384, class: Class::Data, unread_prefetch: false });
+        sink.evicted(Departing {
+            key,
+            bytes: &block,
+            lsize: 16384,
+            class: Class::Data,
+            unread_prefetch: false,
+            objset: None,
+        });
         n += 1;
         if l2.snapshot().feed_backlog > 8 << 20 {
             std::thread::sleep(Duration::from_millis(1));

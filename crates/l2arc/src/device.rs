@@ -15,15 +15,21 @@
 //! backwards from the lap's first chunk through the previous lap's chunks not yet
 //! overwritten. A torn or foreign chunk ends a walk; nothing found means a fresh start.
 //!
+//! Leaving (`pool remove`, while the pool serves): the device is marked leaving, so no
+//! new read, chunk write or rebuild step starts on it; the I/O already under way is
+//! counted (`InFlight`) and finishes; then the index is emptied, the header zeroed and
+//! the device let go. A reader that finds it leaving takes the miss and reads the pool.
+//!
 //! Owns: the device handle, its header, the ring position, the index, the per-device
-//! counters and state.
+//! counters and state, and the count of its I/O under way.
 //!
 //! Promises: a block is served only from a chunk whose log block verified (at write or
 //! rebuild) and that the ring has not overwritten; a device that fails (a write, or
-//! repeated reads) is dropped — state `Faulted`, index cleared — and costs only hits.
+//! repeated reads) is dropped — state `Faulted`, index cleared — and costs only hits;
+//! once `leave` returns no I/O of the cache is under way on the device or starts again.
 //!
-//! Must never: block a reader on a writer's device I/O, or serve bytes from a span a
-//! writer has reserved.
+//! Must never: block a reader on a writer's device I/O, serve bytes from a span a
+//! writer has reserved, or take a lock to count a read under way (two atomics).
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -56,6 +62,8 @@ pub enum DevState {
     Unavail,
     /// Failed while in use and dropped.
     Faulted,
+    /// Taken out of the pool (`pool remove`): never used again, not shown.
+    Removed,
 }
 
 impl DevState {
@@ -65,6 +73,7 @@ impl DevState {
             DevState::Rebuilding => "REBUILDING",
             DevState::Unavail => "UNAVAIL",
             DevState::Faulted => "FAULTED",
+            DevState::Removed => "REMOVED",
         }
     }
 }
@@ -136,6 +145,27 @@ pub struct Pending {
     pub bytes: Arc<[u8]>,
     pub lsize: u32,
     pub class: tarn_arc::Class,
+    /// The dataset whose page it is, if the ARC knew (`secondarycache` is asked then).
+    pub objset: Option<u64>,
+}
+
+/// The device's I/O under way, and whether it is leaving the pool. A reader counts
+/// itself in, then looks at `leaving`; `leave` sets `leaving`, then waits for the count
+/// to reach zero. Both sides use `SeqCst`, so one of them sees the other: either the
+/// reader backs out, or `leave` waits for it.
+#[derive(Default)]
+struct InFlight {
+    count: AtomicU64,
+    leaving: AtomicBool,
+}
+
+/// One I/O of the cache on a device, counted until dropped (`CacheDev::begin_io`).
+struct IoGuard<'a>(&'a AtomicU64);
+
+impl Drop for IoGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -175,15 +205,31 @@ pub struct CacheDev {
     pub(crate) rebuild_scanned: AtomicU64,
     pub counters: DevCounters,
     last_sweep: AtomicU64,
+    in_flight: InFlight,
 }
 
 impl CacheDev {
     /// A configured device that could not be opened: shown, never used.
     pub fn unavailable(guid: u64, path: PathBuf, why: String) -> CacheDev {
+        CacheDev::unavailable_noting(guid, path, format!("{why}; initialised at the next import that finds it"))
+    }
+
+    /// A configured device the cache does not use, and `note` saying why (status).
+    pub fn unavailable_noting(guid: u64, path: PathBuf, note: String) -> CacheDev {
         let d = CacheDev::blank(guid, path, None, None, 0);
         *d.state.lock() = DevState::Unavail;
-        *d.note.lock() = Some(format!("{why}; initialised at the next import that finds it"));
+        *d.note.lock() = Some(note);
         d
+    }
+
+    /// Why `dev`'s header is not this pool's cache device `guid` (blank, another pool's,
+    /// damaged…), or `Ok` if it is.
+    pub fn check_header(guid: u64, pool_guid: u64, dev: &dyn BlockDevice) -> Result<DevHeader, HeaderRefused> {
+        let mut buf = vec![0u8; HEADER_SIZE as usize];
+        match dev.read_at(&mut buf, 0) {
+            Ok(()) => DevHeader::decode(&buf, pool_guid, guid, dev.size()),
+            Err(_) => Err(HeaderRefused::Damaged),
+        }
     }
 
     fn blank(
@@ -210,6 +256,7 @@ impl CacheDev {
             rebuild_scanned: AtomicU64::new(0),
             counters: DevCounters::default(),
             last_sweep: AtomicU64::new(0),
+            in_flight: InFlight::default(),
         }
     }
 
@@ -217,12 +264,7 @@ impl CacheDev {
     /// pool's and this device's (`needs_rebuild`), else initialises it afresh and says
     /// why in its note. Fails only if the device cannot be written.
     pub fn attach(guid: u64, pool_guid: u64, dev: Arc<dyn BlockDevice>) -> Result<(CacheDev, bool), std::io::Error> {
-        let size = dev.size();
-        let mut buf = vec![0u8; HEADER_SIZE as usize];
-        let found = match dev.read_at(&mut buf, 0) {
-            Ok(()) => DevHeader::decode(&buf, pool_guid, guid, size),
-            Err(_) => Err(HeaderRefused::Damaged),
-        };
+        let found = CacheDev::check_header(guid, pool_guid, dev.as_ref());
         let path = dev.path().to_path_buf();
         match found {
             Ok(h) => Ok((CacheDev::blank(guid, path, Some(dev), Some(h), pool_guid), true)),
@@ -278,6 +320,43 @@ impl CacheDev {
         self.index.header_bytes() + chunks as u64
     }
 
+    /// Counts one I/O of the cache on this device, unless it is leaving the pool.
+    fn begin_io(&self) -> Option<IoGuard<'_>> {
+        let f = &self.in_flight;
+        f.count.fetch_add(1, Ordering::SeqCst);
+        if f.leaving.load(Ordering::SeqCst) {
+            f.count.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        Some(IoGuard(&f.count))
+    }
+
+    /// True once `leave` began: the feed stops for good.
+    pub fn is_leaving(&self) -> bool {
+        self.in_flight.leaving.load(Ordering::SeqCst)
+    }
+
+    /// Takes the device out of the pool (see the module comment): no new I/O, the I/O
+    /// under way finishes, the index empties, the header is zeroed (the device no longer
+    /// says it is this pool's cache) and the device is let go. The zeroing may fail (a
+    /// device already failing): the device is out of the cache all the same.
+    pub fn leave(&self) -> Result<(), std::io::Error> {
+        self.in_flight.leaving.store(true, Ordering::SeqCst);
+        *self.state.lock() = DevState::Removed;
+        while self.in_flight.count.load(Ordering::SeqCst) > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        self.index.clear();
+        {
+            let mut r = self.ring.lock();
+            *r = Ring { next_abs: r.next_abs, last_chunk: r.last_chunk, ..Ring::default() };
+        }
+        let Some(dev) = &self.dev else { return Ok(()) };
+        let cleared = dev.write_at(&[0u8; HEADER_SIZE as usize], 0).and_then(|()| dev.flush());
+        dev.release();
+        cleared
+    }
+
     /// Lowest absolute position still intact.
     fn floor(&self) -> u64 {
         self.reserved_end.load(Ordering::Acquire).saturating_sub(self.ring_size())
@@ -285,7 +364,13 @@ impl CacheDev {
 
     /// Drops the device after a failure: nothing more is read from or written to it.
     pub fn fault(&self, why: String) {
-        *self.state.lock() = DevState::Faulted;
+        {
+            let mut state = self.state.lock();
+            if *state == DevState::Removed {
+                return; // left the pool already: nothing to report
+            }
+            *state = DevState::Faulted;
+        }
         *self.note.lock() = Some(why);
         self.index.clear();
         let mut r = self.ring.lock();
@@ -296,7 +381,11 @@ impl CacheDev {
     /// them. The caller verifies them against the block pointer.
     pub fn read(&self, key: &BlockKey, psize: u32, scratch: &mut Vec<u8>) -> DevRead {
         let (Some(dev), Some(g)) = (&self.dev, &self.geometry) else { return DevRead::Miss };
+        if self.in_flight.leaving.load(Ordering::Relaxed) {
+            return DevRead::Miss; // removed: not even its (empty) index is locked
+        }
         let Some(pos) = self.index.get(key) else { return DevRead::Miss };
+        let Some(_io) = self.begin_io() else { return DevRead::Miss };
         let abs = pos * BLOCK_ALIGN;
         if abs < self.floor() || !self.usable() {
             self.index.remove(key); // overwritten: its chunk left the ring's sums already
@@ -337,6 +426,8 @@ impl CacheDev {
     /// written; an I/O error drops the device.
     pub fn write_chunk(&self, blocks: &[Pending], buf: &mut Vec<u8>) -> Result<u64, std::io::Error> {
         let (Some(dev), Some(g)) = (&self.dev, &self.geometry) else { return Ok(0) };
+        // Held until the blocks are indexed: `leave` empties the index after it.
+        let Some(_io) = self.begin_io() else { return Ok(0) };
         let table = (LogHeader::table_len(blocks.len()) as u64).next_multiple_of(BLOCK_ALIGN);
         let mut entries = Vec::with_capacity(blocks.len());
         let mut at = table;
@@ -445,7 +536,13 @@ impl CacheDev {
     /// thread; reads are served meanwhile from what it has indexed.
     pub fn rebuild(&self) {
         let started = Instant::now();
-        *self.state.lock() = DevState::Rebuilding;
+        {
+            let mut state = self.state.lock();
+            if *state != DevState::Online {
+                return; // faulted or removed before the rebuild began
+            }
+            *state = DevState::Rebuilding;
+        }
         let found = self.walk_forward();
         match found {
             Some((first, head, last)) => {
@@ -480,6 +577,7 @@ impl CacheDev {
     /// log blocks never count again), positions from 0.
     pub(crate) fn start_over(&self) {
         let Some(dev) = &self.dev else { return };
+        let Some(_io) = self.begin_io() else { return };
         match initialise(dev.as_ref(), self.pool_guid, self.guid) {
             Ok(h) => {
                 self.index.clear();
@@ -496,6 +594,7 @@ impl CacheDev {
     /// `abs`); `None` unless it verifies, is this ring's and says it is at `abs`.
     fn read_log(&self, abs: u64) -> Option<(LogHeader, Vec<LogEntry>)> {
         let (dev, g) = (self.dev.as_ref()?, self.geometry?);
+        let _io = self.begin_io()?;
         let at = g.start + abs % g.size();
         let mut head = vec![0u8; CHUNK_ALIGN as usize];
         if at + CHUNK_ALIGN > g.end || dev.read_at(&mut head, at).is_err() {
@@ -575,6 +674,7 @@ impl CacheDev {
     /// lap it names (its `abs` says).
     fn read_log_at_start(&self) -> Option<(LogHeader, Vec<LogEntry>)> {
         let (dev, g) = (self.dev.as_ref()?, self.geometry?);
+        let _io = self.begin_io()?;
         let mut head = vec![0u8; CHUNK_ALIGN as usize];
         dev.read_at(&mut head, g.start).ok()?;
         let h = LogHeader::decode_head(&head)?;
@@ -597,6 +697,7 @@ impl CacheDev {
             if h.abs < self.floor() {
                 break;
             }
+            let Some(_io) = self.begin_io() else { break }; // leaving: index nothing more
             let sum = self.index_chunk(&h, &entries, true);
             self.ring.lock().push_front(sum);
             prev = h.prev;

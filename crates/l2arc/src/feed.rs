@@ -15,11 +15,16 @@
 //! - `l2arc_noprefetch` (1): blocks read ahead and never asked for are not cached (a
 //!   sequential scan would otherwise flush the device), as in ZFS.
 //!
-//! Owns: the queue, the workers, the tunables and the rate each device is fed at.
+//! `secondarycache` (per dataset: `all`, `metadata`, `none`) is applied by the workers as
+//! they take blocks off the queue, not by the sink: the ARC's lock and the read path pay
+//! nothing for it, and a change applies to every block written after it.
+//!
+//! Owns: the queue, the workers, the tunables, the rate each device is fed at, and the
+//! datasets' `secondarycache` as the pool last gave it.
 //!
 //! Promises: the sink never blocks (a full queue drops and counts); a worker writes a
 //! block only if no device already holds that version of it; workers stop when the cache
-//! is dropped.
+//! is dropped, and a device's workers when it leaves the pool.
 //!
 //! Must never: copy or write under the ARC's lock, or let the queue pin more than its
 //! bound.
@@ -138,7 +143,7 @@ impl Queue {
     /// budget.
     fn bound(&self, shared: &Shared) -> u64 {
         let devs = shared.devs.iter().filter(|d| d.usable()).count() as u64;
-        let warm = shared.devs.iter().all(|d| d.is_warm());
+        let warm = shared.devs.iter().filter(|d| d.usable()).all(|d| d.is_warm());
         shared.tunables.round_budget(warm) * shared.tunables.headroom.load(Ordering::Relaxed) * devs
     }
 }
@@ -165,12 +170,42 @@ impl EvictSink for FeedSink {
             s.counters.feed_behind.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        let item = Pending { key: b.key, bytes: b.bytes.clone(), lsize: b.lsize, class: b.class };
+        let item = Pending { key: b.key, bytes: b.bytes.clone(), lsize: b.lsize, class: b.class, objset: b.objset };
         q.backlog.fetch_add(len, Ordering::Relaxed);
         if q.tx.try_send(item).is_err() {
             q.backlog.fetch_sub(len, Ordering::Relaxed);
             s.counters.feed_behind.fetch_add(1, Ordering::Relaxed);
         }
+    }
+}
+
+/// What a dataset lets the cache keep (its `secondarycache` property).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SecondaryCache {
+    All,
+    Metadata,
+    None,
+}
+
+/// The datasets whose `secondarycache` is not `all`, by object set id (datasets not
+/// listed, and blocks of no known dataset, are cached).
+#[derive(Default)]
+pub(crate) struct Secondary(parking_lot::RwLock<std::collections::HashMap<u64, SecondaryCache>>);
+
+impl Secondary {
+    /// Whether the block may go to a cache device.
+    fn admits(&self, p: &Pending) -> bool {
+        let Some(objset) = p.objset else { return true };
+        match self.0.read().get(&objset) {
+            None | Some(SecondaryCache::All) => true,
+            Some(SecondaryCache::Metadata) => p.class != tarn_arc::Class::Data,
+            Some(SecondaryCache::None) => false,
+        }
+    }
+
+    pub(crate) fn replace(&self, policies: impl IntoIterator<Item = (u64, SecondaryCache)>) {
+        let restricted = policies.into_iter().filter(|(_, p)| *p != SecondaryCache::All).collect();
+        *self.0.write() = restricted;
     }
 }
 
@@ -206,7 +241,7 @@ pub(crate) fn run_worker(shared: Arc<Shared>, dev: usize, helper: bool) {
     let mut buf = Vec::new();
     let d = shared.devs[dev].clone();
     let pace = &shared.paces[dev];
-    while !shared.stopping.load(Ordering::Relaxed) {
+    while !shared.stopping.load(Ordering::Relaxed) && !d.is_leaving() {
         if !d.feed_ready() {
             if !d.usable() && helper {
                 break;
@@ -253,7 +288,9 @@ fn gather(shared: &Shared, first: Pending, batch: &mut Vec<Pending>) {
     while let Some(p) = next.take() {
         let len = p.bytes.len() as u64;
         shared.queue.backlog.fetch_sub(len, Ordering::Relaxed);
-        if !shared.devs.iter().any(|d| d.index.get(&p.key).is_some()) {
+        if !shared.secondary.admits(&p) {
+            shared.counters.feed_skipped_policy.fetch_add(1, Ordering::Relaxed);
+        } else if !shared.devs.iter().any(|d| d.index.get(&p.key).is_some()) {
             if CacheDev::chunk_len(batch.len() + 1, data + len) > CHUNK_MAX {
                 // Does not fit this chunk: back to the queue for the next one.
                 shared.queue.backlog.fetch_add(len, Ordering::Relaxed);

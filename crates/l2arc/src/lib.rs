@@ -4,7 +4,10 @@
 //!
 //! Owns: the cache devices (`device`: header, ring, index, rebuild), their byte format
 //! (`layout`, docs/FORMAT.md), the in-RAM index (`index`), the feed from the ARC's
-//! eviction side and its tunables (`feed`), the L2ARC counters.
+//! eviction side and its tunables (`feed`), the L2ARC counters, and the set of devices:
+//! fixed at open, then grown (`add_device`) and shrunk (`remove_device`) while the pool
+//! serves. A removed device keeps its slot (readers hold plain references into the
+//! list, `tarn_vdev::Slots`), in state `Removed`, until the cache is dropped.
 //!
 //! Promises: a cache device that is missing, blank, of another pool, of another format
 //! or smaller than before costs only its contents — never an error to the pool; it is
@@ -14,8 +17,8 @@
 //! (`header_bytes`), so a small `arc_max` never stops the cache filling.
 //!
 //! Must never: be needed for correctness, do device I/O under the ARC's lock or its own
-//! index locks, or add work to a read when no cache device is configured (the pipeline
-//! holds no `L2Arc` then).
+//! index locks, add work to a read when no cache device is configured (the pipeline
+//! holds no `L2Arc` then), or take a lock or allocate to find a device on a read.
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -23,7 +26,7 @@ use std::thread::JoinHandle;
 
 use parking_lot::Mutex;
 use tarn_arc::BlockKey;
-use tarn_vdev::{BlockDevice, FileDevice};
+use tarn_vdev::{BlockDevice, FileDevice, Slots};
 
 mod device;
 mod feed;
@@ -31,7 +34,7 @@ mod index;
 mod layout;
 
 pub use device::{CacheDev, DevRead, DevState};
-pub use feed::{Tunables, TuneError, CHUNK_MAX, ROUNDS_PER_SEC};
+pub use feed::{SecondaryCache, Tunables, TuneError, CHUNK_MAX, ROUNDS_PER_SEC};
 pub use layout::{DevHeader, HeaderRefused, L2_VERSION};
 
 /// The cache's counters (ZFS's l2_* arcstats).
@@ -49,6 +52,8 @@ pub struct Counters {
     pub feed_behind: AtomicU64,
     pub feed_skipped_prefetch: AtomicU64,
     pub feed_helpers_started: AtomicU64,
+    /// Evicted blocks not cached because their dataset's `secondarycache` says so.
+    pub feed_skipped_policy: AtomicU64,
     /// Entries dropped because the pool freed their block.
     pub freed: AtomicU64,
 }
@@ -74,6 +79,7 @@ pub struct L2Snapshot {
     pub feed_backlog: u64,
     pub feed_skipped_prefetch: u64,
     pub feed_helpers_started: u64,
+    pub feed_skipped_policy: u64,
     pub freed: u64,
     pub rebuilt_blocks: u64,
     pub rebuild_ms: u64,
@@ -101,6 +107,7 @@ impl L2Snapshot {
             ("feed_backlog", self.feed_backlog),
             ("feed_skipped_prefetch", self.feed_skipped_prefetch),
             ("feed_helpers_started", self.feed_helpers_started),
+            ("feed_skipped_policy", self.feed_skipped_policy),
             ("freed", self.freed),
             ("rebuilt_blocks", self.rebuilt_blocks),
             ("rebuild_ms", self.rebuild_ms),
@@ -134,9 +141,17 @@ pub struct CacheDevStatus {
 
 /// What the devices and the workers share.
 pub(crate) struct Shared {
-    pub(crate) devs: Vec<Arc<CacheDev>>,
-    pub(crate) paces: Vec<feed::Pace>,
+    pool_guid: u64,
+    /// Every device the cache had since it was opened, removed ones too (`Removed`).
+    /// `paces[i]` is `devs[i]`'s: both grow together, under `membership`.
+    pub(crate) devs: Slots<Arc<CacheDev>>,
+    pub(crate) paces: Slots<feed::Pace>,
+    /// Serialises `add_device` and `remove_device`.
+    membership: Mutex<()>,
+    /// Set by `start`: a device added after gets its worker at once.
+    started: AtomicBool,
     pub(crate) queue: feed::Queue,
+    pub(crate) secondary: feed::Secondary,
     pub(crate) tunables: Tunables,
     pub(crate) counters: Counters,
     pub(crate) stopping: AtomicBool,
@@ -159,21 +174,81 @@ impl L2Arc {
     /// kept as `Unavail`; one whose header is not this pool's is initialised afresh.
     /// Nothing runs until `start`.
     pub fn open(pool_guid: u64, specs: &[CacheSpec]) -> L2Arc {
+        L2Arc::open_with(pool_guid, specs, true)
+    }
+
+    /// As `open`; with `autoreplace` off (the pool's `cacheautoreplace=off`) a device whose
+    /// header is not this pool's is left untouched and shown `Unavail` with the reason.
+    pub fn open_with(pool_guid: u64, specs: &[CacheSpec], autoreplace: bool) -> L2Arc {
+        let off_note = "not initialised: cacheautoreplace=off (tarn pool remove, then add, to use it)";
         let devs = specs
             .iter()
             .map(|s| match FileDevice::open(&s.path) {
+                Ok(f) if !autoreplace => match CacheDev::check_header(s.guid, pool_guid, &f) {
+                    Ok(_) => L2Arc::attach_device(pool_guid, s, Arc::new(f)),
+                    Err(why) => CacheDev::unavailable_noting(s.guid, s.path.clone(), format!("{why}; {off_note}")),
+                },
                 Ok(f) => L2Arc::attach_device(pool_guid, s, Arc::new(f)),
+                Err(e) if !autoreplace => {
+                    CacheDev::unavailable_noting(s.guid, s.path.clone(), format!("cannot open: {e}; {off_note}"))
+                }
                 Err(e) => CacheDev::unavailable(s.guid, s.path.clone(), format!("cannot open: {e}")),
             })
             .map(Arc::new)
             .collect();
-        L2Arc::with_devices(devs)
+        L2Arc::with_devices(pool_guid, devs)
     }
 
     /// Opens the cache on devices already open (tests wrap them to inject faults).
     pub fn open_devices(pool_guid: u64, devices: Vec<(CacheSpec, Arc<dyn BlockDevice>)>) -> L2Arc {
         let devs = devices.into_iter().map(|(s, d)| Arc::new(L2Arc::attach_device(pool_guid, &s, d))).collect();
-        L2Arc::with_devices(devs)
+        L2Arc::with_devices(pool_guid, devs)
+    }
+
+    /// True if one more device fits (`add_device` then cannot fail for want of room).
+    pub fn has_room(&self) -> bool {
+        self.shared.devs.len() < tarn_vdev::MAX_TOPS
+    }
+
+    /// Adds a device to the running cache (`pool add POOL cache DEV`): its ring starts
+    /// empty whatever it held, and it is fed at once if the cache is started. A device
+    /// whose header cannot be written is kept as `Unavail` with the reason (the cache is
+    /// a cache: its config names it, status says why it is unused).
+    pub fn add_device(&self, spec: &CacheSpec, dev: Arc<dyn BlockDevice>) -> Result<(), AddError> {
+        let s = &self.shared;
+        let _one_at_a_time = s.membership.lock();
+        if s.devs.iter().any(|d| d.guid == spec.guid && d.state() != DevState::Removed) {
+            return Err(AddError::Duplicate(spec.guid));
+        }
+        let d = match CacheDev::attach(spec.guid, s.pool_guid, dev) {
+            Ok((d, kept_a_ring)) => {
+                if kept_a_ring {
+                    d.start_over(); // a new member: nothing it held before counts
+                }
+                d
+            }
+            Err(e) => CacheDev::unavailable(spec.guid, spec.path.clone(), format!("cannot initialise: {e}")),
+        };
+        assert_eq!(s.devs.len(), s.paces.len(), "invariant broken: a cache device without its pace");
+        s.paces.push(feed::Pace::default()).map_err(|_| AddError::Full)?;
+        let index = s.devs.push(Arc::new(d)).map_err(|_| AddError::Full)?;
+        if s.started.load(Ordering::Acquire) {
+            self.spawn_worker(index);
+        }
+        Ok(())
+    }
+
+    /// Takes device `guid` out of the running cache: it stops being fed and read, the
+    /// reads and writes under way on it finish, then its header is zeroed and the device
+    /// let go (`CacheDev::leave`). Returns its path, or `None` if the cache has no such
+    /// device. An I/O error zeroing the header is returned after the device left.
+    pub fn remove_device(&self, guid: u64) -> Result<Option<PathBuf>, std::io::Error> {
+        let _one_at_a_time = self.shared.membership.lock();
+        let Some(d) = self.shared.devs.iter().find(|d| d.guid == guid && d.state() != DevState::Removed) else {
+            return Ok(None);
+        };
+        d.leave()?;
+        Ok(Some(d.path.clone()))
     }
 
     fn attach_device(pool_guid: u64, spec: &CacheSpec, dev: Arc<dyn BlockDevice>) -> CacheDev {
@@ -183,13 +258,17 @@ impl L2Arc {
         }
     }
 
-    fn with_devices(devs: Vec<Arc<CacheDev>>) -> L2Arc {
-        let paces = devs.iter().map(|_| feed::Pace::default()).collect();
+    fn with_devices(pool_guid: u64, devs: Vec<Arc<CacheDev>>) -> L2Arc {
+        let paces = Slots::new(devs.iter().map(|_| feed::Pace::default()).collect());
         L2Arc {
             shared: Arc::new(Shared {
-                devs,
+                pool_guid,
+                devs: Slots::new(devs),
                 paces,
+                membership: Mutex::new(()),
+                started: AtomicBool::new(false),
                 queue: feed::Queue::default(),
+                secondary: feed::Secondary::default(),
                 tunables: Tunables::default(),
                 counters: Counters::default(),
                 stopping: AtomicBool::new(false),
@@ -201,7 +280,7 @@ impl L2Arc {
     /// Starts the rebuild of every device that kept its ring (in the background) and a
     /// feed worker per device; returns the sink to give the ARC.
     pub fn start(&self, rebuild: bool) -> Arc<dyn tarn_arc::EvictSink> {
-        let mut threads = self.shared.threads.lock();
+        let _no_member_added_meanwhile = self.shared.membership.lock();
         for (i, d) in self.shared.devs.iter().enumerate() {
             if !d.usable() {
                 continue;
@@ -211,20 +290,26 @@ impl L2Arc {
                     let d = d.clone();
                     let spawned = std::thread::Builder::new().name("tarn-l2rebuild".into()).spawn(move || d.rebuild());
                     if let Ok(h) = spawned {
-                        threads.push(h);
+                        self.shared.threads.lock().push(h);
                     }
                 } else {
                     d.start_over();
                 }
             }
-            let s = self.shared.clone();
-            if let Ok(h) =
-                std::thread::Builder::new().name("tarn-l2feed".into()).spawn(move || feed::run_worker(s, i, false))
-            {
-                threads.push(h);
-            }
+            self.spawn_worker(i);
         }
+        self.shared.started.store(true, Ordering::Release);
         Arc::new(feed::FeedSink(self.shared.clone()))
+    }
+
+    /// Starts the feed worker of device `index` (it ends when the device leaves).
+    fn spawn_worker(&self, index: usize) {
+        let s = self.shared.clone();
+        let spawned =
+            std::thread::Builder::new().name("tarn-l2feed".into()).spawn(move || feed::run_worker(s, index, false));
+        if let Ok(h) = spawned {
+            self.shared.threads.lock().push(h);
+        }
     }
 
     /// Stops the workers and the rebuild, waiting for them (their device writes finish).
@@ -277,11 +362,17 @@ impl L2Arc {
     /// The pool freed `key`'s block (`psize` stored, `lsize` logical bytes): no device
     /// may serve it again.
     pub fn forget(&self, key: &BlockKey, psize: u32, lsize: u32) {
-        for d in &self.shared.devs {
+        for d in self.shared.devs.iter() {
             if d.forget(key, psize, lsize) {
                 self.shared.counters.freed.fetch_add(1, Ordering::Relaxed);
             }
         }
+    }
+
+    /// The datasets' `secondarycache` (object set id, value), all of them: replaces what
+    /// was given before. Blocks taken off the queue from now on follow it.
+    pub fn set_secondarycache(&self, policies: impl IntoIterator<Item = (u64, SecondaryCache)>) {
+        self.shared.secondary.replace(policies);
     }
 
     pub fn tunables(&self) -> &Tunables {
@@ -309,10 +400,11 @@ impl L2Arc {
             feed_backlog: get(&self.shared.queue.backlog),
             feed_skipped_prefetch: get(&c.feed_skipped_prefetch),
             feed_helpers_started: get(&c.feed_helpers_started),
+            feed_skipped_policy: get(&c.feed_skipped_policy),
             freed: get(&c.freed),
             ..L2Snapshot::default()
         };
-        for d in &self.shared.devs {
+        for d in self.shared.devs.iter().filter(|d| d.state() != DevState::Removed) {
             let (asize, lsize) = d.sizes();
             s.asize += asize;
             s.size += lsize;
@@ -330,6 +422,7 @@ impl L2Arc {
         self.shared
             .devs
             .iter()
+            .filter(|d| d.state() != DevState::Removed)
             .map(|d| {
                 let (asize, lsize) = d.sizes();
                 let ring = d.ring_size().max(1);
@@ -359,6 +452,26 @@ impl L2Arc {
 impl Drop for L2Arc {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// Why `add_device` refused a device.
+#[derive(Debug, thiserror::Error)]
+pub enum AddError {
+    #[error("cache device {0:016x} is in the cache already")]
+    Duplicate(u64),
+    #[error("too many cache devices added while the pool was open (at most {max}); export and import it first", max = tarn_vdev::MAX_TOPS)]
+    Full,
+}
+
+/// The pool a device's valid cache header names, if it has one (a cache device of some
+/// pool, in use or not).
+pub fn cache_owner(dev: &dyn BlockDevice) -> Option<u64> {
+    let mut buf = vec![0u8; layout::HEADER_SIZE as usize];
+    dev.read_at(&mut buf, 0).ok()?;
+    match DevHeader::decode(&buf, 0, 0, dev.size()) {
+        Err(HeaderRefused::OtherPool(guid)) => Some(guid),
+        _ => None,
     }
 }
 

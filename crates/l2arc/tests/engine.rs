@@ -33,7 +33,14 @@ fn key(n: u64) -> BlockKey {
 
 fn evict(sink: &Arc<dyn EvictSink>, k: BlockKey, len: usize) {
     let bytes = bytes_of(&k, len);
-    sink.evicted(Departing { key: k, bytes: &bytes, lsize: 16384, class: Class::Data, unread_prefetch: false });
+    sink.evicted(Departing {
+        key: k,
+        bytes: &bytes,
+        lsize: 16384,
+        class: Class::Data,
+        unread_prefetch: false,
+        objset: None,
+    });
 }
 
 /// Feeds `keys` one at a time (waiting while the queue is full) until each is written.
@@ -193,4 +200,118 @@ fn index_ram_per_block_stays_under_48_bytes_at_every_fill() {
     }
     assert!(worst > 0.0);
     assert!(worst <= 48.0, "{worst:.1} bytes per cached block");
+}
+
+#[test]
+fn a_device_added_to_a_running_cache_is_fed_and_read_and_a_removed_one_is_let_go_while_reads_go_on() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let path = image(dir.path(), "added.img", 64 << 20);
+    let l2 = Arc::new(L2Arc::open(POOL, &[]));
+    let sink = l2.start(false);
+    assert!(l2.devices().is_empty());
+    let dev = Arc::new(tarn_vdev::FileDevice::open(&path).unwrap());
+    l2.add_device(&spec(&path)[0], dev.clone()).unwrap();
+    assert!(l2.add_device(&spec(&path)[0], dev.clone()).is_err(), "the same device twice");
+    assert_eq!(tarn_l2arc::cache_owner(dev.as_ref()), Some(POOL), "initialised as this pool's");
+    drop(dev);
+    let keys: Vec<BlockKey> = (0..500).map(key).collect();
+    feed_all(&l2, &sink, &keys, 3000);
+    assert_eq!(l2.devices()[0].state, DevState::Online);
+    for k in &keys {
+        assert_eq!(read(&l2, k, 3000).as_deref(), Some(&bytes_of(k, 3000)[..]), "{k:?}");
+    }
+    // Readers go on while the device leaves: each read is the right bytes or a miss.
+    let stop = Arc::new(AtomicBool::new(false));
+    let served = Arc::new(AtomicU64::new(0));
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let (l2, keys, stop, served) = (l2.clone(), keys.clone(), stop.clone(), served.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    for k in &keys {
+                        if let Some(b) = read(&l2, k, 3000) {
+                            assert_eq!(&b[..], &bytes_of(k, 3000)[..], "wrong bytes for {k:?}");
+                            served.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(l2.remove_device(GUID).unwrap(), Some(path.clone()));
+    stop.store(true, Ordering::Relaxed);
+    for r in readers {
+        r.join().expect("a reader saw wrong bytes");
+    }
+    assert!(served.load(Ordering::Relaxed) > 0, "reads were served before the removal");
+    assert!(l2.devices().is_empty(), "a removed device is not shown");
+    assert_eq!(l2.snapshot().blocks, 0);
+    assert!(keys.iter().all(|k| read(&l2, k, 3000).is_none()), "nothing is served from a removed device");
+    assert_eq!(l2.remove_device(GUID).unwrap(), None, "removed already");
+    // The header is zeroed and the device let go: another opener may have it.
+    let again = tarn_vdev::FileDevice::open(&path).expect("the device was let go");
+    assert_eq!(tarn_l2arc::cache_owner(&again), None);
+    evict(&sink, key(7), 3000); // the sink has no device to feed: dropped, no panic
+}
+
+/// A device that starts failing every read and write when told (a cache device going bad
+/// or pulled mid-run).
+struct Failing {
+    inner: tarn_vdev::FileDevice,
+    failing: std::sync::atomic::AtomicBool,
+}
+
+impl tarn_vdev::BlockDevice for Failing {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        if self.failing.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(std::io::Error::other("injected read error"));
+        }
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        if self.failing.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(std::io::Error::other("injected write error"));
+        }
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn path(&self) -> &Path {
+        self.inner.path()
+    }
+}
+
+#[test]
+fn a_device_that_starts_failing_is_dropped_after_its_errors_and_costs_only_hits() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = image(dir.path(), "failing.img", 64 << 20);
+    let dev = Arc::new(Failing {
+        inner: tarn_vdev::FileDevice::open(&path).unwrap(),
+        failing: std::sync::atomic::AtomicBool::new(false),
+    });
+    let l2 = L2Arc::open_devices(POOL, vec![(spec(&path)[0].clone(), dev.clone() as Arc<dyn tarn_vdev::BlockDevice>)]);
+    let sink = l2.start(false);
+    let keys: Vec<BlockKey> = (0..300).map(key).collect();
+    feed_all(&l2, &sink, &keys, 4000);
+    assert!(read(&l2, &keys[0], 4000).is_some());
+    dev.failing.store(true, std::sync::atomic::Ordering::Relaxed);
+    for k in &keys {
+        assert_eq!(read(&l2, k, 4000), None, "a failing device serves nothing");
+    }
+    let d = &l2.devices()[0];
+    assert_eq!(d.state, DevState::Faulted);
+    let note = d.note.clone().unwrap_or_default();
+    assert!(note.starts_with("dropped after 16 read errors"), "{note}");
+    let snap = l2.snapshot();
+    assert_eq!((snap.io_errors, snap.blocks), (16, 0), "16 errors, then nothing more is tried");
+    // The feed stops writing to it: nothing more is queued for a faulted device.
+    evict(&sink, key(1000), 4000);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(l2.snapshot().written_blocks, snap.written_blocks);
 }

@@ -331,6 +331,7 @@ impl Inner {
             errlog_last,
             missed_txgs,
             history: None,
+            pool_props: self.pool_props.lock().clone(),
         }
     }
 }

@@ -24,9 +24,18 @@
 //! and its own labels are zeroed. A crash before the hole is written leaves the device in
 //! the pool (nothing on it is needed, and import uses it again); after, the pool without it.
 //!
-//! Owns: `DeviceClass` (what a device is for: `log` now, `cache` next — #12 plugs in
-//! beside it), the add and remove of log devices, and the config kept in step with the
-//! tree (`Inner::label`, whose lock serialises config changes).
+//! Cache devices (L2ARC) are not vdevs: they have no number, no label, nothing of the
+//! pool's state. Add: each is opened (or created) and checked as a log device is, its
+//! cache header written; the config naming it is written into every label; only then
+//! does the running cache take it (`L2Arc::add_device`). Remove: the config without it
+//! is written first, then the cache lets it go (`L2Arc::remove_device`: no new reads or
+//! feed, those under way finish, header zeroed). A crash between leaves a device the
+//! config does not name (never opened again) or, on add, one it names whose ring is
+//! empty: either way nothing of the pool's.
+//!
+//! Owns: `DeviceClass` (what a device is for: `log` or `cache`), the add and remove of
+//! log and cache devices, and the config kept in step with the tree (`Inner::label`,
+//! whose lock serialises config changes).
 //!
 //! Promises: a refused add or remove changes nothing (a device it created is removed
 //! again); the label config always lists exactly the tree's vdevs, in number order
@@ -35,13 +44,17 @@
 //! Must never: write a log block to a device before its labels name it, give up a
 //! device the committed root or the chain still points into, or remove a data vdev.
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use tarn_vdev::{Label, TopConfig, TopState, TopVdev, VdevTree, MAX_TOPS};
+use tarn_l2arc::{CacheSpec, L2Arc};
+use tarn_vdev::{BlockDevice, Label, TopConfig, TopState, TopVdev, VdevTree, MAX_TOPS};
 
 use crate::error::PoolError;
 use crate::iostat::vdev_name;
-use crate::lifecycle::{check_distinct, device_key, new_top, CreateOptions, NewImages, VdevSpec};
+use crate::lifecycle::{
+    check_distinct, check_reusable, device_key, init_cache, new_cache, new_top, CreateOptions, NewImages, VdevSpec,
+};
 use crate::pool::Pool;
 
 /// What a device beside the data vdevs is for (`pool add POOL CLASS DEV…`).
@@ -50,6 +63,8 @@ use crate::pool::Pool;
 pub enum DeviceClass {
     /// A separate intent-log device (SLOG).
     Log,
+    /// A cache device (L2ARC): blocks leaving the ARC are kept there.
+    Cache,
 }
 
 impl DeviceClass {
@@ -57,6 +72,7 @@ impl DeviceClass {
     pub fn keyword(self) -> &'static str {
         match self {
             DeviceClass::Log => "log",
+            DeviceClass::Cache => "cache",
         }
     }
 }
@@ -84,6 +100,7 @@ impl Pool {
     ) -> Result<Vec<PathBuf>, PoolError> {
         match class {
             DeviceClass::Log => self.add_logs(specs, force, size),
+            DeviceClass::Cache => self.add_caches(specs, force, size),
         }
     }
 
@@ -92,6 +109,10 @@ impl Pool {
     pub fn remove_device(&self, name: &str) -> Result<Removed, PoolError> {
         let zio = &self.inner.ctx.zio;
         let _one_change_at_a_time = self.inner.config_change.lock();
+        let cache = find_cache(&self.inner.label.lock(), name);
+        if let Some((guid, path)) = cache {
+            return self.remove_cache(guid, path);
+        }
         let index = find_top(&zio.vdevs, self.name(), name)?;
         let top = &zio.vdevs.tops[index];
         if !top.is_log {
@@ -149,6 +170,108 @@ impl Pool {
         Ok(paths)
     }
 
+    /// Adds cache devices (see the module): each a plain device, checked before any is
+    /// written, named by the config before the cache takes it.
+    fn add_caches(&self, specs: &[VdevSpec], force: bool, size: Option<u64>) -> Result<Vec<PathBuf>, PoolError> {
+        let mut paths = Vec::new();
+        for spec in specs {
+            match spec {
+                VdevSpec::Disk(p) => paths.push(p.clone()),
+                VdevSpec::Mirror(ps) => return Err(PoolError::MirroredCache(ps.first().cloned().unwrap_or_default())),
+            }
+        }
+        if paths.is_empty() {
+            return Err(PoolError::NoCacheDevicesGiven);
+        }
+        let _one_change_at_a_time = self.inner.config_change.lock();
+        let label = self.inner.label.lock().clone();
+        check_distinct(specs.iter(), &config_paths(&label))?;
+        let opts = CreateOptions { ashift: self.inner.ctx.zio.vdevs.ashift, force, size, ..Default::default() };
+        let mut images = NewImages::default();
+        let mut opened = Vec::new();
+        for path in &paths {
+            let (guid, _, dev) = new_cache(path, self.inner.guid, &opts, &mut images)?;
+            opened.push((CacheSpec { guid, path: path.clone() }, dev));
+        }
+        self.name_and_attach_caches(label, opened, images)
+    }
+
+    /// Adds cache devices already open (known by `BlockDevice::path`): a caller that
+    /// wraps them (a test injecting faults) or opened them itself. Checked as
+    /// `pool add … cache` checks a path.
+    pub fn add_cache_devices(
+        &self,
+        devices: Vec<Arc<dyn BlockDevice>>,
+        force: bool,
+    ) -> Result<Vec<PathBuf>, PoolError> {
+        if devices.is_empty() {
+            return Err(PoolError::NoCacheDevicesGiven);
+        }
+        let _one_change_at_a_time = self.inner.config_change.lock();
+        let label = self.inner.label.lock().clone();
+        let specs: Vec<VdevSpec> = devices.iter().map(|d| VdevSpec::Disk(d.path().to_path_buf())).collect();
+        check_distinct(specs.iter(), &config_paths(&label))?;
+        let mut opened = Vec::new();
+        for dev in devices {
+            check_reusable(dev.as_ref(), force)?;
+            let guid = init_cache(dev.as_ref(), self.inner.guid, force)?;
+            opened.push((CacheSpec { guid, path: dev.path().to_path_buf() }, dev));
+        }
+        self.name_and_attach_caches(label, opened, NewImages::default())
+    }
+
+    /// The end of a cache add (under `config_change`, `label` the config before it): the
+    /// config naming the new devices goes into every label, then the cache takes them.
+    fn name_and_attach_caches(
+        &self,
+        label: Label,
+        opened: Vec<(CacheSpec, Arc<dyn BlockDevice>)>,
+        images: NewImages,
+    ) -> Result<Vec<PathBuf>, PoolError> {
+        let l2 = self.cache_for_adding();
+        if !l2.has_room() {
+            return Err(tarn_l2arc::AddError::Full.into());
+        }
+        let mut grown = label;
+        grown.tree.caches.extend(opened.iter().map(|(s, _)| (s.guid, s.path.display().to_string())));
+        // The devices hold only a fresh cache header so far: a failed write leaves them
+        // unnamed, and the images this call made are removed.
+        self.inner.ctx.zio.vdevs.write_labels(&grown)?;
+        *self.inner.label.lock() = grown;
+        images.keep();
+        let paths = opened.iter().map(|(s, _)| s.path.clone()).collect();
+        for (spec, dev) in opened {
+            l2.add_device(&spec, dev)?;
+        }
+        Ok(paths)
+    }
+
+    /// The running cache, attached now (with no device) if the pool had none.
+    fn cache_for_adding(&self) -> Arc<L2Arc> {
+        let zio = &self.inner.ctx.zio;
+        if zio.l2arc().is_none() {
+            // Under `config_change`: nothing else attaches one meanwhile.
+            zio.attach_l2arc(Arc::new(L2Arc::open(self.inner.guid, &[])), false);
+            self.refresh_secondarycache();
+        }
+        zio.l2arc().expect("a cache was just attached").clone()
+    }
+
+    /// Takes cache device `guid` out: the config first, then the running cache.
+    fn remove_cache(&self, guid: u64, path: PathBuf) -> Result<Removed, PoolError> {
+        let zio = &self.inner.ctx.zio;
+        let mut shrunk = self.inner.label.lock().clone();
+        shrunk.tree.caches.retain(|(g, _)| *g != guid);
+        zio.vdevs.write_labels(&shrunk)?;
+        *self.inner.label.lock() = shrunk;
+        if let Some(l2) = zio.l2arc() {
+            // A header left unzeroed (the device is failing, or gone) is harmless: no
+            // config names the device, an import never opens it, an add initialises it.
+            let _ = l2.remove_device(guid);
+        }
+        Ok(Removed { class: DeviceClass::Cache, paths: vec![path] })
+    }
+
     /// Takes log device `index` out of the pool once the intent log no longer needs it.
     fn remove_log(&self, index: usize) -> Result<(), PoolError> {
         let zio = &self.inner.ctx.zio;
@@ -197,10 +320,19 @@ fn assert_in_step(label: &Label, tops: usize) {
     );
 }
 
-/// Paths of every device the config names.
+/// Paths of every device the config names, cache devices too.
 fn config_paths(label: &Label) -> Vec<PathBuf> {
     let tree = &label.tree;
-    tree.tops.iter().chain(&tree.logs).flat_map(|t| t.leaves()).map(|(_, p)| PathBuf::from(p)).collect()
+    let vdevs = tree.tops.iter().chain(&tree.logs).flat_map(|t| t.leaves()).map(|(_, p)| PathBuf::from(p));
+    vdevs.chain(tree.caches.iter().map(|(_, p)| PathBuf::from(p))).collect()
+}
+
+/// The cache device `name` designates (its path, as `status` shows it, or another path
+/// to the same device): its guid and configured path.
+fn find_cache(label: &Label, name: &str) -> Option<(u64, PathBuf)> {
+    let wanted = device_key(Path::new(name));
+    let is_it = |p: &str| p == name || device_key(Path::new(p)) == wanted;
+    label.tree.caches.iter().find(|(_, p)| is_it(p)).map(|(g, p)| (*g, PathBuf::from(p)))
 }
 
 /// The top-level vdev `name` designates: its status name, or the path of its only device.

@@ -69,6 +69,14 @@ pub enum PoolError {
     NoDevices,
     #[error("give at least one log device")]
     NoLogDevices,
+    #[error("give at least one cache device")]
+    NoCacheDevicesGiven,
+    #[error("{0}: cache devices are plain devices (a cache is never mirrored: losing it costs only speed)")]
+    MirroredCache(PathBuf),
+    #[error("{path}: device is a cache device of another pool (guid {guid:016x}); use -f to reuse it (that pool then only loses its cache)")]
+    CacheOfOtherPool { path: PathBuf, guid: u64 },
+    #[error(transparent)]
+    CacheAdd(#[from] tarn_l2arc::AddError),
     #[error("ashift={0} is out of range; use 9 to 16 (12 for 4K sectors)")]
     BadAshift(u32),
     /// `reason` is boxed: it is the largest error, and every `Result` carries its size.
@@ -86,7 +94,7 @@ pub enum PoolError {
     NoScrub(String),
     #[error("{0} is given twice; each device can be used once")]
     DuplicateDevice(PathBuf),
-    #[error("cannot remove {name}: removing data vdevs is not supported (it holds data of pool '{pool}'); only log devices can be removed")]
+    #[error("cannot remove {name}: removing data vdevs is not supported (it holds data of pool '{pool}'); only log and cache devices can be removed")]
     DataVdevRemoval { name: String, pool: String },
     #[error("cannot remove {name}: no such device in pool '{pool}' (see `tarn pool status {pool}`)")]
     NotInPool { name: String, pool: String },
@@ -98,7 +106,7 @@ pub enum PoolError {
     LogStillInUse { pool: String, txgs: usize },
     #[error(transparent)]
     History(#[from] crate::history::HistoryError),
-    #[error("pool '{0}' has no cache devices; create it with `cache DEV…` to tune the L2ARC")]
+    #[error("pool '{0}' has no cache devices; add one (`tarn pool add {0} cache DEV`) to tune the L2ARC")]
     NoCacheDevices(String),
     #[error(transparent)]
     L2Tune(#[from] tarn_l2arc::TuneError),
@@ -229,6 +237,8 @@ pub enum PropError {
     ReadOnly(String),
     #[error("unknown property '{0}'; settable properties: {settable}", settable = settable_names())]
     Unknown(String),
+    #[error("unknown pool property '{0}'; pool properties: {names}", names = crate::pool_props::pool_prop_names())]
+    UnknownPool(String),
     #[error("invalid value '{value}' for property '{name}': use {help}")]
     InvalidValue { name: String, value: String, help: &'static str },
 }

@@ -106,7 +106,8 @@ impl Pool {
         let mut tree_cfg = TreeConfig { tops: Vec::new(), logs: Vec::new(), caches: Vec::new() };
         let pool_guid = random_guid();
         for path in &opts.caches {
-            tree_cfg.caches.push(new_cache(path, pool_guid, opts, &mut images)?);
+            let (guid, path, _closed_until_attached) = new_cache(path, pool_guid, opts, &mut images)?;
+            tree_cfg.caches.push((guid, path));
         }
         for spec in specs {
             let (top, cfg) = new_top(tops.len(), spec, opts, &mut images)?;
@@ -174,6 +175,7 @@ impl Pool {
         let pool = Pool::assemble(opened_label, zio.clone(), ub.txg, opts.txg.clone(), mos.next_dataset_id, zil_seq);
         *pool.inner.mos_bp.lock() = Some(mos_bp);
         pool.inner.history.restore(mos.history.as_deref());
+        *pool.inner.pool_props.lock() = crate::pool_props::restore(&mos.pool_props);
         restore_error_counters(&zio.vdevs, &mos);
         pool.inner.scan.restore(mos.scan.clone());
         *pool.inner.errlog.lock() = ErrLog::restore(&mos.errlog, &mos.errlog_last);
@@ -226,8 +228,9 @@ impl Pool {
         }
         let specs: Vec<CacheSpec> =
             caches.iter().map(|(guid, path)| CacheSpec { guid: *guid, path: PathBuf::from(path) }).collect();
-        let l2 = Arc::new(L2Arc::open(self.inner.guid, &specs));
+        let l2 = Arc::new(L2Arc::open_with(self.inner.guid, &specs, self.cache_autoreplace()));
         self.inner.ctx.zio.attach_l2arc(l2, rebuild);
+        self.refresh_secondarycache();
     }
 
     /// Says plainly what a missing log device means for this import.
@@ -420,19 +423,33 @@ pub(crate) fn device_key(p: &Path) -> PathBuf {
     }
 }
 
-/// Opens (or creates) a cache device for a new pool and writes its header; returns its
-/// (guid, path) for the config.
-fn new_cache(
+/// Opens (or creates) a cache device for a new pool (or `pool add … cache`) and writes
+/// its header; returns its (guid, path) for the config, and the open device. The cache
+/// device of another pool is refused unless `force` (it is that pool's, even exported).
+pub(crate) fn new_cache(
     path: &Path,
     pool_guid: u64,
     opts: &CreateOptions,
     images: &mut NewImages,
-) -> Result<(u64, String), PoolError> {
+) -> Result<(u64, String, Arc<dyn BlockDevice>), PoolError> {
     let dev = open_for_create(path, opts, images)?;
+    let guid = init_cache(dev.as_ref(), pool_guid, opts.force)?;
+    Ok((guid, path.display().to_string(), dev))
+}
+
+/// Writes a fresh cache header of pool `pool_guid` on `dev` (checked already as
+/// `check_reusable` does); returns the device's new guid. The cache device of another
+/// pool is refused unless `force`.
+pub(crate) fn init_cache(dev: &dyn BlockDevice, pool_guid: u64, force: bool) -> Result<u64, PoolError> {
+    let path = dev.path().to_path_buf();
+    if !force {
+        if let Some(other) = tarn_l2arc::cache_owner(dev).filter(|g| *g != pool_guid) {
+            return Err(PoolError::CacheOfOtherPool { path, guid: other });
+        }
+    }
     let guid = random_guid();
-    tarn_l2arc::initialise_device(dev.as_ref(), pool_guid, guid)
-        .map_err(|source| VdevError::Io { path: path.to_path_buf(), source })?;
-    Ok((guid, path.display().to_string()))
+    tarn_l2arc::initialise_device(dev, pool_guid, guid).map_err(|source| VdevError::Io { path, source })?;
+    Ok(guid)
 }
 
 /// Opens (or creates) the devices of one top-level vdev for a new pool or log.
@@ -473,12 +490,20 @@ fn open_for_create(
     if !existed && path.exists() {
         images.0.push(path.to_path_buf());
     }
-    let dev = dev?;
+    let dev: Arc<dyn BlockDevice> = Arc::new(dev?);
+    check_reusable(dev.as_ref(), opts.force)?;
+    Ok(dev)
+}
+
+/// Refuses a device too small for tarn, or (unless `force`) one of a pool or of a newer
+/// tarn's format.
+pub(crate) fn check_reusable(dev: &dyn BlockDevice, force: bool) -> Result<(), PoolError> {
+    let path = dev.path();
     if dev.size() < MIN_DEVICE {
         return Err(PoolError::TooSmall { path: path.into(), size: dev.size(), min: MIN_DEVICE });
     }
-    if !opts.force {
-        match read_device_labels(&dev) {
+    if !force {
+        match read_device_labels(dev) {
             Ok(labels) if labels.label.state != LabelState::Destroyed => {
                 let state = format!("{:?}", labels.label.state).to_lowercase();
                 return Err(PoolError::InUse { path: path.into(), pool: labels.label.pool_name, state });
@@ -490,7 +515,7 @@ fn open_for_create(
             _ => {}
         }
     }
-    Ok(Arc::new(dev))
+    Ok(())
 }
 
 /// Assembles the vdev tree from the label's config and the devices found. A data vdev

@@ -89,6 +89,11 @@ pub struct Mos {
     /// Optional, so it needs no MOS version: a reader that does not know it ignores it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub history: Option<Box<serde_json::value::RawValue>>,
+    /// Pool properties set away from their default (`tarn pool set`). Optional, so it
+    /// needs no MOS version: a reader that does not know it runs with the defaults, which
+    /// is what every tarn did before it (`crate::pool_props`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pool_props: BTreeMap<String, String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -221,7 +226,19 @@ mod tests {
             errlog_last: Vec::new(),
             missed_txgs: BTreeMap::new(),
             history: None,
+            pool_props: BTreeMap::new(),
         }
+    }
+
+    #[test]
+    fn pool_properties_are_kept_and_a_root_without_them_has_the_defaults() {
+        let mut mos = sample(MOS_VERSION);
+        let without = Mos::decode(&mos.encode()).unwrap();
+        assert!(without.pool_props.is_empty());
+        assert!(!String::from_utf8(mos.encode()).unwrap().contains("pool_props"), "left out when empty");
+        mos.pool_props.insert("cacheautoreplace".into(), "off".into());
+        let with = Mos::decode(&mos.encode()).unwrap();
+        assert_eq!(with.pool_props.get("cacheautoreplace").map(String::as_str), Some("off"));
     }
 
     #[test]

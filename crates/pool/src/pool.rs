@@ -102,6 +102,8 @@ pub(crate) struct Inner {
     pub(crate) opened_ns: u64,
     /// The command history, written into every root (`crate::history`).
     pub(crate) history: History,
+    /// Pool properties set away from their default (`crate::pool_props`).
+    pub(crate) pool_props: Mutex<BTreeMap<String, String>>,
 }
 
 pub struct Pool {
@@ -194,6 +196,7 @@ impl Pool {
                 errlog: Mutex::new(ErrLog::default()),
                 opened_ns: tarn_vdev::iostat::now_ns(),
                 history: History::default(),
+                pool_props: Mutex::new(BTreeMap::new()),
             }),
             sync_thread: Mutex::new(None),
         }

@@ -11,6 +11,8 @@
 //! lock while waiting for a txg hold.
 use tarn_dataset::props::{self, format_size, Effective, READONLY};
 use tarn_dataset::FsError;
+use tarn_l2arc::SecondaryCache;
+use tarn_zio::CachePolicy;
 
 use crate::datasets::{subtree_charged, subtree_space};
 use crate::error::{PoolError, PropError};
@@ -151,11 +153,26 @@ impl Pool {
         (def.default.to_string(), "default".to_string())
     }
 
-    /// Hands every dataset its effective values again (after a change or a new dataset).
+    /// Hands every dataset its effective values again (after a change or a new dataset),
+    /// and the L2ARC every dataset's `secondarycache`.
     pub(crate) fn refresh_effective(&self) {
         let sets = self.inner.datasets.read();
         for (name, (_, ds)) in sets.iter() {
             ds.set_effective(Effective::from_values(|p| Self::resolve(&sets, name, p).0));
         }
+        drop(sets);
+        self.refresh_secondarycache();
+    }
+
+    /// Tells the L2ARC (if the pool has one) which datasets' blocks it may keep.
+    pub(crate) fn refresh_secondarycache(&self) {
+        let Some(l2) = self.inner.ctx.zio.l2arc() else { return };
+        let sets = self.inner.datasets.read();
+        let policy = |p: CachePolicy| match p {
+            CachePolicy::All => SecondaryCache::All,
+            CachePolicy::Metadata => SecondaryCache::Metadata,
+            CachePolicy::None => SecondaryCache::None,
+        };
+        l2.set_secondarycache(sets.values().map(|(_, ds)| (ds.id, policy(ds.effective().secondarycache))));
     }
 }

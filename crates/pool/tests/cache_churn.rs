@@ -8,11 +8,9 @@
 //! export and import.
 mod common;
 
-use std::time::Duration;
-
+use common::db::{create_db_pool, fast_txg, Rng};
 use tarn_dataset::{Dataset, NewObject, SetAttr, ROOT_ID};
-use tarn_pool::{CreateOptions, ImportOptions, Pool, VdevSpec};
-use tarn_txg::TxgConfig;
+use tarn_pool::{ImportOptions, Pool};
 
 const PAGE: u64 = 16384;
 /// Pages per file (a 1 MiB table).
@@ -20,22 +18,6 @@ const PAGES: u64 = 64;
 const FILES: usize = 3;
 /// The ARC's budget: a handful of compressed records.
 const TINY_ARC: u64 = 96 << 10;
-
-/// A small deterministic generator (xorshift64*): the same churn every run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// A page number: half the reads go to a hot set of 6 pages per file (what a cache
 /// under a buffer pool keeps being asked for), the rest anywhere (a few past the end).
@@ -80,12 +62,7 @@ fn verify_all(ds: &Dataset, inos: &[u64], models: &[Vec<u8>], when: &str) {
 fn no_wrong_data_under_churn_with_a_tiny_arc() {
     let dir = tempfile::tempdir().unwrap();
     let img = dir.path().join("d0.img");
-    let txg = TxgConfig { timeout: Duration::from_millis(50), ..Default::default() };
-    let opts = CreateOptions { size: Some(256 << 20), txg: txg.clone(), ..Default::default() };
-    let pool = Pool::create("tank", &[VdevSpec::Disk(img.clone())], &opts).unwrap();
-    let ds = pool.create_dataset("tank/db").unwrap();
-    pool.set_property("tank/db", "recordsize", "16K").unwrap();
-    pool.set_property("tank/db", "compression", "lz4").unwrap();
+    let (pool, ds) = create_db_pool(&img, 256 << 20, Vec::new());
     pool.set_arc_max(TINY_ARC);
 
     let mut inos = Vec::new();
@@ -170,7 +147,7 @@ fn no_wrong_data_under_churn_with_a_tiny_arc() {
 
     drop(ds);
     pool.export().unwrap();
-    let pool = Pool::import_paths(&[img], &ImportOptions { txg }).unwrap();
+    let pool = Pool::import_paths(&[img], &ImportOptions { txg: fast_txg() }).unwrap();
     pool.set_arc_max(TINY_ARC);
     let ds = pool.dataset("tank/db").unwrap();
     verify_all(&ds, &inos, &models, "after import");

@@ -5,7 +5,6 @@
 //! newest root or uberblock makes import fall back to the previous txg.
 mod common;
 
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -14,20 +13,7 @@ use tarn_pool::{CreateOptions, ImportOptions, Pool, VdevSpec};
 use tarn_vdev::{BlockDevice, DATA_START, LABEL_SIZE};
 use tarn_zio::BlockPtr;
 
-fn flip(path: &Path, at: u64) {
-    let f = std::fs::OpenOptions::new().read(true).write(true).open(path).unwrap();
-    let mut b = [0u8; 1];
-    f.read_exact_at(&mut b, at).unwrap();
-    b[0] ^= 0x5a;
-    f.write_all_at(&b, at).unwrap();
-}
-
-fn image_bytes(path: &Path, at: u64, len: usize) -> Vec<u8> {
-    let f = std::fs::File::open(path).unwrap();
-    let mut b = vec![0u8; len];
-    f.read_exact_at(&mut b, at).unwrap();
-    b
-}
+use common::image::{flip, image_bytes, locate};
 
 fn new_pool(dir: &Path, specs: &[VdevSpec]) -> Pool {
     let opts = CreateOptions { size: Some(128 << 20), ..Default::default() };
@@ -55,14 +41,6 @@ fn checksum_errors(pool: &Pool) -> Vec<(String, u64)> {
 
 fn import(paths: &[PathBuf]) -> Pool {
     Pool::import_paths(paths, &ImportOptions::default()).unwrap_or_else(|e| panic!("import failed: {e}"))
-}
-
-/// The image offset of the one place `needle` occurs.
-fn locate(path: &Path, needle: &[u8]) -> u64 {
-    let img = std::fs::read(path).unwrap();
-    let hits = common::find_all(&img, needle);
-    assert_eq!(hits.len(), 1, "expected the file's bytes exactly once in the image");
-    hits[0] as u64
 }
 
 fn assert_io(r: Result<Vec<u8>, FsError>, what: &str) {

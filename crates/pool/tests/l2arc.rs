@@ -9,41 +9,18 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use common::db::{create_db_pool, fast_txg, Rng};
 use tarn_dataset::{Dataset, NewObject, ROOT_ID};
-use tarn_pool::{CreateOptions, ImportOptions, Pool, VdevSpec};
-use tarn_txg::TxgConfig;
+use tarn_pool::{ImportOptions, Pool};
 
 const PAGE: u64 = 16384;
 const PAGES: u64 = 256;
 const TINY_ARC: u64 = 96 << 10;
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-fn txg() -> TxgConfig {
-    TxgConfig { timeout: Duration::from_millis(50), ..Default::default() }
-}
-
 /// A pool on one data image with one cache image, a 4 MiB file of 16 KiB pages.
 fn pool_with_cache(dir: &Path) -> (Pool, PathBuf, PathBuf, u64, Vec<u8>) {
     let (img, cache) = (dir.join("d0.img"), dir.join("cache.img"));
-    let opts = CreateOptions { size: Some(128 << 20), txg: txg(), caches: vec![cache.clone()], ..Default::default() };
-    let pool = Pool::create("tank", &[VdevSpec::Disk(img.clone())], &opts).unwrap();
-    let ds = pool.create_dataset("tank/db").unwrap();
-    pool.set_property("tank/db", "recordsize", "16K").unwrap();
-    pool.set_property("tank/db", "compression", "lz4").unwrap();
+    let (pool, ds) = create_db_pool(&img, 128 << 20, vec![cache.clone()]);
     let ino = ds.create(ROOT_ID, b"t", NewObject::File, 0o644, 0, 0).unwrap().ino;
     let mut model = Vec::new();
     for p in 0..PAGES {
@@ -121,7 +98,7 @@ fn no_wrong_data_with_a_tiny_arc_and_a_cache_device_then_warm_after_import() {
     pool.export().unwrap();
 
     let started = Instant::now();
-    let pool = Pool::import_paths(&[img], &ImportOptions { txg: txg() }).unwrap();
+    let pool = Pool::import_paths(&[img], &ImportOptions { txg: fast_txg() }).unwrap();
     pool.set_arc_max(TINY_ARC);
     wait_rebuilt(&pool);
     eprintln!("import and rebuild: {:?}, {:?}", started.elapsed(), pool.stats().l2arc);
@@ -174,7 +151,7 @@ fn blank_foreign_and_missing_cache_devices_never_stop_an_import() {
     read_all_and_settle(&pool, &ds, ino, &model);
     drop(ds);
     pool.export().unwrap();
-    let import = || Pool::import_paths(std::slice::from_ref(&img), &ImportOptions { txg: txg() }).unwrap();
+    let import = || Pool::import_paths(std::slice::from_ref(&img), &ImportOptions { txg: fast_txg() }).unwrap();
 
     // The VM moved host: the device came back blank.
     std::fs::File::create(&cache).unwrap().set_len(64 << 20).unwrap();

@@ -16,28 +16,7 @@ use std::time::Duration;
 use tarn_dataset::{Dataset, FsError, NewObject, ROOT_ID};
 use tarn_pool::{CreateOptions, ImportOptions, Pool, ScanKind, ScanPace, ScanState, VdevSpec};
 
-fn flip(path: &Path, at: u64) {
-    let f = std::fs::OpenOptions::new().read(true).write(true).open(path).unwrap();
-    let mut b = [0u8; 1];
-    f.read_exact_at(&mut b, at).unwrap();
-    b[0] ^= 0x5a;
-    f.write_all_at(&b, at).unwrap();
-}
-
-fn image_bytes(path: &Path, at: u64, len: usize) -> Vec<u8> {
-    let f = std::fs::File::open(path).unwrap();
-    let mut b = vec![0u8; len];
-    f.read_exact_at(&mut b, at).unwrap();
-    b
-}
-
-/// The image offset of the one place `needle` occurs.
-fn locate(path: &Path, needle: &[u8]) -> u64 {
-    let img = std::fs::read(path).unwrap();
-    let hits = common::find_all(&img, needle);
-    assert_eq!(hits.len(), 1, "the bytes occur once in {}", path.display());
-    hits[0] as u64
-}
+use common::image::{flip, image_bytes, locate};
 
 /// A pool of raw records (the test finds a file's bytes in the image).
 fn new_pool(specs: &[VdevSpec]) -> Pool {

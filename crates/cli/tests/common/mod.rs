@@ -38,10 +38,16 @@ impl Env {
     }
 
     pub fn tarn(&self, args: &[&str]) -> Output {
+        self.tarn_with_env(args, &[])
+    }
+
+    /// Runs tarn with `vars` set in its environment besides the harness's own.
+    pub fn tarn_with_env(&self, args: &[&str], vars: &[(&str, &str)]) -> Output {
         Command::new(env!("CARGO_BIN_EXE_tarn"))
             .args(args)
             .env("TARN_CACHE_FILE", self.path("pools.json"))
             .env("TARN_RUN_DIR", self.run_dir())
+            .envs(vars.iter().copied())
             .output()
             .expect("run tarn")
     }
@@ -64,11 +70,16 @@ impl Env {
 
     /// Mounts `tank/db` on a fresh (or given, empty) directory `name`.
     pub fn mount(&self, name: &str, extra: &[&str]) -> Mounted<'_> {
+        self.mount_with_env(name, extra, &[])
+    }
+
+    /// Mounts `tank/db` on `name` with a daemon started with `vars` in its environment.
+    pub fn mount_with_env(&self, name: &str, extra: &[&str], vars: &[(&str, &str)]) -> Mounted<'_> {
         let mp = self.path(name);
         std::fs::create_dir_all(&mp).expect("mkdir mountpoint");
         let mut args = vec!["mount", "tank/db", mp.to_str().expect("utf8")];
         args.extend_from_slice(extra);
-        let out = self.tarn(&args);
+        let out = self.tarn_with_env(&args, vars);
         assert!(out.status.success(), "tarn mount failed: {}", String::from_utf8_lossy(&out.stderr));
         assert!(out.stdout.is_empty() && out.stderr.is_empty(), "mount must print nothing on success");
         let pid = self.daemon_pid().expect("mount record with the daemon's pid");

@@ -1,7 +1,7 @@
 //! The commands a held pool serves, and the table the daemon dispatches them by.
 //!
 //! Rooms: `pool` (status, scrub start/stop and its scan, iostat, clear, export, destroy,
-//! add, history, stats, tune),
+//! add, remove, set, get, history, stats, tune),
 //! `dataset` (ds create/destroy/list, set, get, inherit), `snapshot` (snap
 //! create/list/destroy, rollback, clone, promote), `stream` (send, recv), `files` (put, ls, cat) and
 //! `mounts` (mount, umount: the daemon's own).
@@ -51,6 +51,8 @@ registry![
     pool::Destroy,
     pool::Add,
     pool::Remove,
+    pool::PoolSet,
+    pool::PoolGet,
     pool::History,
     pool::Stats,
     pool::Tune,

@@ -11,7 +11,9 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 use tarn_dataset::props::format_size;
-use tarn_pool::{DeviceClass, HistoryEntry, PoolIostat, PoolStats, PoolStatus, Removed, ScanStatus, VdevSpec};
+use tarn_pool::{
+    DeviceClass, HistoryEntry, PoolIostat, PoolPropRow, PoolStats, PoolStatus, Removed, ScanStatus, VdevSpec,
+};
 
 use crate::error::OpError;
 use crate::op::{Finish, Held, Op};
@@ -161,8 +163,8 @@ impl From<&Vdev> for VdevSpec {
     }
 }
 
-/// `tarn pool add POOL CLASS DEV…`: devices beside the data vdevs (log devices; cache
-/// devices next), added to the open pool wherever it is held (`Pool::add_devices`).
+/// `tarn pool add POOL CLASS DEV…`: devices beside the data vdevs (log or cache
+/// devices), added to the open pool wherever it is held (`Pool::add_devices`).
 /// Returns the paths of the devices added.
 #[derive(Serialize, Deserialize)]
 pub struct Add {
@@ -184,7 +186,8 @@ impl Op for Add {
 }
 
 /// `tarn pool remove POOL DEV`: a log device leaves the open pool once the intent log no
-/// longer needs it (`Pool::remove_device`); a data vdev is refused.
+/// longer needs it, a cache device once its reads under way finish
+/// (`Pool::remove_device`); a data vdev is refused.
 #[derive(Serialize, Deserialize)]
 pub struct Remove {
     /// A device path, or a vdev name as `status` shows it (`mirror-2`).
@@ -198,6 +201,44 @@ impl Op for Remove {
     type Output = Removed;
     fn run(self, on: &Held<'_>) -> Result<Removed, OpError> {
         Ok(on.pool.remove_device(&self.device)?)
+    }
+}
+
+/// `tarn pool set PROP=VALUE… POOL`: pool properties (`cacheautoreplace`), applied in
+/// order; the first refused stops it.
+#[derive(Serialize, Deserialize)]
+pub struct PoolSet {
+    pub assignments: Vec<(String, String)>,
+}
+
+impl Op for PoolSet {
+    const NAME: &'static str = "pool.set";
+    const CHANGES_POOL: bool = true;
+    type Output = ();
+    fn run(self, on: &Held<'_>) -> Result<(), OpError> {
+        for (k, v) in &self.assignments {
+            on.pool.set_pool_property(k, v)?;
+        }
+        Ok(())
+    }
+}
+
+/// `tarn pool get PROP[,PROP]|all POOL` (`props: None` is `all`).
+#[derive(Serialize, Deserialize)]
+pub struct PoolGet {
+    pub props: Option<Vec<String>>,
+}
+
+impl Op for PoolGet {
+    const NAME: &'static str = "pool.get";
+    type Output = Vec<PoolPropRow>;
+    fn run(self, on: &Held<'_>) -> Result<Vec<PoolPropRow>, OpError> {
+        let Some(props) = self.props else { return Ok(on.pool.get_pool_properties(None)?) };
+        let mut rows = Vec::new();
+        for p in &props {
+            rows.extend(on.pool.get_pool_properties(Some(p))?);
+        }
+        Ok(rows)
     }
 }
 

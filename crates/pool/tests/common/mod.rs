@@ -1,6 +1,10 @@
 //! Shared test helpers: in-memory and recording devices, deterministic data, and a
-//! reader that returns every file of a dataset as a name → bytes map.
+//! reader that returns every file of a dataset as a name → bytes map; `db`, the
+//! database-like pool the cache tests churn; `image`, an image's bytes read and damaged.
 #![allow(dead_code)]
+
+pub mod db;
+pub mod image;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
