@@ -3,7 +3,8 @@
 //! Owns: `Inner` (everything behind the cache's one lock: the ARC lists and the data
 //! policy), the split of the budget between them (data gets what the rest leaves), making
 //! room for an insert, and the memory the budget covers beside cached blocks (the hot
-//! copies' reserve, decoded indirect blocks and objects: `charge`, `set_reserved`).
+//! copies' reserve, decoded indirect blocks and objects: `charge`, `set_reserved`; the
+//! txgs' dirty data: `set_dirty`).
 //!
 //! Promises: after an insert, a charge or a shrink (`set_max`) returns, the blocks,
 //! headers, reserve and decoded metadata fit `arc_max` (unless the objects' owner's
@@ -14,7 +15,7 @@
 //! taken back (issue #11).
 use std::sync::atomic::Ordering;
 
-use crate::lists::{Lists, ENTRY_HEADER_BYTES};
+use crate::lists::Lists;
 use crate::policy::{DataCache, Evicted};
 use crate::ArcCache;
 
@@ -70,10 +71,10 @@ impl Inner {
         self.data.bytes()
     }
 
-    /// Everything but the data policy: the lists' blocks and headers, the reserve, and
-    /// `outside` (decoded metadata).
+    /// Everything but the data policy: the lists' blocks and headers, the reserve, the
+    /// dirty data, and `outside` (decoded metadata).
     fn beside_data(&self, outside: u64) -> u64 {
-        self.lists_bytes() + self.lists.headers() + self.lists.reserved + outside
+        self.lists_bytes() + self.lists.headers() + self.lists.reserved + self.lists.dirty + outside
     }
 
     /// Gives data what the rest leaves of the budget (less `incoming` bytes about to be
@@ -89,14 +90,14 @@ impl Inner {
         self.data.set_budget(budget)
     }
 
-    /// Makes room for `incoming` bytes of the lists (0: fits the budget again). Data gives
-    /// way first while metadata is under its limit; beyond it the lists evict first, and
-    /// data gives what they could not.
+    /// Makes room for `incoming` bytes of the lists (0: fits the budget again): a block
+    /// and, for a new entry, its header. Data gives way first while metadata is under its
+    /// limit; beyond it the lists evict first, and data gives what they could not.
     pub(crate) fn make_room(&mut self, incoming: u64, after_b2_hit: bool, outside: u64) -> Evicted {
         let mut ev = Evicted::default();
         let keep_meta = self.lists.metadata_bytes + outside + incoming <= self.lists.meta_limit();
         if keep_meta {
-            ev += self.rebudget_data(outside, incoming + ENTRY_HEADER_BYTES);
+            ev += self.rebudget_data(outside, incoming);
         }
         let data = self.data_held();
         ev.blocks += self.lists.make_room(incoming, after_b2_hit, outside, data);
@@ -117,7 +118,7 @@ impl Inner {
         let mut ev = Evicted::default();
         ev.blocks += self.lists.evict_until(false, outside, |l| {
             l.metadata_bytes + outside <= l.meta_limit()
-                || l.t1_bytes + l.t2_bytes + l.headers() + l.reserved + outside + held <= l.c
+                || l.t1_bytes + l.t2_bytes + l.headers() + l.reserved + l.dirty + outside + held <= l.c
         });
         ev += self.rebudget_data(outside, 0);
         ev
@@ -158,6 +159,25 @@ impl ArcCache {
     pub(crate) fn evict_to_budget(&self) {
         let outside = self.outside();
         let mut g = self.inner.lock();
+        let ev = g.make_room(0, false, outside);
+        g.lists.trim_ghosts();
+        drop(g);
+        self.count_evicted(ev);
+    }
+
+    /// The txgs' dirty data (open + syncing) is now `bytes`: it is held inside the budget,
+    /// so when it grew, cached blocks are evicted to make room for it (ZFS counts anonymous
+    /// dirty buffers in arc_size). The write throttle's `dirty_max` remains the limit on
+    /// dirty data itself; this never waits. Told by the txg engine's dirty observer on each
+    /// change of a percent of `dirty_max` — never on the read path or in an fsync.
+    pub fn set_dirty(&self, bytes: u64) {
+        let outside = self.outside();
+        let mut g = self.inner.lock();
+        let grew = bytes > g.lists.dirty;
+        g.lists.dirty = bytes;
+        if !grew {
+            return;
+        }
         let ev = g.make_room(0, false, outside);
         g.lists.trim_ghosts();
         drop(g);

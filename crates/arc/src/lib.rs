@@ -12,16 +12,18 @@
 //! dbufs and dnodes): the lists' own headers, the hot copies' share (reserved), the
 //! decoded indirect blocks (`keep_decoded`, ZFS's dbuf cache: a CLOCK under its share,
 //! each entry dropped at will since its block can be read again) and the decoded objects
-//! their owner reports (`charge`, ZFS's dnode cache). Blocks make room for all of these.
+//! their owner reports (`charge`, ZFS's dnode cache), and the txgs' dirty data
+//! (`set_dirty`, as ZFS's arc_size counts anonymous dirty buffers). Blocks make room for
+//! all of these; a block is charged the allocator's slot it occupies (`set_alloc_size`).
 //! File data is kept by the data policy (`DataPolicy`; `policy.rs` by default, the ARC
 //! lists under `DataPolicy::Arc`), within the same budget: it gets what the rest leaves.
 //! Metadata is evicted last while all metadata (cached and decoded) is under
 //! `META_LIMIT_QUARTERS` of the budget, like ZFS's `arc_meta_limit`.
 //!
-//! Promises: the blocks, headers, reserved hot share and decoded metadata never exceed
-//! `arc_max` after an insert, a charge or a shrink (`set_max`) returns, whichever policy
-//! keeps the data (unless what cannot be evicted — the objects' owner's pinned ones — is
-//! over it alone); a one-time scan only cycles through T1 and leaves the frequently used
+//! Promises: the blocks, headers, reserved hot share, decoded metadata and dirty data
+//! never exceed `arc_max` after an insert, a charge, a growth of dirty data or a shrink
+//! (`set_max`) returns, whichever policy keeps the data (unless what cannot be evicted —
+//! the objects' owner's pinned ones, dirty data — is over it alone); a one-time scan only cycles through T1 and leaves the frequently used
 //! set in T2 alone; a block is keyed by its identity (vdev, offset, birth txg), so a
 //! rewritten block never hits a stale copy.
 //!
@@ -58,7 +60,7 @@ pub use decoded::Decoded;
 pub use hot::HotCopies;
 use lists::Lists;
 pub use lists::{ENTRY_HEADER_BYTES, GHOST_HEADER_BYTES};
-pub use memory::{release_memory, resident_bytes, set_memory_release};
+pub use memory::{release_memory, resident_bytes, set_alloc_size, set_memory_release};
 use policy::DataCache;
 use sink::SinkSlot;
 pub use sink::{Departing, EvictSink};

@@ -17,16 +17,26 @@ use std::sync::Arc;
 use hashlink::LinkedHashMap;
 
 use crate::lookup::Hit;
+use crate::memory::charged_bytes;
 use crate::sink::SinkSlot;
 use crate::{BlockKey, Class};
 
 /// A cached block in T1 or T2.
 pub(crate) struct Entry {
     pub(crate) bytes: Arc<[u8]>,
+    /// What the budget charges for `bytes`: the allocator's slot (`memory::charged_bytes`),
+    /// fixed when the entry is made so that adding and removing it always agree.
+    pub(crate) charge: u64,
     pub(crate) lsize: u32,
     pub(crate) class: Class,
     /// Read ahead and not yet asked for: its first demand read is not a second access.
     pub(crate) prefetched: bool,
+}
+
+impl Entry {
+    pub(crate) fn new(bytes: Arc<[u8]>, lsize: u32, class: Class, prefetched: bool) -> Entry {
+        Entry { charge: charged_bytes(bytes.len()), bytes, lsize, class, prefetched }
+    }
 }
 
 /// An evicted block the ghost lists remember: its size, and whether it was read ahead
@@ -85,6 +95,10 @@ pub(crate) struct Lists {
     /// Bytes held for the hot copies (their whole share: they fill it quickly and are
     /// filled on the read path, where no eviction may run).
     pub(crate) reserved: u64,
+    /// Dirty bytes of the open and syncing txgs (`ArcCache::set_dirty`): held inside the
+    /// budget as ZFS's arc_size counts anonymous dirty buffers, so cached blocks make room
+    /// for them and the DBA has one number.
+    pub(crate) dirty: u64,
     /// Where evicted blocks are offered (the L2ARC's feed), if anywhere.
     pub(crate) sink: SinkSlot,
 }
@@ -92,7 +106,7 @@ pub(crate) struct Lists {
 impl Lists {
     /// Counts `e` in (or out of) the class sizes and its list's metadata bytes.
     pub(crate) fn account(&mut self, e: &Entry, add: bool, in_t1: bool) {
-        let size = e.bytes.len() as u64;
+        let size = e.charge;
         let list_meta = if in_t1 { &mut self.t1_meta } else { &mut self.t2_meta };
         if e.class == Class::Metadata {
             if add {
@@ -115,13 +129,13 @@ impl Lists {
     }
 
     pub(crate) fn add_t1(&mut self, key: BlockKey, e: Entry) {
-        self.t1_bytes += e.bytes.len() as u64;
+        self.t1_bytes += e.charge;
         self.account(&e, true, true);
         self.t1.insert(key, e);
     }
 
     pub(crate) fn add_t2(&mut self, key: BlockKey, e: Entry) {
-        self.t2_bytes += e.bytes.len() as u64;
+        self.t2_bytes += e.charge;
         self.account(&e, true, false);
         self.t2.insert(key, e);
     }
@@ -139,7 +153,7 @@ impl Lists {
         }
         if let Some(e) = self.t1.remove(key) {
             let bytes = e.bytes.clone();
-            let size = e.bytes.len() as u64;
+            let size = e.charge;
             self.t1_bytes -= size;
             self.t2_bytes += size;
             if e.class == Class::Metadata {
@@ -175,10 +189,10 @@ impl Lists {
     /// Forgets a block whose space was freed: its entry or its ghost.
     pub(crate) fn forget(&mut self, key: &BlockKey) {
         if let Some(e) = self.t1.remove(key) {
-            self.t1_bytes -= e.bytes.len() as u64;
+            self.t1_bytes -= e.charge;
             self.account(&e, false, true);
         } else if let Some(e) = self.t2.remove(key) {
-            self.t2_bytes -= e.bytes.len() as u64;
+            self.t2_bytes -= e.charge;
             self.account(&e, false, false);
         } else if let Some(g) = self.b1.remove(key) {
             self.b1_bytes -= g.size;
@@ -202,12 +216,12 @@ impl Lists {
         self.c / 4 * META_LIMIT_QUARTERS
     }
 
-    /// Evicts until `incoming` more bytes fit beside the headers, the reserved share,
-    /// `outside` (decoded metadata) and `data` (what the data policy holds). Returns how
+    /// Evicts until `incoming` more bytes fit beside the headers, the reserved share, the
+    /// dirty data, `outside` (decoded metadata) and `data` (what the data policy holds). Returns how
     /// many were evicted.
     pub(crate) fn make_room(&mut self, incoming: u64, after_b2_hit: bool, outside: u64, data: u64) -> u64 {
         self.evict_until(after_b2_hit, outside, |l| {
-            l.t1_bytes + l.t2_bytes + l.headers() + l.reserved + outside + data + incoming <= l.c
+            l.t1_bytes + l.t2_bytes + l.headers() + l.reserved + l.dirty + outside + data + incoming <= l.c
         })
     }
 
@@ -222,7 +236,7 @@ impl Lists {
                 && (self.t1_bytes > self.p || (after_b2_hit && self.t1_bytes == self.p) || self.t2.is_empty());
             let keep_meta = self.metadata_bytes + outside <= self.meta_limit();
             let (from_t1, (key, e)) = self.pop_victim(from_t1, keep_meta);
-            let size = e.bytes.len() as u64;
+            let size = e.charge;
             // Metadata, or data under `DataPolicy::Arc`: no page identity kept here.
             self.sink.offer(key, &e.bytes, e.lsize, e.class, e.prefetched, None);
             self.account(&e, false, from_t1);

@@ -12,7 +12,8 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::lists::{Entry, GhostHit};
+use crate::lists::{Entry, GhostHit, ENTRY_HEADER_BYTES};
+use crate::memory::charged_bytes;
 use crate::policy::{DataCache, Evicted, Found};
 use crate::{Access, ArcCache, BlockKey, Class, DataPolicy, PageId, ReadKind, Residency};
 
@@ -87,12 +88,12 @@ impl ArcCache {
             if !self.keeps(class, access.kind) {
                 return;
             }
-            let size = bytes.len() as u64;
+            let size = charged_bytes(bytes.len());
             self.insert_data(size, |d| d.insert(key, bytes, lsize, access.page, false), &key);
             self.counters.inserts.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        self.insert_entry(key, Entry { bytes, lsize, class, prefetched: false });
+        self.insert_entry(key, Entry::new(bytes, lsize, class, false));
     }
 
     /// Caches a block just written (counts as neither a hit nor a miss). File data takes
@@ -122,9 +123,9 @@ impl ArcCache {
         prefetched: bool,
     ) -> bool {
         if self.in_lists(class) {
-            self.insert_entry(key, Entry { bytes, lsize, class, prefetched })
+            self.insert_entry(key, Entry::new(bytes, lsize, class, prefetched))
         } else {
-            let size = bytes.len() as u64;
+            let size = charged_bytes(bytes.len());
             self.insert_data(size, |d| d.insert(key, bytes, lsize, page, prefetched), &key)
         }
     }
@@ -149,7 +150,7 @@ impl ArcCache {
 
     /// Adds an entry to the ARC lists. Returns whether the entry was added.
     fn insert_entry(&self, key: BlockKey, entry: Entry) -> bool {
-        let size = entry.bytes.len() as u64;
+        let size = entry.charge;
         let outside = self.outside();
         let mut g = self.inner.lock();
         let l = &mut g.lists;
@@ -167,7 +168,8 @@ impl ArcCache {
         // A block remembered by a ghost has been seen before: it enters T2.
         let to_t2 = ghost.is_some();
         let after_b2_hit = ghost == Some(GhostHit::Frequency);
-        let mut ev = g.make_room(size, after_b2_hit, outside);
+        // Its header counts too (the lists' headers grow when it is added).
+        let mut ev = g.make_room(size + ENTRY_HEADER_BYTES, after_b2_hit, outside);
         if to_t2 {
             g.lists.add_t2(key, entry);
         } else {

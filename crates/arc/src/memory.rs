@@ -1,7 +1,8 @@
 //! The process's memory as the OS sees it: resident size, physical memory, and giving the
 //! allocator's free memory back.
 //!
-//! Owns: the hook the binary sets to release its allocator's free memory.
+//! Owns: the hooks the binary sets to release its allocator's free memory and to say
+//! how big a slot its allocator hands out for a request (`set_alloc_size`).
 //!
 //! Promises: every reading degrades to a stated default when /proc cannot be read, never
 //! an error.
@@ -17,6 +18,30 @@ static MEMORY_RELEASE: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
 /// the allocator, the engine knows when a shrink made memory free.
 pub fn set_memory_release(release: fn()) {
     let _ = MEMORY_RELEASE.set(release);
+}
+
+/// The size of the slot the process's allocator hands out for a request of n bytes, if
+/// the binary said (`set_alloc_size`).
+static ALLOC_SIZE: std::sync::OnceLock<fn(usize) -> usize> = std::sync::OnceLock::new();
+
+/// Sets, once, how big a slot the process's allocator hands out for a request (jemalloc's
+/// `nallocx`): the budget then charges a cached block what it occupies, not its length —
+/// a 8.3 KiB lz4 block sits in a 10 KiB slot (issue #11). Call it before the first cache
+/// is made; an entry keeps the charge it was made with, so a later call only changes new
+/// entries. Without it a block is charged its length (the engine needs no allocator).
+pub fn set_alloc_size(size: fn(usize) -> usize) {
+    let _ = ALLOC_SIZE.set(size);
+}
+
+/// What the budget charges for a cached block of `len` bytes: the slot an `Arc<[u8]>` of
+/// that length occupies (two reference counts before the bytes), or `len` when the binary
+/// gave no allocator's size function.
+pub(crate) fn charged_bytes(len: usize) -> u64 {
+    let charged = match ALLOC_SIZE.get() {
+        Some(size) => size(len + 2 * std::mem::size_of::<usize>()).max(len),
+        None => len,
+    };
+    charged as u64
 }
 
 /// Gives the allocator's free memory back to the OS, if the binary said how.

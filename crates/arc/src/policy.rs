@@ -42,6 +42,7 @@ use std::sync::Arc;
 
 use hashlink::LinkedHashMap;
 
+use crate::memory::charged_bytes;
 use crate::sink::SinkSlot;
 use crate::{BlockKey, Class, PageId};
 
@@ -88,6 +89,8 @@ enum Region {
 
 pub(crate) struct Entry {
     pub(crate) bytes: Arc<[u8]>,
+    /// What the budget charges for `bytes` (`memory::charged_bytes`), fixed at insert.
+    pub(crate) charge: u64,
     pub(crate) lsize: u32,
     ident: Ident,
     region: Region,
@@ -244,7 +247,7 @@ impl DataCache {
         page: Option<PageId>,
         prefetched: bool,
     ) -> Evicted {
-        let size = bytes.len() as u64;
+        let size = charged_bytes(bytes.len());
         if size > self.budget || self.entries.contains_key(&key) {
             return Evicted::default();
         }
@@ -258,7 +261,7 @@ impl DataCache {
             Region::Main(_) => Region::Main(self.freq(ident)),
             Region::Window => Region::Window,
         };
-        self.place(key, Entry { bytes, lsize, ident, region, prefetched });
+        self.place(key, Entry { bytes, charge: size, lsize, ident, region, prefetched });
         self.balance()
     }
 
@@ -337,7 +340,7 @@ impl DataCache {
     }
 
     fn place(&mut self, key: BlockKey, e: Entry) {
-        let size = e.bytes.len() as u64;
+        let size = e.charge;
         match e.region {
             Region::Window => {
                 self.window.insert(key, ());
@@ -358,7 +361,7 @@ impl DataCache {
     /// Removes a block from wherever it is.
     fn take(&mut self, key: &BlockKey) -> Option<Entry> {
         let e = self.entries.remove(key)?;
-        let size = e.bytes.len() as u64;
+        let size = e.charge;
         match e.region {
             Region::Window => {
                 self.window.remove(key);
@@ -410,7 +413,7 @@ impl DataCache {
     fn admit_or_drop(&mut self, candidate: BlockKey) -> Evicted {
         let mut ev = Evicted::default();
         let e = self.take(&candidate).expect("window blocks exist");
-        let size = e.bytes.len() as u64;
+        let size = e.charge;
         let freq = self.freq(e.ident);
         let main_room = self.budget.saturating_sub(self.window_target);
         while self.main_bytes + size > main_room {
@@ -453,7 +456,7 @@ impl DataCache {
 
     /// A block leaves the cache; its page is remembered as a ghost of where it was.
     fn drop_block(&mut self, key: BlockKey, e: Entry, from_main: bool) -> Evicted {
-        let size = e.bytes.len() as u64;
+        let size = e.charge;
         let objset = match e.ident {
             Ident::Page(page) => Some(page.objset),
             Ident::Block(_) => None,
@@ -502,8 +505,8 @@ mod tests {
     impl DataCache {
         /// Every count agrees with the blocks themselves.
         fn check(&self) {
-            let window: u64 = self.window.keys().map(|k| self.entries[k].bytes.len() as u64).sum();
-            let main: u64 = self.main.iter().flat_map(|l| l.keys()).map(|k| self.entries[k].bytes.len() as u64).sum();
+            let window: u64 = self.window.keys().map(|k| self.entries[k].charge).sum();
+            let main: u64 = self.main.iter().flat_map(|l| l.keys()).map(|k| self.entries[k].charge).sum();
             assert_eq!((window, main), (self.window_bytes, self.main_bytes));
             let listed = self.window.len() + self.main.iter().map(|l| l.len()).sum::<usize>();
             assert_eq!(listed, self.entries.len(), "every block is in exactly one list");

@@ -92,13 +92,17 @@ pub struct ArcSnapshot {
     /// like data (ZFS's arc_meta_limit).
     #[serde(default)]
     pub metadata_limit: u64,
+    /// Dirty data of the open and syncing txgs, held inside the budget (as ZFS's arc_size
+    /// counts anonymous dirty buffers): cached blocks make room for it.
+    #[serde(default)]
+    pub dirty_size: u64,
     /// Everything the budget covers, as held now: blocks, headers, hot copies, decoded
-    /// metadata.
+    /// metadata, dirty data.
     #[serde(default)]
     pub accounted_size: u64,
     /// The process's resident memory (filled in by the pool, from /proc/self/statm), and
-    /// the part of it the budget does not account for (code, stacks, dirty data, buffers
-    /// in flight, the allocator's slack).
+    /// the part of it the budget does not account for (code, stacks, buffers in flight,
+    /// the allocator's slack).
     #[serde(default)]
     pub rss: u64,
     #[serde(default)]
@@ -175,7 +179,8 @@ impl ArcCache {
             decoded_objects_size,
             metadata_limit: l.meta_limit(),
             // The hot copies' actual size is added by whoever owns them (the pipeline).
-            accounted_size: size + headers_size + decoded_indirect_size + decoded_objects_size,
+            dirty_size: l.dirty,
+            accounted_size: size + headers_size + decoded_indirect_size + decoded_objects_size + l.dirty,
             rss: 0,
             other_size: 0,
         }
@@ -227,6 +232,7 @@ impl ArcSnapshot {
             ("decoded_indirect_size", self.decoded_indirect_size),
             ("decoded_objects_size", self.decoded_objects_size),
             ("metadata_limit", self.metadata_limit),
+            ("dirty_size", self.dirty_size),
             ("accounted_size", self.accounted_size),
             ("rss", self.rss),
             ("other_size", self.other_size),

@@ -124,9 +124,15 @@ const METRICS: &[(&str, &str, Kind, &str)] = &[
     ("arc", "metadata_limit", Kind::Gauge, "Metadata (cached and decoded) evicted last while under this many bytes."),
     (
         "arc",
+        "dirty_size",
+        Kind::Gauge,
+        "Dirty bytes of the open and syncing txgs, held inside the budget (cached blocks make room for them).",
+    ),
+    (
+        "arc",
         "accounted_size",
         Kind::Gauge,
-        "Bytes the budget accounts for: blocks, headers, hot copies, decoded metadata.",
+        "Bytes the budget accounts for: blocks, headers, hot copies, decoded metadata, dirty data.",
     ),
     ("arc", "rss", Kind::Gauge, "Resident memory of the process holding the pool, in bytes."),
     ("arc", "other_size", Kind::Gauge, "Resident bytes the budget does not account for (rss - accounted_size)."),

@@ -1,15 +1,16 @@
 //! Where the write path's memory goes (issue #11): four threads write 2 GiB sequentially
 //! in 1 MiB writes through the dataset API — what `fio --rw=write --bs=1M --numjobs=4
-//! --end_fsync=1` does through the mount in bench/memory.sh — with a 256 MiB ARC and
-//! 256 MiB `dirty_max`, and the `tarn` binary's allocator settings
-//! (crates/cli/src/allocator.rs). Every 100 ms it samples RSS beside jemalloc's own
-//! counters (allocated, active, resident, retained), the ARC's accounted bytes and the
-//! dirty bytes of the open and syncing txgs; it prints the peak and exits 1 if RSS went
-//! over arc_max + dirty_max + 64 MiB.
+//! --end_fsync=1` does through the mount in bench/memory.sh — with a 256 MiB ARC, the
+//! default `dirty_max` (half of it, inside it), and the `tarn` binary's allocator settings
+//! and size hook (crates/cli/src/allocator.rs). Every 100 ms it samples RSS beside
+//! jemalloc's own counters (allocated, active, resident, retained), the ARC's accounted
+//! bytes and the dirty bytes of the open and syncing txgs; it prints the peak and exits 1
+//! if RSS went over arc_max + 64 MiB.
 //!
 //!   cargo run --release -p tarn-pool --example write_rss
 //!   TARN_MEMORY_TRACE=1            print every sample
 //!   TARN_MEMORY_WRITE_MIB=1024     write less
+//!   TARN_MEMORY_ARC_MIB=64         a smaller ARC (dirty_max follows at its share)
 //!   _RJEM_MALLOC_CONF=prof:true,lg_prof_sample:16 TARN_MEMORY_DUMP_ABOVE_MIB=700
 //!       dump a heap profile (/tmp/rss-heap.<rss>.heap) at each new RSS peak above 700 MiB;
 //!       read it with the jeprof that tikv-jemalloc-sys builds
@@ -21,19 +22,18 @@ use std::time::{Duration, Instant};
 
 use tarn_dataset::{NewObject, ROOT_ID};
 use tarn_pool::{CreateOptions, Pool, VdevSpec};
-use tarn_txg::TxgConfig;
 
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 #[allow(non_upper_case_globals)]
 #[export_name = "_rjem_malloc_conf"]
-pub static malloc_conf: &[u8] = b"dirty_decay_ms:1000,muzzy_decay_ms:0,background_thread:true\0";
+pub static malloc_conf: &[u8] = b"narenas:1,dirty_decay_ms:200,muzzy_decay_ms:0,background_thread:true\0";
 
 const MIB: u64 = 1 << 20;
-/// The mount daemon's defaults under bench/memory.sh: a 256 MiB ARC, 256 MiB dirty.
-const ARC_MAX: u64 = 256 * MIB;
-const DIRTY_MAX: u64 = 256 * MIB;
+/// The mount daemon's default under bench/memory.sh: a 256 MiB ARC (and `dirty_max` at
+/// its default share of it).
+const ARC_MAX_MIB: u64 = 256;
 const FIXED_OVERHEAD: u64 = 64 * MIB;
 const WRITERS: u64 = 4;
 const WRITE: usize = 1 << 20;
@@ -81,23 +81,32 @@ fn fill(buf: &mut [u8], seed: u64) {
     }
 }
 
+fn arc_max() -> u64 {
+    std::env::var("TARN_MEMORY_ARC_MIB").ok().and_then(|v| v.parse().ok()).unwrap_or(ARC_MAX_MIB) * MIB
+}
+
 fn total_bytes() -> u64 {
     std::env::var("TARN_MEMORY_WRITE_MIB").ok().and_then(|v| v.parse().ok()).unwrap_or(2048) * MIB
 }
 
+/// jemalloc's slot for a request, as the `tarn` binary tells the engine.
+fn slot_size(len: usize) -> usize {
+    // SAFETY: nallocx computes a size class; it allocates nothing and takes no pointer.
+    let slot = unsafe { tikv_jemalloc_sys::nallocx(len.max(1), 0) };
+    slot.max(len)
+}
+
 fn main() {
+    tarn_pool::set_alloc_size(slot_size);
     let dir = tempfile::tempdir_in(std::env::var("TARN_BENCH_DIR").unwrap_or_else(|_| "/var/tmp".into())).unwrap();
-    let opts = CreateOptions {
-        size: Some(8 << 30),
-        txg: TxgConfig { dirty_max: DIRTY_MAX, dirty_sync: DIRTY_MAX / 5, timeout: Duration::from_secs(5) },
-        ..Default::default()
-    };
+    let opts = CreateOptions { size: Some(8 << 30), ..Default::default() };
     let pool = Arc::new(Pool::create("tank", &[VdevSpec::Disk(dir.path().join("d0.img"))], &opts).unwrap());
     pool.set_property("tank", "recordsize", "16K").unwrap();
     pool.set_property("tank", "compression", "lz4").unwrap();
-    pool.set_arc_max(ARC_MAX);
+    let arc_max = arc_max();
+    pool.set_arc_max(arc_max);
     let ds = Arc::new(pool.dataset("tank").unwrap());
-    let bound = ARC_MAX + DIRTY_MAX + FIXED_OVERHEAD;
+    let bound = arc_max + FIXED_OVERHEAD;
     let total = total_bytes();
 
     let done = Arc::new(AtomicBool::new(false));
@@ -110,13 +119,15 @@ fn main() {
                 je_refresh();
                 let s = pool.stats();
                 let line = format!(
-                    "rss {} allocated {} active {} resident {} retained {} | arc accounted {} | dirty open {} syncing {}",
+                    "rss {} allocated {} active {} resident {} retained {} | arc accounted {} blocks {} dirty {} | dirty open {} syncing {}",
                     rss / MIB,
                     je(c"stats.allocated") / MIB,
                     je(c"stats.active") / MIB,
                     je(c"stats.resident") / MIB,
                     je(c"stats.retained") / MIB,
                     s.arc.accounted_size / MIB,
+                    s.arc.size / MIB,
+                    s.arc.dirty_size / MIB,
                     s.txg.get("dirty_open_bytes").copied().unwrap_or(0) / MIB,
                     s.txg.get("dirty_syncing_bytes").copied().unwrap_or(0) / MIB,
                 );

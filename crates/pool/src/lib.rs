@@ -65,5 +65,5 @@ pub use snapshots::{split_snapshot_name, SnapshotInfo};
 pub use status::{PoolStats, PoolStatus, TopStatus};
 pub use stream::{StreamError, STREAM_MAGIC, STREAM_VERSION};
 /// The binary's allocator tells the engine how to give free memory back to the OS.
-pub use tarn_arc::set_memory_release;
+pub use tarn_arc::{set_alloc_size, set_memory_release};
 pub use tarn_vdev::{IoSnapshot, LeafHealth, VdevError};

@@ -128,6 +128,24 @@ fn size_from_env(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| props::parse_size(&v))
 }
 
+/// Dirty data may take at most this fraction of the ARC's budget by default. Dirty data
+/// lives inside `arc_max` (`ArcCache::set_dirty`), so a larger share would empty the cache
+/// during bulk writes, a much smaller one would make txgs too small for long sequential
+/// runs (ZFS's defaults — dirty data 10 % of memory, the ARC up to half of it on Linux —
+/// give it about a fifth; tarn's default `dirty_max`, 256 MiB, is a half of a 512 MiB ARC).
+pub(crate) const DIRTY_SHARE_OF_ARC: u64 = 2;
+
+/// `config` with `dirty_max` at most `arc_max / DIRTY_SHARE_OF_ARC` (`dirty_sync` kept at
+/// its ratio). `tarn tune dirty_max=` may set it higher afterwards.
+pub(crate) fn dirty_within_budget(mut config: TxgConfig, arc_max: u64) -> TxgConfig {
+    let cap = (arc_max / DIRTY_SHARE_OF_ARC).max(1);
+    if config.dirty_max > cap {
+        config.dirty_sync = (config.dirty_sync as u128 * cap as u128 / config.dirty_max as u128).max(1) as u64;
+        config.dirty_max = cap;
+    }
+    config
+}
+
 pub(crate) fn random_guid() -> u64 {
     rand::random::<u64>() | 1
 }
@@ -159,14 +177,20 @@ impl Pool {
         }
         // Every uberblock from now on must be newer than the one the pool was opened at.
         zio.vdevs.set_committed_txg(last_txg);
+        let txg_cfg = dirty_within_budget(txg_cfg, zio.arc.max());
         let txg = Arc::new(TxgEngine::new(last_txg, txg_cfg));
         // More txg writes may be in flight on each device as dirty data grows (ZFS's
-        // async-write ramp). Weak: the devices are closed when the pool is, whoever
-        // still holds the engine.
+        // async-write ramp), and the ARC makes room for dirty data inside its budget.
+        // Weak: the devices are closed when the pool is, whoever still holds the engine;
+        // the engine owns the observer, which must not keep the engine alive.
         let devices = Arc::downgrade(&zio);
+        let engine = Arc::downgrade(&txg);
         txg.set_dirty_observer(Box::new(move |percent| {
             if let Some(zio) = devices.upgrade() {
                 zio.vdevs.set_dirty_percent(percent);
+                if let Some(txg) = engine.upgrade() {
+                    zio.arc.set_dirty(txg.dirty_bytes());
+                }
             }
         }));
         let zil = Arc::new(Zil::new(zio.clone(), label.pool_guid, zil_seq));

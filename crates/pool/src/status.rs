@@ -271,9 +271,18 @@ impl Pool {
     }
 
     /// Changes the ARC budget at run time. A smaller one is given back at once: blocks and
-    /// decoded metadata are evicted, and then the allocator is asked to return its free
-    /// memory to the OS (`tarn_arc::set_memory_release`).
+    /// decoded metadata are evicted, `dirty_max` is lowered to its share of the budget
+    /// (`DIRTY_SHARE_OF_ARC`), and then the allocator is asked to return its free memory
+    /// to the OS (`tarn_arc::set_memory_release`).
     pub fn set_arc_max(&self, bytes: u64) {
+        // Dirty data lives inside the budget: a smaller budget lowers `dirty_max` to its
+        // share of it, as at open (a larger one leaves `dirty_max` as it is).
+        let txg = &self.inner.ctx.txg;
+        let config = txg.config();
+        let within = crate::pool::dirty_within_budget(config.clone(), bytes);
+        if within.dirty_max < config.dirty_max {
+            txg.set_dirty_max(within.dirty_max);
+        }
         self.inner.ctx.zio.set_cache_budget(bytes);
         for (_, ds) in self.inner.datasets.read().values() {
             ds.trim_cache();

@@ -231,6 +231,12 @@ impl TxgEngine {
         self.state.lock().error.clone()
     }
 
+    /// Dirty bytes of the open and syncing txgs (what the throttle weighs against
+    /// `dirty_max`).
+    pub fn dirty_bytes(&self) -> u64 {
+        self.state.lock().dirty()
+    }
+
     /// The last committed txg.
     pub fn synced(&self) -> u64 {
         self.state.lock().synced
