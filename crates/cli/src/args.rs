@@ -36,6 +36,47 @@ pub enum Cmd {
         snapshot: String,
         target: String,
     },
+    /// Write a snapshot as a stream to stdout: tarn send POOL/DS@SNAP [-i @BASE | -I @BASE] [--progress] > FILE; tarn send -t TOKEN
+    #[command(after_long_help = "Blocks go as stored (compressed, never recompressed); -i sends what changed since \
+@BASE, -I also every snapshot between. Move a dataset to another host: \
+`tarn send tank/db@today | ssh host tarn recv tank2/db`. An interrupted receive prints a token; \
+`tarn send -t TOKEN | … tarn recv …` continues it.")]
+    Send {
+        /// POOL/DS@SNAP.
+        #[arg(required_unless_present = "token")]
+        snapshot: Option<String>,
+        /// Incremental from this older snapshot of the same dataset (@NAME).
+        #[arg(short = 'i', value_name = "@BASE", conflicts_with = "intermediates")]
+        incremental: Option<String>,
+        /// Incremental from this snapshot, sending every snapshot in between too.
+        #[arg(short = 'I', value_name = "@BASE")]
+        intermediates: Option<String>,
+        /// Resume an interrupted receive from the token it printed.
+        #[arg(short = 't', value_name = "TOKEN", conflicts_with_all = ["snapshot", "incremental", "intermediates"])]
+        token: Option<String>,
+        /// Show bytes, rate and time left on stderr.
+        #[arg(long)]
+        progress: bool,
+    },
+    /// Receive a stream from stdin: tarn recv POOL/DS [-F] [--progress] < FILE; tarn recv -A POOL/DS
+    #[command(
+        alias = "receive",
+        after_long_help = "A full stream creates POOL/DS with its snapshot; an incremental one \
+needs its base to be the newest snapshot of POOL/DS (-F rolls back changes made since). The received dataset is not \
+mounted. An interrupted receive keeps what arrived and prints a resume token (also the receive_resume_token property)."
+    )]
+    Recv {
+        target: String,
+        /// Roll the target back to its newest snapshot first.
+        #[arg(short = 'F')]
+        force: bool,
+        /// Abort an interrupted receive, dropping what it had received.
+        #[arg(short = 'A', conflicts_with = "force")]
+        abort: bool,
+        /// Show bytes and rate on stderr.
+        #[arg(long)]
+        progress: bool,
+    },
     /// Make a clone independent of its origin: it takes the origin's snapshots up to the one it was cloned from, and the origin becomes its clone: tarn promote POOL/CLONE
     Promote { dataset: String },
     /// Set properties: tarn set PROP=VALUE... DATASET

@@ -45,6 +45,7 @@ mod mount_cmd;
 mod output;
 mod pool_cmd;
 mod scrub_cmd;
+mod send_cmd;
 mod snap_cmd;
 mod space_check;
 mod stats_cmd;
@@ -79,6 +80,10 @@ fn run(cmd: Cmd) -> Result<(), CliError> {
         Cmd::Snap(s) => snap_cmd::run(s),
         Cmd::Rollback { snapshot } => snap_cmd::rollback(snapshot),
         Cmd::Clone { options, snapshot, target } => snap_cmd::clone(&options, snapshot, target),
+        Cmd::Send { snapshot, incremental, intermediates, token, progress } => {
+            send_cmd::send(snapshot, incremental, intermediates, token, progress)
+        }
+        Cmd::Recv { target, force, abort, progress } => send_cmd::recv(target, force, abort, progress),
         Cmd::Promote { dataset } => snap_cmd::promote(dataset),
         Cmd::Set { assignments_then_dataset } => ds_cmd::set(assignments_then_dataset),
         Cmd::Get { props, dataset, out } => ds_cmd::get(&props, &dataset, out),

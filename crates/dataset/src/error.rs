@@ -74,6 +74,7 @@ impl From<ObjError> for FsError {
             ObjError::NotDir => FsError::NotDir,
             ObjError::Zio(z) => z.into(),
             corrupt @ (ObjError::Dnode(_) | ObjError::Dir(_)) => FsError::Io(corrupt),
+            refused @ (ObjError::InUse(_) | ObjError::RecordSize { .. }) => FsError::Invalid(refused.to_string()),
         }
     }
 }

@@ -45,6 +45,7 @@ mod file;
 mod handles;
 mod namespace;
 pub mod props;
+mod receive;
 mod sync;
 #[cfg(test)]
 mod tests;

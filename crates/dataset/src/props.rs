@@ -65,6 +65,7 @@ pub const PROPS: &[PropDef] = &[
 
 /// Properties computed by tarn, shown by `get` and refused by `set`.
 pub const READONLY: &[&str] = &[
+    "receive_resume_token",
     "used",
     "logicalused",
     "compressratio",

@@ -26,6 +26,7 @@ mod early;
 mod metadata;
 mod object;
 mod objset;
+mod receive;
 #[cfg(test)]
 mod tests;
 pub mod traverse;
@@ -62,4 +63,8 @@ pub enum ObjError {
     NoObject(u64),
     #[error("not a directory")]
     NotDir,
+    #[error("object {0} is in use: a receive claims only free ids")]
+    InUse(u64),
+    #[error("a received record of {len} bytes does not fill a block of {blksz}")]
+    RecordSize { len: usize, blksz: u64 },
 }

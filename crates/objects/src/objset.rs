@@ -210,6 +210,32 @@ impl ObjSet {
         }
     }
 
+    /// The dataset's id (the object set's).
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Whether object `id` is in the cache, even freed and not yet synced.
+    pub(crate) fn cache_holds(&self, id: u64) -> bool {
+        self.cache.read().contains_key(&id)
+    }
+
+    /// Whether object `id` was freed in a txg that has not synced yet (its slot is not
+    /// free until then).
+    pub fn holds_freed(&self, id: u64) -> bool {
+        let cached = self.cache.read().get(&id).cloned();
+        cached.is_some_and(|o| o.lock().gone)
+    }
+
+    pub(crate) fn cache_insert(&self, id: u64, obj: Arc<Object>) {
+        self.cache.write().insert(id, obj);
+    }
+
+    /// Ids below `next` are taken from now on (a receive claims the sender's ids).
+    pub fn raise_next_obj(&self, next: u64) {
+        self.next_obj.fetch_max(next, Ordering::Relaxed);
+    }
+
     /// A new object in the open txg, reachable by no name yet (see `FreshObject`).
     pub fn alloc(&self, dnode: Dnode) -> FreshObject {
         let id = self.next_obj.fetch_add(1, Ordering::Relaxed);

@@ -527,7 +527,7 @@ fn encode_indirect(ptrs: &[Option<BlockPtr>]) -> Vec<u8> {
 }
 
 /// The child pointers stored in an indirect block's bytes (holes as `None`).
-pub(crate) fn decode_indirect(bytes: &[u8]) -> Result<Vec<Option<BlockPtr>>, ZioError> {
+pub fn decode_indirect(bytes: &[u8]) -> Result<Vec<Option<BlockPtr>>, ZioError> {
     let expected = (FANOUT as usize) * BLKPTR_SIZE;
     if bytes.len() != expected {
         return Err(ZioError::BadLength { what: "indirect", len: bytes.len(), expected });

@@ -69,6 +69,9 @@ impl Pool {
                     unlinked: s.unlinked.clone(),
                     creation: s.creation,
                     referenced: SpaceUsed { physical: s.referenced, logical: s.logicalreferenced },
+                    // A snapshot from before guids were kept gets one now (written with
+                    // the next txg's root).
+                    guid: if s.guid == 0 { crate::pool::random_guid() } else { s.guid },
                 });
             }
             if !snaps.is_empty() {

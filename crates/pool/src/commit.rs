@@ -154,7 +154,7 @@ impl Inner {
         for op in &ops {
             let head_of = |id: u64| frozen.datasets.iter().find(|(_, m, _)| m.id == id);
             match op {
-                SnapOp::Take { dataset, name, creation } => {
+                SnapOp::Take { dataset, name, creation, guid } => {
                     // A dataset destroyed in the same txg has no snapshot to take.
                     let Some((_, _, ds)) = head_of(*dataset) else { continue };
                     let snap = Snap {
@@ -165,6 +165,7 @@ impl Inner {
                         unlinked: ds.unlinked_syncing(),
                         creation: *creation,
                         referenced: ds.used(),
+                        guid: *guid,
                     };
                     self.snaps.write().entry(*dataset).or_default().push(snap);
                 }
@@ -345,6 +346,7 @@ fn snap_record(s: &Snap) -> SnapRecord {
         creation: s.creation,
         referenced: s.referenced.physical,
         logicalreferenced: s.referenced.logical,
+        guid: s.guid,
     }
 }
 

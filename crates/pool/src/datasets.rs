@@ -193,12 +193,14 @@ impl Pool {
     }
 
     /// `tarn ds list`: USED as ZFS's — what each dataset, its snapshots and its children
-    /// hold (a clone is not charged what it shares with its origin).
+    /// hold (a clone is not charged what it shares with its origin); a receive's
+    /// hidden dataset (`DS%recv`, see `recv.rs`) is left out.
     pub fn datasets_info(&self) -> Vec<DatasetInfo> {
         let charged = self.charged_by_dataset(None);
         let sets = self.inner.datasets.read();
         let avail = self.available();
         sets.keys()
+            .filter(|name| !name.contains('%'))
             .map(|name| {
                 let (_, logicalused) = subtree_space(&sets, name);
                 let used = subtree_charged(&charged, name);

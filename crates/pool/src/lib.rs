@@ -35,13 +35,16 @@ mod mos;
 mod pool;
 mod pool_props;
 mod props;
+mod recv;
 mod replay;
 mod scan;
 mod scanwalk;
 mod scrub;
+mod send;
 mod snapshots;
 mod space;
 mod status;
+mod stream;
 
 pub use datasets::{check_name, DatasetInfo};
 pub use devices::{DeviceClass, Removed};
@@ -54,10 +57,13 @@ pub use mos::{HexError, Mos, MosError, OriginRecord, RecordError, SnapRecord, MO
 pub use pool::Pool;
 pub use pool_props::PoolPropRow;
 pub use props::PropRow;
+pub use recv::{ReceiveSummary, ResumeToken};
 pub use scan::{discover, member_of, Discovered, Discovery, Unusable};
 pub use scrub::{Bookmark, ScanKind, ScanPace, ScanRecord, ScanState, ScanStatus, ScrubResult, DEFAULT_SCAN_RATE};
+pub use send::{SendBase, SendSummary};
 pub use snapshots::{split_snapshot_name, SnapshotInfo};
 pub use status::{PoolStats, PoolStatus, TopStatus};
+pub use stream::{StreamError, STREAM_MAGIC, STREAM_VERSION};
 /// The binary's allocator tells the engine how to give free memory back to the OS.
 pub use tarn_arc::{set_alloc_size, set_memory_release};
 pub use tarn_vdev::{IoSnapshot, LeafHealth, VdevError};

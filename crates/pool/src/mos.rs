@@ -128,6 +128,15 @@ pub struct SnapRecord {
     /// Physical and logical bytes its tree holds (`referenced`, `logicalreferenced`).
     pub referenced: u64,
     pub logicalreferenced: u64,
+    /// The snapshot's guid (send streams name their base by it; a received snapshot
+    /// keeps the sender's). Optional, so it needs no MOS version: absent reads as 0 and
+    /// import gives such a snapshot a new one.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub guid: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 impl SnapRecord {

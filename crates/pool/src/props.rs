@@ -112,6 +112,7 @@ impl Pool {
             row("available", format_size(available), Some(available.to_string())),
             row("logicalused", format_size(logical), Some(logical.to_string())),
             row("compressratio", format!("{ratio:.2}x"), Some(format!("{ratio:.4}"))),
+            row("receive_resume_token", Self::token_row(&sets, ds), None),
         ];
         for def in props::PROPS {
             let (value, source) = Self::resolve(&sets, ds, def.name);
@@ -124,6 +125,15 @@ impl Pool {
             rows.retain(|r| r.property == w);
         }
         Ok(rows)
+    }
+
+    /// The resume token of an interrupted receive into `ds` (or of `ds`, the hidden
+    /// dataset of one), "-" for none.
+    fn token_row(sets: &Datasets, ds: &str) -> String {
+        let own = sets.get(ds).and_then(|(m, _)| m.props.get(crate::recv::TOKEN_PROP));
+        let hidden = format!("{ds}{}", crate::recv::RECV_SUFFIX);
+        let theirs = sets.get(&hidden).and_then(|(m, _)| m.props.get(crate::recv::TOKEN_PROP));
+        own.or(theirs).cloned().unwrap_or_else(|| "-".into())
     }
 
     /// Value and source of a settable property, walking up the dataset tree.

@@ -68,6 +68,9 @@ pub(crate) struct Snap {
     pub(crate) unlinked: Vec<u64>,
     pub(crate) creation: u64,
     pub(crate) referenced: SpaceUsed,
+    /// Names this snapshot's contents across pools: a received snapshot keeps the
+    /// sender's, so an incremental stream finds its base by it.
+    pub(crate) guid: u64,
 }
 
 /// Snapshots by dataset id, oldest first.
@@ -84,10 +87,12 @@ pub(crate) struct Origin {
 /// A snapshot change queued in the open txg, done by its commit.
 #[derive(Clone, Debug)]
 pub(crate) enum SnapOp {
+    /// `guid`: a new snapshot's own, or the sender's for a received one.
     Take {
         dataset: u64,
         name: String,
         creation: u64,
+        guid: u64,
     },
     Destroy {
         dataset: u64,
@@ -247,7 +252,8 @@ impl Pool {
         {
             let mut ops = self.inner.snap_ops.lock();
             for (dataset, _, name) in &wanted {
-                ops.push(SnapOp::Take { dataset: *dataset, name: name.clone(), creation });
+                let guid = crate::pool::random_guid();
+                ops.push(SnapOp::Take { dataset: *dataset, name: name.clone(), creation, guid });
             }
         }
         drop(hold);
@@ -278,7 +284,7 @@ impl Pool {
         Ok(wanted)
     }
 
-    fn check_in_pool(&self, full: &str, ds: &str) -> Result<(), PoolError> {
+    pub(crate) fn check_in_pool(&self, full: &str, ds: &str) -> Result<(), PoolError> {
         let pool = ds.split('/').next().unwrap_or(ds);
         if pool != self.inner.name {
             return Err(PoolError::BadName(full.into(), format!("it is not in pool '{}'", self.inner.name)));
@@ -287,7 +293,7 @@ impl Pool {
     }
 
     /// The dataset's record and the snapshot `full` names, or why there is none.
-    fn find_snapshot(&self, full: &str) -> Result<(String, DsMeta, Snap), PoolError> {
+    pub(crate) fn find_snapshot(&self, full: &str) -> Result<(String, DsMeta, Snap), PoolError> {
         let (ds, snap) = split_snapshot_name(full)?;
         let meta = {
             let sets = self.inner.datasets.read();

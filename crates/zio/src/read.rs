@@ -95,6 +95,25 @@ impl Zio {
         self.read_cached(bp, out, CachePolicy::All, access)
     }
 
+    /// The block's stored bytes (`psize` of them, compressed as on disk), verified
+    /// against its checksum: what a send stream carries, so nothing is decompressed or
+    /// compressed again. Served from the ARC when it holds the block; a device read is
+    /// not cached (a send walks a whole dataset once).
+    pub fn read_stored(&self, bp: &BlockPtr) -> Result<Vec<u8>, ZioError> {
+        self.check_bounds(bp)?;
+        let access = refine(Access::of(ReadKind::Import), bp.block_type);
+        if let Some(phys) = self.arc.get(&arc_key(bp), access) {
+            return Ok(phys.to_vec());
+        }
+        self.arc.note_bypass(access.kind);
+        let top = &self.vdevs.tops[bp.vdev as usize];
+        let verify = |d: &[u8]| bp.checksum_kind.digest(d) == bp.checksum;
+        SCRATCH.with_borrow_mut(|scratch| {
+            let (range, _) = self.read_verified(top, bp, &verify, scratch, ReadMode::FirstGood, access.kind)?;
+            Ok(scratch[range].to_vec())
+        })
+    }
+
     /// Scrub read: verifies every copy of the block (each side of a mirror), rewriting
     /// bad ones from a good one. Bypasses the ARC; counted as `scrub`. Goes to the devices
     /// as scrub I/O (`TopVdev::scrub_read`).

@@ -3,7 +3,7 @@
 //! Rooms: `pool` (status, scrub start/stop and its scan, iostat, clear, export, destroy,
 //! add, remove, set, get, history, stats, tune),
 //! `dataset` (ds create/destroy/list, set, get, inherit), `snapshot` (snap
-//! create/list/destroy, rollback, clone, promote), `files` (put, ls, cat) and
+//! create/list/destroy, rollback, clone, promote), `stream` (send, recv), `files` (put, ls, cat) and
 //! `mounts` (mount, umount: the daemon's own).
 //!
 //! Owns: [`dispatch`], the one place a command's wire name meets its type.
@@ -15,6 +15,7 @@ pub mod files;
 pub mod mounts;
 pub mod pool;
 pub mod snapshot;
+pub mod stream;
 
 use serde_json::Value;
 
@@ -66,6 +67,9 @@ registry![
     snapshot::SnapDestroy,
     snapshot::Rollback,
     snapshot::Clone,
+    stream::Send,
+    stream::SendSize,
+    stream::Recv,
     snapshot::Promote,
     files::Put,
     files::List,
