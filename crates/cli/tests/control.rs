@@ -877,3 +877,30 @@ fn promote_of_a_clone_on_a_mounted_pool() {
     assert!(copied.status.success() && copied.stdout == vec![7u8; 3 << 20], "the clone keeps every byte");
     env.ok(&["pool", "export", "tank"]);
 }
+
+/// A control client that goes away before its reply (a `tarn` killed mid-command, a script
+/// that times out) costs the daemon one failed write, never its life: the daemon ignores
+/// SIGPIPE (`tarn`'s own `main` restores its default for `tarn ls | head`). Fifty clients
+/// each send a command with a long reply and close at once; the mount serves on.
+#[test]
+fn clients_that_hang_up_before_their_reply_do_not_end_the_daemon() {
+    let env = Env::with_pool("512M");
+    let m = env.mount("mnt", &[]);
+    fs::write(m.p("f"), b"still served").unwrap();
+    let status = fs::read_to_string(format!("/proc/{}/status", m.pid)).unwrap();
+    let ignored = status.lines().find_map(|l| l.strip_prefix("SigIgn:")).unwrap().trim();
+    let mask = u64::from_str_radix(ignored, 16).unwrap();
+    assert_ne!(mask & (1 << (libc::SIGPIPE - 1)), 0, "the daemon must ignore SIGPIPE: SigIgn {ignored}");
+    let sock = env.run_dir().join("tank.sock");
+    for _ in 0..50 {
+        let mut c = UnixStream::connect(&sock).unwrap();
+        let req = r#"{"version":1,"op":"pool.history","args":{},"argv":["tarn","pool","history"]}"#;
+        c.write_all(format!("{req}\n").as_bytes()).unwrap();
+        drop(c);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!wait_gone(m.pid, Duration::from_millis(10)), "the daemon died of a client that hung up");
+    assert_eq!(fs::read(m.p("f")).unwrap(), b"still served");
+    env.ok(&["pool", "status", "tank"]);
+    m.umount();
+}

@@ -55,7 +55,17 @@ pub fn start(foreground: bool, report: Report) -> Result<Readiness, DaemonError>
     let parent = if foreground { None } else { Some(fork(report)?) };
     // Blocked before any thread is started, so every thread inherits the mask.
     block_termination_signals();
+    ignore_broken_pipes();
     Ok(Readiness { report, parent })
+}
+
+/// A peer that goes away (a control client that closed its socket, the parent of a
+/// starting daemon, a `tarn recv` reader) must cost the daemon one failed write (EPIPE),
+/// not its life: `tarn`'s `main` restores SIGPIPE's default for `tarn ls | head`, and a
+/// daemon killed by it would take every mount of its pool down with it.
+fn ignore_broken_pipes() {
+    // SAFETY: a signal disposition set before the daemon starts its threads.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
 }
 
 impl Readiness {
