@@ -113,6 +113,23 @@ fn query(socket: &Path, sql: &str) -> Result<String, String> {
     ]))
 }
 
+/// A fresh datadir at `datadir`, its server started on `sockdir`, the `sbtest` tables
+/// prepared by sysbench and an empty `ledger` table for the acknowledged-commits client.
+fn install_and_prepare(datadir: &Path, sockdir: &Path) -> Mariadb {
+    let install = Command::new("mariadb-install-db")
+        .args(["--no-defaults", "--user=root", "--auth-root-authentication-method=normal", "--skip-test-db"])
+        .arg(format!("--datadir={}", datadir.display()))
+        .output()
+        .expect("mariadb-install-db is needed: apt-get install -y mariadb-server");
+    assert!(install.status.success(), "mariadb-install-db: {}", String::from_utf8_lossy(&install.stderr));
+    let db = Mariadb::start(datadir, sockdir);
+    db.query("CREATE DATABASE sbtest").expect("create database");
+    db.query("CREATE TABLE sbtest.ledger (n BIGINT PRIMARY KEY) ENGINE=InnoDB").expect("ledger");
+    let prep = db.sysbench(&["prepare"]);
+    assert!(prep.status.success(), "sysbench prepare: {}", String::from_utf8_lossy(&prep.stderr));
+    db
+}
+
 #[test]
 fn mariadb_sysbench_and_kill_9_recovery_on_tarn() {
     let _serial = one_at_a_time();
@@ -120,18 +137,7 @@ fn mariadb_sysbench_and_kill_9_recovery_on_tarn() {
     let sockdir = env.path("sock");
     std::fs::create_dir(&sockdir).expect("sockdir");
     let m = env.mount("mnt", &[]);
-    let datadir = m.p("data");
-    let install = Command::new("mariadb-install-db")
-        .args(["--no-defaults", "--user=root", "--auth-root-authentication-method=normal", "--skip-test-db"])
-        .arg(format!("--datadir={}", datadir.display()))
-        .output()
-        .expect("mariadb-install-db is needed: apt-get install -y mariadb-server");
-    assert!(install.status.success(), "mariadb-install-db: {}", String::from_utf8_lossy(&install.stderr));
-    let db = Mariadb::start(&datadir, &sockdir);
-    db.query("CREATE DATABASE sbtest").expect("create database");
-    db.query("CREATE TABLE sbtest.ledger (n BIGINT PRIMARY KEY) ENGINE=InnoDB").expect("ledger");
-    let prep = db.sysbench(&["prepare"]);
-    assert!(prep.status.success(), "sysbench prepare: {}", String::from_utf8_lossy(&prep.stderr));
+    let db = install_and_prepare(&m.p("data"), &sockdir);
     let run = db.sysbench(&["--threads=8", "--time=5", "run"]);
     let text = String::from_utf8_lossy(&run.stdout);
     assert!(run.status.success(), "sysbench run: {}{}", text, String::from_utf8_lossy(&run.stderr));
@@ -184,16 +190,6 @@ fn mariadb_sysbench_and_kill_9_recovery_on_tarn() {
     m.umount();
 }
 
-/// Detaches a second mount of the daemon if the test fails before its clean `tarn umount`
-/// (the daemon itself is stopped by the first mount's guard).
-struct DetachOnDrop(PathBuf);
-
-impl Drop for DetachOnDrop {
-    fn drop(&mut self) {
-        let _ = tarn_daemon::umount(&self.0, libc::MNT_DETACH);
-    }
-}
-
 /// Issue #13's database promise: a snapshot taken while MariaDB commits under load is
 /// crash-consistent. A clone of it starts a second server that recovers (InnoDB redo),
 /// passes CHECK TABLE on every table, and holds every commit acknowledged before
@@ -206,18 +202,7 @@ fn a_snapshot_under_running_mariadb_clones_into_a_database_that_recovers() {
     std::fs::create_dir(&sock_a).expect("sockdir");
     std::fs::create_dir(&sock_b).expect("sockdir");
     let m = env.mount("mnt", &[]);
-    let datadir = m.p("data");
-    let install = Command::new("mariadb-install-db")
-        .args(["--no-defaults", "--user=root", "--auth-root-authentication-method=normal", "--skip-test-db"])
-        .arg(format!("--datadir={}", datadir.display()))
-        .output()
-        .expect("mariadb-install-db is needed: apt-get install -y mariadb-server");
-    assert!(install.status.success(), "mariadb-install-db: {}", String::from_utf8_lossy(&install.stderr));
-    let db = Mariadb::start(&datadir, &sock_a);
-    db.query("CREATE DATABASE sbtest").expect("create database");
-    db.query("CREATE TABLE sbtest.ledger (n BIGINT PRIMARY KEY) ENGINE=InnoDB").expect("ledger");
-    let prep = db.sysbench(&["prepare"]);
-    assert!(prep.status.success(), "sysbench prepare: {}", String::from_utf8_lossy(&prep.stderr));
+    let db = install_and_prepare(&m.p("data"), &sock_a);
 
     // Under load: sysbench writing with 4 threads and the ledger client committing rows.
     let socket = db.socket.clone();
@@ -244,7 +229,7 @@ fn a_snapshot_under_running_mariadb_clones_into_a_database_that_recovers() {
     let copy_mp = env.path("copy");
     std::fs::create_dir(&copy_mp).expect("mkdir clone mountpoint");
     env.ok(&["mount", "tank/copy", copy_mp.to_str().expect("utf8")]);
-    let _detach = DetachOnDrop(copy_mp.clone());
+    let _detach = common::DetachOnDrop(copy_mp.clone());
     let copy = Mariadb::start(&copy_mp.join("data"), &sock_b);
     check_tables(&copy);
     let in_clone: u64 = copy.query("SELECT COUNT(*) FROM sbtest.ledger").expect("count").parse().expect("number");

@@ -186,20 +186,25 @@ fn open_to_postgres(env: &common::Env) -> PathBuf {
     sockdir
 }
 
+/// A fresh cluster at `datadir` (on the mount), owned by the postgres user.
+fn initdb(datadir: &Path) {
+    std::fs::create_dir(datadir).expect("mkdir pgdata on the mount");
+    chown_postgres(datadir);
+    let init = as_postgres(bin("initdb"))
+        .args(["-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-instructions", "-D"])
+        .arg(datadir)
+        .output()
+        .expect("run initdb");
+    check(&init, "initdb on the mount");
+}
+
 #[test]
 fn postgres_pgbench_and_kill_9_recovery_on_tarn() {
     let env = common::Env::with_pool("2G");
     let sockdir = open_to_postgres(&env);
     let m = env.mount("mnt", &[]);
     let datadir = m.p("pgdata");
-    std::fs::create_dir(&datadir).expect("mkdir pgdata on the mount");
-    chown_postgres(&datadir);
-    let init = as_postgres(bin("initdb"))
-        .args(["-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-instructions", "-D"])
-        .arg(&datadir)
-        .output()
-        .expect("run initdb");
-    check(&init, "initdb on the mount");
+    initdb(&datadir);
 
     let db = Postgres::start(&datadir, &sockdir);
     query(&sockdir, "CREATE TABLE ledger (n BIGINT PRIMARY KEY)").expect("create ledger");
@@ -246,16 +251,6 @@ fn postgres_pgbench_and_kill_9_recovery_on_tarn() {
     m.umount();
 }
 
-/// Detaches a second mount of the daemon if the test fails before its clean `tarn umount`
-/// (the daemon itself is stopped by the first mount's guard).
-struct DetachOnDrop(PathBuf);
-
-impl Drop for DetachOnDrop {
-    fn drop(&mut self) {
-        let _ = tarn_daemon::umount(&self.0, libc::MNT_DETACH);
-    }
-}
-
 /// Issue #13's database promise for PostgreSQL: a snapshot taken while pgbench and a
 /// committing client run is crash-consistent. A clone of it starts a second postmaster
 /// that runs WAL recovery, passes pg_amcheck, and holds every commit acknowledged before
@@ -271,14 +266,7 @@ fn a_snapshot_under_running_postgres_clones_into_a_database_that_recovers() {
     chown_postgres(&sock_b);
     let m = env.mount("mnt", &[]);
     let datadir = m.p("pgdata");
-    std::fs::create_dir(&datadir).expect("mkdir pgdata on the mount");
-    chown_postgres(&datadir);
-    let init = as_postgres(bin("initdb"))
-        .args(["-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-instructions", "-D"])
-        .arg(&datadir)
-        .output()
-        .expect("run initdb");
-    check(&init, "initdb on the mount");
+    initdb(&datadir);
     let db = Postgres::start(&datadir, &sockdir);
     query(&sockdir, "CREATE TABLE ledger (n BIGINT PRIMARY KEY)").expect("create ledger");
     check(&db.pgbench(&["-i", "-q", "-s", SCALE]), "pgbench -i");
@@ -305,7 +293,7 @@ fn a_snapshot_under_running_postgres_clones_into_a_database_that_recovers() {
     let copy_mp = env.path("copy");
     std::fs::create_dir(&copy_mp).expect("mkdir clone mountpoint");
     env.ok(&["mount", "tank/copy", copy_mp.to_str().expect("utf8")]);
-    let _detach = DetachOnDrop(copy_mp.clone());
+    let _detach = common::DetachOnDrop(copy_mp.clone());
     std::fs::remove_file(copy_mp.join("pgdata/postmaster.pid")).expect("the snapshot holds the live postmaster.pid");
     let copy = Postgres::start(&copy_mp.join("pgdata"), &sock_b);
     assert!(copy.log().contains("redo done"), "the clone should have run WAL recovery:\n{}", copy.log());

@@ -538,24 +538,7 @@ impl Pool {
 
     /// The space a dataset's snapshots and origin account for (walks; see the module).
     pub(crate) fn snap_space(&self, meta: &DsMeta, head: &Dataset) -> SnapSpace {
-        let zio = &self.inner.ctx.zio;
-        let _reading = self.inner.ctx.reclaim.read();
-        let list = self.inner.snaps.read().get(&meta.id).cloned().unwrap_or_default();
-        let head_meta = head.meta_dnode();
-        let origin_txg = meta.origin.as_ref().map_or(0, |o| o.txg);
-        let mut prev = origin_txg;
-        let mut usedbysnapshots = 0;
-        for s in &list {
-            usedbysnapshots += psize_sum(|f| for_each_unique(zio, &s.meta, prev, s.txg, &head_meta, f));
-            prev = s.txg;
-        }
-        let written = psize_sum(|f| for_each_born_after(zio, &head_meta, prev, f));
-        let usedbydataset = if meta.origin.is_some() {
-            psize_sum(|f| for_each_born_after(zio, &head_meta, origin_txg, f))
-        } else {
-            head.used().physical
-        };
-        SnapSpace { usedbysnapshots, written, usedbydataset }
+        self.walk_space(meta, head, true)
     }
 
     /// What a dataset itself is charged, children apart (ZFS's `usedbydataset +
@@ -567,23 +550,31 @@ impl Pool {
         if !has_snaps && meta.origin.is_none() {
             return head.used().physical;
         }
+        let space = self.walk_space(meta, head, false);
+        space.usedbysnapshots + space.usedbydataset
+    }
+
+    /// `snap_space`, with `written` left at 0 unless `count_written` (its walk is the
+    /// head's changes since the newest snapshot, which USED does not need).
+    fn walk_space(&self, meta: &DsMeta, head: &Dataset, count_written: bool) -> SnapSpace {
         let zio = &self.inner.ctx.zio;
         let _reading = self.inner.ctx.reclaim.read();
         let list = self.inner.snaps.read().get(&meta.id).cloned().unwrap_or_default();
         let head_meta = head.meta_dnode();
         let origin_txg = meta.origin.as_ref().map_or(0, |o| o.txg);
         let mut prev = origin_txg;
-        let mut held = 0;
+        let mut usedbysnapshots = 0;
         for s in &list {
-            held += psize_sum(|f| for_each_unique(zio, &s.meta, prev, s.txg, &head_meta, f));
+            usedbysnapshots += psize_sum(|f| for_each_unique(zio, &s.meta, prev, s.txg, &head_meta, f));
             prev = s.txg;
         }
-        let own = if meta.origin.is_some() {
+        let written = if count_written { psize_sum(|f| for_each_born_after(zio, &head_meta, prev, f)) } else { 0 };
+        let usedbydataset = if meta.origin.is_some() {
             psize_sum(|f| for_each_born_after(zio, &head_meta, origin_txg, f))
         } else {
             head.used().physical
         };
-        held + own
+        SnapSpace { usedbysnapshots, written, usedbydataset }
     }
 
     /// Bytes only snapshots hold, summed over the pool's datasets (what destroying every
@@ -594,7 +585,7 @@ impl Pool {
         heads
             .iter()
             .filter(|(m, _)| self.inner.snaps.read().get(&m.id).is_some_and(|v| !v.is_empty()))
-            .map(|(m, d)| self.snap_space(m, d).usedbysnapshots)
+            .map(|(m, d)| self.walk_space(m, d, false).usedbysnapshots)
             .sum()
     }
 

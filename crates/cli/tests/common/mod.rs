@@ -148,6 +148,16 @@ impl Drop for Mounted<'_> {
     }
 }
 
+/// Detaches a second mount of the daemon if a test fails before its clean `tarn umount`
+/// (the daemon itself is stopped by the first mount's guard).
+pub struct DetachOnDrop(pub PathBuf);
+
+impl Drop for DetachOnDrop {
+    fn drop(&mut self) {
+        let _ = tarn_daemon::umount(&self.0, libc::MNT_DETACH);
+    }
+}
+
 /// Runs a client command: its trimmed stdout if it succeeded, else its trimmed stderr
 /// (or why it could not run).
 pub fn text_of(cmd: &mut Command) -> Result<String, String> {
