@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tarn_control::ops::stream::{NoSigpipe, Recv, Send, SendSize};
-use tarn_pool::ResumeToken;
+use tarn_send::ResumeToken;
 
 use crate::access::{self, pool_of};
 use crate::error::CliError;
@@ -169,7 +169,10 @@ pub fn send(
         ));
     }
     let pool = match (&token, &snapshot) {
-        (Some(t), _) => pool_of(&ResumeToken::decode(t).map_err(|e| CliError::Pool(Box::new(e)))?.dataset).to_string(),
+        (Some(t), _) => {
+            pool_of(&ResumeToken::decode(t).map_err(|e| CliError::from(tarn_control::OpError::from(e)))?.dataset)
+                .to_string()
+        }
         (None, Some(s)) => pool_of(s).to_string(),
         (None, None) => return Err(CliError::Usage("give POOL/DS@SNAP, or -t TOKEN".into())),
     };

@@ -148,6 +148,25 @@ fn fuse_depends_on_no_engine_crate_below_dataset() {
     assert!(reached.is_empty(), "tarn-fuse must use only the dataset API and above, but depends on {reached:?}");
 }
 
+/// The send stream sits above `pool` and reaches the engine through the pool's narrow
+/// replication API, the dataset's receive calls, and the tree walk and stored-block reads
+/// (`objects`, `zio`): never the txg engine, the devices or the caches themselves.
+#[test]
+fn send_reaches_the_engine_only_through_pool_dataset_objects_and_zio() {
+    let (members, edges) = workspace();
+    let pool = members.iter().find(|m| m.name == "tarn-pool").expect("tarn-pool is a member").index;
+    let send = members.iter().find(|m| m.name == "tarn-send").expect("tarn-send is a member").index;
+    assert!(send > pool, "tarn-send must be listed after tarn-pool");
+    let allowed = ["tarn-pool", "tarn-dataset", "tarn-objects", "tarn-zio"];
+    let normal: Vec<&str> = edges
+        .iter()
+        .filter(|e| e.from == "tarn-send" && e.kind == "normal" && members.iter().any(|m| m.name == e.to))
+        .map(|e| e.to.as_str())
+        .filter(|d| !allowed.contains(d))
+        .collect();
+    assert!(normal.is_empty(), "tarn-send depends on {normal:?} beyond {allowed:?}");
+}
+
 #[test]
 fn fuse_sources_use_no_engine_crate_below_dataset() {
     let (members, _) = workspace();

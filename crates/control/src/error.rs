@@ -12,6 +12,7 @@ use std::path::PathBuf;
 
 use tarn_dataset::FsError;
 use tarn_pool::PoolError;
+use tarn_send::SendError;
 
 /// Why a command failed.
 #[derive(Debug, thiserror::Error)]
@@ -25,6 +26,9 @@ pub enum OpError {
     /// Boxed: engine errors are large, and every command returns this.
     #[error(transparent)]
     Pool(Box<PoolError>),
+    /// A send or a receive (`tarn send`, `tarn recv`).
+    #[error(transparent)]
+    Send(Box<SendError>),
     /// A path inside a dataset (put, cat, ls).
     #[error("{path}: {source}")]
     File { path: String, source: FsError },
@@ -48,6 +52,16 @@ pub enum OpError {
 impl From<PoolError> for OpError {
     fn from(e: PoolError) -> OpError {
         OpError::Pool(Box::new(e))
+    }
+}
+
+impl From<SendError> for OpError {
+    fn from(e: SendError) -> OpError {
+        match e {
+            // One variant for the pool's own errors, however they came.
+            SendError::Pool(p) => OpError::Pool(Box::new(p)),
+            e => OpError::Send(Box::new(e)),
+        }
     }
 }
 

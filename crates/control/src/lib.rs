@@ -2,7 +2,7 @@
 //! holds a pool (the `tarn mount` daemon) serves every command for it, so a pool under a
 //! running database is managed without unmounting it (ZFS's `zpool`/`zfs` on a live pool).
 //!
-//! Layer: between `pool` (below) and `fuse` (above: the daemon starts the [`Server`] and
+//! Layer: between `pool` and `send` (below) and `fuse` (above: the daemon starts the [`Server`] and
 //! implements [`Daemon`]); `cli` uses the [`Client`] and runs the same commands in its
 //! own process when no daemon holds the pool.
 //! Owns: the commands on a held pool ([`ops`], each an [`Op`]), the wire protocol

@@ -194,7 +194,7 @@ impl Pool {
 
     /// `tarn ds list`: USED as ZFS's — what each dataset, its snapshots and its children
     /// hold (a clone is not charged what it shares with its origin); a receive's
-    /// hidden dataset (`DS%recv`, see `recv.rs`) is left out.
+    /// hidden dataset (`DS%recv`, see `replication.rs`) is left out.
     pub fn datasets_info(&self) -> Vec<DatasetInfo> {
         let charged = self.charged_by_dataset(None);
         let sets = self.inner.datasets.read();

@@ -112,31 +112,6 @@ pub enum PoolError {
     L2Tune(#[from] tarn_l2arc::TuneError),
     #[error(transparent)]
     Log(#[from] ZilError),
-    #[error("cannot send {snapshot}: {why}")]
-    SendRefused { snapshot: String, why: String },
-    #[error("cannot send: object {object} at byte {offset}: {why}")]
-    SendRead { object: u64, offset: u64, why: String },
-    #[error("writing the stream: {0}")]
-    StreamWrite(#[source] std::io::Error),
-    #[error("cannot receive into '{target}': {why}")]
-    RecvRefused { target: String, why: String },
-    #[error(
-        "receive into '{target}' interrupted: {source}; what arrived is kept — resume with `tarn send -t {token} | tarn recv {target}`"
-    )]
-    RecvInterrupted {
-        target: String,
-        #[source]
-        source: crate::stream::StreamError,
-        token: String,
-    },
-    #[error("bad resume token: {0}")]
-    BadToken(String),
-    #[error("cannot receive into '{target}': {source}; '{target}' is unchanged")]
-    Stream {
-        target: String,
-        #[source]
-        source: crate::stream::StreamError,
-    },
 }
 
 impl PoolError {

@@ -17,7 +17,9 @@
 //! Rooms: `pool` (the handle and the state the rooms share), `lifecycle` (create, import,
 //! export, destroy), `devices` (log devices added and removed while the pool is open), `claim` (the import walk), `commit` (the txg sync; its header is the
 //! theory of operation of a commit), `mos`, `datasets`, `props`, `space`, `status`,
-//! `iostat`, `snapshots` (snapshots and clones; its header is their theory of operation), `scrub` (scrub and resilver in the background; its header is the theory of
+//! `iostat`, `snapshots` (snapshots and clones; its header is their theory of operation),
+//! `replication` (the narrow API of the send stream, crate `tarn-send`: snapshots as
+//! views, the hidden receiving dataset and the switch at a stream's END), `scrub` (scrub and resilver in the background; its header is the theory of
 //! operation of a scan) and `scanwalk` (one slice of it), `errlog` (permanent errors and
 //! the files they hit), `replay`, `scan` (finding pools on devices), `history` (the
 //! command history kept in the MOS), `error`.
@@ -35,16 +37,14 @@ mod mos;
 mod pool;
 mod pool_props;
 mod props;
-mod recv;
 mod replay;
+mod replication;
 mod scan;
 mod scanwalk;
 mod scrub;
-mod send;
 mod snapshots;
 mod space;
 mod status;
-mod stream;
 
 pub use datasets::{check_name, DatasetInfo};
 pub use devices::{DeviceClass, Removed};
@@ -57,13 +57,11 @@ pub use mos::{HexError, Mos, MosError, OriginRecord, RecordError, SnapRecord, MO
 pub use pool::Pool;
 pub use pool_props::PoolPropRow;
 pub use props::PropRow;
-pub use recv::{ReceiveSummary, ResumeToken};
+pub use replication::{Received, SnapshotRef, RECV_SUFFIX, TOKEN_PROP};
 pub use scan::{discover, member_of, Discovered, Discovery, Unusable};
 pub use scrub::{Bookmark, ScanKind, ScanPace, ScanRecord, ScanState, ScanStatus, ScrubResult, DEFAULT_SCAN_RATE};
-pub use send::{SendBase, SendSummary};
 pub use snapshots::{split_snapshot_name, SnapshotInfo};
 pub use status::{PoolStats, PoolStatus, TopStatus};
-pub use stream::{StreamError, STREAM_MAGIC, STREAM_VERSION};
 /// The binary's allocator tells the engine how to give free memory back to the OS.
 pub use tarn_arc::{set_alloc_size, set_memory_release};
 pub use tarn_vdev::{IoSnapshot, LeafHealth, VdevError};

@@ -130,9 +130,9 @@ impl Pool {
     /// The resume token of an interrupted receive into `ds` (or of `ds`, the hidden
     /// dataset of one), "-" for none.
     fn token_row(sets: &Datasets, ds: &str) -> String {
-        let own = sets.get(ds).and_then(|(m, _)| m.props.get(crate::recv::TOKEN_PROP));
-        let hidden = format!("{ds}{}", crate::recv::RECV_SUFFIX);
-        let theirs = sets.get(&hidden).and_then(|(m, _)| m.props.get(crate::recv::TOKEN_PROP));
+        let own = sets.get(ds).and_then(|(m, _)| m.props.get(crate::replication::TOKEN_PROP));
+        let hidden = format!("{ds}{}", crate::replication::RECV_SUFFIX);
+        let theirs = sets.get(&hidden).and_then(|(m, _)| m.props.get(crate::replication::TOKEN_PROP));
         own.or(theirs).cloned().unwrap_or_else(|| "-".into())
     }
 

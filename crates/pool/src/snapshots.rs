@@ -284,7 +284,8 @@ impl Pool {
         Ok(wanted)
     }
 
-    pub(crate) fn check_in_pool(&self, full: &str, ds: &str) -> Result<(), PoolError> {
+    /// `full` (a dataset or snapshot name) names something in this pool, or `BadName`.
+    pub fn check_in_pool(&self, full: &str, ds: &str) -> Result<(), PoolError> {
         let pool = ds.split('/').next().unwrap_or(ds);
         if pool != self.inner.name {
             return Err(PoolError::BadName(full.into(), format!("it is not in pool '{}'", self.inner.name)));

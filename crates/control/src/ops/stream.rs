@@ -14,7 +14,7 @@ use std::io::{BufReader, BufWriter};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use tarn_pool::{SendBase, SendSummary};
+use tarn_send::{SendBase, SendRecv, SendSummary};
 
 use crate::error::OpError;
 use crate::op::{Held, Op};

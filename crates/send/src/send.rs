@@ -28,9 +28,9 @@ use tarn_objects::tree::{decode_indirect, span};
 use tarn_objects::{Dnode, DNODE_SIZE};
 use tarn_zio::Zio;
 
-use crate::error::PoolError;
-use crate::pool::Pool;
-use crate::snapshots::{split_snapshot_name, Snap};
+use tarn_pool::{split_snapshot_name, Pool, SnapshotRef};
+
+use crate::error::SendError;
 use crate::stream::{Begin, Record, StreamWriter, FLAG_INCREMENTAL, FLAG_RESUME};
 
 /// What a send wrote.
@@ -75,7 +75,7 @@ struct Sender<'a, 'w> {
     /// Dnodes per block of the dnode table.
     per_block: u64,
     /// Why the walk stopped, if it did.
-    failed: Option<PoolError>,
+    failed: Option<SendError>,
     progress: &'a mut dyn FnMut(u64),
 }
 
@@ -86,11 +86,11 @@ impl Sender<'_, '_> {
                 (self.progress)(self.out.bytes);
                 Flow::Continue
             }
-            Err(e) => self.fail(PoolError::StreamWrite(e)),
+            Err(e) => self.fail(SendError::StreamWrite(e)),
         }
     }
 
-    fn fail(&mut self, e: PoolError) -> Flow {
+    fn fail(&mut self, e: SendError) -> Flow {
         self.failed.get_or_insert(e);
         Flow::Stop
     }
@@ -153,7 +153,7 @@ impl Sender<'_, '_> {
         let data = match self.zio.read_stored(bp) {
             Ok(d) => d,
             Err(e) => {
-                return self.fail(PoolError::SendRead { object, offset: v.blkid * self.blksz, why: e.to_string() })
+                return self.fail(SendError::SendRead { object, offset: v.blkid * self.blksz, why: e.to_string() })
             }
         };
         self.summary.blocks += 1;
@@ -167,7 +167,7 @@ impl Sender<'_, '_> {
     fn holes(&mut self, v: &Visit<'_>, object: u64, data: &[u8]) -> Flow {
         let children = match decode_indirect(data) {
             Ok(c) => c,
-            Err(e) => return self.fail(PoolError::SendRead { object, offset: 0, why: e.to_string() }),
+            Err(e) => return self.fail(SendError::SendRead { object, offset: 0, why: e.to_string() }),
         };
         let records = span(v.level - 1);
         for (slot, child) in children.iter().enumerate() {
@@ -224,7 +224,7 @@ impl Visitor for Sender<'_, '_> {
         let data = match &v.outcome {
             Outcome::Failed(e) => {
                 let why = e.to_string();
-                return self.fail(PoolError::SendRead { object, offset: v.blkid * self.blksz, why });
+                return self.fail(SendError::SendRead { object, offset: v.blkid * self.blksz, why });
             }
             Outcome::Verified { data, .. } => Some(*data),
             Outcome::NotRead => None,
@@ -239,192 +239,185 @@ impl Visitor for Sender<'_, '_> {
     }
 
     fn bad_dnode(&mut self, id: u64, error: &tarn_objects::dnode::DnodeError) -> Flow {
-        self.fail(PoolError::SendRefused { snapshot: format!("object {id}"), why: error.to_string() })
+        self.fail(SendError::SendRefused { snapshot: format!("object {id}"), why: error.to_string() })
     }
 }
 
 /// One stream to write: its base (none: full), its snapshot, where it resumes.
-type Step = (Option<Snap>, Snap, Option<(u64, u64)>);
+type Step = (Option<SnapshotRef>, SnapshotRef, Option<(u64, u64)>);
 
-impl Pool {
-    /// `tarn send DS@SNAP [-i|-I BASE]`: writes the stream(s) to `out`; `progress` is
-    /// told the bytes written so far now and then.
-    pub fn send(
-        &self,
-        snapshot: &str,
-        base: SendBase<'_>,
-        out: &mut dyn Write,
-        progress: &mut dyn FnMut(u64),
-    ) -> Result<SendSummary, PoolError> {
-        let (ds, steps) = self.send_steps(snapshot, base)?;
-        self.send_steps_to(&ds, steps, false, out, progress)
-    }
+/// `tarn send DS@SNAP [-i|-I BASE]`: writes the stream(s) to `out`; `progress` is told
+/// the bytes written so far now and then.
+pub fn send(
+    pool: &Pool,
+    snapshot: &str,
+    base: SendBase<'_>,
+    out: &mut dyn Write,
+    progress: &mut dyn FnMut(u64),
+) -> Result<SendSummary, SendError> {
+    let steps = send_steps(pool, snapshot, base)?;
+    send_steps_to(pool, steps, false, out, progress)
+}
 
-    /// About how many bytes `send` would write: the stored size of the blocks it would
-    /// send, found by the same walk without reading them.
-    pub fn send_size(&self, snapshot: &str, base: SendBase<'_>) -> Result<u64, PoolError> {
-        let (ds, steps) = self.send_steps(snapshot, base)?;
-        Ok(self.send_steps_to(&ds, steps, true, &mut std::io::sink(), &mut |_| {})?.bytes)
-    }
+/// About how many bytes `send` would write: the stored size of the blocks it would send,
+/// found by the same walk without reading them.
+pub fn send_size(pool: &Pool, snapshot: &str, base: SendBase<'_>) -> Result<u64, SendError> {
+    let steps = send_steps(pool, snapshot, base)?;
+    Ok(send_steps_to(pool, steps, true, &mut std::io::sink(), &mut |_| {})?.bytes)
+}
 
-    /// `tarn send -t TOKEN`: the rest of an interrupted stream, from where the receiver
-    /// stands (the token `tarn recv` printed).
-    pub fn send_resume(
-        &self,
-        token: &str,
-        out: &mut dyn Write,
-        progress: &mut dyn FnMut(u64),
-    ) -> Result<SendSummary, PoolError> {
-        let (ds, step) = self.resume_step(token)?;
-        self.send_steps_to(&ds, vec![step], false, out, progress)
-    }
+/// `tarn send -t TOKEN`: the rest of an interrupted stream, from where the receiver
+/// stands (the token `tarn recv` printed).
+pub fn send_resume(
+    pool: &Pool,
+    token: &str,
+    out: &mut dyn Write,
+    progress: &mut dyn FnMut(u64),
+) -> Result<SendSummary, SendError> {
+    let step = resume_step(pool, token)?;
+    send_steps_to(pool, vec![step], false, out, progress)
+}
 
-    /// As `send_size`, for `send -t TOKEN`.
-    pub fn send_resume_size(&self, token: &str) -> Result<u64, PoolError> {
-        let (ds, step) = self.resume_step(token)?;
-        Ok(self.send_steps_to(&ds, vec![step], true, &mut std::io::sink(), &mut |_| {})?.bytes)
-    }
+/// As `send_size`, for `send -t TOKEN`.
+pub fn send_resume_size(pool: &Pool, token: &str) -> Result<u64, SendError> {
+    let step = resume_step(pool, token)?;
+    Ok(send_steps_to(pool, vec![step], true, &mut std::io::sink(), &mut |_| {})?.bytes)
+}
 
-    fn send_steps_to(
-        &self,
-        ds: &str,
-        steps: Vec<Step>,
-        estimate: bool,
-        out: &mut dyn Write,
-        progress: &mut dyn FnMut(u64),
-    ) -> Result<SendSummary, PoolError> {
-        let mut summary = SendSummary::default();
-        for (from, to, resume) in steps {
-            let done = summary.bytes;
-            let mut step_progress = |b: u64| progress(done + b);
-            self.send_one(ds, from.as_ref(), &to, resume, estimate, out, &mut summary, &mut step_progress)?;
-        }
-        Ok(summary)
-    }
-
-    /// The dataset and the streams a send writes.
-    fn send_steps(&self, snapshot: &str, base: SendBase<'_>) -> Result<(String, Vec<Step>), PoolError> {
-        let (ds, meta, snap) = self.find_snapshot(snapshot)?;
-        let steps = match base {
-            SendBase::Full => vec![(None, snap, None)],
-            SendBase::Incremental(b) => vec![(Some(self.send_base(snapshot, &ds, b, &snap)?), snap, None)],
-            SendBase::Intermediates(b) => {
-                let from = self.send_base(snapshot, &ds, b, &snap)?;
-                let list = self.inner.snaps.read().get(&meta.id).cloned().unwrap_or_default();
-                let mut prev = from.clone();
-                let mut steps = Vec::new();
-                for s in list.into_iter().filter(|s| s.txg > from.txg && s.txg <= snap.txg) {
-                    steps.push((Some(prev), s.clone(), None));
-                    prev = s;
-                }
-                steps
-            }
-        };
-        Ok((ds, steps))
-    }
-
-    /// The stream a resume token asks for.
-    fn resume_step(&self, token: &str) -> Result<(String, Step), PoolError> {
-        let t = crate::recv::ResumeToken::decode(token)?;
-        let full = format!("{}@{}", t.dataset, t.snapshot);
-        let (ds, meta, to) = self.find_snapshot(&full)?;
-        if to.guid != t.to_guid {
-            let why = "it is not the snapshot the token names (its guid differs: it was destroyed and made again)";
-            return Err(PoolError::SendRefused { snapshot: full, why: why.into() });
-        }
-        let from = if t.from_guid == 0 {
-            None
-        } else {
-            let list = self.inner.snaps.read().get(&meta.id).cloned().unwrap_or_default();
-            let base = list.into_iter().find(|s| s.guid == t.from_guid);
-            let why = "the base snapshot of the interrupted stream no longer exists";
-            Some(base.ok_or_else(|| PoolError::SendRefused { snapshot: full.clone(), why: why.into() })?)
-        };
-        Ok((ds, (from, to, Some((t.object, t.offset)))))
-    }
-
-    /// The base snapshot of an incremental send: of the same dataset, older.
-    fn send_base(&self, snapshot: &str, ds: &str, base: &str, snap: &Snap) -> Result<Snap, PoolError> {
-        let name = base.rsplit_once('@').map_or(base, |(_, n)| n);
-        let full = format!("{ds}@{name}");
-        if let Some((other, _)) = base.split_once('@').filter(|(d, _)| !d.is_empty() && *d != ds) {
-            let why = format!("the base '{base}' is a snapshot of '{other}', not of '{ds}'");
-            return Err(PoolError::SendRefused { snapshot: snapshot.into(), why });
-        }
-        split_snapshot_name(&full)?;
-        let (_, _, from) = self.find_snapshot(&full)?;
-        if from.txg >= snap.txg {
-            let why = format!("the base '{full}' is not older than it");
-            return Err(PoolError::SendRefused { snapshot: snapshot.into(), why });
-        }
-        Ok(from)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn send_one(
-        &self,
-        ds: &str,
-        from: Option<&Snap>,
-        to: &Snap,
-        resume: Option<(u64, u64)>,
-        estimate: bool,
-        out: &mut dyn Write,
-        summary: &mut SendSummary,
-        progress: &mut dyn FnMut(u64),
-    ) -> Result<(), PoolError> {
-        let (_, meta, _) = self.find_snapshot(&format!("{ds}@{}", to.name))?;
-        let begin = Begin {
-            flags: if from.is_some() { FLAG_INCREMENTAL } else { 0 } | if resume.is_some() { FLAG_RESUME } else { 0 },
-            to_guid: to.guid,
-            to_txg: to.txg,
-            creation: to.creation,
-            from_guid: from.map_or(0, |f| f.guid),
-            from_txg: from.map_or(0, |f| f.txg),
-            pool_guid: self.inner.guid,
-            dataset_id: meta.id,
-            next_obj: to.next_obj,
-            resume_object: resume.map_or(0, |r| r.0),
-            resume_offset: resume.map_or(0, |r| r.1),
-            dataset: ds.to_string(),
-            snapshot: to.name.clone(),
-            unlinked: to.unlinked.clone(),
-        };
-        let mut w = StreamWriter::new(out).map_err(PoolError::StreamWrite)?;
-        w.put(&Record::Begin(begin)).map_err(PoolError::StreamWrite)?;
-        let mut sender = Sender {
-            zio: &self.inner.ctx.zio,
-            out: &mut w,
-            from_txg: from.map_or(0, |f| f.txg),
-            incremental: from.is_some(),
-            blksz: 1,
-            free: None,
-            summary: SendSummary::default(),
-            estimate,
-            resume,
-            per_block: (u64::from(to.meta.blksz) / DNODE_SIZE as u64).max(1),
-            failed: None,
-            progress,
-        };
-        traverse::walk(&self.inner.ctx.zio, Start::ObjSet(&to.meta), Options::default(), &mut sender);
-        sender.flush_free();
-        if let Some(e) = sender.failed.take() {
-            return Err(self.explain_send_failure(ds, to, e));
-        }
-        let part = sender.summary;
-        let bytes = w.end(to.guid).map_err(PoolError::StreamWrite)?;
+fn send_steps_to(
+    pool: &Pool,
+    steps: Vec<Step>,
+    estimate: bool,
+    out: &mut dyn Write,
+    progress: &mut dyn FnMut(u64),
+) -> Result<SendSummary, SendError> {
+    let mut summary = SendSummary::default();
+    for (from, to, resume) in steps {
+        let done = summary.bytes;
+        let mut step_progress = |b: u64| progress(done + b);
+        let part = send_one(pool, from.as_ref(), &to, resume, estimate, out, &mut step_progress)?;
         summary.streams += 1;
-        summary.bytes += bytes + part.bytes;
+        summary.bytes += part.bytes;
         summary.blocks += part.blocks;
         summary.logical += part.logical;
-        Ok(())
     }
+    Ok(summary)
+}
 
-    /// A read that failed because the snapshot was destroyed under the send says so.
-    fn explain_send_failure(&self, ds: &str, to: &Snap, e: PoolError) -> PoolError {
-        let full = format!("{ds}@{}", to.name);
-        match self.find_snapshot(&full) {
-            Ok((_, _, now)) if now.guid == to.guid => e,
-            _ => PoolError::SendRefused { snapshot: full, why: "it was destroyed while it was being sent".into() },
+/// The streams a send writes.
+fn send_steps(pool: &Pool, snapshot: &str, base: SendBase<'_>) -> Result<Vec<Step>, SendError> {
+    let snap = pool.snapshot_ref(snapshot)?;
+    Ok(match base {
+        SendBase::Full => vec![(None, snap, None)],
+        SendBase::Incremental(b) => vec![(Some(send_base(pool, snapshot, b, &snap)?), snap, None)],
+        SendBase::Intermediates(b) => {
+            let from = send_base(pool, snapshot, b, &snap)?;
+            let list = pool.snapshot_refs(&snap.dataset)?;
+            let mut prev = from.clone();
+            let mut steps = Vec::new();
+            for s in list.into_iter().filter(|s| s.txg > from.txg && s.txg <= snap.txg) {
+                steps.push((Some(prev), s.clone(), None));
+                prev = s;
+            }
+            steps
         }
+    })
+}
+
+/// The stream a resume token asks for.
+fn resume_step(pool: &Pool, token: &str) -> Result<Step, SendError> {
+    let t = crate::recv::ResumeToken::decode(token)?;
+    let full = format!("{}@{}", t.dataset, t.snapshot);
+    let to = pool.snapshot_ref(&full)?;
+    if to.guid != t.to_guid {
+        let why = "it is not the snapshot the token names (its guid differs: it was destroyed and made again)";
+        return Err(SendError::SendRefused { snapshot: full, why: why.into() });
+    }
+    let from = if t.from_guid == 0 {
+        None
+    } else {
+        let base = pool.snapshot_refs(&to.dataset)?.into_iter().find(|s| s.guid == t.from_guid);
+        let why = "the base snapshot of the interrupted stream no longer exists";
+        Some(base.ok_or_else(|| SendError::SendRefused { snapshot: full.clone(), why: why.into() })?)
+    };
+    Ok((from, to, Some((t.object, t.offset))))
+}
+
+/// The base snapshot of an incremental send: of the same dataset, older.
+fn send_base(pool: &Pool, snapshot: &str, base: &str, snap: &SnapshotRef) -> Result<SnapshotRef, SendError> {
+    let ds = snap.dataset.as_str();
+    let name = base.rsplit_once('@').map_or(base, |(_, n)| n);
+    let full = format!("{ds}@{name}");
+    if let Some((other, _)) = base.split_once('@').filter(|(d, _)| !d.is_empty() && *d != ds) {
+        let why = format!("the base '{base}' is a snapshot of '{other}', not of '{ds}'");
+        return Err(SendError::SendRefused { snapshot: snapshot.into(), why });
+    }
+    split_snapshot_name(&full)?;
+    let from = pool.snapshot_ref(&full)?;
+    if from.txg >= snap.txg {
+        let why = format!("the base '{full}' is not older than it");
+        return Err(SendError::SendRefused { snapshot: snapshot.into(), why });
+    }
+    Ok(from)
+}
+
+/// One stream, `from` (or nothing) to `to`: BEGIN, the walk's records, END.
+fn send_one(
+    pool: &Pool,
+    from: Option<&SnapshotRef>,
+    to: &SnapshotRef,
+    resume: Option<(u64, u64)>,
+    estimate: bool,
+    out: &mut dyn Write,
+    progress: &mut dyn FnMut(u64),
+) -> Result<SendSummary, SendError> {
+    let begin = Begin {
+        flags: if from.is_some() { FLAG_INCREMENTAL } else { 0 } | if resume.is_some() { FLAG_RESUME } else { 0 },
+        to_guid: to.guid,
+        to_txg: to.txg,
+        creation: to.creation,
+        from_guid: from.map_or(0, |f| f.guid),
+        from_txg: from.map_or(0, |f| f.txg),
+        pool_guid: pool.guid(),
+        dataset_id: to.dataset_id,
+        next_obj: to.next_obj,
+        resume_object: resume.map_or(0, |r| r.0),
+        resume_offset: resume.map_or(0, |r| r.1),
+        dataset: to.dataset.clone(),
+        snapshot: to.name.clone(),
+        unlinked: to.unlinked.clone(),
+    };
+    let mut w = StreamWriter::new(out).map_err(SendError::StreamWrite)?;
+    w.put(&Record::Begin(begin)).map_err(SendError::StreamWrite)?;
+    let mut sender = Sender {
+        zio: pool.zio(),
+        out: &mut w,
+        from_txg: from.map_or(0, |f| f.txg),
+        incremental: from.is_some(),
+        blksz: 1,
+        free: None,
+        summary: SendSummary::default(),
+        estimate,
+        resume,
+        per_block: (u64::from(to.meta.blksz) / DNODE_SIZE as u64).max(1),
+        failed: None,
+        progress,
+    };
+    traverse::walk(pool.zio(), Start::ObjSet(&to.meta), Options::default(), &mut sender);
+    sender.flush_free();
+    if let Some(e) = sender.failed.take() {
+        return Err(explain_send_failure(pool, to, e));
+    }
+    let mut part = sender.summary;
+    part.bytes += w.end(to.guid).map_err(SendError::StreamWrite)?;
+    Ok(part)
+}
+
+/// A read that failed because the snapshot was destroyed under the send says so.
+fn explain_send_failure(pool: &Pool, to: &SnapshotRef, e: SendError) -> SendError {
+    let full = format!("{}@{}", to.dataset, to.name);
+    match pool.snapshot_ref(&full) {
+        Ok(now) if now.guid == to.guid => e,
+        _ => SendError::SendRefused { snapshot: full, why: "it was destroyed while it was being sent".into() },
     }
 }

@@ -3,7 +3,7 @@
 //! 5% of its pages were rewritten, against the bytes changed. The streams go to a sink
 //! (what is measured is the engine's side: the walk, the reads, the records).
 //!
-//! `cargo run --release -p tarn-pool --example send_bench -- DIR [DATA_MIB]`
+//! `cargo run --release -p tarn-send --example send_bench -- DIR [DATA_MIB]`
 //! (DIR holds the bench's pool image, removed at the end; 256 MiB by default).
 use std::io::Write;
 use std::path::PathBuf;
@@ -11,7 +11,8 @@ use std::time::Instant;
 
 use rand::{Rng, SeedableRng};
 use tarn_dataset::{NewObject, ROOT_ID};
-use tarn_pool::{CreateOptions, Pool, SendBase, VdevSpec};
+use tarn_pool::{CreateOptions, Pool, VdevSpec};
+use tarn_send::{SendBase, SendRecv};
 
 const PAGE: usize = 16384;
 

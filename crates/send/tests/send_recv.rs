@@ -5,6 +5,7 @@
 //! newer streams refused with the target as it was; compressed blocks sent as stored.
 //! Every receiving pool is exported and imported again at the end: its walk rebuilds the
 //! space maps from the trees, so a received block not accounted for shows there.
+#[path = "../../pool/tests/common/mod.rs"]
 mod common;
 
 use std::collections::BTreeMap;
@@ -12,7 +13,8 @@ use std::path::{Path, PathBuf};
 
 use common::{noise, read_tree};
 use tarn_dataset::{Dataset, FileKind, NewObject, SetAttr, Timespec, ROOT_ID};
-use tarn_pool::{CreateOptions, ImportOptions, Pool, PoolError, SendBase, StreamError};
+use tarn_pool::{CreateOptions, ImportOptions, Pool};
+use tarn_send::{SendBase, SendError, SendRecv, StreamError};
 
 type Model = BTreeMap<String, Vec<u8>>;
 
@@ -158,7 +160,7 @@ fn send(pool: &Pool, snapshot: &str, base: SendBase<'_>) -> Vec<u8> {
     out
 }
 
-fn recv(pool: &Pool, target: &str, force: bool, stream: &[u8]) -> Result<Vec<String>, PoolError> {
+fn recv(pool: &Pool, target: &str, force: bool, stream: &[u8]) -> Result<Vec<String>, SendError> {
     let mut input = stream;
     pool.receive(target, force, &mut input, &mut |_| {}).map(|s| s.received)
 }
@@ -250,7 +252,7 @@ fn an_incremental_stream_needs_its_base_as_the_targets_newest_snapshot() {
     // s1→s2 on a target at s0: refused, named, nothing changed.
     let skip = send(&src, "src/db@s2", SendBase::Incremental("s1"));
     let err = recv(&dst, "dst/copy", false, &skip).unwrap_err();
-    assert!(matches!(err, PoolError::RecvRefused { .. }), "{err}");
+    assert!(matches!(err, SendError::RecvRefused { .. }), "{err}");
     assert!(err.to_string().contains("not the stream's base"), "{err}");
     // A full stream onto an existing dataset: refused.
     let err = recv(&dst, "dst/copy", false, &send(&src, "src/db@s1", SendBase::Full)).unwrap_err();
@@ -297,7 +299,7 @@ fn damaged_cut_and_newer_streams_are_refused_with_the_target_unchanged() {
     ];
     for (what, bytes) in cases {
         let err = recv(&dst, "dst/copy", false, &bytes).unwrap_err();
-        assert!(matches!(err, PoolError::Stream { .. }), "{what}: {err}");
+        assert!(matches!(err, SendError::Stream { .. }), "{what}: {err}");
         assert!(dst.dataset("dst/copy").is_err(), "{what}: the target must not appear");
     }
     let err = recv(&dst, "dst/copy", false, &{
@@ -317,7 +319,7 @@ fn damaged_cut_and_newer_streams_are_refused_with_the_target_unchanged() {
     }
     // A cut stream: interrupted, the target absent, the partial receive aborted.
     let err = recv(&dst, "dst/copy", false, &full[..full.len() / 2]).unwrap_err();
-    assert!(matches!(err, PoolError::RecvInterrupted { .. }), "{err}");
+    assert!(matches!(err, SendError::RecvInterrupted { .. }), "{err}");
     assert!(dst.dataset("dst/copy").is_err());
     dst.abort_receive("dst/copy").unwrap();
     assert!(dst.resume_token("dst/copy").is_none());
@@ -328,7 +330,7 @@ fn damaged_cut_and_newer_streams_are_refused_with_the_target_unchanged() {
         let mut flipped = inc.clone();
         flipped[at] ^= 0x40;
         let err = recv(&dst, "dst/copy", false, &flipped).unwrap_err();
-        assert!(matches!(err, PoolError::Stream { .. }), "flip at {at}: {err}");
+        assert!(matches!(err, SendError::Stream { .. }), "flip at {at}: {err}");
         assert!(tree_state(&dst.dataset("dst/copy").unwrap()) == before, "flip at {at}: the target changed");
         assert_eq!(dst.snapshot_names("dst/copy").unwrap(), vec!["s0"]);
     }
@@ -336,10 +338,10 @@ fn damaged_cut_and_newer_streams_are_refused_with_the_target_unchanged() {
     let mut spliced = inc[..inc.len() / 2].to_vec();
     spliced.extend_from_slice(&full[full.len() / 2..]);
     let err = recv(&dst, "dst/copy", false, &spliced).unwrap_err();
-    assert!(matches!(err, PoolError::Stream { .. }), "{err}");
+    assert!(matches!(err, SendError::Stream { .. }), "{err}");
     assert!(tree_state(&dst.dataset("dst/copy").unwrap()) == before);
     let err = recv(&dst, "dst/copy", false, &inc[..inc.len() - 20]).unwrap_err();
-    assert!(matches!(err, PoolError::RecvInterrupted { source: StreamError::Truncated { .. }, .. }), "{err}");
+    assert!(matches!(err, SendError::RecvInterrupted { source: StreamError::Truncated { .. }, .. }), "{err}");
     assert!(tree_state(&dst.dataset("dst/copy").unwrap()) == before);
     dst.abort_receive("dst/copy").unwrap();
     dst = reimport(dst, &dst_img);
@@ -383,7 +385,7 @@ fn an_interrupted_receive_resumes_from_its_token_and_equals_an_uninterrupted_one
                 Err(e) => e,
             };
             assert!(!last, "the whole stream failed: {err}");
-            let PoolError::RecvInterrupted { token, .. } = err else { panic!("{err}") };
+            let SendError::RecvInterrupted { token, .. } = err else { panic!("{err}") };
             assert_eq!(dst.resume_token("dst/copy").as_deref(), Some(token.as_str()));
             if resumed == 1 {
                 // The token outlives an export and import.

@@ -1,0 +1,422 @@
+//! `tarn recv`: a send stream (`stream.rs`) into a dataset (ZFS's dmu_recv).
+//!
+//! Theory of operation. A stream is received into a hidden dataset, `TARGET%recv`: a new
+//! empty one for a full stream, a clone of the target's newest snapshot for an
+//! incremental one (which must be the stream's base, found by guid). Each record is
+//! applied as it is read and checked (`Dataset::recv_*`), in ordinary txgs. Only END —
+//! its chained checksum matching every record before it — makes the result the
+//! target's, in one txg: the hidden dataset's tree becomes the target's head (an
+//! incremental's old head is freed as a rollback frees it), and the snapshot is taken
+//! with the sender's guid. Until then the target is untouched, whatever the stream
+//! holds.
+//!
+//! Resuming. Every few MiB the receive records in the hidden dataset's properties where
+//! it stands (`receive_resume_token`: the snapshot, its base, and the object and byte
+//! reached), in the open txg: the records before that point were applied in that txg or
+//! earlier, so whenever the token is committed so are they. A stream that stops short
+//! (cut, or the receiver killed) leaves the hidden dataset and its last committed token;
+//! `tarn send -t TOKEN` sends from that point and the receive goes on. A damaged stream
+//! (checksum, order, malformed) drops the hidden dataset: it is to be sent again whole.
+//!
+//! Owns: the checks that the stream fits the target, applying its records, the token,
+//! and dropping a damaged receive. The pool makes the hidden dataset and does the switch
+//! at END (`Pool::create_receiving`, `Pool::finish_receive`): they touch its directory.
+//!
+//! Promises: a refused or damaged stream leaves the target as it was; a received
+//! snapshot equals the sender's (contents, sizes, holes, attributes, object ids).
+//!
+//! Must never: change the target before END verified, or mount what it received.
+use std::io::Read;
+
+use serde::{Deserialize, Serialize};
+use tarn_dataset::{Dataset, FsError};
+use tarn_pool::{check_name, split_snapshot_name, Pool, PoolError, Received, SnapshotRef, RECV_SUFFIX, TOKEN_PROP};
+
+use crate::error::SendError;
+use crate::stream::{Begin, Record, StreamError, StreamReader};
+/// Stream bytes between two token updates.
+const TOKEN_EVERY: u64 = 4 << 20;
+
+/// What a receive did.
+#[derive(Clone, Debug, Default)]
+pub struct ReceiveSummary {
+    /// The snapshots received, `POOL/DS@NAME`, in order.
+    pub received: Vec<String>,
+    /// Bytes of the streams read.
+    pub bytes: u64,
+}
+
+/// What a resume token holds: enough for the sender to find the snapshots again and
+/// start where the receiver stands.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ResumeToken {
+    pub version: u32,
+    /// The sender's `DS` and the snapshot name being received.
+    pub dataset: String,
+    pub snapshot: String,
+    pub to_guid: u64,
+    /// The base of an incremental stream (0: a full one).
+    pub from_guid: u64,
+    /// Records before this object, and before this byte of it, are received.
+    pub object: u64,
+    pub offset: u64,
+}
+
+const TOKEN_VERSION: u32 = 1;
+
+impl ResumeToken {
+    /// The token as printed: `1-` and the hex of its JSON (one word, safe in a shell).
+    pub fn encode(&self) -> String {
+        let json = serde_json::to_vec(self).expect("a token serialises");
+        let hex: String = json.iter().map(|b| format!("{b:02x}")).collect();
+        format!("{TOKEN_VERSION}-{hex}")
+    }
+
+    pub fn decode(token: &str) -> Result<ResumeToken, SendError> {
+        let bad = |why: &str| SendError::BadToken(why.to_string());
+        let hex = token.trim().strip_prefix("1-").ok_or_else(|| bad("it does not start with '1-'"))?;
+        if !hex.len().is_multiple_of(2) || !hex.bytes().all(|c| c.is_ascii_hexdigit()) {
+            return Err(bad("it is not hex after '1-'"));
+        }
+        let bytes: Vec<u8> =
+            (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap_or(0)).collect();
+        let t: ResumeToken = serde_json::from_slice(&bytes).map_err(|_| bad("its contents do not decode"))?;
+        if t.version != TOKEN_VERSION {
+            return Err(bad("it is of another version"));
+        }
+        Ok(t)
+    }
+}
+
+/// Where the records applied so far reach: (object, byte).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Position {
+    object: u64,
+    offset: u64,
+}
+
+/// The object the records being applied belong to.
+struct Current {
+    id: u64,
+    blksz: u64,
+    /// Made by this stream: it has no records to free.
+    fresh: bool,
+}
+
+/// Applies one stream's records to the hidden dataset.
+struct Applier<'a> {
+    ds: &'a Dataset,
+    current: Option<Current>,
+    at: Position,
+}
+
+impl Applier<'_> {
+    fn apply(&mut self, seq: u64, rec: Record) -> Result<(), ApplyError> {
+        match rec {
+            Record::Begin(_) => Err(out_of_order(seq, "a second BEGIN")),
+            Record::End { .. } => Ok(()),
+            Record::Object { id, dnode } => {
+                if id == 0 {
+                    return Err(malformed(seq, "object 0 is the dnode table, never sent".into()));
+                }
+                let fresh = self.ds.recv_object(id, &dnode)?;
+                self.current = Some(Current { id, blksz: u64::from(dnode.blksz.max(1)), fresh });
+                self.at = Position { object: id, offset: 0 };
+                Ok(())
+            }
+            Record::FreeObjects { first, count } => {
+                self.current = None;
+                Ok(self.ds.recv_free_objects(first, count)?)
+            }
+            Record::Write { object, offset, compression, lsize, data, .. } => {
+                let cur = self.current_of(seq, object, "WRITE")?;
+                let (id, blksz) = (cur.id, cur.blksz);
+                if offset % blksz != 0 || u64::from(lsize) != blksz {
+                    let why = format!("a block of {lsize} bytes at byte {offset} of object {id} (blocks of {blksz})");
+                    return Err(malformed(seq, why));
+                }
+                let mut logical = vec![0u8; lsize as usize];
+                compression
+                    .decompress(&data, &mut logical)
+                    .map_err(|e| malformed(seq, format!("its block does not decompress: {e}")))?;
+                self.ds.recv_record(id, offset / blksz, logical)?;
+                self.at = Position { object: id, offset: offset + blksz };
+                Ok(())
+            }
+            Record::Free { object, offset, length } => {
+                let cur = self.current_of(seq, object, "FREE")?;
+                let (id, blksz, fresh) = (cur.id, cur.blksz, cur.fresh);
+                if !fresh {
+                    let first = offset / blksz;
+                    let count = length.div_ceil(blksz);
+                    self.ds.recv_free(id, first, count)?;
+                }
+                self.at = Position { object: id, offset: offset.saturating_add(length) };
+                Ok(())
+            }
+        }
+    }
+
+    fn current_of(&self, seq: u64, object: u64, what: &str) -> Result<&Current, ApplyError> {
+        match &self.current {
+            Some(c) if c.id == object => Ok(c),
+            _ => Err(out_of_order(seq, &format!("a {what} of object {object} not after its OBJECT"))),
+        }
+    }
+}
+
+/// Why a record could not be applied: the stream's fault, or the pool's.
+enum ApplyError {
+    Stream(StreamError),
+    Pool(SendError),
+}
+
+impl From<FsError> for ApplyError {
+    fn from(e: FsError) -> Self {
+        ApplyError::Pool(e.into())
+    }
+}
+
+fn out_of_order(seq: u64, why: &str) -> ApplyError {
+    ApplyError::Stream(StreamError::OutOfOrder { seq, why: why.to_string() })
+}
+
+fn malformed(seq: u64, why: String) -> ApplyError {
+    ApplyError::Stream(StreamError::Malformed { seq, why })
+}
+
+/// What the checks before a stream's records found: where to receive and how.
+struct Plan {
+    /// The hidden dataset, `TARGET%recv`.
+    recv: String,
+    /// For an incremental stream: the base snapshot, the target's newest.
+    base: Option<SnapshotRef>,
+}
+
+/// `tarn recv TARGET [-F]`: receives every stream on `input` into `TARGET` (a full
+/// stream creates it; each incremental one needs its base to be the target's newest
+/// snapshot, `force` rolling the target back to it first). `progress` is told the bytes
+/// read so far now and then.
+pub fn receive(
+    pool: &Pool,
+    target: &str,
+    force: bool,
+    input: &mut dyn Read,
+    progress: &mut dyn FnMut(u64),
+) -> Result<ReceiveSummary, SendError> {
+    check_name(target)?;
+    pool.check_in_pool(target, target)?;
+    if target == pool.name() {
+        return Err(refused(target, "the pool's root dataset cannot be received into"));
+    }
+    let mut summary = ReceiveSummary::default();
+    loop {
+        let stream_err = |source| SendError::Stream { target: target.to_string(), source };
+        let mut reader = match StreamReader::open(input) {
+            Ok(Some(r)) => r,
+            Ok(None) if summary.received.is_empty() => return Err(stream_err(StreamError::Empty)),
+            Ok(None) => return Ok(summary),
+            Err(e) => return Err(stream_err(e)),
+        };
+        let begin = match reader.next().map_err(stream_err)? {
+            Record::Begin(b) => b,
+            _ => {
+                return Err(stream_err(StreamError::OutOfOrder { seq: 0, why: "the first record is not BEGIN".into() }))
+            }
+        };
+        let base = summary.bytes;
+        let name = receive_one(pool, target, force, &begin, &mut reader, &mut |b| progress(base + b))?;
+        summary.bytes += reader.at;
+        summary.received.push(name);
+    }
+}
+
+fn receive_one(
+    pool: &Pool,
+    target: &str,
+    force: bool,
+    begin: &Begin,
+    reader: &mut StreamReader<'_>,
+    progress: &mut dyn FnMut(u64),
+) -> Result<String, SendError> {
+    let full = format!("{target}@{}", begin.snapshot);
+    split_snapshot_name(&full)?;
+    let plan = plan_receive(pool, target, force, begin)?;
+    let ds = pool.dataset(&plan.recv)?;
+    let mut applier = Applier { ds: &ds, current: None, at: Position::default() };
+    if begin.is_resume() {
+        applier.at = Position { object: begin.resume_object, offset: begin.resume_offset };
+    }
+    let mut token_at = reader.at;
+    let outcome = loop {
+        let rec = match reader.next() {
+            Ok(r) => r,
+            Err(e) => break Err(ApplyError::Stream(e)),
+        };
+        let seq = reader_seq(reader);
+        let end = match &rec {
+            Record::End { to_guid, .. } if *to_guid != begin.to_guid => {
+                break Err(malformed(seq, "END names another snapshot than BEGIN".into()));
+            }
+            Record::End { .. } => true,
+            _ => false,
+        };
+        if let Err(e) = applier.apply(seq, rec) {
+            break Err(e);
+        }
+        if end {
+            break Ok(());
+        }
+        progress(reader.at);
+        if reader.at - token_at >= TOKEN_EVERY {
+            pool.set_receive_token(&plan.recv, token_of(begin, applier.at).encode())?;
+            token_at = reader.at;
+        }
+    };
+    match outcome {
+        Ok(()) => {
+            ds.recv_next_obj(begin.next_obj);
+            ds.recv_unlinked(&begin.unlinked);
+            drop(ds);
+            let received = Received {
+                name: begin.snapshot.clone(),
+                creation: begin.creation,
+                guid: begin.to_guid,
+                unlinked: begin.unlinked.clone(),
+            };
+            pool.finish_receive(&plan.recv, target, plan.base.as_ref(), &received).map_err(|e| match e {
+                // Made by another command while the stream came: the stream's tree stays
+                // hidden, to be resumed into (its token is kept) or aborted.
+                PoolError::DatasetExists(_) => refused(target, "it was created while the stream was being received"),
+                e => e.into(),
+            })?;
+            Ok(full)
+        }
+        Err(ApplyError::Stream(e)) if e.is_interruption() => {
+            let token = token_of(begin, applier.at);
+            pool.set_receive_token(&plan.recv, token.encode())?;
+            pool.sync()?;
+            Err(SendError::RecvInterrupted { target: target.into(), source: e, token: token.encode() })
+        }
+        Err(e) => {
+            drop(ds);
+            // The hidden dataset goes; if even that fails, the next receive says so.
+            let _ = pool.destroy_dataset(&plan.recv);
+            Err(match e {
+                ApplyError::Stream(source) => SendError::Stream { target: target.into(), source },
+                ApplyError::Pool(p) => p,
+            })
+        }
+    }
+}
+
+/// Checks the stream against the target and makes (or, resuming, finds) the hidden
+/// dataset.
+fn plan_receive(pool: &Pool, target: &str, force: bool, begin: &Begin) -> Result<Plan, SendError> {
+    let recv = format!("{target}{RECV_SUFFIX}");
+    let hidden = pool.dataset_exists(&recv);
+    if hidden && !begin.is_resume() {
+        // Checked before anything else: a -F must not roll the target back first.
+        let why = format!(
+            "a receive into it was interrupted; resume it with `tarn send -t TOKEN` (the token: `tarn get \
+             {TOKEN_PROP} {recv}`) or abort it with `tarn recv -A {target}`"
+        );
+        return Err(refused(target, &why));
+    }
+    let base = if begin.is_incremental() { Some(check_base(pool, target, force, begin)?) } else { None };
+    if base.is_none() && pool.dataset_exists(target) {
+        let why = "it exists; a full stream creates its dataset (destroy it, or send incrementally)";
+        return Err(refused(target, why));
+    }
+    if base.is_some() && pool.snapshot_refs(target)?.iter().any(|s| s.name == begin.snapshot) {
+        return Err(refused(target, &format!("it already has a snapshot '{}'", begin.snapshot)));
+    }
+    if begin.is_resume() {
+        if !hidden {
+            return Err(refused(target, "no interrupted receive to resume (the stream was sent with -t)"));
+        }
+        let token = pool.local_property(&recv, TOKEN_PROP).map(|t| ResumeToken::decode(&t)).transpose()?;
+        let at = token.as_ref().map(|t| (t.to_guid, t.object, t.offset));
+        if at != Some((begin.to_guid, begin.resume_object, begin.resume_offset)) {
+            let why =
+                "the stream resumes another point than the interrupted receive (use the token `tarn recv` printed, or \
+                       `tarn get receive_resume_token`)";
+            return Err(refused(target, why));
+        }
+        return Ok(Plan { recv, base });
+    }
+    let Some((parent, _)) = target.rsplit_once('/') else {
+        return Err(PoolError::BadName(target.into(), "a dataset name is POOL/NAME".into()).into());
+    };
+    pool.dataset(parent)?;
+    pool.create_receiving(&recv, token_of(begin, Position::default()).encode(), base.as_ref())?;
+    Ok(Plan { recv, base })
+}
+
+/// The target of an incremental stream's newest snapshot, which must be the stream's
+/// base; `force` rolls back changes made since it.
+fn check_base(pool: &Pool, target: &str, force: bool, begin: &Begin) -> Result<SnapshotRef, SendError> {
+    if !pool.dataset_exists(target) {
+        return Err(refused(target, "it does not exist; an incremental stream needs its base there"));
+    }
+    let list = pool.snapshot_refs(target)?;
+    let Some(newest) = list.last().cloned() else {
+        return Err(refused(target, "it has no snapshot; the stream is incremental and needs its base"));
+    };
+    if newest.guid != begin.from_guid {
+        let why = match list.iter().find(|s| s.guid == begin.from_guid) {
+            Some(base) => format!(
+                "its newest snapshot is '@{}', but the stream's base is '@{}'; destroy the snapshots after it first",
+                newest.name, base.name
+            ),
+            None => format!(
+                "its newest snapshot '@{}' is not the stream's base (no snapshot of it has the base's guid {:#x})",
+                newest.name, begin.from_guid
+            ),
+        };
+        return Err(refused(target, &why));
+    }
+    if !begin.is_resume() && !pool.head_is(target, &newest)? {
+        if !force {
+            let why = format!("it was modified since its newest snapshot '@{}'; use -F to roll it back", newest.name);
+            return Err(refused(target, &why));
+        }
+        pool.rollback(&format!("{target}@{}", newest.name))?;
+    }
+    Ok(newest)
+}
+
+/// `tarn recv -A TARGET`: drops an interrupted receive into `TARGET` and what it had
+/// received.
+pub fn abort_receive(pool: &Pool, target: &str) -> Result<(), SendError> {
+    let recv = format!("{target}{RECV_SUFFIX}");
+    if !pool.dataset_exists(&recv) {
+        return Err(refused(target, "no interrupted receive to abort"));
+    }
+    Ok(pool.destroy_dataset(&recv)?)
+}
+
+/// The resume token of an interrupted receive into `TARGET`, if there is one.
+pub fn resume_token(pool: &Pool, target: &str) -> Option<String> {
+    pool.local_property(&format!("{target}{RECV_SUFFIX}"), TOKEN_PROP)
+}
+
+fn reader_seq(reader: &StreamReader<'_>) -> u64 {
+    reader.seq().saturating_sub(1)
+}
+
+fn token_of(begin: &Begin, at: Position) -> ResumeToken {
+    ResumeToken {
+        version: TOKEN_VERSION,
+        dataset: begin.dataset.clone(),
+        snapshot: begin.snapshot.clone(),
+        to_guid: begin.to_guid,
+        from_guid: begin.from_guid,
+        object: at.object,
+        offset: at.offset,
+    }
+}
+
+fn refused(target: &str, why: &str) -> SendError {
+    SendError::RecvRefused { target: target.into(), why: why.into() }
+}
