@@ -11,6 +11,7 @@
 //! Must never: be called on a dataset anyone reads or writes: the pool receives into a
 //! hidden dataset and swaps it in at the stream's end.
 use tarn_objects::Dnode;
+use tarn_zio::StoredAs;
 
 use crate::{Dataset, FsError, META_CHARGE};
 
@@ -43,13 +44,16 @@ impl Dataset {
         Ok(true)
     }
 
-    /// Sets record `blkid` of object `id` to `data` (a whole record, logical bytes).
-    pub fn recv_record(&self, id: u64, blkid: u64, data: Vec<u8>) -> Result<(), FsError> {
+    /// Sets record `blkid` of object `id` to a block as its sender stored it (`data`,
+    /// compressed as `how` says; the caller checked it decompresses to a whole record).
+    /// The block is written as it is: this dataset's compression does not apply.
+    pub fn recv_stored(&self, id: u64, blkid: u64, data: Vec<u8>, how: StoredAs) -> Result<(), FsError> {
+        // The stored size is what the sync writes and what the txg holds in memory.
         let len = data.len() as u64;
         self.space.reserve(len)?;
         let hold = self.hold(len)?;
         let obj = self.os.get(id)?;
-        obj.lock().receive_record(hold.txg, blkid, data)?;
+        obj.lock().receive_stored(hold.txg, blkid, data, how)?;
         self.os.mark_dirty(id);
         Ok(())
     }

@@ -17,7 +17,7 @@ use tarn_zio::{Access, BlockPtr, ReadKind, Zio, ZioError};
 
 use crate::dir;
 use crate::dnode::{Dnode, DNODE_SIZE};
-use crate::object::{ObjState, Record};
+use crate::object::{ObjState, Record, StoredRecord};
 
 /// Directory contents are written in records of this size.
 const DIR_RECORDSIZE: u32 = 16384;
@@ -27,6 +27,10 @@ pub(crate) struct Changes {
     /// The txg these changes belong to (0 while there are none).
     pub(crate) txg: u64,
     pub(crate) records: BTreeMap<u64, Record>,
+    /// Records received as their sender stored them (compressed), written as they are
+    /// (`receive.rs`). A record of `records` at the same index is newer and wins: setting
+    /// a stored record drops the same index from `records`, and nothing else adds here.
+    pub(crate) stored: BTreeMap<u64, StoredRecord>,
     /// Records an fsync already wrote in place for the intent log (early writes): if the
     /// record is still that very buffer when its txg syncs, the txg adopts the block
     /// instead of writing it again.
@@ -44,6 +48,7 @@ pub(crate) struct Changes {
 impl Changes {
     pub(crate) fn is_empty(&self) -> bool {
         self.records.is_empty()
+            && self.stored.is_empty()
             && self.early.is_empty()
             && self.orphans.is_empty()
             && self.truncate_blocks.is_none()

@@ -82,6 +82,7 @@ impl ObjState {
         if size < self.dnode.size {
             let keep = size.div_ceil(blksz);
             self.open.records.retain(|&b, _| b < keep);
+            self.open.stored.retain(|&b, _| b < keep);
             self.open.truncate_blocks = Some(self.open.truncate_blocks.map_or(keep, |t| t.min(keep)));
             let tail = (size % blksz) as usize;
             if tail != 0 {

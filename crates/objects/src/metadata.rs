@@ -184,6 +184,7 @@ impl ObjState {
     /// The object is freed in the open txg `txg`: all its blocks and its dnode slot.
     pub(crate) fn free(&mut self, txg: u64) {
         self.open.records.clear();
+        self.open.stored.clear();
         self.open.free_object = true;
         self.gone = true;
         self.dir = None;

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
-use tarn_zio::{Access, BlockPtr, CachePolicy, PageId, ReadKind, Residency, Zio, ZioError};
+use tarn_zio::{Access, BlockPtr, CachePolicy, PageId, ReadKind, Residency, StoredAs, Zio, ZioError};
 
 use crate::changes::Changes;
 use crate::dir::Entries;
@@ -32,6 +32,24 @@ use crate::Ctx;
 
 /// A record's content in a txg's changes; an empty vector is a hole (zeros, no block).
 pub(crate) type Record = Arc<Vec<u8>>;
+
+/// A whole record as its sender stored it: the block's bytes and how they were made.
+#[derive(Clone, Debug)]
+pub(crate) struct StoredRecord {
+    pub(crate) data: Arc<Vec<u8>>,
+    pub(crate) how: StoredAs,
+}
+
+impl StoredRecord {
+    /// The record's logical bytes (a read of a record received as stored; rare: the
+    /// dataset receiving it is hidden, so only a truncate's tail comes here).
+    fn logical(&self) -> Record {
+        let mut out = vec![0u8; self.how.lsize as usize];
+        let done = self.how.compression.decompress(&self.data, &mut out);
+        assert!(done.is_ok(), "invariant broken: a stored record was verified before it was set ({done:?})");
+        Arc::new(out)
+    }
+}
 
 /// The state behind an object's lock. Its fields are the crate's: the layers above change
 /// an object only through the named operations (`data.rs`, `metadata.rs`), where the rules
@@ -313,6 +331,9 @@ impl ObjState {
         if let Some(r) = self.open.records.get(&blkid) {
             return Ok(Source::Mem(r.clone()));
         }
+        if let Some(s) = self.open.stored.get(&blkid) {
+            return Ok(Source::Mem(s.logical()));
+        }
         if self.open.truncate_blocks.is_some_and(|t| blkid >= t) {
             return Ok(Source::Hole);
         }
@@ -323,6 +344,9 @@ impl ObjState {
     pub(crate) fn source_below_open(&mut self, zio: &Zio, blkid: u64) -> Result<Source, ZioError> {
         if let Some(r) = self.syncing.records.get(&blkid) {
             return Ok(Source::Mem(r.clone()));
+        }
+        if let Some(s) = self.syncing.stored.get(&blkid) {
+            return Ok(Source::Mem(s.logical()));
         }
         if self.syncing.truncate_blocks.is_some_and(|t| blkid >= t) {
             return Ok(Source::Hole);

@@ -26,7 +26,7 @@ use tarn_zio::{BlockPtr, BlockType, ChecksumKind, Compression, PageId, PendingBl
 
 use crate::dnode::{Dnode, ObjType, DNODE_SIZE};
 use crate::early::adoptable;
-use crate::object::{FreshObject, ObjState, Object, Record, OBJECT_BYTES};
+use crate::object::{FreshObject, ObjState, Object, Record, StoredRecord, OBJECT_BYTES};
 use crate::{Ctx, ObjError};
 
 /// Records of the dnode table: 64 dnodes each.
@@ -325,6 +325,7 @@ impl ObjSet {
                 let leaves = st.gone
                     && st.last_dirty_txg <= txg
                     && st.open.records.is_empty()
+                    && st.open.stored.is_empty()
                     && !self.dirty.lock().contains(&obj.id());
                 leaves.then_some((obj.id(), st.charged))
             })
@@ -365,6 +366,16 @@ impl ObjSet {
             let pending: Vec<PendingBlock> = work
                 .iter()
                 .filter_map(|(i, blkid, item)| match item {
+                    Work::Stored(s) => Some(PendingBlock {
+                        data: s.data.as_slice(),
+                        compression: s.how.compression,
+                        checksum: policy.checksum,
+                        level: 0,
+                        block_type: types[*i],
+                        cache: policy.cache,
+                        page: Some(PageId { objset: self.id, object: objects[*i].id(), blkid: *blkid }),
+                        stored: Some(s.how),
+                    }),
                     Work::Write(r) => Some(PendingBlock {
                         data: r.as_slice(),
                         compression: policy.compression,
@@ -373,6 +384,7 @@ impl ObjSet {
                         block_type: types[*i],
                         cache: policy.cache,
                         page: Some(PageId { objset: self.id, object: objects[*i].id(), blkid: *blkid }),
+                        stored: None,
                     }),
                     _ => None,
                 })
@@ -382,7 +394,7 @@ impl ObjSet {
         let mut written = ptrs.into_iter();
         for (i, blkid, item) in work {
             let bp = match item {
-                Work::Write(_) => Some(written.next().expect("one pointer per written record")),
+                Work::Write(_) | Work::Stored(_) => Some(written.next().expect("one pointer per written record")),
                 Work::Adopt(bp) => Some(bp),
                 Work::Hole => None,
             };
@@ -443,6 +455,13 @@ fn plan_object(
         };
         work.push((i, blkid, item));
     }
+    // Records received as stored, unless a record of `records` replaced them since.
+    for (&blkid, s) in &st.syncing.stored {
+        if !st.syncing.records.contains_key(&blkid) {
+            result.orphans.extend(early.remove(&blkid).map(|(_, bp)| bp));
+            work.push((i, blkid, Work::Stored(s.clone())));
+        }
+    }
     // Early blocks whose record left this txg's changes (a truncate or free).
     result.orphans.extend(early.into_values().map(|(_, bp)| bp));
     Ok(())
@@ -451,6 +470,8 @@ fn plan_object(
 /// What the sync does with one record of the syncing txg.
 enum Work {
     Write(Record),
+    /// A block received as its sender stored it, written as it is.
+    Stored(StoredRecord),
     /// The block an fsync already wrote in place for this very record.
     Adopt(BlockPtr),
     Hole,

@@ -6,15 +6,18 @@
 //! set or free whole records.
 //!
 //! Promises: each step lands in the open txg `txg` its caller holds, like any change;
-//! attributes are taken as sent (no time is "now"); a record set is exactly the bytes
-//! given (a whole record) and a freed one reads as zeros.
+//! attributes are taken as sent (no time is "now"); a record set is exactly the block
+//! given, stored as its sender stored it (same codec, same bytes: never compressed
+//! again), and a freed one reads as zeros.
 //!
 //! Must never: be used on a set anyone else reads or writes (the pool receives into a
 //! hidden dataset of its own), or touch the syncing txg's changes.
 use std::sync::Arc;
 
+use tarn_zio::StoredAs;
+
 use crate::dnode::Dnode;
-use crate::object::{ObjState, Object, OBJECT_BYTES};
+use crate::object::{ObjState, Object, StoredRecord, OBJECT_BYTES};
 use crate::objset::ObjSet;
 use crate::ObjError;
 
@@ -62,12 +65,17 @@ impl ObjState {
         Ok(())
     }
 
-    /// Sets record `blkid` to `data`, a whole record of this object's block size.
-    pub fn receive_record(&mut self, txg: u64, blkid: u64, data: Vec<u8>) -> Result<(), ObjError> {
-        if data.len() as u64 != self.blksz() {
-            return Err(ObjError::RecordSize { len: data.len(), blksz: self.blksz() });
+    /// Sets record `blkid` to a block as its sender stored it: `data` compressed as `how`
+    /// says, a whole record of this object's block size once decompressed. The caller
+    /// has checked that `data` decompresses to `how.lsize` bytes, not all zeros (a stream
+    /// sends a hole as FREE): the sync writes `data` as it is, never compressed again.
+    pub fn receive_stored(&mut self, txg: u64, blkid: u64, data: Vec<u8>, how: StoredAs) -> Result<(), ObjError> {
+        if u64::from(how.lsize) != self.blksz() {
+            return Err(ObjError::RecordSize { len: how.lsize as usize, blksz: self.blksz() });
         }
-        self.open.records.insert(blkid, Arc::new(data));
+        // A stored record replaces whatever this txg set at that index before.
+        self.open.records.remove(&blkid);
+        self.open.stored.insert(blkid, StoredRecord { data: Arc::new(data), how });
         self.changed_in(txg);
         Ok(())
     }
@@ -80,6 +88,7 @@ impl ObjState {
         for blkid in first..end {
             self.open.records.insert(blkid, Arc::new(Vec::new()));
         }
+        self.open.stored.retain(|&b, _| b < first || b >= end);
         self.changed_in(txg);
     }
 }

@@ -321,6 +321,7 @@ mod tests {
             block_type,
             cache: CachePolicy::None,
             page: None,
+            stored: None,
         };
         zio.write_blocks(&[block], 1).unwrap()[0]
     }

@@ -476,6 +476,7 @@ impl BlockTree {
                 block_type: BlockType::Indirect,
                 cache,
                 page: None,
+                stored: None,
             })
             .collect();
         let ptrs = zio.write_blocks(&pending, birth)?;

@@ -3,7 +3,9 @@
 //! Theory of operation. A stream is received into a hidden dataset, `TARGET%recv`: a new
 //! empty one for a full stream, a clone of the target's newest snapshot for an
 //! incremental one (which must be the stream's base, found by guid). Each record is
-//! applied as it is read and checked (`Dataset::recv_*`), in ordinary txgs. Only END —
+//! applied as it is read and checked (`Dataset::recv_*`), in ordinary txgs; a WRITE's
+//! block is verified (it decompresses to a whole record) and stored as it came, in its
+//! sender's codec, never compressed again (`Dataset::recv_stored`). Only END —
 //! its chained checksum matching every record before it — makes the result the
 //! target's, in one txg: the hidden dataset's tree becomes the target's head (an
 //! incremental's old head is freed as a rollback frees it), and the snapshot is taken
@@ -31,6 +33,7 @@ use std::io::Read;
 use serde::{Deserialize, Serialize};
 use tarn_dataset::{Dataset, FsError};
 use tarn_pool::{check_name, split_snapshot_name, Pool, PoolError, Received, SnapshotRef, RECV_SUFFIX, TOKEN_PROP};
+use tarn_zio::StoredAs;
 
 use crate::error::SendError;
 use crate::stream::{Begin, Record, StreamError, StreamReader};
@@ -108,6 +111,8 @@ struct Applier<'a> {
     ds: &'a Dataset,
     current: Option<Current>,
     at: Position,
+    /// A WRITE's block decompressed, to verify it (reused: no allocation per block).
+    scratch: Vec<u8>,
 }
 
 impl Applier<'_> {
@@ -135,11 +140,19 @@ impl Applier<'_> {
                     let why = format!("a block of {lsize} bytes at byte {offset} of object {id} (blocks of {blksz})");
                     return Err(malformed(seq, why));
                 }
-                let mut logical = vec![0u8; lsize as usize];
+                // Verified before it is stored: a block that does not decompress to a
+                // whole record is a malformed stream. Decompressing is the cheap half of
+                // the codec; the block is then stored as it came, never compressed again.
+                self.scratch.resize(lsize as usize, 0);
                 compression
-                    .decompress(&data, &mut logical)
+                    .decompress(&data, &mut self.scratch)
                     .map_err(|e| malformed(seq, format!("its block does not decompress: {e}")))?;
-                self.ds.recv_record(id, offset / blksz, logical)?;
+                if self.scratch.iter().all(|&b| b == 0) {
+                    // The sender stores no zero block (it is a hole); nor does the receiver.
+                    self.ds.recv_free(id, offset / blksz, 1)?;
+                } else {
+                    self.ds.recv_stored(id, offset / blksz, data, StoredAs { compression, lsize })?;
+                }
                 self.at = Position { object: id, offset: offset + blksz };
                 Ok(())
             }
@@ -243,7 +256,7 @@ fn receive_one(
     split_snapshot_name(&full)?;
     let plan = plan_receive(pool, target, force, begin)?;
     let ds = pool.dataset(&plan.recv)?;
-    let mut applier = Applier { ds: &ds, current: None, at: Position::default() };
+    let mut applier = Applier { ds: &ds, current: None, at: Position::default(), scratch: Vec::new() };
     if begin.is_resume() {
         applier.at = Position { object: begin.resume_object, offset: begin.resume_offset };
     }
@@ -419,4 +432,58 @@ fn token_of(begin: &Begin, at: Position) -> ResumeToken {
 
 fn refused(target: &str, why: &str) -> SendError {
     SendError::RecvRefused { target: target.into(), why: why.into() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stream::StreamWriter;
+    use crate::{SendBase, SendRecv};
+    use tarn_dataset::{NewObject, ROOT_ID};
+    use tarn_pool::{CreateOptions, VdevSpec};
+    use tarn_zio::Compression;
+
+    /// `stream` with every WRITE's block replaced by `bad` (its records' checksums made
+    /// again: the stream is whole, its blocks are not).
+    fn with_blocks(stream: &[u8], bad: &[u8]) -> Vec<u8> {
+        let mut input = stream;
+        let mut reader = StreamReader::open(&mut input).unwrap().unwrap();
+        let mut out = Vec::new();
+        let mut w = StreamWriter::new(&mut out).unwrap();
+        loop {
+            match reader.next().unwrap() {
+                Record::End { to_guid, .. } => {
+                    w.end(to_guid).unwrap();
+                    return out;
+                }
+                Record::Write { object, offset, birth, lsize, .. } => {
+                    let data = bad.to_vec();
+                    w.put(&Record::Write { object, offset, birth, compression: Compression::Lz4, lsize, data }).unwrap()
+                }
+                rec => w.put(&rec).unwrap(),
+            }
+        }
+    }
+
+    #[test]
+    fn a_block_that_does_not_decompress_to_a_whole_record_is_a_malformed_stream_never_stored() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = CreateOptions { size: Some(256 << 20), ..Default::default() };
+        let pool = Pool::create("p", &[VdevSpec::Disk(dir.path().join("p.img"))], &opts).unwrap();
+        let ds = pool.create_dataset_with("p/src", &[("compression", "lz4")]).unwrap();
+        let ino = ds.create(ROOT_ID, b"f", NewObject::File, 0o644, 0, 0).unwrap().ino;
+        ds.write(ino, 0, &vec![b'x'; 64 << 10]).unwrap();
+        pool.create_snapshots(&["p/src@s".to_string()], false).unwrap();
+        let mut stream = Vec::new();
+        pool.send("p/src@s", SendBase::Full, &mut stream, &mut |_| {}).unwrap();
+        // Not lz4 at all; lz4 of fewer bytes than a record; lz4 of zeros is fine (a hole).
+        let short = Compression::Lz4.compress(&[b'y'; 4096]).unwrap();
+        for bad in [vec![0xff; 40], short] {
+            let mut input = &with_blocks(&stream, &bad)[..];
+            let err = pool.receive("p/dst", false, &mut input, &mut |_| {}).unwrap_err();
+            let SendError::Stream { source: StreamError::Malformed { why, .. }, .. } = &err else { panic!("{err}") };
+            assert!(why.contains("does not decompress"), "{err}");
+            assert!(!pool.dataset_exists("p/dst") && !pool.dataset_exists("p/dst%recv"), "nothing stored: {err}");
+        }
+    }
 }

@@ -2,7 +2,8 @@
 //! sender's (every file's bytes against a model, holes, sizes, modes, owners, times,
 //! links, symlinks, special files — and the received snapshot against the sender's, entry
 //! by entry); incremental chains; `-I`; interrupted receives resumed; damaged, cut and
-//! newer streams refused with the target as it was; compressed blocks sent as stored.
+//! newer streams refused with the target as it was; compressed blocks sent as stored and
+//! received as stored (same size, codec and checksum whatever the receiver's compression).
 //! Every receiving pool is exported and imported again at the end: its walk rebuilds the
 //! space maps from the trees, so a received block not accounted for shows there.
 #[path = "../../pool/tests/common/mod.rs"]
@@ -13,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 use common::{noise, read_tree};
 use tarn_dataset::{Dataset, FileKind, NewObject, SetAttr, Timespec, ROOT_ID};
+use tarn_objects::traverse::{self, Flow, Options, Start, Visit};
 use tarn_pool::{CreateOptions, ImportOptions, Pool};
 use tarn_send::{SendBase, SendError, SendRecv, StreamError};
 
@@ -432,5 +434,50 @@ fn compressed_blocks_go_as_stored() {
     assert!(estimate.abs_diff(stream.len() as u64) < stream.len() as u64 / 4, "{estimate} vs {}", stream.len());
     recv(&dst, "dst/copy", false, &stream).unwrap();
     assert_same(&src, "src/db@s0", &dst, "dst/copy@s0", &model);
+    dst.export().unwrap();
+}
+
+/// Every data block of a snapshot by (object, record): its stored size, codec and checksum.
+fn stored_blocks(pool: &Pool, snapshot: &str) -> BTreeMap<(u64, u64), (u32, String, [u8; 32])> {
+    let snap = pool.snapshot_ref(snapshot).unwrap();
+    let mut out = BTreeMap::new();
+    let mut visit = |v: &Visit<'_>| {
+        if let (Some(object), 0) = (v.object, v.level) {
+            if object != 0 {
+                out.insert((object, v.blkid), (v.bp.psize, format!("{:?}", v.bp.compression), v.bp.checksum));
+            }
+        }
+        Flow::Continue
+    };
+    traverse::walk(pool.zio(), Start::ObjSet(&snap.meta), Options::default(), &mut visit);
+    out
+}
+
+#[test]
+fn received_blocks_are_the_senders_stored_blocks_whatever_the_receivers_compression() {
+    let dir = tempfile::tempdir().unwrap();
+    let (src, _) = new_pool(dir.path(), "src");
+    let (dst, dst_img) = new_pool(dir.path(), "dst");
+    // The sender's codec is not the receiver's: written again, every block would differ.
+    src.create_dataset_with("src/db", &[("compression", "zstd-9"), ("recordsize", "16K")]).unwrap();
+    dst.set_property("dst", "compression", "off").unwrap();
+    let ds = src.dataset("src/db").unwrap();
+    let mut model = Model::new();
+    let text: Vec<u8> =
+        (0..(2u32 << 20)).map(|i| b"blocks go as stored, "[(i % 21) as usize] ^ (i >> 14) as u8).collect();
+    write(&ds, &mut model, "pages", 0, &text);
+    write(&ds, &mut model, "noise", 0, &noise(7, 300_000));
+    snap(&src, "src/db@s0");
+    write(&ds, &mut model, "pages", 1 << 20, &text[..200_000]);
+    snap(&src, "src/db@s1");
+    recv(&dst, "dst/copy", false, &send(&src, "src/db@s0", SendBase::Full)).unwrap();
+    recv(&dst, "dst/copy", false, &send(&src, "src/db@s1", SendBase::Incremental("@s0"))).unwrap();
+    let dst = reimport(dst, &dst_img);
+    for (from, to) in [("src/db@s0", "dst/copy@s0"), ("src/db@s1", "dst/copy@s1")] {
+        let sent = stored_blocks(&src, from);
+        assert!(sent.values().any(|(_, c, _)| c.starts_with("Zstd")), "the sender compressed: {sent:?}");
+        assert_eq!(stored_blocks(&dst, to), sent, "{to}: every block as {from} stored it (size, codec, checksum)");
+    }
+    assert_same(&src, "src/db@s1", &dst, "dst/copy@s1", &model);
     dst.export().unwrap();
 }

@@ -40,4 +40,4 @@ pub use pipeline::{WriteMark, Zio, ZioStats, HOT_SHARE};
 pub use read::{CopiesRead, FAILED_READS_MAX};
 pub use tarn_arc::{Access, PageId, ReadKind, Residency};
 pub use tarn_vdev::IoClass;
-pub use write::{CachePolicy, PendingBlock};
+pub use write::{CachePolicy, PendingBlock, StoredAs};

@@ -312,6 +312,7 @@ mod tests {
             block_type: BlockType::Mos,
             cache: CachePolicy::None,
             page: None,
+            stored: None,
         };
         zio.write_blocks(&[block], txg).unwrap()[0]
     }

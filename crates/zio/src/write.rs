@@ -16,6 +16,10 @@
 //!
 //! Owns: packing and the run buffers; what a written block leaves in the ARC.
 //!
+//! A block may come already stored (`PendingBlock::stored`: a received stream's block,
+//! compressed as its sender stored it): it is checksummed and placed as given, never
+//! compressed again.
+//!
 //! Promises: a block is never placed where a live byte is; a block that does not shrink
 //! by 1/8 is stored raw; the pointers come back in the order of the blocks.
 //!
@@ -57,6 +61,23 @@ pub struct PendingBlock<'a> {
     /// The record the block holds (level-0 blocks of an object), so the cache and the
     /// trace follow the page across rewrites; `None` for indirect blocks and pool blocks.
     pub page: Option<PageId>,
+    /// `Some`: `data` is the block as stored already (compressed with this codec, of
+    /// this logical size), written as it is; `compression` is then not used.
+    pub stored: Option<StoredAs>,
+}
+
+/// How the bytes of an already stored block were made: their codec and logical size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoredAs {
+    pub compression: Compression,
+    pub lsize: u32,
+}
+
+impl PendingBlock<'_> {
+    /// The block's logical size.
+    fn lsize(&self) -> u32 {
+        self.stored.map_or(self.data.len() as u32, |s| s.lsize)
+    }
 }
 
 /// Which blocks a read or write may leave in the ARC (the `primarycache` property).
@@ -155,7 +176,7 @@ impl Zio {
             block_type: block.block_type,
             offset,
             psize: psize as u32,
-            lsize: block.data.len() as u32,
+            lsize: block.lsize(),
             birth,
             checksum: enc.checksum,
         };
@@ -173,7 +194,7 @@ impl Zio {
                 block.page,
             );
         }
-        self.stats.logical_bytes_written.fetch_add(block.data.len() as u64, Ordering::Relaxed);
+        self.stats.logical_bytes_written.fetch_add(u64::from(block.lsize()), Ordering::Relaxed);
         Ok(bp)
     }
 
@@ -263,9 +284,12 @@ fn encode_slice_end(blocks: &[PendingBlock], start: usize) -> usize {
 }
 
 fn encode<'a>(block: &PendingBlock<'a>) -> Encoded<'a> {
-    let (payload, compression) = match block.compression.compress(block.data) {
-        Some(packed) => (std::borrow::Cow::Owned(packed), block.compression),
-        None => (std::borrow::Cow::Borrowed(block.data), Compression::Off),
+    let (payload, compression) = match block.stored {
+        Some(s) => (std::borrow::Cow::Borrowed(block.data), s.compression),
+        None => match block.compression.compress(block.data) {
+            Some(packed) => (std::borrow::Cow::Owned(packed), block.compression),
+            None => (std::borrow::Cow::Borrowed(block.data), Compression::Off),
+        },
     };
     let checksum = block.checksum.digest(&payload);
     Encoded { payload, compression, checksum }
