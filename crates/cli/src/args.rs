@@ -62,12 +62,13 @@ pub enum Cmd {
     #[command(
         alias = "receive",
         after_long_help = "A full stream creates POOL/DS with its snapshot; an incremental one \
-needs its base to be the newest snapshot of POOL/DS (-F rolls back changes made since). The received dataset is not \
+needs its base to be the newest snapshot of POOL/DS (-F destroys the snapshots after the base and rolls back changes \
+made since). The received dataset is not \
 mounted. An interrupted receive keeps what arrived and prints a resume token (also the receive_resume_token property)."
     )]
     Recv {
         target: String,
-        /// Roll the target back to its newest snapshot first.
+        /// Destroy the target's snapshots after the stream's base and roll it back to the base first.
         #[arg(short = 'F')]
         force: bool,
         /// Abort an interrupted receive, dropping what it had received.

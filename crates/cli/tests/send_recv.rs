@@ -95,7 +95,7 @@ fn send_from_a_mounted_dataset_and_receive_into_a_closed_pool() {
     send_to_file(&env, &["send", "-i", "@one", "tank/db@two"], "two.stream");
     let (ok, _, err) = recv_from_file(&env, &["recv", "dst/copy"], "two.stream");
     assert!(!ok && err.trim_end().lines().count() == 1, "{err}");
-    assert!(err.contains("newest snapshot is '@two'") && err.contains("base is '@one'"), "{err}");
+    assert!(err.contains("snapshots after the stream's base '@one': @two") && err.contains("-F"), "{err}");
 
     // A damaged stream: one line, nothing received.
     let mut bytes = fs::read(env.path("one.stream")).unwrap();

@@ -366,8 +366,10 @@ fn plan_receive(pool: &Pool, target: &str, force: bool, begin: &Begin) -> Result
     Ok(Plan { recv, base })
 }
 
-/// The target of an incremental stream's newest snapshot, which must be the stream's
-/// base; `force` rolls back changes made since it.
+/// The target's snapshot that is an incremental stream's base, which must be its newest:
+/// `force` destroys the snapshots after it (newest first) and rolls back changes made
+/// since it, as `zfs recv -F` does — before the stream's records are read, so a stream
+/// refused later does not bring them back.
 fn check_base(pool: &Pool, target: &str, force: bool, begin: &Begin) -> Result<SnapshotRef, SendError> {
     if !pool.dataset_exists(target) {
         return Err(refused(target, "it does not exist; an incremental stream needs its base there"));
@@ -376,19 +378,32 @@ fn check_base(pool: &Pool, target: &str, force: bool, begin: &Begin) -> Result<S
     let Some(newest) = list.last().cloned() else {
         return Err(refused(target, "it has no snapshot; the stream is incremental and needs its base"));
     };
-    if newest.guid != begin.from_guid {
-        let why = match list.iter().find(|s| s.guid == begin.from_guid) {
-            Some(base) => format!(
-                "its newest snapshot is '@{}', but the stream's base is '@{}'; destroy the snapshots after it first",
-                newest.name, base.name
-            ),
-            None => format!(
-                "its newest snapshot '@{}' is not the stream's base (no snapshot of it has the base's guid {:#x})",
-                newest.name, begin.from_guid
-            ),
-        };
+    let Some(at) = list.iter().position(|s| s.guid == begin.from_guid) else {
+        let why = format!(
+            "its newest snapshot '@{}' is not the stream's base (no snapshot of it has the base's guid {:#x})",
+            newest.name, begin.from_guid
+        );
         return Err(refused(target, &why));
+    };
+    let base = list[at].clone();
+    let newer = &list[at + 1..];
+    if !newer.is_empty() {
+        if !force || begin.is_resume() {
+            let names: Vec<String> = newer.iter().map(|s| format!("@{}", s.name)).collect();
+            let why = format!(
+                "it has snapshots after the stream's base '@{}': {}; receive with -F to destroy them and roll back, or \
+                 destroy them first (tarn snap destroy)",
+                base.name,
+                names.join(", ")
+            );
+            return Err(refused(target, &why));
+        }
+        refuse_cloned(pool, target, newer)?;
+        for s in newer.iter().rev() {
+            pool.destroy_snapshot(&format!("{target}@{}", s.name))?;
+        }
     }
+    let newest = base;
     if !begin.is_resume() && !pool.head_is(target, &newest)? {
         if !force {
             let why = format!("it was modified since its newest snapshot '@{}'; use -F to roll it back", newest.name);
@@ -397,6 +412,26 @@ fn check_base(pool: &Pool, target: &str, force: bool, begin: &Begin) -> Result<S
         pool.rollback(&format!("{target}@{}", newest.name))?;
     }
     Ok(newest)
+}
+
+/// `-F` destroys `newer` only if none has a clone: checked for all of them first, so a
+/// refusal destroys none.
+fn refuse_cloned(pool: &Pool, target: &str, newer: &[SnapshotRef]) -> Result<(), SendError> {
+    let names: Vec<String> = newer.iter().map(|s| format!("{target}@{}", s.name)).collect();
+    let cloned: Vec<String> = pool
+        .snapshots(Some(target))?
+        .into_iter()
+        .filter(|i| names.contains(&i.name) && !i.clones.is_empty())
+        .map(|i| format!("{} (clones: {})", i.name, i.clones.join(", ")))
+        .collect();
+    if cloned.is_empty() {
+        return Ok(());
+    }
+    let why = format!(
+        "-F would destroy snapshots that have clones: {}; destroy or promote the clones first",
+        cloned.join("; ")
+    );
+    Err(refused(target, &why))
 }
 
 /// `tarn recv -A TARGET`: drops an interrupted receive into `TARGET` and what it had

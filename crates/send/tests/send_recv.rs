@@ -481,3 +481,53 @@ fn received_blocks_are_the_senders_stored_blocks_whatever_the_receivers_compress
     assert_same(&src, "src/db@s1", &dst, "dst/copy@s1", &model);
     dst.export().unwrap();
 }
+
+#[test]
+fn recv_force_destroys_the_snapshots_after_the_base_and_without_it_names_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let (src, _) = new_pool(dir.path(), "src");
+    let (dst, dst_img) = new_pool(dir.path(), "dst");
+    src.create_dataset("src/db").unwrap();
+    let ds = src.dataset("src/db").unwrap();
+    let mut model = Model::new();
+    for round in 0..3 {
+        change(&ds, &mut model, round);
+        snap(&src, &format!("src/db@s{round}"));
+    }
+    recv(&dst, "dst/copy", false, &send(&src, "src/db@s0", SendBase::Full)).unwrap();
+    recv(&dst, "dst/copy", false, &send(&src, "src/db@s1", SendBase::Incremental("s0"))).unwrap();
+    // The receiver took snapshots of its own after the base, and changed its head.
+    let copy = dst.dataset("dst/copy").unwrap();
+    let ino = copy.lookup(ROOT_ID, b"big").unwrap().ino;
+    copy.write(ino, 0, b"local one").unwrap();
+    snap(&dst, "dst/copy@mine1");
+    copy.write(ino, 0, b"local two").unwrap();
+    snap(&dst, "dst/copy@mine2");
+    copy.write(ino, 0, b"local three").unwrap();
+    drop(copy);
+    let before = tree_state(&dst.dataset("dst/copy").unwrap());
+    let inc = send(&src, "src/db@s2", SendBase::Incremental("s1"));
+
+    // Without -F: refused, naming them and the fix; nothing changed.
+    let err = recv(&dst, "dst/copy", false, &inc).unwrap_err();
+    assert!(matches!(err, SendError::RecvRefused { .. }), "{err}");
+    let msg = err.to_string();
+    assert!(msg.contains("after the stream's base '@s1': @mine1, @mine2") && msg.contains("-F"), "{msg}");
+    assert_eq!(dst.snapshot_names("dst/copy").unwrap(), ["s0", "s1", "mine1", "mine2"]);
+    assert!(tree_state(&dst.dataset("dst/copy").unwrap()) == before);
+
+    // A clone of one of them: -F refuses and destroys none.
+    dst.clone_snapshot("dst/copy@mine1", "dst/keep", &[]).unwrap();
+    let err = recv(&dst, "dst/copy", true, &inc).unwrap_err();
+    assert!(err.to_string().contains("dst/copy@mine1 (clones: dst/keep)"), "{err}");
+    assert_eq!(dst.snapshot_names("dst/copy").unwrap(), ["s0", "s1", "mine1", "mine2"]);
+    dst.destroy_dataset("dst/keep").unwrap();
+
+    // With -F: they go, the head rolls back to the base, the stream lands.
+    assert_eq!(recv(&dst, "dst/copy", true, &inc).unwrap(), ["dst/copy@s2"]);
+    assert_eq!(dst.snapshot_names("dst/copy").unwrap(), ["s0", "s1", "s2"]);
+    let dst = reimport(dst, &dst_img);
+    assert_same(&src, "src/db@s2", &dst, "dst/copy@s2", &model);
+    assert_eq!(dst.scrub().unwrap().errors, 0);
+    dst.export().unwrap();
+}
