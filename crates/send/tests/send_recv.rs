@@ -531,3 +531,35 @@ fn recv_force_destroys_the_snapshots_after_the_base_and_without_it_names_them() 
     assert_eq!(dst.scrub().unwrap().errors, 0);
     dst.export().unwrap();
 }
+
+/// A clone is sent whole: its full stream carries the blocks it shares with its origin
+/// too, so it lands in a pool that has no origin; its increments go as any dataset's. A
+/// base in its origin (ZFS's `send -i ORIGIN@SNAP CLONE@SNAP`) is refused, named.
+#[test]
+fn a_clone_is_sent_whole_with_its_origins_blocks_and_its_increments_follow() {
+    let dir = tempfile::tempdir().unwrap();
+    let (src, _) = new_pool(dir.path(), "src");
+    let (dst, dst_img) = new_pool(dir.path(), "dst");
+    src.create_dataset_with("src/db", &[("compression", "lz4")]).unwrap();
+    let mut model = Model::new();
+    change(&src.dataset("src/db").unwrap(), &mut model, 0);
+    snap(&src, "src/db@s0");
+    src.clone_snapshot("src/db@s0", "src/cl", &[]).unwrap();
+    let cl = src.dataset("src/cl").unwrap();
+    change(&cl, &mut model, 1);
+    snap(&src, "src/cl@c1");
+    let at_c1 = model.clone();
+    recv(&dst, "dst/cl", false, &send(&src, "src/cl@c1", SendBase::Full)).unwrap();
+    change(&cl, &mut model, 2);
+    snap(&src, "src/cl@c2");
+    recv(&dst, "dst/cl", false, &send(&src, "src/cl@c2", SendBase::Incremental("@c1"))).unwrap();
+    let mut out = Vec::new();
+    let err = src.send("src/cl@c2", SendBase::Incremental("src/db@s0"), &mut out, &mut |_| {}).unwrap_err();
+    assert!(err.to_string().contains("is a snapshot of 'src/db', not of 'src/cl'"), "{err}");
+    let dst = reimport(dst, &dst_img);
+    assert_same(&src, "src/cl@c1", &dst, "dst/cl@c1", &at_c1);
+    assert_same(&src, "src/cl@c2", &dst, "dst/cl@c2", &model);
+    assert_eq!(dst.get_properties("dst/cl", Some("origin")).unwrap()[0].value, "-");
+    assert_eq!(dst.scrub().unwrap().errors, 0);
+    dst.export().unwrap();
+}
