@@ -52,6 +52,8 @@ impl ObjState {
         self.tree.nlevels() <= 1
             && self.open.records.keys().all(|&b| b == 0)
             && self.syncing.records.keys().all(|&b| b == 0)
+            && self.open.stored.keys().all(|&b| b == 0)
+            && self.syncing.stored.keys().all(|&b| b == 0)
     }
 
     /// Writes `data` at `off` into the open txg `txg`.

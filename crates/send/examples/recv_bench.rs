@@ -5,34 +5,18 @@
 //! `cargo run --release -p tarn-send --example recv_bench -- DIR [DATA_MIB] [CODEC]`
 //! (DIR holds the two pool images and the stream, removed at the end; 256 MiB and lz4 by
 //! default; CODEC is the `compression` of both sides, as a copy between like nodes has).
+mod common;
+
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Write};
 use std::path::PathBuf;
 use std::time::Instant;
 
-use rand::{Rng, SeedableRng};
+use common::{mib, page, PAGE};
+use rand::SeedableRng;
 use tarn_dataset::{NewObject, ROOT_ID};
 use tarn_pool::{CreateOptions, Pool, VdevSpec};
 use tarn_send::{SendBase, SendRecv};
-
-const PAGE: usize = 16384;
-
-/// A page like a database's: a header that varies, rows that repeat with small changes.
-fn page(rng: &mut impl Rng) -> Vec<u8> {
-    let mut p = vec![0u8; PAGE];
-    rng.fill(&mut p[..64]);
-    let row: Vec<u8> = (0..100).map(|_| rng.gen_range(b'a'..=b'z')).collect();
-    for (i, chunk) in p[64..].chunks_mut(100).enumerate() {
-        let n = chunk.len();
-        chunk.copy_from_slice(&row[..n]);
-        chunk[0] = i as u8;
-    }
-    p
-}
-
-fn mib(b: u64) -> f64 {
-    b as f64 / (1u64 << 20) as f64
-}
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);

@@ -5,29 +5,17 @@
 //!
 //! `cargo run --release -p tarn-send --example send_bench -- DIR [DATA_MIB]`
 //! (DIR holds the bench's pool image, removed at the end; 256 MiB by default).
+mod common;
+
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
+use common::{mib, page, PAGE};
 use rand::{Rng, SeedableRng};
 use tarn_dataset::{NewObject, ROOT_ID};
 use tarn_pool::{CreateOptions, Pool, VdevSpec};
 use tarn_send::{SendBase, SendRecv};
-
-const PAGE: usize = 16384;
-
-/// A page like a database's: a header that varies, rows that repeat with small changes.
-fn page(rng: &mut impl Rng) -> Vec<u8> {
-    let mut p = vec![0u8; PAGE];
-    rng.fill(&mut p[..64]);
-    let row: Vec<u8> = (0..100).map(|_| rng.gen_range(b'a'..=b'z')).collect();
-    for (i, chunk) in p[64..].chunks_mut(100).enumerate() {
-        let n = chunk.len();
-        chunk.copy_from_slice(&row[..n]);
-        chunk[0] = i as u8;
-    }
-    p
-}
 
 /// Counts what is written and keeps nothing.
 struct Counting(u64);
@@ -40,10 +28,6 @@ impl Write for Counting {
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
-}
-
-fn mib(b: u64) -> f64 {
-    b as f64 / (1u64 << 20) as f64
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

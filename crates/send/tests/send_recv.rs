@@ -152,6 +152,19 @@ fn change(ds: &Dataset, model: &mut Model, round: u64) {
     .unwrap();
 }
 
+/// `src/db` with snapshots `@s0`, `@s1`, `@s2`, each after a round of changes; the model
+/// of the last.
+fn three_rounds(src: &Pool) -> Model {
+    src.create_dataset("src/db").unwrap();
+    let ds = src.dataset("src/db").unwrap();
+    let mut model = Model::new();
+    for round in 0..3 {
+        change(&ds, &mut model, round);
+        snap(src, &format!("src/db@s{round}"));
+    }
+    model
+}
+
 fn snap(pool: &Pool, name: &str) {
     pool.create_snapshots(&[name.to_string()], false).unwrap();
 }
@@ -242,13 +255,7 @@ fn an_incremental_stream_needs_its_base_as_the_targets_newest_snapshot() {
     let dir = tempfile::tempdir().unwrap();
     let (src, _) = new_pool(dir.path(), "src");
     let (dst, _) = new_pool(dir.path(), "dst");
-    src.create_dataset("src/db").unwrap();
-    let ds = src.dataset("src/db").unwrap();
-    let mut model = Model::new();
-    for round in 0..3 {
-        change(&ds, &mut model, round);
-        snap(&src, &format!("src/db@s{round}"));
-    }
+    three_rounds(&src);
     recv(&dst, "dst/copy", false, &send(&src, "src/db@s0", SendBase::Full)).unwrap();
     let before = tree_state(&dst.dataset("dst/copy").unwrap());
     // s1→s2 on a target at s0: refused, named, nothing changed.
@@ -487,13 +494,7 @@ fn recv_force_destroys_the_snapshots_after_the_base_and_without_it_names_them() 
     let dir = tempfile::tempdir().unwrap();
     let (src, _) = new_pool(dir.path(), "src");
     let (dst, dst_img) = new_pool(dir.path(), "dst");
-    src.create_dataset("src/db").unwrap();
-    let ds = src.dataset("src/db").unwrap();
-    let mut model = Model::new();
-    for round in 0..3 {
-        change(&ds, &mut model, round);
-        snap(&src, &format!("src/db@s{round}"));
-    }
+    let model = three_rounds(&src);
     recv(&dst, "dst/copy", false, &send(&src, "src/db@s0", SendBase::Full)).unwrap();
     recv(&dst, "dst/copy", false, &send(&src, "src/db@s1", SendBase::Incremental("s0"))).unwrap();
     // The receiver took snapshots of its own after the base, and changed its head.
