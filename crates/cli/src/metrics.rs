@@ -66,6 +66,12 @@ const METRICS: &[(&str, &str, Kind, &str)] = &[
     ("l2arc", "feed_helpers_started", Kind::Counter, "Extra feed workers started while the queue was over half full."),
     ("l2arc", "freed", Kind::Counter, "Cached blocks dropped because the pool freed them."),
     ("l2arc", "rebuilt_blocks", Kind::Counter, "Blocks indexed from the cache devices' log blocks at import."),
+    (
+        "l2arc",
+        "rebuild_stale",
+        Kind::Counter,
+        "Entries a rebuild left out: the pool had freed their block (or never committed it).",
+    ),
     ("l2arc", "rebuild_ms", Kind::Gauge, "Milliseconds the last index rebuild took, summed over devices."),
     ("l2arc", "rebuilding", Kind::Gauge, "Cache devices still rebuilding their index."),
     ("arc", "hits", Kind::Counter, "Reads served by the ARC."),

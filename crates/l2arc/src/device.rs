@@ -42,6 +42,7 @@ use tarn_vdev::BlockDevice;
 
 use crate::index::{Index, POS_LIMIT};
 use crate::layout::{DevHeader, HeaderRefused, LogEntry, LogHeader, BLOCK_ALIGN, CHUNK_ALIGN, HEADER_SIZE, NO_PREV};
+use crate::PoolBlocks;
 
 /// Read errors after which a device is dropped (a few may be transient; many mean it is
 /// going).
@@ -128,6 +129,9 @@ pub struct DevCounters {
     pub write_bytes: AtomicU64,
     pub io_errors: AtomicU64,
     pub rebuilt_blocks: AtomicU64,
+    /// Entries the rebuild found in the log blocks but left out: the pool says their
+    /// block is gone (freed, or born in a txg that never committed).
+    pub rebuild_stale: AtomicU64,
     pub rebuild_ms: AtomicU64,
 }
 
@@ -534,7 +538,7 @@ impl CacheDev {
     /// Rebuilds the index from the log blocks (see the module comment), opening the
     /// device to the feed as soon as it knows where writing resumes. Runs on its own
     /// thread; reads are served meanwhile from what it has indexed.
-    pub fn rebuild(&self) {
+    pub fn rebuild(&self, pool: Option<&dyn PoolBlocks>) {
         let started = Instant::now();
         {
             let mut state = self.state.lock();
@@ -543,7 +547,7 @@ impl CacheDev {
             }
             *state = DevState::Rebuilding;
         }
-        let found = self.walk_forward();
+        let found = self.walk_forward(pool);
         match found {
             Some((first, head, last)) => {
                 {
@@ -556,7 +560,7 @@ impl CacheDev {
                     self.warm.store(true, Ordering::Relaxed);
                 }
                 self.feed_ready.store(true, Ordering::Release);
-                self.walk_backward(first);
+                self.walk_backward(first, pool);
             }
             None => self.start_over(),
         }
@@ -623,13 +627,19 @@ impl CacheDev {
         Some((h, entries))
     }
 
-    /// Indexes a chunk's blocks; `newer_wins`: an address already indexed keeps its entry
-    /// (the backward walk meets older chunks after newer ones).
-    fn index_chunk(&self, h: &LogHeader, entries: &[LogEntry], older: bool) -> ChunkSum {
+    /// Indexes a chunk's blocks; `older`: an address already indexed keeps its entry
+    /// (the backward walk meets older chunks after newer ones). A block the pool says is
+    /// gone is left out and counted (`rebuild_stale`): it could never be served (its
+    /// identity is no live block's), and would only take RAM and inflate `size`.
+    fn index_chunk(&self, h: &LogHeader, entries: &[LogEntry], older: bool, pool: Option<&dyn PoolBlocks>) -> ChunkSum {
         let (mut psize, mut lsize) = (0, 0);
         for e in entries {
             let pos = (h.abs + e.at as u64) / BLOCK_ALIGN;
             if older && self.index.get(&e.key).is_some() {
+                continue;
+            }
+            if pool.is_some_and(|p| !p.may_be_live(&e.key, e.psize)) {
+                self.counters.rebuild_stale.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
             self.index.insert(&e.key, pos);
@@ -642,10 +652,10 @@ impl CacheDev {
 
     /// The current lap: from the ring's start along chained chunks. Returns (the lap's
     /// first chunk's header, where writing resumes, the last chunk's position).
-    fn walk_forward(&self) -> Option<(LogHeader, u64, u64)> {
+    fn walk_forward(&self, pool: Option<&dyn PoolBlocks>) -> Option<(LogHeader, u64, u64)> {
         let cap = self.ring_size();
         let (first, entries) = self.read_log_at_start()?;
-        let sum = self.index_chunk(&first, &entries, false);
+        let sum = self.index_chunk(&first, &entries, false, pool);
         let mut ring = Vec::from([sum]);
         let mut cur = first;
         loop {
@@ -656,7 +666,7 @@ impl CacheDev {
             }
             match self.read_log(next_abs) {
                 Some((h, entries)) if h.prev == cur.abs => {
-                    ring.push(self.index_chunk(&h, &entries, false));
+                    ring.push(self.index_chunk(&h, &entries, false, pool));
                     cur = h;
                 }
                 _ => break,
@@ -686,7 +696,7 @@ impl CacheDev {
 
     /// The previous lap's chunks the current one has not overwritten, newest first,
     /// along `prev` from the current lap's first chunk.
-    fn walk_backward(&self, first: LogHeader) {
+    fn walk_backward(&self, first: LogHeader, pool: Option<&dyn PoolBlocks>) {
         let mut prev = first.prev;
         while prev != NO_PREV && prev >= self.floor() && prev < first.abs {
             let Some((h, entries)) = self.read_log(prev) else { break };
@@ -698,7 +708,7 @@ impl CacheDev {
                 break;
             }
             let Some(_io) = self.begin_io() else { break }; // leaving: index nothing more
-            let sum = self.index_chunk(&h, &entries, true);
+            let sum = self.index_chunk(&h, &entries, true, pool);
             self.ring.lock().push_front(sum);
             prev = h.prev;
         }

@@ -21,7 +21,7 @@
 //! holds no `L2Arc` then), or take a lock or allocate to find a device on a read.
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 
 use parking_lot::Mutex;
@@ -36,6 +36,16 @@ mod layout;
 pub use device::{CacheDev, DevRead, DevState};
 pub use feed::{SecondaryCache, Tunables, TuneError, CHUNK_MAX, ROUNDS_PER_SEC};
 pub use layout::{DevHeader, HeaderRefused, L2_VERSION};
+
+/// What the pool knows of its blocks, asked by a rebuild for every entry its log blocks
+/// name, so that blocks freed (or born in a txg that never committed) since they were
+/// cached are not indexed again. The pool provides it (`L2Arc::set_pool_blocks`): the
+/// cache must not depend on the pool.
+pub trait PoolBlocks: Send + Sync {
+    /// False if `key`'s block (`psize` stored bytes) is surely not in the pool now; true
+    /// if it may be (a cache read is verified against the block pointer all the same).
+    fn may_be_live(&self, key: &BlockKey, psize: u32) -> bool;
+}
 
 /// The cache's counters (ZFS's l2_* arcstats).
 #[derive(Default)]
@@ -82,6 +92,8 @@ pub struct L2Snapshot {
     pub feed_skipped_policy: u64,
     pub freed: u64,
     pub rebuilt_blocks: u64,
+    /// Entries the rebuild left out because the pool no longer holds their block.
+    pub rebuild_stale: u64,
     pub rebuild_ms: u64,
     /// Devices still rebuilding their index.
     pub rebuilding: u64,
@@ -110,6 +122,7 @@ impl L2Snapshot {
             ("feed_skipped_policy", self.feed_skipped_policy),
             ("freed", self.freed),
             ("rebuilt_blocks", self.rebuilt_blocks),
+            ("rebuild_stale", self.rebuild_stale),
             ("rebuild_ms", self.rebuild_ms),
             ("rebuilding", self.rebuilding),
         ]
@@ -156,6 +169,8 @@ pub(crate) struct Shared {
     pub(crate) counters: Counters,
     pub(crate) stopping: AtomicBool,
     pub(crate) threads: Mutex<Vec<JoinHandle<()>>>,
+    /// Asked by rebuilds whether a block is still the pool's (set before `start`).
+    pool_blocks: OnceLock<Arc<dyn PoolBlocks>>,
 }
 
 /// A configured cache device: its guid (in the pool's config) and path.
@@ -273,8 +288,16 @@ impl L2Arc {
                 counters: Counters::default(),
                 stopping: AtomicBool::new(false),
                 threads: Mutex::new(Vec::new()),
+                pool_blocks: OnceLock::new(),
             }),
         }
+    }
+
+    /// Gives the rebuilds the pool's view of its blocks (see `PoolBlocks`); call before
+    /// `start`. Without it a rebuild indexes every entry its log blocks name. Set once:
+    /// false if it was set already.
+    pub fn set_pool_blocks(&self, pool: Arc<dyn PoolBlocks>) -> bool {
+        self.shared.pool_blocks.set(pool).is_ok()
     }
 
     /// Starts the rebuild of every device that kept its ring (in the background) and a
@@ -287,8 +310,10 @@ impl L2Arc {
             }
             if !d.feed_ready() {
                 if rebuild {
-                    let d = d.clone();
-                    let spawned = std::thread::Builder::new().name("tarn-l2rebuild".into()).spawn(move || d.rebuild());
+                    let (d, pool) = (d.clone(), self.shared.pool_blocks.get().cloned());
+                    let spawned = std::thread::Builder::new()
+                        .name("tarn-l2rebuild".into())
+                        .spawn(move || d.rebuild(pool.as_deref()));
                     if let Ok(h) = spawned {
                         self.shared.threads.lock().push(h);
                     }
@@ -411,6 +436,7 @@ impl L2Arc {
             s.blocks += d.index.entries();
             s.hdr_size += d.header_bytes();
             s.rebuilt_blocks += get(&d.counters.rebuilt_blocks);
+            s.rebuild_stale += get(&d.counters.rebuild_stale);
             s.rebuild_ms += get(&d.counters.rebuild_ms);
             s.rebuilding += (d.state() == DevState::Rebuilding) as u64;
         }

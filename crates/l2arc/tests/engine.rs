@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tarn_arc::{BlockKey, Class, Departing, EvictSink};
-use tarn_l2arc::{CacheSpec, DevState, L2Arc};
+use tarn_l2arc::{CacheSpec, DevState, L2Arc, PoolBlocks};
 
 const POOL: u64 = 0x5eed;
 const GUID: u64 = 0xcace;
@@ -125,6 +125,44 @@ fn fed_blocks_read_back_and_survive_reopen_and_a_foreign_or_blank_device_starts_
     let _sink = blank.start(true);
     assert_eq!(blank.devices()[0].note.as_deref(), Some("initialised: blank device"));
     assert_eq!(read(&blank, &keys[5], 5000), None);
+}
+
+/// A pool that still holds only the blocks with an even offset step, born up to `committed`.
+struct EvenBlocks {
+    committed: u64,
+}
+
+impl PoolBlocks for EvenBlocks {
+    fn may_be_live(&self, key: &BlockKey, _psize: u32) -> bool {
+        key.birth <= self.committed && (key.offset / 8192).is_multiple_of(2)
+    }
+}
+
+#[test]
+fn a_rebuild_leaves_out_blocks_the_pool_no_longer_holds_and_counts_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = image(dir.path(), "cache.img", 64 << 20);
+    let keys: Vec<BlockKey> = (0..1000).map(key).collect();
+    {
+        let l2 = L2Arc::open(POOL, &spec(&path));
+        let sink = l2.start(true);
+        feed_all(&l2, &sink, &keys, 5000);
+        assert_eq!(l2.snapshot().blocks, 1000);
+    }
+    let l2 = L2Arc::open(POOL, &spec(&path));
+    // Keys 0..900 were committed (birth 10..909); the last 100 were born after.
+    assert!(l2.set_pool_blocks(Arc::new(EvenBlocks { committed: 909 })));
+    let sink = l2.start(true);
+    wait_rebuilt(&l2);
+    let s = l2.snapshot();
+    assert_eq!(s.blocks, 450, "only the even blocks born up to txg 909: {s:?}");
+    assert_eq!(s.rebuild_stale, 550, "{s:?}");
+    assert_eq!(s.size, 450 * 16384, "size counts only what is indexed: {s:?}");
+    for (n, k) in keys.iter().enumerate() {
+        let kept = n < 900 && n % 2 == 0;
+        assert_eq!(read(&l2, k, 5000).is_some(), kept, "block {n}");
+    }
+    drop((sink, l2));
 }
 
 #[test]
