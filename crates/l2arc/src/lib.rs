@@ -2,11 +2,11 @@
 //! (compressed) form, on fast local devices (the cloud VM's ephemeral NVMe), indexed in
 //! RAM and in log blocks on the devices, so a restart finds the cache warm.
 //!
-//! Owns: the cache devices (`device`: header, ring, index, rebuild), their byte format
-//! (`layout`, docs/FORMAT.md), the in-RAM index (`index`), the feed from the ARC's
-//! eviction side and its tunables (`feed`), the L2ARC counters, and the set of devices:
-//! fixed at open, then grown (`add_device`) and shrunk (`remove_device`) while the pool
-//! serves. A removed device keeps its slot (readers hold plain references into the
+//! Owns: the cache devices (`device`: state and membership; its `ring`, `reads` and
+//! `rebuild`), their byte format (`layout`, docs/FORMAT.md), the in-RAM index
+//! (`index`), the feed from the ARC's eviction side and its tunables (`feed`), the L2ARC
+//! counters, and the set of devices: fixed at open, then grown (`add_device`) and shrunk
+//! (`remove_device`) while the pool serves. A removed device keeps its slot (readers hold plain references into the
 //! list, `tarn_vdev::Slots`), in state `Removed`, until the cache is dropped.
 //!
 //! Promises: a cache device that is missing, blank, of another pool, of another format
