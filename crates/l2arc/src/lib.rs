@@ -148,6 +148,9 @@ pub struct CacheDevStatus {
     pub read_bytes: u64,
     pub write_bytes: u64,
     pub io_errors: u64,
+    /// Reads whose bytes did not match the block pointer.
+    #[serde(default)]
+    pub cksum_errors: u64,
     /// Percent of the ring the rebuild has walked (100 when done).
     pub rebuild_percent: u64,
 }
@@ -230,8 +233,13 @@ impl L2Arc {
     /// whose header cannot be written is kept as `Unavail` with the reason (the cache is
     /// a cache: its config names it, status says why it is unused).
     pub fn add_device(&self, spec: &CacheSpec, dev: Arc<dyn BlockDevice>) -> Result<(), AddError> {
+        let _one_at_a_time = self.shared.membership.lock();
+        self.add_device_locked(spec, dev)
+    }
+
+    /// `add_device` with the membership lock held by the caller.
+    fn add_device_locked(&self, spec: &CacheSpec, dev: Arc<dyn BlockDevice>) -> Result<(), AddError> {
         let s = &self.shared;
-        let _one_at_a_time = s.membership.lock();
         if s.devs.iter().any(|d| d.guid == spec.guid && d.state() != DevState::Removed) {
             return Err(AddError::Duplicate(spec.guid));
         }
@@ -264,6 +272,47 @@ impl L2Arc {
         };
         d.leave()?;
         Ok(Some(d.path.clone()))
+    }
+
+    /// Tries again every device that was dropped (`FAULTED`), and with `autoreplace` (the
+    /// pool's `cacheautoreplace=on`) every one that could not be used (`UNAVAIL`): each
+    /// leaves its slot and is opened again at its path as a new member, its ring started
+    /// afresh (what it held is not trusted). What `tarn pool clear` does to cache devices,
+    /// as `zpool clear` brings faulted devices back. Returns the paths re-attached; a
+    /// device that still cannot be opened stays `UNAVAIL` with the reason.
+    pub fn reattach(&self, autoreplace: bool) -> Vec<PathBuf> {
+        let _one_at_a_time = self.shared.membership.lock();
+        let again = |d: &Arc<CacheDev>| match d.state() {
+            DevState::Faulted => true,
+            DevState::Unavail => autoreplace,
+            _ => false,
+        };
+        let dropped: Vec<Arc<CacheDev>> = self.shared.devs.iter().filter(|d| again(d)).cloned().collect();
+        let mut back = Vec::new();
+        for d in dropped {
+            // Its header may not be writable (a device still failing): it starts over anyway.
+            let _ = d.leave();
+            let spec = CacheSpec { guid: d.guid, path: d.path.clone() };
+            let added = match FileDevice::open(&spec.path) {
+                Ok(f) => self.add_device_locked(&spec, Arc::new(f)),
+                Err(e) => {
+                    let gone = CacheDev::unavailable(spec.guid, spec.path.clone(), format!("cannot open: {e}"));
+                    self.push_device(gone)
+                }
+            };
+            if added.is_ok() && self.shared.devs.iter().any(|n| n.guid == d.guid && n.usable()) {
+                back.push(spec.path);
+            }
+        }
+        back
+    }
+
+    /// Appends a device that is not used (with its pace, as every device has).
+    fn push_device(&self, d: CacheDev) -> Result<(), AddError> {
+        let s = &self.shared;
+        s.paces.push(feed::Pace::default()).map_err(|_| AddError::Full)?;
+        s.devs.push(Arc::new(d)).map_err(|_| AddError::Full)?;
+        Ok(())
     }
 
     fn attach_device(pool_guid: u64, spec: &CacheSpec, dev: Arc<dyn BlockDevice>) -> CacheDev {
@@ -374,13 +423,14 @@ impl L2Arc {
     }
 
     /// Bytes from device `dev` did not match the block pointer: forget the entry, count
-    /// a miss (the caller reads the pool's devices).
+    /// a miss (the caller reads the pool's devices) and a checksum error against the
+    /// device, which is dropped if it returns wrong bytes too often (`device::reads`).
     pub fn note_bad(&self, dev: usize, key: &BlockKey, psize: u32, lsize: u32) {
         let c = &self.shared.counters;
         c.cksum_bad.fetch_add(1, Ordering::Relaxed);
         c.misses.fetch_add(1, Ordering::Relaxed);
         if let Some(d) = self.shared.devs.get(dev) {
-            d.forget(key, psize, lsize);
+            d.note_bad_bytes(key, psize, lsize);
         }
     }
 
@@ -468,6 +518,7 @@ impl L2Arc {
                     read_bytes: get(&d.counters.read_bytes),
                     write_bytes: get(&d.counters.write_bytes),
                     io_errors: get(&d.counters.io_errors),
+                    cksum_errors: get(&d.counters.cksum_errors),
                     rebuild_percent,
                 }
             })

@@ -214,6 +214,37 @@ fn a_missing_device_is_unavailable_and_costs_nothing_but_hits() {
 }
 
 #[test]
+fn a_device_that_appears_or_comes_back_is_reattached_unless_autoreplace_is_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("late.img");
+    let l2 = L2Arc::open(POOL, &spec(&path));
+    let sink = l2.start(true);
+    assert_eq!(l2.reattach(true), Vec::<std::path::PathBuf>::new(), "still missing");
+    assert_eq!(l2.devices()[0].state, DevState::Unavail);
+    image(dir.path(), "late.img", 64 << 20);
+    assert_eq!(l2.reattach(false), Vec::<std::path::PathBuf>::new(), "cacheautoreplace=off leaves it");
+    assert_eq!(l2.reattach(true), vec![path.clone()]);
+    let devices = l2.devices();
+    assert_eq!(devices.len(), 1, "the old slot is not shown: {devices:?}");
+    assert_eq!(devices[0].state, DevState::Online);
+    let keys: Vec<BlockKey> = (0..50).map(key).collect();
+    feed_all(&l2, &sink, &keys, 3000);
+    // Ten reads whose bytes the caller found wrong: dropped at the tenth.
+    for (n, k) in keys[..10].iter().enumerate() {
+        assert_eq!(l2.devices()[0].state, DevState::Online, "still used after {n} errors");
+        let mut scratch = Vec::new();
+        let (slot, _) = l2.read(k, 3000, &mut scratch).expect("held");
+        l2.note_bad(slot, k, 3000, 16384);
+    }
+    let d = &l2.devices()[0];
+    assert_eq!((d.state.clone(), d.cksum_errors), (DevState::Faulted, 10), "{d:?}");
+    assert_eq!(read(&l2, &keys[20], 3000), None, "nothing read from it");
+    assert_eq!(l2.reattach(false), vec![path], "a faulted device is tried again whatever autoreplace says");
+    feed_all(&l2, &sink, &keys, 3000);
+    assert_eq!(read(&l2, &keys[20], 3000).as_deref(), Some(&bytes_of(&keys[20], 3000)[..]));
+}
+
+#[test]
 fn index_ram_per_block_stays_under_48_bytes_at_every_fill() {
     let dir = tempfile::tempdir().unwrap();
     // Entries are inserted through a real device so the figure is the one status shows.

@@ -157,15 +157,16 @@ fn a_rebuild_after_import_leaves_out_blocks_freed_since_they_were_cached() {
 }
 
 #[test]
-fn corruption_on_the_cache_device_is_a_counted_miss_with_the_right_bytes() {
+fn a_cache_device_returning_wrong_bytes_is_dropped_then_tried_again_by_clear() {
     let dir = tempfile::tempdir().unwrap();
-    let (pool, _img, cache, ino, model) = pool_with_cache(dir.path());
+    let (pool, img, cache, ino, model) = pool_with_cache(dir.path());
     let ds = pool.dataset("tank/db").unwrap();
     read_all_and_settle(&pool, &ds, ino, &model);
     read_all_and_settle(&pool, &ds, ino, &model);
     let hits = l2(&pool, "hits");
     assert!(hits > PAGES / 2, "the cache is warm: {:?}", pool.stats().l2arc);
-    // Flip a byte in every 512 bytes of the ring (past the 4 KiB header).
+    // Flip a byte in every 512 bytes of the ring (past the 4 KiB header): the device
+    // returns wrong bytes, never an I/O error.
     let f = std::fs::OpenOptions::new().read(true).write(true).open(&cache).unwrap();
     let used = (l2(&pool, "asize") * 2).min(f.metadata().unwrap().len() - 8192);
     let mut b = [0u8; 1];
@@ -177,9 +178,35 @@ fn corruption_on_the_cache_device_is_a_counted_miss_with_the_right_bytes() {
         read_page(&ds, ino, &model, p);
     }
     let bad = l2(&pool, "cksum_bad");
-    assert!(bad > PAGES / 4, "corrupt copies were detected: {:?}", pool.stats().l2arc);
-    assert_eq!(pool.status().data_errors, 0, "a bad cache copy is not a pool error");
+    assert_eq!(bad, 10, "counted misses until the device was dropped: {:?}", pool.stats().l2arc);
+    let status = pool.status();
+    assert_eq!(status.state, "ONLINE", "a cache device never degrades the pool");
+    assert_eq!(status.data_errors, 0, "a bad cache copy is not a pool error");
+    let c = &status.caches[0];
+    assert_eq!((c.state.name(), c.cksum_errors), ("FAULTED", 10));
+    let note = c.note.clone().unwrap_or_default();
+    assert!(note.starts_with("dropped after 10 checksum errors in 600 s"), "{note}");
+    assert!(note.contains("`tarn pool clear tank` tries it again"), "{note}");
+    assert!(note.contains(&format!("`tarn pool remove tank {}` takes it out", cache.display())), "{note}");
+    let hits = l2(&pool, "hits");
+    read_all_and_settle(&pool, &ds, ino, &model);
+    assert_eq!(l2(&pool, "hits"), hits, "nothing more is read from it");
+    assert_eq!(l2(&pool, "cksum_bad"), bad);
+
+    // The device was fixed (here: its bytes are as good as its ring is fresh): clear.
+    pool.clear_errors().unwrap();
+    let c = pool.status().caches.remove(0);
+    assert_eq!((c.state.name(), c.cksum_errors), ("ONLINE", 0), "{c:?}");
+    read_all_and_settle(&pool, &ds, ino, &model);
+    read_all_and_settle(&pool, &ds, ino, &model);
+    assert!(l2(&pool, "hits") > hits + PAGES / 2, "fed and read again: {:?}", pool.stats().l2arc);
+    assert_eq!(l2(&pool, "cksum_bad"), bad, "its fresh ring holds good bytes");
     drop(ds);
+    pool.export().unwrap();
+    // Re-attached at the next import too (its ring rebuilt).
+    let pool = Pool::import_paths(&[img], &ImportOptions { txg: fast_txg() }).unwrap();
+    wait_rebuilt(&pool);
+    assert_eq!(pool.status().caches[0].state.name(), "ONLINE");
     pool.export().unwrap();
 }
 

@@ -16,15 +16,18 @@
 //! positions, chunk writes, forgetting), `reads` (serving a block, read faults),
 //! `rebuild` (the index from the log blocks).
 //!
-//! Promises: a device that fails (a write, or repeated reads) is dropped — state
+//! Promises: a device that fails (a write, repeated read errors, or bytes that do not
+//! verify too often: `reads`) is dropped — state
 //! `Faulted`, index cleared — and costs only hits; once `leave` returns no I/O of the
 //! cache is under way on the device or starts again.
 //!
 //! Must never: take a lock to count an I/O under way (two atomics), or let a faulted or
 //! removed device be read or written again.
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use parking_lot::Mutex;
 use tarn_vdev::BlockDevice;
@@ -75,6 +78,8 @@ pub struct DevCounters {
     pub read_bytes: AtomicU64,
     pub write_bytes: AtomicU64,
     pub io_errors: AtomicU64,
+    /// Reads whose bytes did not match the block pointer (bit flips, not I/O errors).
+    pub cksum_errors: AtomicU64,
     pub rebuilt_blocks: AtomicU64,
     /// Entries the rebuild found in the log blocks but left out: the pool says their
     /// block is gone (freed, or born in a txg that never committed).
@@ -139,6 +144,8 @@ pub struct CacheDev {
     pub counters: DevCounters,
     last_sweep: AtomicU64,
     in_flight: InFlight,
+    /// When the recent checksum failures happened (at most `CKSUM_ERRORS_TO_FAULT`).
+    cksum_recent: Mutex<VecDeque<Instant>>,
 }
 
 impl CacheDev {
@@ -190,6 +197,7 @@ impl CacheDev {
             counters: DevCounters::default(),
             last_sweep: AtomicU64::new(0),
             in_flight: InFlight::default(),
+            cksum_recent: Mutex::new(VecDeque::new()),
         }
     }
 

@@ -1,6 +1,7 @@
 //! Serving a block from a cache device.
 //!
-//! Owns: the device read of one block and the read faults it counts.
+//! Owns: the device read of one block and the faults it counts: I/O errors, and bytes
+//! that do not match the block pointer (checksum errors).
 //!
 //! Promises: bytes are returned only from a span the ring still holds, checked before
 //! and after the device read (a chunk written over them meanwhile makes it a miss); the
@@ -9,6 +10,7 @@
 //! Must never: block on a writer's device I/O, take a lock beyond the index's shard, or
 //! read a device that is leaving.
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use tarn_arc::BlockKey;
 
@@ -18,6 +20,14 @@ use crate::layout::BLOCK_ALIGN;
 /// Read errors after which a device is dropped (a few may be transient; many mean it is
 /// going).
 const READ_ERRORS_TO_FAULT: u64 = 16;
+/// Checksum errors within `CKSUM_WINDOW` after which a device is dropped: ZFS's fault
+/// diagnosis (ZED) FAULTs a vdev at 10 checksum errors in 600 s (`checksum_N`,
+/// `checksum_T`). A healthy device never returns wrong bytes (its ECC turns media errors
+/// into I/O errors), so this many means the device or its path corrupts data: every
+/// further hit would cost a device read and then the pool read anyway. A few spread over
+/// hours (a cosmic ray) only cost their entries.
+pub(crate) const CKSUM_ERRORS_TO_FAULT: usize = 10;
+pub(crate) const CKSUM_WINDOW: Duration = Duration::from_secs(600);
 
 /// What a device read found.
 pub enum DevRead {
@@ -63,5 +73,33 @@ impl CacheDev {
         self.counters.read_bytes.fetch_add(psize as u64, Ordering::Relaxed);
         let from = (at - start) as usize;
         DevRead::Hit(from..from + psize as usize)
+    }
+
+    /// Bytes this device returned for `key` did not match the block pointer: forgets the
+    /// entry and counts the error; drops the device once `CKSUM_ERRORS_TO_FAULT` of them
+    /// fall within `CKSUM_WINDOW`. True if this error dropped it.
+    pub fn note_bad_bytes(&self, key: &BlockKey, psize: u32, lsize: u32) -> bool {
+        self.forget(key, psize, lsize);
+        let total = self.counters.cksum_errors.fetch_add(1, Ordering::Relaxed) + 1;
+        let now = Instant::now();
+        let recent = {
+            let mut recent = self.cksum_recent.lock();
+            while recent.front().is_some_and(|t| now.duration_since(*t) > CKSUM_WINDOW) {
+                recent.pop_front();
+            }
+            recent.push_back(now);
+            if recent.len() > CKSUM_ERRORS_TO_FAULT {
+                recent.pop_front();
+            }
+            recent.len()
+        };
+        if recent < CKSUM_ERRORS_TO_FAULT || !self.usable() {
+            return false;
+        }
+        self.fault(format!(
+            "dropped after {recent} checksum errors in {} s ({total} in all): it returns wrong bytes",
+            CKSUM_WINDOW.as_secs()
+        ));
+        true
     }
 }
