@@ -65,6 +65,19 @@ const METRICS: &[(&str, &str, Kind, &str)] = &[
     ),
     ("l2arc", "feed_helpers_started", Kind::Counter, "Extra feed workers started while the queue was over half full."),
     ("l2arc", "freed", Kind::Counter, "Cached blocks dropped because the pool freed them."),
+    ("l2arc", "written_data", Kind::Counter, "Blocks written to the cache devices: file data."),
+    (
+        "l2arc",
+        "written_metadata",
+        Kind::Counter,
+        "Blocks written to the cache devices: datasets' indirect, dnode and directory blocks.",
+    ),
+    (
+        "l2arc",
+        "written_pool_metadata",
+        Kind::Counter,
+        "Blocks written to the cache devices: the pool's own metadata (no dataset).",
+    ),
     ("l2arc", "rebuilt_blocks", Kind::Counter, "Blocks indexed from the cache devices' log blocks at import."),
     (
         "l2arc",

@@ -56,6 +56,11 @@ pub struct Counters {
     pub write_bytes: AtomicU64,
     pub writes: AtomicU64,
     pub written_blocks: AtomicU64,
+    /// `written_blocks` by kind: file data, a dataset's metadata (indirect, dnode and
+    /// directory blocks), the pool's own metadata (no dataset: always cached).
+    pub written_data: AtomicU64,
+    pub written_metadata: AtomicU64,
+    pub written_pool_metadata: AtomicU64,
     pub cksum_bad: AtomicU64,
     pub io_errors: AtomicU64,
     /// Evicted blocks not cached because the queue was full.
@@ -77,6 +82,13 @@ pub struct L2Snapshot {
     pub write_bytes: u64,
     pub writes: u64,
     pub written_blocks: u64,
+    /// `written_blocks` by kind: file data, datasets' metadata, the pool's metadata.
+    #[serde(default)]
+    pub written_data: u64,
+    #[serde(default)]
+    pub written_metadata: u64,
+    #[serde(default)]
+    pub written_pool_metadata: u64,
     /// Logical and allocated bytes of the blocks the devices hold.
     pub size: u64,
     pub asize: u64,
@@ -109,6 +121,9 @@ impl L2Snapshot {
             ("write_bytes", self.write_bytes),
             ("writes", self.writes),
             ("written_blocks", self.written_blocks),
+            ("written_data", self.written_data),
+            ("written_metadata", self.written_metadata),
+            ("written_pool_metadata", self.written_pool_metadata),
             ("size", self.size),
             ("asize", self.asize),
             ("blocks", self.blocks),
@@ -469,6 +484,9 @@ impl L2Arc {
             write_bytes: get(&c.write_bytes),
             writes: get(&c.writes),
             written_blocks: get(&c.written_blocks),
+            written_data: get(&c.written_data),
+            written_metadata: get(&c.written_metadata),
+            written_pool_metadata: get(&c.written_pool_metadata),
             cksum_bad: get(&c.cksum_bad),
             io_errors: get(&c.io_errors),
             feed_behind: get(&c.feed_behind),

@@ -322,6 +322,7 @@ mod tests {
             block_type: BlockType::Mos,
             cache: CachePolicy::None,
             page: None,
+            objset: None,
         };
         zio.write_blocks(&[block], txg).unwrap()[0]
     }
