@@ -245,6 +245,37 @@ fn a_device_that_appears_or_comes_back_is_reattached_unless_autoreplace_is_off()
 }
 
 #[test]
+fn wrong_bytes_in_entries_a_rebuild_restored_are_misses_that_never_drop_the_device() {
+    // After a power cut a chunk's log block may be on the device and its blocks not.
+    let dir = tempfile::tempdir().unwrap();
+    let path = image(dir.path(), "cache.img", 64 << 20);
+    let keys: Vec<BlockKey> = (0..40).map(key).collect();
+    {
+        let l2 = L2Arc::open(POOL, &spec(&path));
+        let sink = l2.start(true);
+        feed_all(&l2, &sink, &keys[..20], 3000);
+    }
+    let l2 = L2Arc::open(POOL, &spec(&path));
+    let sink = l2.start(true);
+    wait_rebuilt(&l2);
+    for k in &keys[..20] {
+        let mut scratch = Vec::new();
+        let (slot, _) = l2.read(k, 3000, &mut scratch).expect("rebuilt");
+        l2.note_bad(slot, k, 3000, 16384);
+    }
+    let d = &l2.devices()[0];
+    assert_eq!((d.state.clone(), d.cksum_errors), (DevState::Online, 20), "{d:?}");
+    // Blocks written this session are evidence: ten of them drop it.
+    feed_all(&l2, &sink, &keys[20..], 3000);
+    for k in &keys[20..30] {
+        let mut scratch = Vec::new();
+        let (slot, _) = l2.read(k, 3000, &mut scratch).expect("written");
+        l2.note_bad(slot, k, 3000, 16384);
+    }
+    assert_eq!(l2.devices()[0].state, DevState::Faulted);
+}
+
+#[test]
 fn index_ram_per_block_stays_under_48_bytes_at_every_fill() {
     let dir = tempfile::tempdir().unwrap();
     // Entries are inserted through a real device so the figure is the one status shows.

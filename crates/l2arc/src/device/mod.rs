@@ -135,6 +135,10 @@ pub struct CacheDev {
     /// End of the last reserved chunk: everything before `reserved_end - ring_size` is
     /// (being) overwritten.
     reserved_end: AtomicU64,
+    /// Where this session's writing began (the rebuild's head; 0 for a fresh ring):
+    /// entries before it were restored by a rebuild, after a crash perhaps from a chunk
+    /// whose log block reached the device and whose blocks did not.
+    session_start: AtomicU64,
     /// Set once the rebuild found where writing resumes: the feed waits for it.
     feed_ready: AtomicBool,
     /// Filled the ring once (the feed's boost ends).
@@ -191,6 +195,7 @@ impl CacheDev {
             index: Index::default(),
             ring: Mutex::new(Ring::default()),
             reserved_end: AtomicU64::new(0),
+            session_start: AtomicU64::new(0),
             feed_ready: AtomicBool::new(false),
             warm: AtomicBool::new(false),
             rebuild_scanned: AtomicU64::new(0),

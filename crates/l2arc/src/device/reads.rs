@@ -25,7 +25,10 @@ const READ_ERRORS_TO_FAULT: u64 = 16;
 /// `checksum_T`). A healthy device never returns wrong bytes (its ECC turns media errors
 /// into I/O errors), so this many means the device or its path corrupts data: every
 /// further hit would cost a device read and then the pool read anyway. A few spread over
-/// hours (a cosmic ray) only cost their entries.
+/// hours (a cosmic ray) only cost their entries. Only blocks written since the device
+/// joined (this session) count: a power cut may leave a chunk whose log block reached the
+/// device and whose blocks did not, and the rebuild restores its entries — wrong bytes
+/// that say nothing of the device.
 pub(crate) const CKSUM_ERRORS_TO_FAULT: usize = 10;
 pub(crate) const CKSUM_WINDOW: Duration = Duration::from_secs(600);
 
@@ -76,11 +79,16 @@ impl CacheDev {
     }
 
     /// Bytes this device returned for `key` did not match the block pointer: forgets the
-    /// entry and counts the error; drops the device once `CKSUM_ERRORS_TO_FAULT` of them
-    /// fall within `CKSUM_WINDOW`. True if this error dropped it.
+    /// entry and counts the error; drops the device once `CKSUM_ERRORS_TO_FAULT` of them,
+    /// on blocks written this session, fall within `CKSUM_WINDOW`. True if this error
+    /// dropped it.
     pub fn note_bad_bytes(&self, key: &BlockKey, psize: u32, lsize: u32) -> bool {
-        self.forget(key, psize, lsize);
+        let at = self.forget_at(key, psize, lsize);
         let total = self.counters.cksum_errors.fetch_add(1, Ordering::Relaxed) + 1;
+        let this_session = at.is_some_and(|abs| abs >= self.session_start.load(Ordering::Acquire));
+        if !this_session {
+            return false; // restored by a rebuild (or already forgotten): no evidence
+        }
         let now = Instant::now();
         let recent = {
             let mut recent = self.cksum_recent.lock();

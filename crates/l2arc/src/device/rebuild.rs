@@ -45,6 +45,7 @@ impl CacheDev {
                     r.last_chunk = Some(last);
                 }
                 self.reserved_end.store(head, Ordering::Release);
+                self.session_start.store(head, Ordering::Release);
                 if head >= self.ring_size() {
                     self.warm.store(true, Ordering::Relaxed);
                 }

@@ -190,7 +190,12 @@ impl CacheDev {
     /// Forgets `key` (freed in the pool, or found bad), and takes its sizes off its
     /// chunk's. True if it was indexed.
     pub fn forget(&self, key: &BlockKey, psize: u32, lsize: u32) -> bool {
-        let Some(pos) = self.index.remove(key) else { return false };
+        self.forget_at(key, psize, lsize).is_some()
+    }
+
+    /// `forget`, returning where in the ring (absolute position) the entry was.
+    pub(super) fn forget_at(&self, key: &BlockKey, psize: u32, lsize: u32) -> Option<u64> {
+        let pos = self.index.remove(key)?;
         let abs = pos * BLOCK_ALIGN;
         let mut r = self.ring.lock();
         let at = r.chunks.partition_point(|c| c.abs <= abs);
@@ -202,7 +207,7 @@ impl CacheDev {
             r.psize -= p;
             r.lsize -= l;
         }
-        true
+        Some(abs)
     }
     /// Nothing valid in the ring: a fresh initialisation (a new generation, so the old
     /// log blocks never count again), positions from 0.
@@ -214,6 +219,7 @@ impl CacheDev {
                 self.index.clear();
                 *self.ring.lock() = Ring::default();
                 self.reserved_end.store(0, Ordering::Release);
+                self.session_start.store(0, Ordering::Release);
                 self.generation.store(h.generation, Ordering::Release);
                 self.feed_ready.store(true, Ordering::Release);
             }
