@@ -374,6 +374,7 @@ impl ObjSet {
                         block_type: types[*i],
                         cache: policy.cache,
                         page: Some(PageId { objset: self.id, object: objects[*i].id(), blkid: *blkid }),
+                        objset: Some(self.id),
                         stored: Some(s.how),
                     }),
                     Work::Write(r) => Some(PendingBlock {
@@ -384,6 +385,7 @@ impl ObjSet {
                         block_type: types[*i],
                         cache: policy.cache,
                         page: Some(PageId { objset: self.id, object: objects[*i].id(), blkid: *blkid }),
+                        objset: Some(self.id),
                         stored: None,
                     }),
                     _ => None,
