@@ -319,7 +319,7 @@ def report_page(rundir: Path, plots_dir: Path | None = None) -> Page:
                      f"{len(analysis.stacks_of(cells))} stacks · finished {finished or 'no runs'}",
                 headline=headlines[0] if headlines else None, more_headlines=headlines[1:],
                 advice=[sw.advice() for sw in sweeps], warnings=warnings_of(scenario, stacks), tables=tables,
-                verdict=" ".join(verdicts) or None, notes=stack_notes(stacks),
+                verdict=" ".join(verdicts) or None, notes=stack_notes(stacks) + snapshots.failures(rundir),
                 figures=(charts(scenario, cells, plots_dir) + cache_charts(scenario, cells, phases, plots_dir)
                          + snapshot_charts(scenario, cells, plots_dir))
                 if cells else [],

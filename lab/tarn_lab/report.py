@@ -373,6 +373,8 @@ def print_terminal(rundir: Path, console: Console, verbose: bool = False) -> Non
     for title, cols, rows in snapshots.sections(cells, analysis.baseline_of(scenario, cells),
                                                 snapshots.load_parts(rundir)):
         console.print(section_table(title, cols, rows))
+    for line in snapshots.failures(rundir):
+        console.print(Text(line, style="yellow"))
     for variant, view, vcells in views:
         text = analysis.verdict(view, vcells)
         if text:

@@ -339,6 +339,19 @@ def load_parts(rundir: Path) -> dict[str, dict]:
     return out
 
 
+def failures(rundir: Path) -> list[str]:
+    """A line per stack whose parts failed (the report says why their numbers are missing)."""
+    out = []
+    for p in sorted((rundir / "runs").glob(f"*/{PARTS_FILE}")):
+        try:
+            record = json.loads(p.read_text())
+        except (OSError, ValueError):
+            continue
+        if record.get("status") != "ok":
+            out.append(f"{p.parent.name}: the move / incremental parts failed — {record.get('reason')}")
+    return out
+
+
 # -- the tables ----------------------------------------------------------------------------------
 
 def fmt_ms(v: float | None) -> str:
@@ -425,8 +438,8 @@ def _mib(n: int | None) -> str:
     return "—" if n is None else f"{n / 2**20:,.1f}"
 
 
-HISTORY_TITLE = ("Cost of history: the run with a snapshot every N s (oldest destroyed beyond keep) against "
-                 "the same stack and data without snapshots")
+HISTORY_TITLE = ("Cost of history: a snapshot every few seconds (the oldest destroyed beyond keep) against the "
+                 "same stack and data without snapshots; p99 latency; snapshot create latency under load")
 MOVE_TITLE = "Moving the database to a second node (a second paced disk): time and bytes through the pipe"
 INCREMENTAL_TITLE = ("Incremental send after the workload ran: its bytes against what the workload wrote "
                      "(InnoDB: data + redo; the paced disk's written bytes) and against the full stream")
@@ -434,35 +447,35 @@ INCREMENTAL_TITLE = ("Incremental send after the workload ran: its bytes against
 
 def history_columns() -> list[tuple[str, Callable]]:
     return [("stack", lambda r: r["stack"]),
-            ("snapshots", lambda r: f"{r['snapshots']} every {r['every']} s, keep {r['keep']}"),
+            ("snap-\nshots", lambda r: str(r["snapshots"])),
+            ("every s,\nkeep", lambda r: f"{r['every']}, {r['keep']}"),
             ("TPS", lambda r: _fmt(r["tps"], ",.1f")),
-            ("TPS without", lambda r: _fmt(r["baseline_tps"], ",.1f")),
-            ("ratio", lambda r: _fmt(r["ratio"], ".3f", "×")),
-            ("p99 with", lambda r: fmt_ms(r["p99_ms"])),
-            ("p99 without", lambda r: fmt_ms(r["baseline_p99_ms"])),
-            ("create p50", lambda r: fmt_ms(r["create_p50_ms"])),
-            ("create p99", lambda r: fmt_ms(r["create_p99_ms"])),
-            ("destroyed", lambda r: str(r["destroyed"]))]
+            ("TPS\nwithout", lambda r: _fmt(r["baseline_tps"], ",.1f")),
+            ("TPS\nratio", lambda r: _fmt(r["ratio"], ".3f", "×")),
+            ("p99", lambda r: fmt_ms(r["p99_ms"])),
+            ("p99\nwithout", lambda r: fmt_ms(r["baseline_p99_ms"])),
+            ("create\np50", lambda r: fmt_ms(r["create_p50_ms"])),
+            ("create\np99", lambda r: fmt_ms(r["create_p99_ms"]))]
 
 
 def move_columns() -> list[tuple[str, Callable]]:
     return [("how", lambda r: r["how"]),
             ("seconds", lambda r: _fmt(r["seconds"], ",.1f")),
-            ("MiB moved", lambda r: _mib(r["bytes"])),
-            ("time / tarn's", lambda r: _fmt(r["time_vs_tarn"], ".2f", "×")),
-            ("bytes / tarn's", lambda r: _fmt(r["bytes_vs_tarn"], ".2f", "×"))]
+            ("MiB\nmoved", lambda r: _mib(r["bytes"])),
+            ("time /\ntarn's", lambda r: _fmt(r["time_vs_tarn"], ".2f", "×")),
+            ("bytes /\ntarn's", lambda r: _fmt(r["bytes_vs_tarn"], ".2f", "×"))]
 
 
 def incremental_columns() -> list[tuple[str, Callable]]:
     return [("stack", lambda r: r["stack"]),
-            ("workload s", lambda r: str(r["seconds"])),
-            ("MiB sent", lambda r: _mib(r["bytes"])),
-            ("InnoDB MiB written", lambda r: _mib(r["innodb_bytes"])),
-            ("sent / InnoDB", lambda r: _fmt(r["vs_innodb"], ".2f", "×")),
-            ("disk MiB written", lambda r: _mib(r["device_bytes"])),
-            ("sent / disk", lambda r: _fmt(r["vs_device"], ".2f", "×")),
-            ("full MiB", lambda r: _mib(r["full_bytes"])),
-            ("sent / full", lambda r: _fmt(r["vs_full"], ".3f", "×"))]
+            ("work-\nload s", lambda r: str(r["seconds"])),
+            ("MiB\nsent", lambda r: _mib(r["bytes"])),
+            ("InnoDB\nMiB wr", lambda r: _mib(r["innodb_bytes"])),
+            ("sent /\nInnoDB", lambda r: _fmt(r["vs_innodb"], ".2f", "×")),
+            ("disk\nMiB wr", lambda r: _mib(r["device_bytes"])),
+            ("sent /\ndisk", lambda r: _fmt(r["vs_device"], ".2f", "×")),
+            ("full\nMiB", lambda r: _mib(r["full_bytes"])),
+            ("sent /\nfull", lambda r: _fmt(r["vs_full"], ".3f", "×"))]
 
 
 def sections(cells: dict, baseline: str | None, parts: dict[str, dict]) -> list[tuple[str, list, list]]:

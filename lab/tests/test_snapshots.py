@@ -238,6 +238,8 @@ def test_failed_parts_are_not_reported_as_numbers(snap_rundir):
     (snap_rundir / "runs" / "ext4" / snapshots.PARTS_FILE).write_text(
         json.dumps({"stack": "ext4", "status": "failed", "reason": "mbstream missing"}))
     assert list(snapshots.load_parts(snap_rundir)) == ["tarn"]
+    assert snapshots.failures(snap_rundir) == ["ext4: the move / incremental parts failed — mbstream missing"]
+    assert "ext4: the move / incremental parts failed — mbstream missing" in html_report.report_page(snap_rundir).notes
 
 
 def test_the_terminal_report_shows_the_three_tables(snap_rundir):
