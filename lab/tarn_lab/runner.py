@@ -428,7 +428,7 @@ def run_workload(scenario, spec, stack, db, workload, repeat, rundir, progress: 
     progress.phase("run", workload + (f", {phase} part" if phase else f", repeat {repeat} of {n}" if n > 1 else ""),
                    total=duration)
     scrubs = scrub_loop(params, stack, duration)
-    snaps = None if phase else snapshots_mod.snapshot_loop(spec, stack)
+    snaps = None if phase else snapshots_mod.snapshot_loop(spec, stack, repeat)
     probes = {"l2arc": stack.l2arc_stats} if getattr(stack, "l2arc_stats", None) else {}
     with Sampler(stack.device_names(), processes=memory_processes(stack, db), probes=probes) as sampler:
         if scrubs:

@@ -56,9 +56,12 @@ class SnapshotLoop:
     `destroy` return None on success or the error text. Times are seconds since `start()`."""
 
     def __init__(self, create: Callable[[str], str | None], destroy: Callable[[str], str | None],
-                 every: float, keep: int, clock: Callable[[], float] = time.monotonic):
+                 every: float, keep: int, prefix: str = SNAPSHOT_PREFIX, clock: Callable[[], float] = time.monotonic):
         assert every > 0 and keep >= 1, (every, keep)
         self.create, self.destroy, self.every, self.keep, self.clock = create, destroy, every, keep, clock
+        # Names are unique per loop: a repeat's loop must not meet the snapshots an earlier
+        # run of the same stack kept.
+        self.prefix = prefix
         self.taken: list[dict] = []       # {"name", "t", "ms"} per snapshot created
         self.destroyed: list[dict] = []   # {"name", "t", "ms"}
         self.errors: list[str] = []
@@ -81,7 +84,7 @@ class SnapshotLoop:
         n = 0
         while not self._stop.wait(self.every):
             n += 1
-            name = f"{SNAPSHOT_PREFIX}{n}"
+            name = f"{self.prefix}{n}"
             t, ms, err = self._timed(self.create, name)
             if err:
                 self.errors.append(f"create {name}: {err[-300:]}")
@@ -118,16 +121,16 @@ def command_runner(argv_of: Callable[[str], list[str]]) -> Callable[[str], str |
     return action
 
 
-def snapshot_loop(spec: dict, stack) -> SnapshotLoop | None:
-    """The loop a stack's `snapshot_every` asks for (None without it, or on a stack that
-    cannot take snapshots)."""
+def snapshot_loop(spec: dict, stack, repeat: int = 1) -> SnapshotLoop | None:
+    """The loop a stack's `snapshot_every` asks for in run `repeat` (None without it, or on
+    a stack that cannot take snapshots); its snapshots are named lab<repeat>.<n>."""
     every = int(spec.get("snapshot_every", 0))
     if every <= 0 or getattr(stack, "tarn_argv", None) is None:
         return None
     ds = stack.dataset
     return SnapshotLoop(command_runner(lambda n: stack.tarn_argv("snap", "create", f"{ds}@{n}")),
                         command_runner(lambda n: stack.tarn_argv("snap", "destroy", f"{ds}@{n}")),
-                        every=every, keep=int(spec.get("snapshot_keep", 6)))
+                        every=every, keep=int(spec.get("snapshot_keep", 6)), prefix=f"{SNAPSHOT_PREFIX}{repeat}.")
 
 
 def snapshot_line(record: dict | None) -> str:

@@ -117,6 +117,20 @@ def test_a_failed_create_stops_the_loop_and_is_recorded():
     assert "snapshot errors: create lab3" in snapshots.snapshot_line(record)
 
 
+def test_each_repeat_names_its_own_snapshots():
+    class Stack:
+        dataset = "p/db"
+
+        @staticmethod
+        def tarn_argv(*args):
+            return ["true", *args]
+    spec = {"snapshot_every": 10, "snapshot_keep": 3}
+    first, second = snapshots.snapshot_loop(spec, Stack(), 1), snapshots.snapshot_loop(spec, Stack(), 2)
+    assert (first.prefix, second.prefix, first.keep, first.every) == ("lab1.", "lab2.", 3, 10)
+    assert snapshots.snapshot_loop({}, Stack()) is None
+    assert snapshots.snapshot_loop(spec, object()) is None, "a stack without tarn takes none"
+
+
 def test_command_runner_gives_the_stderr_of_a_failed_command():
     ok = snapshots.command_runner(lambda name: ["true", name])
     bad = snapshots.command_runner(lambda name: ["sh", "-c", f"echo no such snapshot {name} >&2; exit 3"])
