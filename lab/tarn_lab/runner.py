@@ -441,6 +441,8 @@ def run_workload(scenario, spec, stack, db, workload, repeat, rundir, progress: 
         finally:
             windows = scrubs.stop() if scrubs else []
             snapshot_record = snaps.stop() if snaps else None
+            if snapshot_record:
+                stack.snapshots_kept = snapshot_record["live"]
         # Inside the sampler: the pacer's window closes with the diskstats window.
         pacer_after = pacer_snapshot(stack)
     progress.sysbench_done(duration)

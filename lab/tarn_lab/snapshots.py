@@ -51,12 +51,13 @@ def percentile(values: list[float], q: float) -> float | None:
 # -- part 1: a snapshot every so many seconds, the oldest destroyed ---------------------------
 
 class SnapshotLoop:
-    """From `start()` until `stop()`, every `every` seconds: `create(name)` (timed), then
-    `destroy(oldest)` while more than `keep` of its snapshots are live. `create` and
+    """From `start()` until `stop()`, at every multiple of `every` seconds: `create(name)`
+    (timed), then `destroy(oldest)` while more than `keep` of its snapshots are live. `create` and
     `destroy` return None on success or the error text. Times are seconds since `start()`."""
 
     def __init__(self, create: Callable[[str], str | None], destroy: Callable[[str], str | None],
-                 every: float, keep: int, prefix: str = SNAPSHOT_PREFIX, clock: Callable[[], float] = time.monotonic):
+                 every: float, keep: int, prefix: str = SNAPSHOT_PREFIX, live: list[str] | None = None,
+                 clock: Callable[[], float] = time.monotonic):
         assert every > 0 and keep >= 1, (every, keep)
         self.create, self.destroy, self.every, self.keep, self.clock = create, destroy, every, keep, clock
         # Names are unique per loop: a repeat's loop must not meet the snapshots an earlier
@@ -65,7 +66,9 @@ class SnapshotLoop:
         self.taken: list[dict] = []       # {"name", "t", "ms"} per snapshot created
         self.destroyed: list[dict] = []   # {"name", "t", "ms"}
         self.errors: list[str] = []
-        self.live: list[str] = []
+        # Oldest first; a repeat's loop starts with what the earlier run kept, so `keep`
+        # bounds the stack's whole history, not each run's.
+        self.live: list[str] = list(live or [])
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="snapshot-loop", daemon=True)
         self._t0 = 0.0
@@ -81,8 +84,11 @@ class SnapshotLoop:
         return began - self._t0, (self.clock() - began) * 1000.0, err
 
     def _loop(self) -> None:
-        n = 0
-        while not self._stop.wait(self.every):
+        # On a fixed schedule (every, 2 × every, …), not `every` after the last one ended: a
+        # create that takes seconds under load must not stretch the interval. A slot missed
+        # while a create or destroy ran is skipped, not made up in a burst.
+        n, due = 0, self.every
+        while not self._stop.wait(max(0.0, due - (self.clock() - self._t0))):
             n += 1
             name = f"{self.prefix}{n}"
             t, ms, err = self._timed(self.create, name)
@@ -98,6 +104,10 @@ class SnapshotLoop:
                     self.errors.append(f"destroy {oldest}: {err[-300:]}")
                     return
                 self.destroyed.append({"name": oldest, "t": round(t, 3), "ms": round(ms, 2)})
+            due += self.every
+            now = self.clock() - self._t0
+            if due < now:
+                due += math.ceil((now - due) / self.every) * self.every
 
     def stop(self) -> dict:
         """Stops the loop (a create or destroy under way finishes first); its record."""
@@ -128,9 +138,11 @@ def snapshot_loop(spec: dict, stack, repeat: int = 1) -> SnapshotLoop | None:
     if every <= 0 or getattr(stack, "tarn_argv", None) is None:
         return None
     ds = stack.dataset
+    kept = getattr(stack, "snapshots_kept", None) or []
     return SnapshotLoop(command_runner(lambda n: stack.tarn_argv("snap", "create", f"{ds}@{n}")),
                         command_runner(lambda n: stack.tarn_argv("snap", "destroy", f"{ds}@{n}")),
-                        every=every, keep=int(spec.get("snapshot_keep", 6)), prefix=f"{SNAPSHOT_PREFIX}{repeat}.")
+                        every=every, keep=int(spec.get("snapshot_keep", 6)), prefix=f"{SNAPSHOT_PREFIX}{repeat}.",
+                        live=kept)
 
 
 def snapshot_line(record: dict | None) -> str:

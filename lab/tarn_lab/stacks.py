@@ -57,6 +57,8 @@ class BuiltStack:
     # and the dataset the database lives on: the snapshots scenario's snap, send and recv.
     tarn_argv: object = None
     dataset: str | None = None
+    # The snapshots the last measured run's loop left, oldest first (the next run's starts there).
+    snapshots_kept: list = field(default_factory=list)
 
     def device_names(self) -> dict[str, str]:
         return {d.role: d.name for d in self.devices}

@@ -107,6 +107,27 @@ def test_the_loop_takes_a_snapshot_every_interval_and_destroys_the_oldest_beyond
     assert record["errors"] == []
 
 
+def test_the_loop_keeps_its_schedule_when_a_create_is_slow_and_skips_missed_slots():
+    def slow(name):
+        time.sleep(0.13 if name == "lab2" else 0.06)  # lab2 runs past the next slot
+    loop = snapshots.SnapshotLoop(slow, lambda name: None, every=0.1, keep=10).start()
+    time.sleep(0.75)
+    times = [s["t"] for s in loop.stop()["taken"]]
+    # slots at 0.1, 0.2, (0.3 missed: lab2 ran until ~0.33), 0.4, 0.5, 0.6, 0.7
+    assert [round(t, 1) for t in times[:3]] == [0.1, 0.2, 0.4], times
+    assert all(abs(t - round(t, 1)) < 0.04 for t in times), "each create starts on its slot, not after the last"
+
+
+def test_a_repeat_destroys_what_the_earlier_run_kept_first():
+    fake = FakeTarn()
+    loop = snapshots.SnapshotLoop(fake.create, fake.destroy, every=0.05, keep=2, prefix="lab2.",
+                                  live=["lab1.4", "lab1.5"]).start()
+    time.sleep(0.18)
+    record = loop.stop()
+    assert [d["name"] for d in record["destroyed"]][:2] == ["lab1.4", "lab1.5"]
+    assert len(record["live"]) == 2 and all(n.startswith("lab2.") for n in record["live"])
+
+
 def test_a_failed_create_stops_the_loop_and_is_recorded():
     fake = FakeTarn(fail_create_at=3)
     loop = snapshots.SnapshotLoop(fake.create, fake.destroy, every=0.02, keep=5).start()
@@ -127,6 +148,9 @@ def test_each_repeat_names_its_own_snapshots():
     spec = {"snapshot_every": 10, "snapshot_keep": 3}
     first, second = snapshots.snapshot_loop(spec, Stack(), 1), snapshots.snapshot_loop(spec, Stack(), 2)
     assert (first.prefix, second.prefix, first.keep, first.every) == ("lab1.", "lab2.", 3, 10)
+    kept = Stack()
+    kept.snapshots_kept = ["lab1.5", "lab1.6"]
+    assert snapshots.snapshot_loop(spec, kept, 2).live == ["lab1.5", "lab1.6"]
     assert snapshots.snapshot_loop({}, Stack()) is None
     assert snapshots.snapshot_loop(spec, object()) is None, "a stack without tarn takes none"
 
