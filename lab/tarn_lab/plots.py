@@ -206,7 +206,8 @@ def tps_with_snapshots(pairs: list[tuple[Cell, list[float]]], baseline: str | No
     for (cell, instants), color in zip(pairs, stack_colors(cells, baseline)):
         t, tps = mean_series(cell)
         ax.plot(t, tps, color=color, linewidth=0.7, alpha=0.45)
-        label = f"{cell.stack} (mean {cell.tps:,.0f})" + (f", {len(instants)} snapshots" if instants else "")
+        mean_tps = f"{cell.tps:,.1f}" if cell.tps < 100 else f"{cell.tps:,.0f}"
+        label = f"{cell.stack} (mean {mean_tps} TPS)" + (f", {len(instants)} snapshots" if instants else "")
         ax.plot(t, moving_average(tps, window), color=color, linewidth=2, label=label)
         for x in instants:
             ax.axvline(x, color=color, linewidth=0.8, linestyle=":")

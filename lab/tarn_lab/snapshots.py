@@ -421,6 +421,7 @@ def move_rows(parts: dict[str, dict]) -> list[dict]:
             if key in rec:
                 rows.append({"how": f"{stack}: {label}", "seconds": rec[key]["seconds"],
                              "bytes": rec[key]["bytes"], "tarn": False})
+    rows.sort(key=lambda r: not r["tarn"])  # tarn's first: the others are divided by it
     ref = next((r for r in rows if r["tarn"]), None)
     for r in rows:
         r["time_vs_tarn"] = r["seconds"] / ref["seconds"] if ref and ref["seconds"] else None

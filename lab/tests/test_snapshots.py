@@ -216,12 +216,12 @@ def with_snapshots(rundir: Path, stack: str, p99: float) -> None:
 
 
 PARTS = {
+    "ext4": {"status": "ok", "mariadb_backup": {"bytes": 1000 * 2**20, "seconds": 150.0},
+             "tar": {"bytes": 1100 * 2**20, "seconds": 125.0}},
     "tarn": {"status": "ok", "move": {"bytes": 400 * 2**20, "seconds": 50.0},
              "incremental": {"seconds_of_workload": 60, "bytes": 20 * 2**20, "seconds": 3.0,
                              "innodb_written": {"Innodb_data_written": 30 * 2**20, "Innodb_os_log_written": 10 * 2**20},
                              "pacer_delta": {"write_bytes": 80 * 2**20}}},
-    "ext4": {"status": "ok", "mariadb_backup": {"bytes": 1000 * 2**20, "seconds": 150.0},
-             "tar": {"bytes": 1100 * 2**20, "seconds": 125.0}},
 }
 
 
@@ -259,6 +259,7 @@ def test_history_compares_the_run_with_snapshots_against_the_baseline(snap_rundi
 
 def test_the_move_and_the_incremental_are_ratios_to_tarns():
     moves = snapshots.move_rows(PARTS)
+    assert [r["how"] for r in moves][0] == "tarn: tarn send | tarn recv", "tarn's row first"
     by = {r["how"]: r for r in moves}
     assert by["tarn: tarn send | tarn recv"]["time_vs_tarn"] == 1.0
     assert by["ext4: mariadb-backup --stream + --prepare"]["time_vs_tarn"] == pytest.approx(3.0)
