@@ -21,8 +21,9 @@ use tarn_pool::Pool;
 
 use tarn_daemon::{Asked, Termination, Verdict};
 
-use crate::fs::TarnFs;
+use crate::fuser_front::FuserFront;
 use crate::holder::{Holder, Mounted};
+use crate::ops::TarnFs;
 use crate::options::MountOptions;
 use crate::state::{self, MountRecord};
 use crate::MountError;
@@ -195,17 +196,17 @@ fn mount_one(
     };
     let mountpoint = check_mountpoint(&mountpoint)?;
     let atime = ds.effective().atime && options.records_atime();
-    let test_panic = std::env::var_os(crate::fs::TEST_PANIC_IN_STATFS).is_some();
+    let test_panic = std::env::var_os(crate::ops::TEST_PANIC_IN_STATFS).is_some();
     let fs = TarnFs::new(pool.clone(), ds).recording_atime(atime).with_snapdir(dataset).panicking_in_statfs(test_panic);
     let open = fs.open_handles();
-    let session = session(fs, &mountpoint, threads, &options, dataset, atime)?;
+    let session = session(FuserFront::new(Arc::new(fs)), &mountpoint, threads, &options, dataset, atime)?;
     Ok(Mounted { dataset: dataset.to_string(), mountpoint, session, open })
 }
 
 /// Mounts and starts the worker threads; once this returns the kernel has our INIT
 /// reply, so the mount is usable.
 fn session(
-    fs: TarnFs,
+    fs: FuserFront,
     mountpoint: &Path,
     threads: usize,
     o: &MountOptions,
