@@ -27,6 +27,8 @@ pub mod ops;
 pub mod options;
 mod snapdir;
 pub mod state;
+pub mod uring;
+mod wire;
 
 pub use mount::{mount, umount, MountRequest};
 pub use options::{MountOptions, OptionError};

@@ -65,6 +65,7 @@ impl Errno {
     pub const EIO: Errno = Errno(libc::EIO);
     pub const ENOSYS: Errno = Errno(libc::ENOSYS);
     pub const ENAMETOOLONG: Errno = Errno(libc::ENAMETOOLONG);
+    pub const EPROTO: Errno = Errno(libc::EPROTO);
     const EROFS: Errno = Errno(libc::EROFS);
     const EPERM: Errno = Errno(libc::EPERM);
     const EISDIR: Errno = Errno(libc::EISDIR);
