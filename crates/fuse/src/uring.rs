@@ -335,7 +335,8 @@ fn commit_sqe(fd: i32, qid: u16, commit_id: u64, user_data: u64) -> squeue::Entr
 /// A ring thread's state: its ring and entries, serving queue `qid`.
 struct RingWorker {
     fs: Arc<TarnFs>,
-    fd: i32,
+    /// The connection's /dev/fuse fd, kept open while the ring names it.
+    dev: Arc<OwnedFd>,
     qid: u16,
     ring: IoUring<squeue::Entry128, cqueue::Entry>,
     entries: Vec<Entry>,
@@ -346,7 +347,7 @@ struct RingWorker {
 impl RingWorker {
     fn new(
         fs: Arc<TarnFs>,
-        fd: i32,
+        dev: Arc<OwnedFd>,
         qid: u16,
         depth: usize,
         served: Arc<AtomicU64>,
@@ -354,7 +355,7 @@ impl RingWorker {
     ) -> io::Result<RingWorker> {
         let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder().build((depth as u32).next_power_of_two())?;
         let entries = (0..depth).map(|_| Entry::new()).collect();
-        Ok(RingWorker { fs, fd, qid, ring, entries, served, ended })
+        Ok(RingWorker { fs, dev, qid, ring, entries, served, ended })
     }
 
     fn push(&mut self, sqe: &squeue::Entry128) -> io::Result<()> {
@@ -369,7 +370,7 @@ impl RingWorker {
     fn register_all(&mut self) -> io::Result<()> {
         for i in 0..self.entries.len() {
             loop {
-                let sqe = register_sqe(self.fd, self.qid, &self.entries[i], i as u64);
+                let sqe = register_sqe(self.dev.as_raw_fd(), self.qid, &self.entries[i], i as u64);
                 self.push(&sqe)?;
                 self.ring.submit()?;
                 // A REGISTER that is accepted stays pending (no completion) until a
@@ -385,8 +386,16 @@ impl RingWorker {
         Ok(())
     }
 
-    /// Serves requests until the connection ends.
-    fn run(mut self) -> io::Result<()> {
+    /// Registers the entries (saying how that went on `ready`), then serves requests
+    /// until the connection ends.
+    fn run(mut self, ready: std::sync::mpsc::Sender<io::Result<()>>) -> io::Result<()> {
+        let registered = self.register_all();
+        let failed = registered.is_err();
+        let _ = ready.send(registered);
+        drop(ready);
+        if failed {
+            return Ok(());
+        }
         let ts = types::Timespec::from(POLL);
         loop {
             let args = types::SubmitArgs::new().timespec(&ts);
@@ -407,7 +416,7 @@ impl RingWorker {
                     return Ok(());
                 }
                 let commit_id = self.serve(idx as usize)?;
-                let sqe = commit_sqe(self.fd, self.qid, commit_id, idx);
+                let sqe = commit_sqe(self.dev.as_raw_fd(), self.qid, commit_id, idx);
                 self.push(&sqe)?;
             }
             if !any && self.ended.load(Ordering::Relaxed) {
@@ -446,6 +455,52 @@ impl RingWorker {
     }
 }
 
+/// Ring threads for every queue, each with its entry registered: their handles and
+/// counters. The threads register their own entries: io_uring cancels a command when
+/// the task that submitted it exits, and `start` may run on a passing thread (a mount
+/// asked for on the control socket).
+#[allow(clippy::type_complexity)]
+fn ring_workers(
+    fs: &Arc<TarnFs>,
+    dev: &Arc<OwnedFd>,
+    threads: usize,
+    ended: &Arc<AtomicBool>,
+) -> io::Result<(Vec<JoinHandle<io::Result<()>>>, Vec<Arc<AtomicU64>>)> {
+    let queues = possible_cpus()?;
+    // One thread (one ring, one entry) per queue and worker, so a slow request (an
+    // fsync) holds up only its own thread.
+    let per_queue = (threads / queues).max(1);
+    let (mut handles, mut counts) = (Vec::new(), Vec::new());
+    let (tx, rx) = std::sync::mpsc::channel();
+    for qid in 0..queues {
+        let qid = u16::try_from(qid).map_err(|_| io::Error::other("more CPUs than FUSE queue ids"))?;
+        for _ in 0..per_queue {
+            let served = Arc::new(AtomicU64::new(0));
+            let w = RingWorker::new(fs.clone(), dev.clone(), qid, 1, served.clone(), ended.clone())?;
+            let tx = tx.clone();
+            let name = format!("tarn-ring-{qid}.{}", handles.len());
+            handles.push(std::thread::Builder::new().name(name).spawn(move || w.run(tx))?);
+            counts.push(served);
+        }
+    }
+    drop(tx);
+    // Every thread answers once its entry is registered (or could not be).
+    let mut first_error = None;
+    for answer in rx.iter() {
+        if let (Err(e), None) = (answer, &first_error) {
+            first_error = Some(e);
+        }
+    }
+    match first_error {
+        None => Ok((handles, counts)),
+        Some(e) => {
+            // The others end once the connection does (nothing will reach their entries).
+            ended.store(true, Ordering::Relaxed);
+            Err(e)
+        }
+    }
+}
+
 /// Mounts `fs` on `mountpoint` and serves it over io_uring (or, if the kernel refuses
 /// the capability, on /dev/fuse with `threads` readers, saying so).
 pub fn start(
@@ -464,34 +519,36 @@ pub fn start(
     // SAFETY: `raw` is a fresh fd nobody else owns.
     let dev = Arc::new(unsafe { OwnedFd::from_raw_fd(raw) });
     mount_fuse(dev.as_raw_fd(), mountpoint, fsname, options, atime)?;
-    let on_rings = match handshake(dev.as_raw_fd(), true) {
-        Ok(r) => r,
-        Err(e) => {
-            tarn_daemon::unmount_or_detach(mountpoint);
-            return Err(e);
-        }
-    };
+    // From here on a failure must not leave the mount behind (a dead connection).
+    serve_mounted(fs, dev, mountpoint, threads).inspect_err(|_| tarn_daemon::unmount_or_detach(mountpoint))
+}
+
+/// The session of a mount made on `dev`: INIT, the rings, the threads.
+fn serve_mounted(fs: Arc<TarnFs>, dev: Arc<OwnedFd>, mountpoint: &Path, threads: usize) -> io::Result<UringSession> {
+    let mut on_rings = handshake(dev.as_raw_fd(), true)?;
     if !on_rings {
         eprintln!(
             "tarn mount: warning: the kernel did not offer FUSE over io_uring; {} is served on /dev/fuse",
             mountpoint.display()
         );
     }
-    let queues = possible_cpus()?;
     let ended = Arc::new(AtomicBool::new(false));
     let mut counts = TransportCounts::default();
     let mut workers = Vec::new();
     if on_rings {
-        // One thread (one ring, one entry) per queue and worker, so a slow request
-        // (an fsync) holds up only its own thread.
-        let per_queue = (threads / queues).max(1);
-        for qid in 0..queues {
-            for _ in 0..per_queue {
-                let served = Arc::new(AtomicU64::new(0));
-                counts.ring.push(served.clone());
-                let mut w = RingWorker::new(fs.clone(), dev.as_raw_fd(), qid as u16, 1, served, ended.clone())?;
-                w.register_all()?;
-                workers.push(w);
+        match ring_workers(&fs, &dev, threads, &ended) {
+            Ok((handles, served)) => {
+                workers = handles;
+                counts.ring = served;
+            }
+            // The kernel then serves the connection on /dev/fuse (a refused REGISTER
+            // turns io_uring off for it), and so do we.
+            Err(e) => {
+                eprintln!(
+                    "tarn mount: warning: io_uring ring set-up failed ({e}); {} is served on /dev/fuse",
+                    mountpoint.display()
+                );
+                on_rings = false;
             }
         }
     }
@@ -499,10 +556,7 @@ pub fn start(
     let dev_counts: Vec<Arc<AtomicU64>> = (0..readers).map(|_| Arc::new(AtomicU64::new(0))).collect();
     counts.dev = dev_counts.clone();
     let guard = std::thread::Builder::new().name("tarn-uring".into()).spawn(move || {
-        let mut handles = Vec::new();
-        for (i, w) in workers.into_iter().enumerate() {
-            handles.push(std::thread::Builder::new().name(format!("tarn-ring-{i}")).spawn(move || w.run())?);
-        }
+        let handles = workers;
         let mut readers = Vec::new();
         for served in dev_counts {
             let (fs, dev) = (fs.clone(), dev.clone());
