@@ -413,7 +413,20 @@ impl RingWorker {
                 any = true;
                 if res < 0 {
                     // ENOTCONN (unmounted, aborted) or ECANCELED: the connection is over.
-                    return Ok(());
+                    // Anything else is the kernel refusing our command (a reply it
+                    // could not take): the session's guard reports it.
+                    return match -res {
+                        libc::ENOTCONN | libc::ECANCELED | libc::ENODEV => Ok(()),
+                        e => {
+                            let e = io::Error::other(format!(
+                                "ring of queue {}: the kernel refused a command: {}",
+                                self.qid,
+                                io::Error::from_raw_os_error(e)
+                            ));
+                            eprintln!("tarn mount: {e}");
+                            Err(e)
+                        }
+                    };
                 }
                 let commit_id = self.serve(idx as usize)?;
                 let sqe = commit_sqe(self.dev.as_raw_fd(), self.qid, commit_id, idx);
