@@ -9,7 +9,7 @@ STEP_TAG=lab/setup
 
 apt_packages=(
     fuse3 e2fsprogs xfsprogs btrfs-progs btrfs-compsize zfs-fuse
-    mariadb-server mariadb-client sysbench util-linux procps python3-venv
+    mariadb-server mariadb-client mariadb-backup sysbench util-linux procps python3-venv
 )
 bash "$lab/../scripts/apt-install.sh" "${apt_packages[@]}"
 bash "$lab/../scripts/quiet-services.sh" mariadb zfs-fuse

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import jinja2
 
-from . import analysis, cachephases, cachereport, plots
+from . import analysis, cachephases, cachereport, plots, snapshots
 from .analysis import Cell, cells_of
 from .devices import parse_size
 from .humanize import (WORKLOAD_TEXT, describe_database, describe_disk, describe_load, describe_stack,
@@ -200,6 +200,24 @@ def cache_charts(scenario: dict, cells: dict, phases: dict, plots_dir: Path | No
     return out
 
 
+def snapshot_html_tables(scenario: dict, cells: dict, parts: dict) -> list[HtmlTable]:
+    """The snapshots scenario's three tables (cost of history, the move, the incremental)."""
+    sections = snapshots.sections(cells, analysis.baseline_of(scenario, cells), parts)
+    return [HtmlTable(headers=[h for h, _ in cols], rows=[[get(r) for _, get in cols] for r in rows],
+                      caption=title, id=f"snapshots-{i}")
+            for i, (title, cols, rows) in enumerate(sections, 1)]
+
+
+def snapshot_charts(scenario: dict, cells: dict, plots_dir: Path | None) -> list[Chart]:
+    """TPS over time with the snapshot instants marked, where a run took snapshots."""
+    baseline = analysis.baseline_of(scenario, cells)
+    pairs = snapshots.history_pairs(cells, baseline)
+    if not pairs:
+        return []
+    return [chart(plots.tps_with_snapshots(pairs, baseline), "TPS with snapshots, against none",
+                  "tps_snapshots.png", plots_dir)]
+
+
 def charts(scenario: dict, cells: dict, plots_dir: Path | None) -> list[Chart]:
     """In a DBA's order: who serves the most TPS, what a transaction costs the disk, is the
     rate steady, how much disk the data takes."""
@@ -288,6 +306,7 @@ def report_page(rundir: Path, plots_dir: Path | None = None) -> Page:
         tables.append(own)
     phases = cachephases.load_phases(rundir)
     tables += cache_html_tables(cachereport.cache_tables(cells, phases))
+    tables += snapshot_html_tables(scenario, cells, snapshots.load_parts(rundir))
     verdicts = []
     for variant, view, vcells in views:
         text = analysis.verdict(view, vcells)
@@ -300,8 +319,9 @@ def report_page(rundir: Path, plots_dir: Path | None = None) -> Page:
                      f"{len(analysis.stacks_of(cells))} stacks · finished {finished or 'no runs'}",
                 headline=headlines[0] if headlines else None, more_headlines=headlines[1:],
                 advice=[sw.advice() for sw in sweeps], warnings=warnings_of(scenario, stacks), tables=tables,
-                verdict=" ".join(verdicts) or None, notes=stack_notes(stacks),
-                figures=(charts(scenario, cells, plots_dir) + cache_charts(scenario, cells, phases, plots_dir))
+                verdict=" ".join(verdicts) or None, notes=stack_notes(stacks) + snapshots.failures(rundir),
+                figures=(charts(scenario, cells, plots_dir) + cache_charts(scenario, cells, phases, plots_dir)
+                         + snapshot_charts(scenario, cells, plots_dir))
                 if cells else [],
                 measured=measured(scenario, cells, versions) + loads(stacks),
                 workloads=[(workload_label(w), WORKLOAD_TEXT.get(w, "")) for w in (workloads or scenario["workloads"])],

@@ -1,7 +1,7 @@
 """The report's charts, each answering one question a DBA asks: TPS per stack, reads per
 transaction, TPS by buffer pool / ARC split (the memory sweep), TPS over time, size on
-disk, the L2ARC hit ratio over time, TPS after a restart and over a long run; and
-before/after for a comparison.
+disk, the L2ARC hit ratio over time, TPS after a restart and over a long run, TPS with a
+snapshot every few seconds (its instants marked); and before/after for a comparison.
 
 Owns: matplotlib figures (object API, no pyplot state) and their PNG bytes.
 Promises: every chart has a title, labelled axes and units; bar labels sit inside the axes
@@ -193,6 +193,31 @@ def tps_over_time(workload: str, cells: list[Cell], baseline: str | None = None,
     _title(fig, f"TPS over time — {workload_label(workload)}",
            f"seconds into the run — TPS per second (thin) and its {window} s moving average (bold)"
            + (f"; mean of {runs} runs per second" if runs > 1 else ""))
+    return fig
+
+
+def tps_with_snapshots(pairs: list[tuple[Cell, list[float]]], baseline: str | None, window: int = 5) -> Figure:
+    """TPS over time of the runs that took snapshots beside the run without (the baseline),
+    each snapshot's instant a dotted vertical line in its stack's colour: does a snapshot
+    (or the destroy of the oldest) dent the rate?"""
+    fig = new_figure(9, 3.6)
+    ax = fig.add_subplot()
+    cells = [c for c, _ in pairs]
+    for (cell, instants), color in zip(pairs, stack_colors(cells, baseline)):
+        t, tps = mean_series(cell)
+        ax.plot(t, tps, color=color, linewidth=0.7, alpha=0.45)
+        mean_tps = f"{cell.tps:,.1f}" if cell.tps < 100 else f"{cell.tps:,.0f}"
+        label = f"{cell.stack} (mean {mean_tps} TPS)" + (f", {len(instants)} snapshots" if instants else "")
+        ax.plot(t, moving_average(tps, window), color=color, linewidth=2, label=label)
+        for x in instants:
+            ax.axvline(x, color=color, linewidth=0.8, linestyle=":")
+    ax.set_xlabel("seconds into the run")
+    ax.set_ylabel("TPS")
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc="lower left")
+    _title(fig, "TPS with a snapshot every few seconds, against none",
+           f"TPS per second (thin) and its {window} s moving average (bold); dotted: a snapshot was taken", ax)
     return fig
 
 

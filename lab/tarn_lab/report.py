@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from . import analysis, budget, cachephases, cachereport
+from . import analysis, budget, cachephases, cachereport, snapshots
 from .analysis import Cell, cells_of
 from .budget import CacheCheck
 from .scenario import cache_warning
@@ -328,6 +328,18 @@ def print_settings(console: Console, scenario: dict, stacks: list[dict]) -> None
             console.print(Text(f"    {key}: {value}"))
 
 
+def section_table(title: str, cols: list, rows: list) -> Table:
+    """A (title, columns, rows) section as a terminal table; Text, not markup, so brackets
+    in a title or a cell print as they are."""
+    t = Table(title=Text(title), title_justify="left", title_style="bold", box=box.SIMPLE_HEAD,
+              show_edge=False, padding=(0, 1, 0, 0))
+    for i, (header, _) in enumerate(cols):
+        t.add_column(header, justify="left" if i == 0 else "right", no_wrap=True)
+    for r in rows:
+        t.add_row(*[Text(get(r)) for _, get in cols])
+    return t
+
+
 # -- the whole terminal report ------------------------------------------------------------------
 
 def print_terminal(rundir: Path, console: Console, verbose: bool = False) -> None:
@@ -358,6 +370,11 @@ def print_terminal(rundir: Path, console: Console, verbose: bool = False) -> Non
         console.print(own)
     for table in cachereport.terminal_tables(cachereport.cache_tables(cells, cachephases.load_phases(rundir))):
         console.print(table)
+    for title, cols, rows in snapshots.sections(cells, analysis.baseline_of(scenario, cells),
+                                                snapshots.load_parts(rundir)):
+        console.print(section_table(title, cols, rows))
+    for line in snapshots.failures(rundir):
+        console.print(Text(line, style="yellow"))
     for variant, view, vcells in views:
         text = analysis.verdict(view, vcells)
         if text:

@@ -42,6 +42,7 @@ from .postgres import PrivatePostgres
 from .cachephases import phase_file
 from .metrics import Sampler
 from .scrubload import ScrubLoop, scrub_effect
+from . import snapshots as snapshots_mod
 from .progress import Progress, StackPlan
 from .shell import MissingTool, require, run, tool_version
 from .stacks import StackSkipped, build_stack, check_buildable, counter_deltas
@@ -89,7 +90,7 @@ def parts_workload(scenario: dict) -> str:
 def phase_seconds(scenario: dict) -> int:
     """Seconds the restart and long parts add to a stack (0 when the scenario has none)."""
     params = scenario.get("workload", {})
-    return int(params.get("restart", 0)) + int(params.get("long", 0))
+    return int(params.get("restart", 0)) + int(params.get("long", 0)) + int(params.get("incremental", 0))
 
 
 def is_finished(rundir: Path, stack: str, workload: str, repeat: int = 1) -> bool:
@@ -196,6 +197,7 @@ def run_stack(scenario: dict, spec: dict, rundir: Path, versions: dict, progress
             if parts_workload(scenario) in {w for w, _ in pending}:
                 run_phases(scenario, spec, stack, db, parts_workload(scenario), rundir, versions, memory,
                            prepared, teardown, progress)
+                run_snapshot_parts(scenario, spec, stack, db, workdir, rundir, teardown, progress)
         except StackSkipped as exc:
             progress.note(f"{name}: skipped: {exc}")
             write_json(stack_json, {"stack": name, "fs": spec["fs"], "status": "skipped", "reason": str(exc)})
@@ -426,15 +428,21 @@ def run_workload(scenario, spec, stack, db, workload, repeat, rundir, progress: 
     progress.phase("run", workload + (f", {phase} part" if phase else f", repeat {repeat} of {n}" if n > 1 else ""),
                    total=duration)
     scrubs = scrub_loop(params, stack, duration)
+    snaps = None if phase else snapshots_mod.snapshot_loop(spec, stack, repeat)
     probes = {"l2arc": stack.l2arc_stats} if getattr(stack, "l2arc_stats", None) else {}
     with Sampler(stack.device_names(), processes=memory_processes(stack, db), probes=probes) as sampler:
         if scrubs:
             scrubs.start()
+        if snaps:
+            snaps.start()
         try:
             output, returncode, series = stream_sysbench(
                 argv, duration, lambda row: progress.tick(row["t"], row["tps"], latest_iops(sampler)))
         finally:
             windows = scrubs.stop() if scrubs else []
+            snapshot_record = snaps.stop() if snaps else None
+            if snapshot_record:
+                stack.snapshots_kept = snapshot_record["live"]
         # Inside the sampler: the pacer's window closes with the diskstats window.
         pacer_after = pacer_snapshot(stack)
     progress.sysbench_done(duration)
@@ -464,6 +472,9 @@ def run_workload(scenario, spec, stack, db, workload, repeat, rundir, progress: 
         "engine_cache": {k: after.get(k, 0) - before.get(k, 0) for k in db.CACHE_COUNTERS},
         # workload.scrub: TPS before the scrub and while one ran, in this same run.
         "scrub": ({**(scrub_effect(series, windows) or {}), "errors": scrubs.errors} if scrubs else None),
+        # A stack's snapshot_every: each snapshot's instant (seconds into the run, as the
+        # series' t) and create latency, and what was destroyed.
+        "snapshots": snapshot_record,
         "stack_engine_stats": {"delta": counter_deltas(engine_before, engine_after), "after": engine_after}
         if engine_after else None,
         "sizes": sizes_mod.measure(stack, db.datadir),
@@ -509,6 +520,31 @@ def write_phase(scenario, spec, stack, db, workload, phase, seconds, rundir, ver
     progress.note(run_line(spec["name"], f"{workload} ({phase})", result))
 
 
+def run_snapshot_parts(scenario, spec, stack, db, workdir, rundir, teardown, progress: Progress) -> None:
+    """A stack's `move` (and on tarn the incremental after it), after its measured runs;
+    written as runs/<stack>/snapshots.json. A failure is noted and recorded, the stack's
+    measured runs are kept."""
+    if not snapshots_mod.wants_parts(spec):
+        return
+    workload = parts_workload(scenario)
+
+    def run_minute(seconds: int) -> dict:
+        argv = run_argv(workload, db.sysbench_args(), {**scenario.get("workload", {}), "duration": seconds})
+        output, rc, _ = stream_sysbench(argv, seconds, lambda row: progress.tick(row["t"], row["tps"], None))
+        if rc != 0:
+            raise RuntimeError(f"sysbench {workload} exited {rc}: {output[-1500:]}")
+        return parse_summary(output)
+
+    try:
+        record = snapshots_mod.run_parts(scenario, spec, stack, db, workdir, teardown, progress, run_minute)
+    except Exception as exc:  # the measured runs stand; the parts say why they are missing
+        progress.note(f"{spec['name']}: snapshot parts failed: {exc}")
+        write_json(rundir / "runs" / spec["name"] / snapshots_mod.PARTS_FILE,
+                   {"stack": spec["name"], "status": "failed", "reason": str(exc)})
+        return
+    snapshots_mod.write_parts(rundir, spec["name"], record)
+
+
 def scrub_loop(params: dict, stack, duration: int) -> ScrubLoop | None:
     """With `workload.scrub`, a loop that keeps a scrub of the stack's pool running over the
     second half of the measured run (None without it, or on a stack that has no scrub)."""
@@ -550,4 +586,4 @@ def run_line(stack: str, workload: str, result: dict) -> str:
     return (f"{stack} / {workload}: {s['tps']:,.1f} TPS, p95 {s['latency_ms'].get('p95', 0):.1f} ms, "
             f"{data.get('reads', 0) / txns:.2f} disk reads and {data.get('writes', 0) / txns:.2f} writes "
             f"per transaction, {result['sizes']['on_disk_bytes'] / 2**20:,.0f} MiB on disk"
-            + scrub_line(result.get("scrub")))
+            + scrub_line(result.get("scrub")) + snapshots_mod.snapshot_line(result.get("snapshots")))

@@ -57,13 +57,15 @@ SCHEMA = {
     "database": {"engine": STR, "buffer_pool": SIZE, "settings": TABLE},
     "workload": {"threads": INT, "duration": INT, "tables": INT, "table_size": INT,
                  "warehouses": INT, "items": INT, "customers": INT, "random_points": INT,
-                 "warmup": INT, "scrub": BOOL, "restart": INT, "long": INT},
+                 "warmup": INT, "scrub": BOOL, "restart": INT, "long": INT,
+                 "incremental": INT, "latency_histogram": BOOL},
 }
 STACK_SCHEMA = {
     "name": STR, "fs": STR, "compression": STR, "recordsize": STR, "arc_mb": INT,
     "l2arc": BOOL, "slog": BOOL, "logbias": STR, "primarycache": STR, "dataset": STR,
     "mariadb": TABLE, "postgres": TABLE, "properties": TABLE, "buffer_pool": SIZE_OR_SHARE, "notes": STR,
     "external_journal": BOOL, "baseline": STR, "arc": SIZE_OR_SHARE, "variants": list,
+    "snapshot_every": INT, "snapshot_keep": INT, "move": BOOL,
 }
 # Dataset properties given as top-level stack keys, on ZFS and tarn alike, and their values.
 PROPERTY_KEYS = {"logbias": ("latency", "throughput"), "primarycache": ("all", "metadata", "none")}
@@ -271,6 +273,7 @@ def _check_stacks(stacks: list, origin: str) -> None:
         for key in ("arc_mb", "arc"):
             if key in stack and stack["fs"] not in ("zfs", "tarn"):
                 raise ScenarioError(f"{origin}: '{where}.{key}' only applies to fs = \"zfs\" or \"tarn\"")
+        _check_snapshot_keys(stack, where, origin)
         if "external_journal" in stack and stack["fs"] != "ext4":
             raise ScenarioError(f"{origin}: '{where}.external_journal' only applies to fs = \"ext4\"")
         for key, allowed in PROPERTY_KEYS.items():
@@ -284,6 +287,21 @@ def _check_stacks(stacks: list, origin: str) -> None:
             if other is not None and other != stack[key]:
                 raise ScenarioError(f"{origin}: '{where}.{key}' = {stack[key]!r} and "
                                     f"'{where}.properties.{key}' = {other!r} disagree; give it once")
+
+
+def _check_snapshot_keys(stack: dict, where: str, origin: str) -> None:
+    """The snapshots scenario's stack keys: snapshots are tarn's; a move is tarn's send |
+    recv or ext4's mariadb-backup and tar."""
+    for key in ("snapshot_every", "snapshot_keep"):
+        if key in stack and stack["fs"] != "tarn":
+            raise ScenarioError(f"{origin}: '{where}.{key}' only applies to fs = \"tarn\"")
+    if stack.get("snapshot_every") == 0 or stack.get("snapshot_keep") == 0:
+        raise ScenarioError(f"{origin}: '{where}.snapshot_every' and '{where}.snapshot_keep' must be at least 1")
+    if "snapshot_keep" in stack and "snapshot_every" not in stack:
+        raise ScenarioError(f"{origin}: '{where}.snapshot_keep' needs '{where}.snapshot_every' (how often)")
+    if stack.get("move") and stack["fs"] not in ("tarn", "ext4"):
+        raise ScenarioError(f"{origin}: '{where}.move' only applies to fs = \"tarn\" (send | recv) or "
+                            f"\"ext4\" (mariadb-backup, tar)")
 
 
 def _check_baselines(scenario: dict, origin: str) -> None:

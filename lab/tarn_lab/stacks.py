@@ -53,6 +53,12 @@ class BuiltStack:
     # database must be stopped first); what was done and how long it took. None where the
     # stack has no pool to export.
     restart: object = None
+    # (*args) -> argv of a tarn command on this run's pools (private cache file and run dir),
+    # and the dataset the database lives on: the snapshots scenario's snap, send and recv.
+    tarn_argv: object = None
+    dataset: str | None = None
+    # The snapshots the last measured run's loop left, oldest first (the next run's starts there).
+    snapshots_kept: list = field(default_factory=list)
 
     def device_names(self) -> dict[str, str]:
         return {d.role: d.name for d in self.devices}
@@ -425,6 +431,8 @@ def _tarn(spec, data, fast, workdir, mnt, teardown) -> BuiltStack:
                        scrub_argv=lambda stop: tarn_command(workdir, "pool", "scrub", *(["-s"] if stop else []), pool),
                        l2arc_stats=(lambda: tarn_l2arc_stats(workdir, pool)) if spec.get("l2arc") else None)
     stack.restart = lambda: _tarn_restart(stack, workdir, arc_mb)
+    stack.tarn_argv = lambda *args: tarn_command(workdir, *args)
+    stack.dataset = f"{pool}/db"
     return stack
 
 

@@ -53,9 +53,44 @@ def prepare_argv(workload: str, socket: str, params: dict) -> list[str]:
 
 
 def run_argv(workload: str, socket: str, params: dict) -> list[str]:
+    # workload.latency_histogram: sysbench prints its latency histogram at the end, from
+    # which parse_summary derives the p99 (--percentile gives one percentile only: p95 here).
+    histogram = ["--histogram=on"] if params.get("latency_histogram") else []
     return base_argv(workload, socket, params) + [
-        f"--time={params.get('duration', 30)}", "--report-interval=1", "--percentile=95",
+        f"--time={params.get('duration', 30)}", "--report-interval=1", "--percentile=95", *histogram,
         RAND_TYPE, "run"]
+
+
+HISTOGRAM_ROW = re.compile(r"^\s*(?P<ms>[\d.]+)\s+\|\**\s+(?P<count>\d+)\s*$")
+
+
+def parse_histogram(text: str) -> list[tuple[float, int]]:
+    """sysbench's `--histogram` block -> (latency ms, count) rows in its order (ascending)."""
+    rows, inside = [], False
+    for line in text.splitlines():
+        if line.startswith("Latency histogram"):
+            inside = True
+            continue
+        if inside:
+            m = HISTOGRAM_ROW.match(line)
+            if m:
+                rows.append((float(m.group("ms")), int(m.group("count"))))
+            elif rows and not line.strip():
+                break
+    return rows
+
+
+def histogram_percentile(rows: list[tuple[float, int]], q: float) -> float | None:
+    """The latency below which q% of the histogram's events fall (its bucket's value)."""
+    total = sum(c for _, c in rows)
+    if total == 0:
+        return None
+    wanted, seen = q / 100 * total, 0
+    for ms, count in rows:
+        seen += count
+        if seen >= wanted:
+            return ms
+    return rows[-1][0]
 
 
 INTERVAL_RE = re.compile(
@@ -111,6 +146,9 @@ def parse_summary(text: str) -> dict:
             summary[section][key] = int(value) if section == "queries" else value
     if "tps" not in summary:
         raise ValueError("no 'transactions:' line in sysbench output")
+    histogram = parse_histogram(text)
+    if histogram:
+        summary["latency_ms"]["p99"] = histogram_percentile(histogram, 99)
     return summary
 
 

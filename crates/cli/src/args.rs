@@ -107,8 +107,9 @@ mounted. An interrupted receive keeps what arrived and prints a resume token (al
     Tune { pool: String, setting: String },
     /// Engine counters (arcstats, intent log, txg, io, space) of a pool: tarn stats [arc|zil|txg|io|space|all] POOL
     Stats {
-        /// Which counters: arc, zil, txg, io, space, l2arc or all.
-        #[arg(value_parser = ["arc", "zil", "txg", "io", "space", "l2arc", "all"])]
+        /// Which counters: arc, zil, txg, io, space, l2arc, fuse (each mount's transport,
+        /// dev or uring, and the requests it served) or all.
+        #[arg(value_parser = ["arc", "zil", "txg", "io", "space", "l2arc", "fuse", "all"])]
         which: String,
         pool: String,
         #[arg(long)]
@@ -141,6 +142,11 @@ mounted. An interrupted receive keeps what arrived and prints a resume token (al
         /// Threads serving FUSE requests.
         #[arg(long, default_value_t = 8)]
         threads: usize,
+        /// How the kernel's requests reach the daemon: dev (/dev/fuse) or uring (FUSE over
+        /// io_uring; sets the fuse module's enable_uring when root may, and falls back to
+        /// dev with a warning where the kernel refuses).
+        #[arg(long, value_name = "dev|uring", value_parser = ["dev", "uring"])]
+        transport: Option<String>,
         /// Also mount this dataset of the same pool, on its mountpoint property, in the
         /// same daemon (repeatable; `tarn pool import` uses it).
         #[arg(long, value_name = "POOL/DS")]

@@ -94,7 +94,9 @@ fn run(cmd: Cmd) -> Result<(), CliError> {
         Cmd::Stats { which, pool, json, prometheus } => stats_cmd::stats(&which, &pool, json, prometheus),
         Cmd::Tune { pool, setting } => stats_cmd::tune(&pool, &setting),
         Cmd::Mount { all: true, .. } => mount_all::mount_all(),
-        Cmd::Mount { dataset, mountpoint, foreground, threads, also, options, .. } => {
+        Cmd::Mount { dataset, mountpoint, foreground, threads, also, mut options, transport, .. } => {
+            // Carried as a mount option, so a running daemon asked to mount gets it too.
+            options.extend(transport.map(|t| format!("transport={t}")));
             mount_cmd::mount(required(dataset)?, mountpoint, foreground, threads, also, &options.join(","))
         }
         Cmd::Umount { all: true, .. } => mount_all::umount_all(),

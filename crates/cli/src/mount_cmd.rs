@@ -27,6 +27,10 @@ pub fn mount(
     options_text: &str,
 ) -> Result<(), CliError> {
     let options = tarn_fuse::MountOptions::parse(options_text).map_err(|e| CliError::Usage(e.to_string()))?;
+    // Here, where stderr is the user's (the daemon's goes to its log once it detaches).
+    if options.transport == tarn_fuse::uring::Transport::Uring && !tarn_fuse::uring::enable_in_kernel() {
+        eprintln!("tarn mount: warning: FUSE over io_uring is off in this kernel (enable_uring) and cannot be turned on here: the mount uses /dev/fuse");
+    }
     let pool = pool_of(&dataset).to_string();
     if let Some(other) = also.iter().find(|d| pool_of(d) != pool) {
         return Err(CliError::Usage(format!(

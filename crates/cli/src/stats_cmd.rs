@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 
+use tarn_control::ops::mounts::{MountInfo, Mounts};
 use tarn_control::ops::pool as ops;
 use tarn_dataset::props::parse_size;
 use tarn_pool::PoolStats;
@@ -39,6 +40,9 @@ pub fn pool_stats(pool: &str) -> Result<PoolStats, CliError> {
 
 /// `tarn stats WHICH POOL [--json|--prometheus]`.
 pub fn stats(which: &str, pool: &str, json: bool, prometheus: bool) -> Result<(), CliError> {
+    if which == "fuse" {
+        return fuse_stats(pool, json, prometheus);
+    }
     let stats = pool_stats(pool)?;
     let only = (which != "all").then_some(which);
     if prometheus {
@@ -56,7 +60,35 @@ pub fn stats(which: &str, pool: &str, json: bool, prometheus: bool) -> Result<()
             println!("{group:<4} {name:<28} {value}");
         }
     }
+    if which == "all" {
+        print_fuse(&access::run(pool, Mounts {})?);
+    }
     Ok(())
+}
+
+/// `tarn stats fuse POOL`: each mount's FUSE transport and the requests each path
+/// served (counted for `--transport uring` mounts; a /dev/fuse mount run by fuser shows
+/// `-`). Nothing for a pool no daemon holds.
+fn fuse_stats(pool: &str, json: bool, prometheus: bool) -> Result<(), CliError> {
+    if prometheus {
+        return Err(CliError::Usage("tarn stats fuse has no Prometheus form yet; use the text or --json".into()));
+    }
+    let mounts = access::run(pool, Mounts {})?;
+    if json {
+        return print_json(&mounts);
+    }
+    print_fuse(&mounts);
+    Ok(())
+}
+
+fn print_fuse(mounts: &[MountInfo]) {
+    let count = |c: Option<u64>| c.map_or("-".to_string(), |n| n.to_string());
+    for m in mounts {
+        let mp = m.mountpoint.display();
+        println!("fuse {mp} transport {}", m.transport);
+        println!("fuse {mp} ring_requests {}", count(m.ring_requests));
+        println!("fuse {mp} dev_requests {}", count(m.dev_requests));
+    }
 }
 
 /// `tarn tune POOL arc_max=SIZE` or `dirty_max=SIZE`: the new value is handed to the

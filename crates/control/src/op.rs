@@ -128,6 +128,8 @@ pub trait Daemon: Send + Sync {
     /// session to end; a mount with open files is refused unless `force` (their I/O then
     /// fails). `Ok(true)`: it was the last one, and the daemon now closes.
     fn unmount(&self, target: &str, force: bool) -> Result<bool, OpError>;
+    /// The mounts this daemon serves, with their FUSE transport and its counters.
+    fn mount_list(&self) -> Vec<crate::ops::mounts::MountInfo>;
     /// Carries out `how` (unmounting first for export and destroy), logs `history` just
     /// before closing the pool, then calls `reply` with the outcome. A refusal (a busy
     /// mount) is replied at once and changes nothing.

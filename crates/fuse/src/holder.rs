@@ -40,7 +40,7 @@ const COMMANDS_WAIT: Duration = Duration::from_secs(600);
 pub(crate) struct Mounted {
     pub dataset: String,
     pub mountpoint: PathBuf,
-    pub session: fuser::BackgroundSession,
+    pub session: crate::mount::Session,
     pub open: Arc<AtomicU64>,
 }
 
@@ -94,7 +94,7 @@ impl Holder {
         let ended: Vec<Mounted> = {
             let mut m = self.mounts.lock();
             let (ended, live): (Vec<_>, Vec<_>) =
-                std::mem::take(&mut m.live).into_iter().partition(|s| s.session.guard.is_finished());
+                std::mem::take(&mut m.live).into_iter().partition(|s| s.session.is_finished());
             m.live = live;
             ended
         };
@@ -301,6 +301,23 @@ fn finish_pool(pool: Arc<Pool>, how: Finish, history: Option<HistoryEntry>) -> R
 impl tarn_control::Daemon for Holder {
     fn pid(&self) -> u32 {
         std::process::id()
+    }
+
+    fn mount_list(&self) -> Vec<tarn_control::ops::mounts::MountInfo> {
+        let m = self.mounts.lock();
+        m.live
+            .iter()
+            .map(|l| {
+                let (transport, counts) = l.session.transport();
+                tarn_control::ops::mounts::MountInfo {
+                    dataset: l.dataset.clone(),
+                    mountpoint: l.mountpoint.clone(),
+                    transport: transport.name().to_string(),
+                    ring_requests: counts.map(|c| c.0),
+                    dev_requests: counts.map(|c| c.1),
+                }
+            })
+            .collect()
     }
 
     fn pool(&self) -> Option<Arc<Pool>> {

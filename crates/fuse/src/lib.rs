@@ -5,8 +5,9 @@
 //! and `cli` (above). It speaks to the engine only through `dataset` and `pool`: no
 //! engine crate below `dataset` is a dependency or named in its sources
 //! (`crates/cli/tests/layering.rs` checks both).
-//! Owns: the FUSE filesystem ([`fs::TarnFs`]) and its read-only `.tarn/snapshot`
-//! directory (`snapdir`), the order of the mount daemon's life
+//! Owns: the FUSE filesystem — its transport-neutral core ([`ops::TarnFs`], one function
+//! per operation) and the /dev/fuse transport that drives it through fuser
+//! ([`fuser_front`]) — and its read-only `.tarn/snapshot` directory (`snapdir`), the order of the mount daemon's life
 //! (start, mount, control socket, ready, serve, the end; the fork, readiness pipe,
 //! signals and unmounting themselves are `tarn_daemon`'s), what the daemon does for the
 //! control socket (`holder`: mounts, unmounts, export and destroy of a mounted pool),
@@ -19,12 +20,15 @@
 //! Must never: fork after a thread exists, or leave a mount record that claims a pool
 //! for a process that has gone.
 
-pub mod fs;
+pub mod fuser_front;
 mod holder;
 pub mod mount;
+pub mod ops;
 pub mod options;
 mod snapdir;
 pub mod state;
+pub mod uring;
+mod wire;
 
 pub use mount::{mount, umount, MountRequest};
 pub use options::{MountOptions, OptionError};

@@ -21,10 +21,12 @@ use tarn_pool::Pool;
 
 use tarn_daemon::{Asked, Termination, Verdict};
 
-use crate::fs::TarnFs;
+use crate::fuser_front::FuserFront;
 use crate::holder::{Holder, Mounted};
+use crate::ops::TarnFs;
 use crate::options::MountOptions;
 use crate::state::{self, MountRecord};
+use crate::uring::{self, Transport};
 use crate::MountError;
 
 /// What `tarn mount` was asked to do.
@@ -195,17 +197,70 @@ fn mount_one(
     };
     let mountpoint = check_mountpoint(&mountpoint)?;
     let atime = ds.effective().atime && options.records_atime();
-    let test_panic = std::env::var_os(crate::fs::TEST_PANIC_IN_STATFS).is_some();
+    let test_panic = std::env::var_os(crate::ops::TEST_PANIC_IN_STATFS).is_some();
     let fs = TarnFs::new(pool.clone(), ds).recording_atime(atime).with_snapdir(dataset).panicking_in_statfs(test_panic);
     let open = fs.open_handles();
-    let session = session(fs, &mountpoint, threads, &options, dataset, atime)?;
+    let fs = Arc::new(fs);
+    let session = match options.transport {
+        Transport::Uring if uring::enable_in_kernel() => {
+            let s = uring::start(fs, &mountpoint, dataset, &options, atime, threads)
+                .map_err(|source| MountError::Mount { path: mountpoint.display().to_string(), source })?;
+            Session::Uring(s)
+        }
+        Transport::Uring => {
+            eprintln!(
+                "tarn mount: warning: this kernel does not allow FUSE over io_uring (no {}, or not writable): {} uses /dev/fuse",
+                uring::ENABLE_URING,
+                mountpoint.display()
+            );
+            Session::Dev(session(FuserFront::new(fs), &mountpoint, threads, &options, dataset, atime)?)
+        }
+        Transport::Dev => Session::Dev(session(FuserFront::new(fs), &mountpoint, threads, &options, dataset, atime)?),
+    };
     Ok(Mounted { dataset: dataset.to_string(), mountpoint, session, open })
+}
+
+/// A mount's FUSE session, on either transport.
+pub(crate) enum Session {
+    /// /dev/fuse through fuser.
+    Dev(fuser::BackgroundSession),
+    /// FUSE over io_uring, run by tarn (`uring`).
+    Uring(uring::UringSession),
+}
+
+impl Session {
+    /// Whether the connection has ended and the session's threads are gone.
+    pub fn is_finished(&self) -> bool {
+        match self {
+            Session::Dev(s) => s.guard.is_finished(),
+            Session::Uring(s) => s.is_finished(),
+        }
+    }
+
+    /// Waits for the session's threads: what ended them.
+    pub fn join(self) -> std::io::Result<()> {
+        match self {
+            Session::Dev(s) => s.join(),
+            Session::Uring(s) => s.join(),
+        }
+    }
+
+    /// The transport its requests take now (a uring session the kernel refused at INIT
+    /// serves on /dev/fuse), and the requests served by rings and on /dev/fuse (known
+    /// for a uring session only).
+    pub fn transport(&self) -> (Transport, Option<(u64, u64)>) {
+        match self {
+            Session::Dev(_) => (Transport::Dev, None),
+            Session::Uring(s) if s.on_rings => (Transport::Uring, Some(s.counts.totals())),
+            Session::Uring(s) => (Transport::Dev, Some(s.counts.totals())),
+        }
+    }
 }
 
 /// Mounts and starts the worker threads; once this returns the kernel has our INIT
 /// reply, so the mount is usable.
 fn session(
-    fs: TarnFs,
+    fs: FuserFront,
     mountpoint: &Path,
     threads: usize,
     o: &MountOptions,

@@ -10,6 +10,8 @@
 //! `atime` property in charge). Must never: silently accept an option that promises
 //! something the mount does not do (`sync`, `strictatime`).
 
+use crate::uring::Transport;
+
 /// What a mount was asked for beyond the dataset's own properties.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MountOptions {
@@ -21,11 +23,15 @@ pub struct MountOptions {
     pub no_dev: bool,
     pub no_suid: bool,
     pub no_exec: bool,
+    /// `transport=dev|uring` (`tarn mount --transport`): how the kernel's requests
+    /// reach the daemon; carried in the option text so a mount made through a running
+    /// daemon's control socket gets it too.
+    pub transport: Transport,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum OptionError {
-    #[error("mount option '{0}' is not supported; supported: ro, rw, atime, noatime, relatime, nodev, nosuid, noexec (and mount(8)'s defaults, _netdev, nofail, auto, noauto, x-*, which are ignored)")]
+    #[error("mount option '{0}' is not supported; supported: ro, rw, atime, noatime, relatime, nodev, nosuid, noexec, transport=dev|uring (and mount(8)'s defaults, _netdev, nofail, auto, noauto, x-*, which are ignored)")]
     Unknown(String),
     #[error("mount option '{word}' is not supported: {why}")]
     Refused { word: String, why: &'static str },
@@ -85,6 +91,8 @@ impl MountOptions {
             "nodev" => self.no_dev = true,
             "nosuid" => self.no_suid = true,
             "noexec" => self.no_exec = true,
+            "transport=dev" => self.transport = Transport::Dev,
+            "transport=uring" => self.transport = Transport::Uring,
             "sync" | "dirsync" => {
                 return Err(refused(word, "use the dataset's sync property instead (tarn set sync=always POOL/DS)"))
             }
@@ -114,6 +122,9 @@ mod tests {
         let ro = MountOptions::parse("ro,nodev,nosuid,noexec").expect("kernel words");
         assert!(ro.read_only && ro.no_dev && ro.no_suid && ro.no_exec);
         assert!(!ro.records_atime(), "a read-only mount writes no atime");
+        assert_eq!(MountOptions::parse("transport=uring").expect("transport").transport, Transport::Uring);
+        assert_eq!(MountOptions::parse("transport=uring,transport=dev").expect("later wins").transport, Transport::Dev);
+        assert!(MountOptions::parse("transport=carrier-pigeon").is_err());
     }
 
     #[test]

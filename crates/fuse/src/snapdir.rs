@@ -14,11 +14,9 @@
 //! Must never: take a lock on the head's read path, or hand a snapshot's object id to the
 //! kernel without its tree.
 use std::sync::Arc;
-use std::time::UNIX_EPOCH;
 
-use fuser::{FileAttr, FileType, INodeNo};
 use parking_lot::RwLock;
-use tarn_dataset::{Dataset, FsError};
+use tarn_dataset::{Attr, Dataset, FileKind, FsError, Timespec};
 use tarn_pool::Pool;
 
 /// Bits of an inode number that hold the object id.
@@ -110,22 +108,21 @@ impl SnapDir {
 }
 
 /// The attributes of `.tarn` or `.tarn/snapshot`: a read-only directory.
-pub(crate) fn virtual_attr(ino: u64) -> FileAttr {
-    FileAttr {
-        ino: INodeNo(ino),
+pub(crate) fn virtual_attr(ino: u64) -> Attr {
+    let epoch = Timespec { sec: 0, nsec: 0 };
+    Attr {
+        ino,
+        kind: FileKind::Dir,
         size: 0,
-        blocks: 0,
-        atime: UNIX_EPOCH,
-        mtime: UNIX_EPOCH,
-        ctime: UNIX_EPOCH,
-        crtime: UNIX_EPOCH,
-        kind: FileType::Directory,
-        perm: 0o555,
-        nlink: 2,
+        mode: libc::S_IFDIR | 0o555,
         uid: 0,
         gid: 0,
+        nlink: 2,
+        atime: epoch,
+        mtime: epoch,
+        ctime: epoch,
+        crtime: epoch,
         rdev: 0,
         blksize: 4096,
-        flags: 0,
     }
 }

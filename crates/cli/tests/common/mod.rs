@@ -41,10 +41,19 @@ impl Env {
         self.tarn_with_env(args, &[])
     }
 
-    /// Runs tarn with `vars` set in its environment besides the harness's own.
+    /// Runs tarn with `vars` set in its environment besides the harness's own. Every
+    /// `tarn mount` of a dataset gets `--transport T` when TARN_TEST_TRANSPORT=T, so a
+    /// suite runs on either FUSE transport.
     pub fn tarn_with_env(&self, args: &[&str], vars: &[(&str, &str)]) -> Output {
+        let mut args = args.to_vec();
+        let transport = test_transport();
+        if let (Some(t), Some(&"mount")) = (transport.as_deref(), args.first()) {
+            if !args.contains(&"-a") && !args.contains(&"--transport") {
+                args.extend(["--transport", t]);
+            }
+        }
         Command::new(env!("CARGO_BIN_EXE_tarn"))
-            .args(args)
+            .args(&args)
             .env("TARN_CACHE_FILE", self.path("pools.json"))
             .env("TARN_RUN_DIR", self.run_dir())
             .envs(vars.iter().copied())
@@ -92,6 +101,28 @@ impl Env {
         let v: serde_json::Value = serde_json::from_str(&text).ok()?;
         v["pid"].as_u64().map(|p| p as u32)
     }
+}
+
+/// The FUSE transport the suites run on (TARN_TEST_TRANSPORT: dev or uring; unset:
+/// the default, dev). For uring the fuse module's `enable_uring` is turned on here first,
+/// so that `tarn mount` has nothing to say on stderr.
+pub fn test_transport() -> Option<String> {
+    let t = std::env::var("TARN_TEST_TRANSPORT").ok().filter(|t| !t.is_empty())?;
+    assert!(t == "dev" || t == "uring", "TARN_TEST_TRANSPORT={t}: dev or uring");
+    if t == "uring" {
+        enable_uring();
+    }
+    Some(t)
+}
+
+/// Turns on FUSE over io_uring in the kernel (tests run as root); fails loudly where it
+/// cannot, so a uring run never silently tests /dev/fuse.
+pub fn enable_uring() {
+    let knob = "/sys/module/fuse/parameters/enable_uring";
+    if std::fs::read_to_string(knob).is_ok_and(|v| v.trim() == "Y") {
+        return;
+    }
+    std::fs::write(knob, b"1").unwrap_or_else(|e| panic!("cannot enable FUSE over io_uring ({knob}): {e}"));
 }
 
 pub struct Mounted<'a> {

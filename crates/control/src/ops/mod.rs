@@ -4,7 +4,7 @@
 //! add, remove, set, get, history, stats, tune),
 //! `dataset` (ds create/destroy/list, set, get, inherit), `snapshot` (snap
 //! create/list/destroy, rollback, clone, promote), `stream` (send, recv), `files` (put, ls, cat) and
-//! `mounts` (mount, umount: the daemon's own).
+//! `mounts` (mount, umount, the list of mounts: the daemon's own).
 //!
 //! Owns: [`dispatch`], the one place a command's wire name meets its type.
 //! Promises: an unknown name or malformed arguments are a clear error, never a guess.
@@ -76,6 +76,7 @@ registry![
     files::Read,
     mounts::Mount,
     mounts::Umount,
+    mounts::Mounts,
 ];
 
 fn run_wire<O: Op>(args: Value, on: &Held<'_>) -> Result<Value, OpError> {

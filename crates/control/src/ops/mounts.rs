@@ -1,5 +1,6 @@
-//! `tarn mount` of another dataset of a held pool, and `tarn umount`: what only the
-//! daemon that holds the pool can do (one daemon per pool serves all its mounts).
+//! `tarn mount` of another dataset of a held pool, `tarn umount`, and the list of a
+//! daemon's mounts with their FUSE transport (`tarn stats fuse`): what only the daemon
+//! that holds the pool can do or know (one daemon per pool serves all its mounts).
 //!
 //! Owns: the wire form of both. Promises: `umount` of the last mount answers only once the
 //! daemon has committed and closed the pool (as a `tarn umount` of a daemon always did).
@@ -50,5 +51,30 @@ impl Op for Umount {
             on.finish_with(Finish::Close);
         }
         Ok(())
+    }
+}
+
+/// One mount a daemon serves, as `tarn stats fuse` shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MountInfo {
+    pub dataset: String,
+    pub mountpoint: PathBuf,
+    /// How the kernel's requests reach the daemon now: `dev` (/dev/fuse) or `uring`.
+    pub transport: String,
+    /// Requests served by the io_uring rings and on /dev/fuse, counted by a session tarn
+    /// runs itself (a `--transport uring` mount); `None` for a fuser session.
+    pub ring_requests: Option<u64>,
+    pub dev_requests: Option<u64>,
+}
+
+/// The mounts of the held pool (none if no daemon holds it).
+#[derive(Serialize, Deserialize)]
+pub struct Mounts {}
+
+impl Op for Mounts {
+    const NAME: &'static str = "mounts";
+    type Output = Vec<MountInfo>;
+    fn run(self, on: &Held<'_>) -> Result<Vec<MountInfo>, OpError> {
+        Ok(on.daemon.map(|d| d.mount_list()).unwrap_or_default())
     }
 }
