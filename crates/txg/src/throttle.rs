@@ -24,7 +24,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crate::{check_usable, TxgEngine, TxgError};
+use crate::{check_usable, dirty_limit, TxgConfig, TxgEngine, TxgError};
 
 /// The shape of the write throttle's delay (ZFS's zfs_delay_min_dirty_percent,
 /// zfs_delay_scale and zfs_delay_max_ns; see `write_delay`).
@@ -96,13 +96,15 @@ impl TxgEngine {
 
     /// The write throttle for a change of `dirty_bytes`: waits while dirty data is over
     /// `dirty_max` (a commit makes room), then sleeps along the delay curve.
-    pub(crate) fn throttle(&self, dirty_bytes: u64, dirty_max: u64, curve: &DelayCurve) -> Result<(), TxgError> {
+    pub(crate) fn throttle(&self, dirty_bytes: u64, config: &TxgConfig, curve: &DelayCurve) -> Result<(), TxgError> {
         let asked = Instant::now();
         let mut s = self.state.lock();
         let mut waited_for_room = false;
+        let mut limit;
         loop {
             check_usable(&s)?;
-            if s.dirty() + dirty_bytes <= dirty_max || s.dirty() == 0 {
+            limit = dirty_limit(&s, config);
+            if s.dirty() + dirty_bytes <= limit || s.dirty() == 0 {
                 break;
             }
             waited_for_room = true;
@@ -114,7 +116,7 @@ impl TxgEngine {
             s.throttle.dirty_max_waits += 1;
             s.throttle.dirty_max_wait += asked.elapsed();
         }
-        let delay = write_delay(s.dirty(), dirty_max, curve);
+        let delay = write_delay(s.dirty(), limit, curve);
         let now = Instant::now();
         if delay.is_zero() || now >= asked + delay {
             return Ok(()); // this writer has already waited that long
@@ -135,9 +137,12 @@ impl TxgEngine {
         if self.observer.get().is_none() {
             return;
         }
-        let dirty_max = self.tuning.lock().config.dirty_max;
-        let dirty = self.state.lock().dirty();
-        self.tell_percent(dirty_percent(dirty, dirty_max));
+        let config = self.tuning.lock().config.clone();
+        let percent = {
+            let s = self.state.lock();
+            dirty_percent(s.dirty(), dirty_limit(&s, &config))
+        };
+        self.tell_percent(percent);
     }
 
     pub(crate) fn tell_percent(&self, percent: u32) {
