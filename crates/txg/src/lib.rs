@@ -73,8 +73,8 @@ pub struct TxgConfig {
     /// Writers are delayed above `DelayCurve::min_percent` of this (open + syncing
     /// dirty bytes), and stopped above it.
     pub dirty_max: u64,
-    /// A sync starts early once the open txg has this many dirty bytes (or
-    /// `DIRTY_SYNC_PERCENT` of the dirty limit, if that is less).
+    /// A sync starts early once the open txg has this many dirty bytes (scaled down
+    /// with the dirty limit, when the measured write rate holds that below `dirty_max`).
     pub dirty_sync: u64,
     /// Hold dirty data to what the disks write in one `timeout`, as measured over the
     /// last syncs (`rate`), instead of to `dirty_max` alone: the delay curve and early
@@ -310,10 +310,14 @@ pub(crate) fn dirty_limit(s: &State, config: &TxgConfig) -> u64 {
     }
 }
 
-/// Dirty bytes of the open txg that start its sync early: `dirty_sync`, or
-/// `DIRTY_SYNC_PERCENT` of a lower dirty limit.
+/// Dirty bytes of the open txg that start its sync early: `dirty_sync`, scaled down
+/// with the dirty limit when the measured write rate holds it below `dirty_max` (the
+/// configured share of the limit is kept).
 pub(crate) fn sync_threshold(config: &TxgConfig, limit: u64) -> u64 {
-    config.dirty_sync.min(limit * DIRTY_SYNC_PERCENT / 100).max(1)
+    if limit >= config.dirty_max {
+        return config.dirty_sync;
+    }
+    (config.dirty_sync as u128 * limit as u128 / config.dirty_max.max(1) as u128).max(1) as u64
 }
 
 fn micros(d: Duration) -> u64 {
