@@ -40,13 +40,21 @@ pub struct PacedDisk {
     uid: u32,
     gid: u32,
     born: SystemTime,
+    /// A test hook: `statfs` panics, so a test can see what a bug's panic in a FUSE
+    /// thread does to the pacer (`TEST_PANIC_IN_STATFS`, read once at start).
+    panic_in_statfs: bool,
 }
+
+/// The environment variable that makes the pacer's `statfs` panic (tests of its panic
+/// handling; read once when the disk is made, never on a request).
+pub const TEST_PANIC_IN_STATFS: &str = "TARN_TEST_PANIC_IN_STATFS";
 
 impl PacedDisk {
     pub fn new(backing: File, size: u64, pacer: Arc<Pacer>, stats: Arc<Stats>) -> PacedDisk {
         // SAFETY: getuid/getgid cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-        PacedDisk { backing, size, pacer, stats, uid, gid, born: SystemTime::now() }
+        let panic_in_statfs = std::env::var_os(TEST_PANIC_IN_STATFS).is_some();
+        PacedDisk { backing, size, pacer, stats, uid, gid, born: SystemTime::now(), panic_in_statfs }
     }
 
     fn attr(&self, ino: INodeNo) -> FileAttr {
@@ -319,6 +327,10 @@ impl Filesystem for PacedDisk {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        assert!(
+            !self.panic_in_statfs,
+            "{TEST_PANIC_IN_STATFS} is set: statfs panics (a test of the daemon's panic handling)"
+        );
         let blocks = self.size.div_ceil(u64::from(BLOCK));
         reply.statfs(blocks, 0, 0, 2, 0, BLOCK, 255, BLOCK);
     }

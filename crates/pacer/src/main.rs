@@ -107,6 +107,11 @@ fn usage_error(err: clap::Error) -> ExitCode {
     ExitCode::from(2)
 }
 
+/// What the panic hook adds after the panic itself: what became of the emulated disk.
+const PANIC_NOTE: &str = "tarn-pacer: a thread of this daemon panicked (a bug): the daemon ends here; the paced \
+disk fails with ENOTCONN until it is unmounted (`umount` of its mountpoint), and the backing file keeps every write \
+the disk acknowledged";
+
 fn run(args: Args) -> Result<(), PacerError> {
     let mountpoint = preflight::check_mountpoint(&args.mountpoint)?;
     preflight::check_fuse_device()?;
@@ -114,6 +119,9 @@ fn run(args: Args) -> Result<(), PacerError> {
     // The daemon chdirs to /, so a relative stats path must be resolved now.
     let stats_path = args.stats.as_ref().map(|p| absolute(p));
     let readiness = tarn_daemon::start(args.foreground, report)?;
+    // This process is the daemon now: a panic in any of its threads ends it rather than
+    // leaving the disk half-served (a dead FUSE worker's requests never answered).
+    tarn_daemon::end_on_panic(PANIC_NOTE);
     // From here on threads may exist: no more forking.
     let limits =
         Limits { iops: args.iops, bandwidth: args.bandwidth, max_io: args.max_io, latency_us: args.latency_us };

@@ -401,45 +401,71 @@ fn pacing_holds_under_ext4_for_direct_buffered_and_cold_reads() {
     assert!(fast_iops > throttled_iops * 3.0, "unthrottled disk is not clearly faster");
 }
 
+/// A pacer started with `--foreground` by this test; dropping it stops the pacer (by its
+/// pid, while it is still this test's unreaped child) and lazily unmounts what is left.
+struct Foreground(std::process::Child, PathBuf);
+
+impl Drop for Foreground {
+    fn drop(&mut self) {
+        // Only signal while it is still our unreaped child: its pid is then ours.
+        if matches!(self.0.try_wait(), Ok(None)) {
+            // SAFETY: signalling the child we started.
+            unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline && matches!(self.0.try_wait(), Ok(None)) {
+                thread::sleep(Duration::from_millis(20));
+            }
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+        if is_listed(&self.1) {
+            let _ = run("umount", &["-l", &self.1.to_string_lossy()]);
+        }
+    }
+}
+
+/// Starts a 16 MiB pacer in the foreground on `dir/mnt` with `args` and `envs`, and waits
+/// for the `pid=N` line that says its mount is there.
+fn start_foreground(dir: &Path, args: &[&str], envs: &[(&str, &str)]) -> Foreground {
+    let mnt = dir.join("mnt");
+    fs::create_dir(&mnt).expect("mkdir");
+    let img = dir.join("b.img");
+    let mut child = Command::new(BIN)
+        .args(["--backing", &img.to_string_lossy(), "--size", "16M"])
+        .args(["--mountpoint", &mnt.to_string_lossy(), "--foreground"])
+        .args(args)
+        .envs(envs.iter().copied())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start tarn-pacer");
+    let mut line = String::new();
+    let stdout = child.stdout.take().expect("stdout");
+    let guard = Foreground(child, mnt.clone());
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).expect("read pid");
+    assert_eq!(line.trim(), format!("pid={}", guard.0.id()), "foreground prints its own pid");
+    assert!(is_listed(&mnt), "mount not ready when pid was printed");
+    guard
+}
+
+/// Waits up to 10 s for the foreground pacer to exit, and returns how it did.
+fn wait_exit(guard: &mut Foreground, what: &str) -> std::process::ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(Some(status)) = guard.0.try_wait() {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "pacer did not exit {what}");
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn added_latency_delays_every_io_and_foreground_stays_attached() {
     require_environment();
     let dir = tempfile::tempdir().expect("tempdir");
-    let mnt = dir.path().join("mnt");
-    fs::create_dir(&mnt).expect("mkdir");
-    let img = dir.path().join("b.img");
-    let mut child = Command::new(BIN)
-        .args(["--backing", &img.to_string_lossy(), "--size", "16M"])
-        .args(["--mountpoint", &mnt.to_string_lossy(), "--latency-us", "20000", "--foreground"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("start tarn-pacer");
-    // Guard: whatever happens below, stop this pacer (by its pid) and its mount.
-    struct Stop(std::process::Child, PathBuf);
-    impl Drop for Stop {
-        fn drop(&mut self) {
-            // Only signal while it is still our unreaped child: its pid is then ours.
-            if matches!(self.0.try_wait(), Ok(None)) {
-                // SAFETY: signalling the child we started.
-                unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
-                let deadline = Instant::now() + Duration::from_secs(10);
-                while Instant::now() < deadline && matches!(self.0.try_wait(), Ok(None)) {
-                    thread::sleep(Duration::from_millis(20));
-                }
-            }
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-            if is_listed(&self.1) {
-                let _ = run("umount", &["-l", &self.1.to_string_lossy()]);
-            }
-        }
-    }
-    let mut line = String::new();
-    let stdout = child.stdout.take().expect("stdout");
-    let mut guard = Stop(child, mnt.clone());
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).expect("read pid");
-    assert_eq!(line.trim(), format!("pid={}", guard.0.id()), "foreground prints its own pid");
-    assert!(is_listed(&mnt), "mount not ready when pid was printed");
+    let mut guard = start_foreground(dir.path(), &["--latency-us", "20000"], &[]);
+    let mnt = guard.1.clone();
 
     let f = OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(mnt.join("disk")).expect("open disk");
     let mut raw = vec![0u8; 8192];
@@ -456,16 +482,48 @@ fn added_latency_delays_every_io_and_foreground_stays_attached() {
     // SIGTERM unmounts cleanly and ends the process with success.
     // SAFETY: signalling the child we started.
     unsafe { libc::kill(guard.0.id() as i32, libc::SIGTERM) };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Ok(Some(status)) = guard.0.try_wait() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "pacer did not exit on SIGTERM");
-        thread::sleep(Duration::from_millis(20));
-    };
+    let status = wait_exit(&mut guard, "on SIGTERM");
     assert!(status.success(), "exit status {status}");
     assert!(!is_listed(&mnt), "still mounted after SIGTERM");
+}
+
+#[test]
+fn a_panic_in_the_pacer_ends_it_and_the_disk_fails_instead_of_hanging() {
+    require_environment();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut guard = start_foreground(dir.path(), &[], &[("TARN_TEST_PANIC_IN_STATFS", "1")]);
+    let mnt = guard.1.clone();
+    // statfs on the mount: a FUSE worker of the pacer panics serving it. In a child
+    // process, so that a pacer left half-alive (the request never answered) shows as a
+    // timeout, not a hung test.
+    let mut df = Command::new("stat")
+        .arg("-f")
+        .arg(&mnt)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run stat -f");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let answered = loop {
+        match df.try_wait() {
+            Ok(Some(_)) => break true,
+            _ if Instant::now() >= deadline => break false,
+            _ => thread::sleep(Duration::from_millis(20)),
+        }
+    };
+    if !answered {
+        let _ = df.kill();
+    }
+    let df_status = df.wait().expect("reap stat");
+    assert!(answered, "statfs hung: the pacer outlived the panic of its FUSE thread");
+    assert!(!df_status.success(), "statfs on the panicking pacer's disk failed");
+    let status = wait_exit(&mut guard, "after the panic");
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(libc::SIGABRT), "{status}");
+    let mut stderr = String::new();
+    guard.0.stderr.take().expect("stderr").read_to_string(&mut stderr).expect("read stderr");
+    assert!(stderr.contains("panicked at") && stderr.contains("TARN_TEST_PANIC_IN_STATFS"), "{stderr}");
+    let err = fs::metadata(mnt.join("disk")).expect_err("the dead disk fails the next call");
+    assert_eq!(err.raw_os_error(), Some(libc::ENOTCONN), "the next call on the disk: {err}");
 }
 
 // ---------------------------------------------------------------- bad input

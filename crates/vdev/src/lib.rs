@@ -22,9 +22,11 @@ pub mod iostat;
 mod label;
 mod leaf;
 mod queue;
+mod reads;
 mod slots;
 #[cfg(test)]
 mod test_devices;
+mod top;
 mod top_state;
 mod tree;
 
@@ -38,8 +40,8 @@ pub use label::{
 };
 pub use leaf::{Leaf, LeafHealth, LeafStatus};
 pub use queue::{async_write_limit, ClassLimits, ClassStats, IoClass, IoPermit, IoQueue, QueueConfig, MAX_ACTIVE};
+pub use reads::{ReadMode, SidesRead};
 pub use slots::{Slots, MAX_TOPS};
+pub use top::{TopVdev, DATA_START, DEFAULT_MAX_IO};
 pub use top_state::TopState;
-pub use tree::{
-    read_device_labels, DeviceLabels, ReadMode, SidesRead, SyncHold, TopVdev, VdevTree, DATA_START, DEFAULT_MAX_IO,
-};
+pub use tree::{read_device_labels, DeviceLabels, SyncHold, VdevTree};

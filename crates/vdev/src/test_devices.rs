@@ -11,7 +11,8 @@ use parking_lot::Mutex;
 
 use crate::label::Uberblock;
 use crate::leaf::Leaf;
-use crate::tree::{TopVdev, VdevTree};
+use crate::top::TopVdev;
+use crate::tree::VdevTree;
 use crate::BlockDevice;
 
 /// A device in memory, so a test can damage one side of a mirror.

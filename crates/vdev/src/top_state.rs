@@ -12,7 +12,8 @@
 //! on the read path (a state is one atomic load).
 use std::sync::atomic::Ordering;
 
-use crate::tree::{TopVdev, VdevTree};
+use crate::top::TopVdev;
+use crate::tree::VdevTree;
 use crate::VdevError;
 
 /// Where a top-level vdev is in its life: a live `pool add` brings a log device in, a
