@@ -282,13 +282,15 @@ def report_page(rundir: Path, plots_dir: Path | None = None) -> Page:
     workloads = analysis.workloads_of(scenario, cells)
     views = analysis.variant_views(scenario, cells)
     tables, headlines = [], []
+    ratio_index = 0
     for variant, view, vcells in views:
         label = analysis.variant_label(variant, view) if variant else ""
         line = analysis.headline(view, vcells)
         if line:
             headlines.append(f"{label}: {line}" if variant else line)
         for w in analysis.workloads_of(view, vcells):
-            tables.append(ratio_html_table(view, vcells, w, len(tables) + 1, label))
+            ratio_index += 1
+            tables.append(ratio_html_table(view, vcells, w, ratio_index, label))
             tables.append(steadiness_html_table([c for (_, cw), c in vcells.items() if cw == w], w, label))
     sweeps = analysis.sweeps(scenario, cells)
     tables += [sweep_html_table(sw, i) for i, sw in enumerate(sweeps, 1)]
