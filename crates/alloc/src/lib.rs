@@ -140,6 +140,28 @@ impl SpaceMap {
         }
     }
 
+    /// False if [offset, offset+len) cannot be one live block: some sector it touches
+    /// holds fewer live bytes than the block's share of it (a freed block's sectors are
+    /// empty, or shared only with other blocks' smaller shares). True says only "may be":
+    /// another block may fill the same sectors. Out of the vdev's range is not live.
+    pub fn may_hold(&self, offset: u64, len: u64) -> bool {
+        let Some(end) = offset.checked_add(len) else { return false };
+        if len == 0 || end > self.total_bytes() {
+            return false;
+        }
+        let size = self.sector_size();
+        let mut at = offset;
+        while at < end {
+            let sector = at >> self.shift;
+            let share = end.min((sector + 1) * size) - at;
+            if (self.live[sector as usize] as u64) < share {
+                return false;
+            }
+            at += share;
+        }
+        true
+    }
+
     /// Drops `len` live bytes at `offset`; sectors left empty wait in the deferred list.
     ///
     /// Panics on a double free (see the module's "must never").
@@ -238,6 +260,21 @@ mod tests {
         let mut m = SpaceMap::new(sectors * 512, 9);
         m.rebuild_free();
         m
+    }
+
+    #[test]
+    fn may_hold_says_no_for_freed_bytes_and_maybe_for_shared_sectors() {
+        let mut m = empty(8);
+        m.claim(0, 100);
+        m.claim(100, 800);
+        assert!(m.may_hold(0, 100));
+        assert!(m.may_hold(100, 800));
+        m.free(100, 800);
+        assert!(!m.may_hold(100, 800), "its second sector is empty");
+        assert!(m.may_hold(0, 100));
+        assert!(!m.may_hold(512, 100), "nothing live there");
+        assert!(!m.may_hold(8 * 512 - 10, 100), "past the vdev's end");
+        assert!(!m.may_hold(u64::MAX - 5, 100), "overflow is not live");
     }
 
     #[test]

@@ -98,27 +98,38 @@ pub struct PageId {
     pub blkid: u64,
 }
 
-/// A read or a write as the cache sees it: what kind, and which page if the caller knows.
+/// A read or a write as the cache sees it: what kind, which page, and which object set
+/// (dataset) the block belongs to, as far as the caller knows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Access {
     pub kind: ReadKind,
     pub page: Option<PageId>,
+    /// The dataset of the block: a page's, or that of an indirect, dnode or directory
+    /// block (the L2ARC's `secondarycache` asks it when the block leaves the ARC).
+    /// `None`: the pool's own blocks, or not known.
+    pub objset: Option<u64>,
 }
 
 impl Access {
     /// An access of `kind` with no page identity (metadata, housekeeping).
     pub const fn of(kind: ReadKind) -> Access {
-        Access { kind, page: None }
+        Access { kind, page: None, objset: None }
+    }
+
+    /// An access of `kind` to a block of dataset `objset` that is not a page (an
+    /// indirect block).
+    pub const fn in_objset(kind: ReadKind, objset: u64) -> Access {
+        Access { kind, page: None, objset: Some(objset) }
     }
 
     /// An access of `kind` to record `page`.
     pub const fn page(kind: ReadKind, page: PageId) -> Access {
-        Access { kind, page: Some(page) }
+        Access { kind, page: Some(page), objset: Some(page.objset) }
     }
 
     /// The same access counted under another kind.
     pub const fn as_kind(self, kind: ReadKind) -> Access {
-        Access { kind, page: self.page }
+        Access { kind, ..self }
     }
 }
 

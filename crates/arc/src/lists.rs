@@ -31,11 +31,22 @@ pub(crate) struct Entry {
     pub(crate) class: Class,
     /// Read ahead and not yet asked for: its first demand read is not a second access.
     pub(crate) prefetched: bool,
+    /// The dataset it belongs to (`NO_OBJSET`: the pool's, or not known), for the
+    /// L2ARC's `secondarycache` when it leaves. A word, not an `Option` (16 bytes).
+    objset: u64,
 }
 
+/// `Entry::objset` of a block of no known dataset.
+const NO_OBJSET: u64 = u64::MAX;
+
 impl Entry {
-    pub(crate) fn new(bytes: Arc<[u8]>, lsize: u32, class: Class, prefetched: bool) -> Entry {
-        Entry { charge: charged_bytes(bytes.len()), bytes, lsize, class, prefetched }
+    pub(crate) fn new(bytes: Arc<[u8]>, lsize: u32, class: Class, prefetched: bool, objset: Option<u64>) -> Entry {
+        let objset = objset.unwrap_or(NO_OBJSET);
+        Entry { charge: charged_bytes(bytes.len()), bytes, lsize, class, prefetched, objset }
+    }
+
+    pub(crate) fn objset(&self) -> Option<u64> {
+        (self.objset != NO_OBJSET).then_some(self.objset)
     }
 }
 
@@ -237,8 +248,7 @@ impl Lists {
             let keep_meta = self.metadata_bytes + outside <= self.meta_limit();
             let (from_t1, (key, e)) = self.pop_victim(from_t1, keep_meta);
             let size = e.charge;
-            // Metadata, or data under `DataPolicy::Arc`: no page identity kept here.
-            self.sink.offer(key, &e.bytes, e.lsize, e.class, e.prefetched, None);
+            self.sink.offer(key, &e.bytes, e.lsize, e.class, e.prefetched, e.objset());
             self.account(&e, false, from_t1);
             let ghost = Ghost { size, unread_prefetch: e.prefetched };
             self.unread_prefetch_evictions += e.prefetched as u64;

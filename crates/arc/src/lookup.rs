@@ -93,26 +93,36 @@ impl ArcCache {
             self.counters.inserts.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        self.insert_entry(key, Entry::new(bytes, lsize, class, false));
+        self.insert_entry(key, Entry::new(bytes, lsize, class, false, access.objset));
     }
 
     /// Caches a block just written (counts as neither a hit nor a miss). File data takes
     /// the place of its page's older version if that is cached.
-    pub fn insert_written(&self, key: BlockKey, bytes: Arc<[u8]>, lsize: u32, class: Class, page: Option<PageId>) {
-        if self.insert_unasked(key, bytes, lsize, class, page, false) {
+    /// `objset`: the dataset the block belongs to (`page`'s for a record), if any.
+    pub fn insert_written(
+        &self,
+        key: BlockKey,
+        bytes: Arc<[u8]>,
+        lsize: u32,
+        class: Class,
+        page: Option<PageId>,
+        objset: Option<u64>,
+    ) {
+        if self.insert_unasked(key, bytes, lsize, class, page, objset, false) {
             self.counters.written_inserts.fetch_add(1, Ordering::Relaxed);
         }
     }
 
     /// Caches a block read ahead of demand (sequential prefetch).
     pub fn insert_prefetched(&self, key: BlockKey, bytes: Arc<[u8]>, lsize: u32, class: Class, page: Option<PageId>) {
-        if self.insert_unasked(key, bytes, lsize, class, page, true) {
+        if self.insert_unasked(key, bytes, lsize, class, page, page.map(|p| p.objset), true) {
             self.counters.prefetch_inserts.fetch_add(1, Ordering::Relaxed);
         }
     }
 
     /// Caches a block no read asked for (written, or read ahead: `prefetched`) where its
     /// class lives. Returns whether it was added.
+    #[allow(clippy::too_many_arguments)] // a block's identity, its bytes and how it came
     fn insert_unasked(
         &self,
         key: BlockKey,
@@ -120,10 +130,11 @@ impl ArcCache {
         lsize: u32,
         class: Class,
         page: Option<PageId>,
+        objset: Option<u64>,
         prefetched: bool,
     ) -> bool {
         if self.in_lists(class) {
-            self.insert_entry(key, Entry::new(bytes, lsize, class, prefetched))
+            self.insert_entry(key, Entry::new(bytes, lsize, class, prefetched, objset))
         } else {
             let size = charged_bytes(bytes.len());
             self.insert_data(size, |d| d.insert(key, bytes, lsize, page, prefetched), &key)

@@ -170,7 +170,7 @@ fn read_page(arc: &ArcCache, n: u64, v: u64) -> bool {
 
 /// The buffer pool above flushes page `n` as version `v`; the txg frees version `v - 1`.
 fn rewrite_page(arc: &ArcCache, n: u64, v: u64) {
-    arc.insert_written(version(n, v), Arc::from(vec![n as u8; BLOCK]), 16384, Class::Data, Some(page(n)));
+    arc.insert_written(version(n, v), Arc::from(vec![n as u8; BLOCK]), 16384, Class::Data, Some(page(n)), None);
     arc.remove(&version(n, v - 1));
 }
 
@@ -286,7 +286,7 @@ fn a_directory_record_read_as_metadata_is_cached_under_either_policy() {
         arc.insert(key(1), Arc::from(vec![1u8; BLOCK]), 16384, Class::Data, dir);
         assert_eq!(arc.get(&key(1), dir).as_deref(), Some(&[1u8; BLOCK][..]), "{policy:?}");
         // Written, then read back as a directory.
-        arc.insert_written(key(2), Arc::from(vec![2u8; BLOCK]), 16384, Class::Data, None);
+        arc.insert_written(key(2), Arc::from(vec![2u8; BLOCK]), 16384, Class::Data, None, None);
         assert!(arc.get(&key(2), dir).is_some(), "{policy:?}");
         let s = arc.snapshot();
         assert_eq!(s.kind_hits[ReadKind::Directory.index()], 2, "{policy:?}");

@@ -310,7 +310,8 @@ pub enum PoolCmd {
         #[arg(long)]
         json: bool,
     },
-    /// Reset the device error counters and the list of data errors.
+    /// Reset the device error counters and the list of data errors; dropped cache devices
+    /// are opened again (their cache starts empty).
     Clear { pool: String },
     /// Destroy a pool: its devices no longer import.
     Destroy {

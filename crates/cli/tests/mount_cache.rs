@@ -3,7 +3,9 @@
 //! fsyncs through the mount) and on a closed one, `pool status`'s cache section following
 //! live, `pool history`, bad input refused in one line; kill -9 of the daemon under a
 //! write and read load with a cache device: every fsync-acknowledged byte is there, no
-//! read ever returns wrong bytes, and the cache rebuilds and serves after import.
+//! read ever returns wrong bytes, and the cache rebuilds and serves after import; a cache
+//! device returning wrong bytes is FAULTED in status (with the fix) and `pool clear`
+//! brings it back while mounted.
 
 mod common;
 
@@ -256,6 +258,65 @@ fn kill_9_under_a_write_and_read_load_with_a_cache_device_loses_no_fsync_and_the
     assert_eq!(l2_stat(&env, "cksum_bad"), 0, "no rebuilt entry named bytes that did not verify");
     let status = env.ok(&["pool", "status", "tank"]);
     assert!(cache_section(&status)[0].contains("ONLINE"), "{status}");
+    drop(f);
+    m.umount();
+}
+
+/// Reads every page through the mount (its kernel cache dropped first), checking bytes.
+fn read_all(f: &fs::File) {
+    drop_page_cache(f);
+    for n in 0..PAGES {
+        let mut buf = vec![0u8; 16384];
+        f.read_exact_at(&mut buf, n * 16384).expect("read");
+        assert!(buf == page(n), "page {n} wrong");
+    }
+}
+
+#[test]
+fn a_cache_device_returning_wrong_bytes_is_faulted_in_status_and_pool_clear_brings_it_back_while_mounted() {
+    let env = Env::with_pool("512M");
+    let cache = env.path("cache.img");
+    env.ok(&["pool", "add", "tank", "cache", s(&cache), "--size", "128M"]);
+    let m = env.mount("mnt", &[]);
+    let f = OpenOptions::new().create(true).truncate(true).write(true).read(true).open(m.p("t.ibd")).expect("create");
+    fill(&f);
+    env.ok(&["tune", "tank", "arc_max=16M"]);
+    let hits = || -> u64 {
+        let stats = env.ok(&["stats", "l2arc", "tank", "--json"]);
+        let v: serde_json::Value = serde_json::from_str(&stats).expect("json");
+        v["l2arc"]["hits"].as_u64().unwrap_or_else(|| panic!("no hits: {stats}"))
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while hits() < PAGES / 4 {
+        assert!(Instant::now() < deadline, "the cache never served: {}", env.ok(&["stats", "l2arc", "tank"]));
+        read_all(&f);
+    }
+    // Bit flips on the device (not I/O errors): every 512 bytes of its first 64 MiB.
+    let dev = OpenOptions::new().read(true).write(true).open(&cache).expect("cache image");
+    let mut b = [0u8; 1];
+    for at in (4096 + 700..64 << 20).step_by(512) {
+        dev.read_exact_at(&mut b, at).expect("read");
+        dev.write_all_at(&[b[0] ^ 0x5a], at).expect("write");
+    }
+    dev.sync_all().expect("sync");
+    read_all(&f);
+    let status = env.ok(&["pool", "status", "tank"]);
+    let section = cache_section(&status);
+    assert!(section[0].contains("FAULTED") && section[0].contains("checksum errors"), "{status}");
+    assert!(status.contains("state: ONLINE"), "a cache device never degrades the pool: {status}");
+    assert!(status.contains("A cache device was dropped (FAULTED)"), "{status}");
+    assert!(status.contains("`tarn pool clear tank` to use it again"), "{status}");
+    assert!(status.contains("errors: No known data errors"), "{status}");
+
+    env.ok(&["pool", "clear", "tank"]);
+    let status = env.ok(&["pool", "status", "tank"]);
+    assert!(cache_section(&status)[0].contains("ONLINE"), "re-attached while mounted: {status}");
+    let before = hits();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while hits() < before + PAGES / 4 {
+        assert!(Instant::now() < deadline, "not fed again: {}", env.ok(&["stats", "l2arc", "tank"]));
+        read_all(&f);
+    }
     drop(f);
     m.umount();
 }

@@ -17,7 +17,11 @@
 //!
 //! `secondarycache` (per dataset: `all`, `metadata`, `none`) is applied by the workers as
 //! they take blocks off the queue, not by the sink: the ARC's lock and the read path pay
-//! nothing for it, and a change applies to every block written after it.
+//! nothing for it, and a change applies to every block written after it. A block's
+//! dataset comes with it from the ARC: a record's page, and the dataset of indirect,
+//! dnode and directory blocks (kept with their ARC entries). The pool's own metadata (the
+//! MOS: no dataset) is always cached: it is small, every dataset's reads go through it,
+//! and no dataset's property can speak for it.
 //!
 //! Owns: the queue, the workers, the tunables, the rate each device is fed at, and the
 //! datasets' `secondarycache` as the pool last gave it.
@@ -272,12 +276,28 @@ pub(crate) fn run_worker(shared: Arc<Shared>, dev: usize, helper: bool) {
             shared.counters.write_bytes.fetch_add(n, Ordering::Relaxed);
             shared.counters.writes.fetch_add(1, Ordering::Relaxed);
             shared.counters.written_blocks.fetch_add(batch.len() as u64, Ordering::Relaxed);
+            count_kinds(&shared.counters, &batch);
         }
         batch.clear();
     }
     if helper {
         pace.helpers.fetch_sub(1, Ordering::Relaxed);
     }
+}
+
+/// Counts a written chunk's blocks by kind (data, a dataset's metadata, the pool's).
+fn count_kinds(c: &crate::Counters, batch: &[Pending]) {
+    let (mut data, mut meta, mut pool) = (0, 0, 0);
+    for p in batch {
+        match (p.class, p.objset) {
+            (tarn_arc::Class::Data, _) => data += 1,
+            (tarn_arc::Class::Metadata, Some(_)) => meta += 1,
+            (tarn_arc::Class::Metadata, None) => pool += 1,
+        }
+    }
+    c.written_data.fetch_add(data, Ordering::Relaxed);
+    c.written_metadata.fetch_add(meta, Ordering::Relaxed);
+    c.written_pool_metadata.fetch_add(pool, Ordering::Relaxed);
 }
 
 /// Fills `batch` from the queue, starting with `first`, up to one chunk; leaves out

@@ -2,11 +2,11 @@
 //! (compressed) form, on fast local devices (the cloud VM's ephemeral NVMe), indexed in
 //! RAM and in log blocks on the devices, so a restart finds the cache warm.
 //!
-//! Owns: the cache devices (`device`: header, ring, index, rebuild), their byte format
-//! (`layout`, docs/FORMAT.md), the in-RAM index (`index`), the feed from the ARC's
-//! eviction side and its tunables (`feed`), the L2ARC counters, and the set of devices:
-//! fixed at open, then grown (`add_device`) and shrunk (`remove_device`) while the pool
-//! serves. A removed device keeps its slot (readers hold plain references into the
+//! Owns: the cache devices (`device`: state and membership; its `ring`, `reads` and
+//! `rebuild`), their byte format (`layout`, docs/FORMAT.md), the in-RAM index
+//! (`index`), the feed from the ARC's eviction side and its tunables (`feed`), the L2ARC
+//! counters, and the set of devices: fixed at open, then grown (`add_device`) and shrunk
+//! (`remove_device`) while the pool serves. A removed device keeps its slot (readers hold plain references into the
 //! list, `tarn_vdev::Slots`), in state `Removed`, until the cache is dropped.
 //!
 //! Promises: a cache device that is missing, blank, of another pool, of another format
@@ -21,7 +21,7 @@
 //! holds no `L2Arc` then), or take a lock or allocate to find a device on a read.
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 
 use parking_lot::Mutex;
@@ -37,6 +37,16 @@ pub use device::{CacheDev, DevRead, DevState};
 pub use feed::{SecondaryCache, Tunables, TuneError, CHUNK_MAX, ROUNDS_PER_SEC};
 pub use layout::{DevHeader, HeaderRefused, L2_VERSION};
 
+/// What the pool knows of its blocks, asked by a rebuild for every entry its log blocks
+/// name, so that blocks freed (or born in a txg that never committed) since they were
+/// cached are not indexed again. The pool provides it (`L2Arc::set_pool_blocks`): the
+/// cache must not depend on the pool.
+pub trait PoolBlocks: Send + Sync {
+    /// False if `key`'s block (`psize` stored bytes) is surely not in the pool now; true
+    /// if it may be (a cache read is verified against the block pointer all the same).
+    fn may_be_live(&self, key: &BlockKey, psize: u32) -> bool;
+}
+
 /// The cache's counters (ZFS's l2_* arcstats).
 #[derive(Default)]
 pub struct Counters {
@@ -46,6 +56,11 @@ pub struct Counters {
     pub write_bytes: AtomicU64,
     pub writes: AtomicU64,
     pub written_blocks: AtomicU64,
+    /// `written_blocks` by kind: file data, a dataset's metadata (indirect, dnode and
+    /// directory blocks), the pool's own metadata (no dataset: always cached).
+    pub written_data: AtomicU64,
+    pub written_metadata: AtomicU64,
+    pub written_pool_metadata: AtomicU64,
     pub cksum_bad: AtomicU64,
     pub io_errors: AtomicU64,
     /// Evicted blocks not cached because the queue was full.
@@ -67,6 +82,13 @@ pub struct L2Snapshot {
     pub write_bytes: u64,
     pub writes: u64,
     pub written_blocks: u64,
+    /// `written_blocks` by kind: file data, datasets' metadata, the pool's metadata.
+    #[serde(default)]
+    pub written_data: u64,
+    #[serde(default)]
+    pub written_metadata: u64,
+    #[serde(default)]
+    pub written_pool_metadata: u64,
     /// Logical and allocated bytes of the blocks the devices hold.
     pub size: u64,
     pub asize: u64,
@@ -82,6 +104,8 @@ pub struct L2Snapshot {
     pub feed_skipped_policy: u64,
     pub freed: u64,
     pub rebuilt_blocks: u64,
+    /// Entries the rebuild left out because the pool no longer holds their block.
+    pub rebuild_stale: u64,
     pub rebuild_ms: u64,
     /// Devices still rebuilding their index.
     pub rebuilding: u64,
@@ -97,6 +121,9 @@ impl L2Snapshot {
             ("write_bytes", self.write_bytes),
             ("writes", self.writes),
             ("written_blocks", self.written_blocks),
+            ("written_data", self.written_data),
+            ("written_metadata", self.written_metadata),
+            ("written_pool_metadata", self.written_pool_metadata),
             ("size", self.size),
             ("asize", self.asize),
             ("blocks", self.blocks),
@@ -110,6 +137,7 @@ impl L2Snapshot {
             ("feed_skipped_policy", self.feed_skipped_policy),
             ("freed", self.freed),
             ("rebuilt_blocks", self.rebuilt_blocks),
+            ("rebuild_stale", self.rebuild_stale),
             ("rebuild_ms", self.rebuild_ms),
             ("rebuilding", self.rebuilding),
         ]
@@ -135,6 +163,9 @@ pub struct CacheDevStatus {
     pub read_bytes: u64,
     pub write_bytes: u64,
     pub io_errors: u64,
+    /// Reads whose bytes did not match the block pointer.
+    #[serde(default)]
+    pub cksum_errors: u64,
     /// Percent of the ring the rebuild has walked (100 when done).
     pub rebuild_percent: u64,
 }
@@ -156,6 +187,8 @@ pub(crate) struct Shared {
     pub(crate) counters: Counters,
     pub(crate) stopping: AtomicBool,
     pub(crate) threads: Mutex<Vec<JoinHandle<()>>>,
+    /// Asked by rebuilds whether a block is still the pool's (set before `start`).
+    pool_blocks: OnceLock<Arc<dyn PoolBlocks>>,
 }
 
 /// A configured cache device: its guid (in the pool's config) and path.
@@ -215,8 +248,13 @@ impl L2Arc {
     /// whose header cannot be written is kept as `Unavail` with the reason (the cache is
     /// a cache: its config names it, status says why it is unused).
     pub fn add_device(&self, spec: &CacheSpec, dev: Arc<dyn BlockDevice>) -> Result<(), AddError> {
+        let _one_at_a_time = self.shared.membership.lock();
+        self.add_device_locked(spec, dev)
+    }
+
+    /// `add_device` with the membership lock held by the caller.
+    fn add_device_locked(&self, spec: &CacheSpec, dev: Arc<dyn BlockDevice>) -> Result<(), AddError> {
         let s = &self.shared;
-        let _one_at_a_time = s.membership.lock();
         if s.devs.iter().any(|d| d.guid == spec.guid && d.state() != DevState::Removed) {
             return Err(AddError::Duplicate(spec.guid));
         }
@@ -251,6 +289,47 @@ impl L2Arc {
         Ok(Some(d.path.clone()))
     }
 
+    /// Tries again every device that was dropped (`FAULTED`), and with `autoreplace` (the
+    /// pool's `cacheautoreplace=on`) every one that could not be used (`UNAVAIL`): each
+    /// leaves its slot and is opened again at its path as a new member, its ring started
+    /// afresh (what it held is not trusted). What `tarn pool clear` does to cache devices,
+    /// as `zpool clear` brings faulted devices back. Returns the paths re-attached; a
+    /// device that still cannot be opened stays `UNAVAIL` with the reason.
+    pub fn reattach(&self, autoreplace: bool) -> Vec<PathBuf> {
+        let _one_at_a_time = self.shared.membership.lock();
+        let again = |d: &Arc<CacheDev>| match d.state() {
+            DevState::Faulted => true,
+            DevState::Unavail => autoreplace,
+            _ => false,
+        };
+        let dropped: Vec<Arc<CacheDev>> = self.shared.devs.iter().filter(|d| again(d)).cloned().collect();
+        let mut back = Vec::new();
+        for d in dropped {
+            // Its header may not be writable (a device still failing): it starts over anyway.
+            let _ = d.leave();
+            let spec = CacheSpec { guid: d.guid, path: d.path.clone() };
+            let added = match FileDevice::open(&spec.path) {
+                Ok(f) => self.add_device_locked(&spec, Arc::new(f)),
+                Err(e) => {
+                    let gone = CacheDev::unavailable(spec.guid, spec.path.clone(), format!("cannot open: {e}"));
+                    self.push_device(gone)
+                }
+            };
+            if added.is_ok() && self.shared.devs.iter().any(|n| n.guid == d.guid && n.usable()) {
+                back.push(spec.path);
+            }
+        }
+        back
+    }
+
+    /// Appends a device that is not used (with its pace, as every device has).
+    fn push_device(&self, d: CacheDev) -> Result<(), AddError> {
+        let s = &self.shared;
+        s.paces.push(feed::Pace::default()).map_err(|_| AddError::Full)?;
+        s.devs.push(Arc::new(d)).map_err(|_| AddError::Full)?;
+        Ok(())
+    }
+
     fn attach_device(pool_guid: u64, spec: &CacheSpec, dev: Arc<dyn BlockDevice>) -> CacheDev {
         match CacheDev::attach(spec.guid, pool_guid, dev) {
             Ok((d, _)) => d,
@@ -273,8 +352,16 @@ impl L2Arc {
                 counters: Counters::default(),
                 stopping: AtomicBool::new(false),
                 threads: Mutex::new(Vec::new()),
+                pool_blocks: OnceLock::new(),
             }),
         }
+    }
+
+    /// Gives the rebuilds the pool's view of its blocks (see `PoolBlocks`); call before
+    /// `start`. Without it a rebuild indexes every entry its log blocks name. Set once:
+    /// false if it was set already.
+    pub fn set_pool_blocks(&self, pool: Arc<dyn PoolBlocks>) -> bool {
+        self.shared.pool_blocks.set(pool).is_ok()
     }
 
     /// Starts the rebuild of every device that kept its ring (in the background) and a
@@ -287,8 +374,10 @@ impl L2Arc {
             }
             if !d.feed_ready() {
                 if rebuild {
-                    let d = d.clone();
-                    let spawned = std::thread::Builder::new().name("tarn-l2rebuild".into()).spawn(move || d.rebuild());
+                    let (d, pool) = (d.clone(), self.shared.pool_blocks.get().cloned());
+                    let spawned = std::thread::Builder::new()
+                        .name("tarn-l2rebuild".into())
+                        .spawn(move || d.rebuild(pool.as_deref()));
                     if let Ok(h) = spawned {
                         self.shared.threads.lock().push(h);
                     }
@@ -349,13 +438,14 @@ impl L2Arc {
     }
 
     /// Bytes from device `dev` did not match the block pointer: forget the entry, count
-    /// a miss (the caller reads the pool's devices).
+    /// a miss (the caller reads the pool's devices) and a checksum error against the
+    /// device, which is dropped if it returns wrong bytes too often (`device::reads`).
     pub fn note_bad(&self, dev: usize, key: &BlockKey, psize: u32, lsize: u32) {
         let c = &self.shared.counters;
         c.cksum_bad.fetch_add(1, Ordering::Relaxed);
         c.misses.fetch_add(1, Ordering::Relaxed);
         if let Some(d) = self.shared.devs.get(dev) {
-            d.forget(key, psize, lsize);
+            d.note_bad_bytes(key, psize, lsize);
         }
     }
 
@@ -394,6 +484,9 @@ impl L2Arc {
             write_bytes: get(&c.write_bytes),
             writes: get(&c.writes),
             written_blocks: get(&c.written_blocks),
+            written_data: get(&c.written_data),
+            written_metadata: get(&c.written_metadata),
+            written_pool_metadata: get(&c.written_pool_metadata),
             cksum_bad: get(&c.cksum_bad),
             io_errors: get(&c.io_errors),
             feed_behind: get(&c.feed_behind),
@@ -411,6 +504,7 @@ impl L2Arc {
             s.blocks += d.index.entries();
             s.hdr_size += d.header_bytes();
             s.rebuilt_blocks += get(&d.counters.rebuilt_blocks);
+            s.rebuild_stale += get(&d.counters.rebuild_stale);
             s.rebuild_ms += get(&d.counters.rebuild_ms);
             s.rebuilding += (d.state() == DevState::Rebuilding) as u64;
         }
@@ -442,6 +536,7 @@ impl L2Arc {
                     read_bytes: get(&d.counters.read_bytes),
                     write_bytes: get(&d.counters.write_bytes),
                     io_errors: get(&d.counters.io_errors),
+                    cksum_errors: get(&d.counters.cksum_errors),
                     rebuild_percent,
                 }
             })

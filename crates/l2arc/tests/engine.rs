@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tarn_arc::{BlockKey, Class, Departing, EvictSink};
-use tarn_l2arc::{CacheSpec, DevState, L2Arc};
+use tarn_l2arc::{CacheSpec, DevState, L2Arc, PoolBlocks};
 
 const POOL: u64 = 0x5eed;
 const GUID: u64 = 0xcace;
@@ -127,6 +127,44 @@ fn fed_blocks_read_back_and_survive_reopen_and_a_foreign_or_blank_device_starts_
     assert_eq!(read(&blank, &keys[5], 5000), None);
 }
 
+/// A pool that still holds only the blocks with an even offset step, born up to `committed`.
+struct EvenBlocks {
+    committed: u64,
+}
+
+impl PoolBlocks for EvenBlocks {
+    fn may_be_live(&self, key: &BlockKey, _psize: u32) -> bool {
+        key.birth <= self.committed && (key.offset / 8192).is_multiple_of(2)
+    }
+}
+
+#[test]
+fn a_rebuild_leaves_out_blocks_the_pool_no_longer_holds_and_counts_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = image(dir.path(), "cache.img", 64 << 20);
+    let keys: Vec<BlockKey> = (0..1000).map(key).collect();
+    {
+        let l2 = L2Arc::open(POOL, &spec(&path));
+        let sink = l2.start(true);
+        feed_all(&l2, &sink, &keys, 5000);
+        assert_eq!(l2.snapshot().blocks, 1000);
+    }
+    let l2 = L2Arc::open(POOL, &spec(&path));
+    // Keys 0..900 were committed (birth 10..909); the last 100 were born after.
+    assert!(l2.set_pool_blocks(Arc::new(EvenBlocks { committed: 909 })));
+    let sink = l2.start(true);
+    wait_rebuilt(&l2);
+    let s = l2.snapshot();
+    assert_eq!(s.blocks, 450, "only the even blocks born up to txg 909: {s:?}");
+    assert_eq!(s.rebuild_stale, 550, "{s:?}");
+    assert_eq!(s.size, 450 * 16384, "size counts only what is indexed: {s:?}");
+    for (n, k) in keys.iter().enumerate() {
+        let kept = n < 900 && n % 2 == 0;
+        assert_eq!(read(&l2, k, 5000).is_some(), kept, "block {n}");
+    }
+    drop((sink, l2));
+}
+
 #[test]
 fn a_wrapped_ring_serves_only_what_it_still_holds_and_rebuilds_across_the_wrap() {
     let dir = tempfile::tempdir().unwrap();
@@ -173,6 +211,68 @@ fn a_missing_device_is_unavailable_and_costs_nothing_but_hits() {
     assert!(d.note.as_deref().unwrap().contains("initialised at the next import"), "{:?}", d.note);
     evict(&sink, key(1), 100);
     assert_eq!(read(&l2, &key(1), 100), None);
+}
+
+#[test]
+fn a_device_that_appears_or_comes_back_is_reattached_unless_autoreplace_is_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("late.img");
+    let l2 = L2Arc::open(POOL, &spec(&path));
+    let sink = l2.start(true);
+    assert_eq!(l2.reattach(true), Vec::<std::path::PathBuf>::new(), "still missing");
+    assert_eq!(l2.devices()[0].state, DevState::Unavail);
+    image(dir.path(), "late.img", 64 << 20);
+    assert_eq!(l2.reattach(false), Vec::<std::path::PathBuf>::new(), "cacheautoreplace=off leaves it");
+    assert_eq!(l2.reattach(true), vec![path.clone()]);
+    let devices = l2.devices();
+    assert_eq!(devices.len(), 1, "the old slot is not shown: {devices:?}");
+    assert_eq!(devices[0].state, DevState::Online);
+    let keys: Vec<BlockKey> = (0..50).map(key).collect();
+    feed_all(&l2, &sink, &keys, 3000);
+    // Ten reads whose bytes the caller found wrong: dropped at the tenth.
+    for (n, k) in keys[..10].iter().enumerate() {
+        assert_eq!(l2.devices()[0].state, DevState::Online, "still used after {n} errors");
+        let mut scratch = Vec::new();
+        let (slot, _) = l2.read(k, 3000, &mut scratch).expect("held");
+        l2.note_bad(slot, k, 3000, 16384);
+    }
+    let d = &l2.devices()[0];
+    assert_eq!((d.state.clone(), d.cksum_errors), (DevState::Faulted, 10), "{d:?}");
+    assert_eq!(read(&l2, &keys[20], 3000), None, "nothing read from it");
+    assert_eq!(l2.reattach(false), vec![path], "a faulted device is tried again whatever autoreplace says");
+    feed_all(&l2, &sink, &keys, 3000);
+    assert_eq!(read(&l2, &keys[20], 3000).as_deref(), Some(&bytes_of(&keys[20], 3000)[..]));
+}
+
+#[test]
+fn wrong_bytes_in_entries_a_rebuild_restored_are_misses_that_never_drop_the_device() {
+    // After a power cut a chunk's log block may be on the device and its blocks not.
+    let dir = tempfile::tempdir().unwrap();
+    let path = image(dir.path(), "cache.img", 64 << 20);
+    let keys: Vec<BlockKey> = (0..40).map(key).collect();
+    {
+        let l2 = L2Arc::open(POOL, &spec(&path));
+        let sink = l2.start(true);
+        feed_all(&l2, &sink, &keys[..20], 3000);
+    }
+    let l2 = L2Arc::open(POOL, &spec(&path));
+    let sink = l2.start(true);
+    wait_rebuilt(&l2);
+    for k in &keys[..20] {
+        let mut scratch = Vec::new();
+        let (slot, _) = l2.read(k, 3000, &mut scratch).expect("rebuilt");
+        l2.note_bad(slot, k, 3000, 16384);
+    }
+    let d = &l2.devices()[0];
+    assert_eq!((d.state.clone(), d.cksum_errors), (DevState::Online, 20), "{d:?}");
+    // Blocks written this session are evidence: ten of them drop it.
+    feed_all(&l2, &sink, &keys[20..], 3000);
+    for k in &keys[20..30] {
+        let mut scratch = Vec::new();
+        let (slot, _) = l2.read(k, 3000, &mut scratch).expect("written");
+        l2.note_bad(slot, k, 3000, 16384);
+    }
+    assert_eq!(l2.devices()[0].state, DevState::Faulted);
 }
 
 #[test]

@@ -98,6 +98,7 @@ fn write_record(zio: &Zio, rec: &Record, page: PageId, txg: u64, policy: SyncPol
         block_type: BlockType::Data,
         cache: policy.cache,
         page: Some(page),
+        objset: Some(page.objset),
     };
     // The fsync that asked waits for this write: it goes ahead of the txg's writes.
     Ok(zio.write_blocks_as(&[block], txg, IoClass::SyncWrite)?.pop().expect("one block written"))

@@ -157,7 +157,7 @@ pub(crate) enum Source {
 
 impl Object {
     pub(crate) fn new(objset: u64, id: u64, dnode: Dnode) -> Object {
-        let tree = BlockTree::new(dnode.root, dnode.nlevels);
+        let tree = BlockTree::new(dnode.root, dnode.nlevels, Some(objset));
         Object {
             id,
             touched: AtomicBool::new(true),

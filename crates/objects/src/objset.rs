@@ -373,6 +373,7 @@ impl ObjSet {
                         block_type: types[*i],
                         cache: policy.cache,
                         page: Some(PageId { objset: self.id, object: objects[*i].id(), blkid: *blkid }),
+                        objset: Some(self.id),
                     }),
                     _ => None,
                 })

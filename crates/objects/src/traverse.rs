@@ -321,13 +321,14 @@ mod tests {
             block_type,
             cache: CachePolicy::None,
             page: None,
+            objset: None,
         };
         zio.write_blocks(&[block], 1).unwrap()[0]
     }
 
     /// A tree over `records` (blkid -> pointer); returns (root, nlevels).
     fn tree(zio: &Zio, records: &[(u64, BlockPtr)]) -> (Option<BlockPtr>, u8) {
-        let mut t = BlockTree::new(None, 0);
+        let mut t = BlockTree::new(None, 0, None);
         for &(blkid, bp) in records {
             t.set(zio, blkid, Some(bp)).unwrap();
         }

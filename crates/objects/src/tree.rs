@@ -59,6 +59,8 @@ struct DirtyInd {
     /// The decoded base while the cache keeps it.
     base_cache: Weak<Decoded<IndBlock>>,
     changes: BTreeMap<u16, Option<BlockPtr>>,
+    /// The tree's dataset (`BlockTree::objset`), for reading the base again.
+    objset: Option<u64>,
 }
 
 enum Node {
@@ -68,6 +70,9 @@ enum Node {
 }
 
 pub struct BlockTree {
+    /// The dataset whose object this tree is (`None` in tests and tools): the ARC keeps
+    /// it with the tree's indirect blocks, for the L2ARC's `secondarycache`.
+    objset: Option<u64>,
     nlevels: u8,
     /// Pointer to the top: the record itself when `nlevels == 1`, else the top indirect
     /// block as last written (stale while the top is dirty).
@@ -89,19 +94,22 @@ fn slot_of(idx: u64) -> usize {
     (idx & (FANOUT - 1)) as usize
 }
 
-/// Reads and decodes the indirect block at `bp` and hands it to the ARC's decoded cache.
-fn read_block(zio: &Zio, bp: BlockPtr) -> Result<Shared, ZioError> {
-    let bytes = zio.read(&bp, Access::of(ReadKind::Indirect))?;
+/// Reads and decodes the indirect block at `bp` (of dataset `objset`) and hands it to the
+/// ARC's decoded cache.
+fn read_block(zio: &Zio, bp: BlockPtr, objset: Option<u64>) -> Result<Shared, ZioError> {
+    let access = objset.map_or(Access::of(ReadKind::Indirect), |o| Access::in_objset(ReadKind::Indirect, o));
+    let bytes = zio.read(&bp, access)?;
     let ptrs = decode_indirect(&bytes)?.into_boxed_slice();
     Ok(zio.arc.keep_decoded(IndBlock { ptrs, disk: bp }, DECODED_BYTES))
 }
 
 impl DirtyInd {
-    fn new(base: Option<&Shared>) -> DirtyInd {
+    fn new(base: Option<&Shared>, objset: Option<u64>) -> DirtyInd {
         DirtyInd {
             base: base.map(|b| b.get().disk),
             base_cache: base.map_or_else(Weak::new, Arc::downgrade),
             changes: BTreeMap::new(),
+            objset,
         }
     }
 
@@ -111,7 +119,7 @@ impl DirtyInd {
         if let Some(b) = self.base_cache.upgrade() {
             return Ok(Some(b));
         }
-        let b = read_block(zio, bp)?;
+        let b = read_block(zio, bp, self.objset)?;
         self.base_cache = Arc::downgrade(&b);
         Ok(Some(b))
     }
@@ -152,8 +160,9 @@ impl DirtyInd {
 }
 
 impl BlockTree {
-    pub fn new(root: Option<BlockPtr>, nlevels: u8) -> BlockTree {
-        BlockTree { nlevels, root, ind: HashMap::new(), swept_len: 0 }
+    /// The tree under `root` of `nlevels` levels, of an object of dataset `objset`.
+    pub fn new(root: Option<BlockPtr>, nlevels: u8, objset: Option<u64>) -> BlockTree {
+        BlockTree { objset, nlevels, root, ind: HashMap::new(), swept_len: 0 }
     }
 
     pub fn nlevels(&self) -> u8 {
@@ -235,7 +244,7 @@ impl BlockTree {
             self.ind.remove(&(level, idx));
             return Ok(None);
         };
-        let b = read_block(zio, bp)?;
+        let b = read_block(zio, bp, self.objset)?;
         self.ind.insert((level, idx), Node::Clean(Arc::downgrade(&b)));
         self.sweep_if_grown();
         Ok(Some(b))
@@ -268,14 +277,14 @@ impl BlockTree {
                 None => return Ok(false),
             },
         };
-        self.ind.insert((level, idx), Node::Dirty(Box::new(DirtyInd::new(Some(&clean)))));
+        self.ind.insert((level, idx), Node::Dirty(Box::new(DirtyInd::new(Some(&clean), self.objset))));
         Ok(true)
     }
 
     /// Makes indirect block (level, idx) present and dirty (its parents are already).
     fn ensure_dirty(&mut self, zio: &Zio, level: u8, idx: u64) -> Result<(), ZioError> {
         if !self.dirty_if_present(zio, level, idx)? {
-            self.ind.insert((level, idx), Node::Dirty(Box::new(DirtyInd::new(None))));
+            self.ind.insert((level, idx), Node::Dirty(Box::new(DirtyInd::new(None, self.objset))));
         }
         Ok(())
     }
@@ -289,7 +298,7 @@ impl BlockTree {
 
     /// Adds a level on top: the old top becomes child 0 of a new indirect block.
     fn grow(&mut self) {
-        let mut top = DirtyInd::new(None);
+        let mut top = DirtyInd::new(None, self.objset);
         top.changes.insert(0, self.root.take());
         self.ind.insert((self.nlevels, 0), Node::Dirty(Box::new(top)));
         self.nlevels += 1;
@@ -476,6 +485,7 @@ impl BlockTree {
                 block_type: BlockType::Indirect,
                 cache,
                 page: None,
+                objset: self.objset,
             })
             .collect();
         let ptrs = zio.write_blocks(&pending, birth)?;

@@ -266,6 +266,7 @@ impl Inner {
             block_type: BlockType::Mos,
             cache: CachePolicy::None,
             page: None,
+            objset: None,
         };
         let bp = zio.write_blocks(std::slice::from_ref(&block), txg)?[0];
         if let Some(old) = self.mos_bp.lock().replace(bp) {

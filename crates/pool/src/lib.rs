@@ -22,6 +22,7 @@
 //! the files they hit), `replay`, `scan` (finding pools on devices), `history` (the
 //! command history kept in the MOS), `error`.
 
+mod cache_blocks;
 mod claim;
 mod commit;
 mod datasets;

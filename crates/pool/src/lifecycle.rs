@@ -139,7 +139,7 @@ impl Pool {
         pool.add_dataset(name, 1, BTreeMap::new(), None, 1, Vec::new(), now_secs(), None)?.init_root()?;
         pool.start();
         pool.sync()?;
-        pool.attach_caches(false);
+        pool.attach_caches(None);
         images.keep();
         Ok(pool)
     }
@@ -190,7 +190,7 @@ impl Pool {
         pool.start();
         // After the import walk (which reads past the caches) and before replay, so
         // replayed reads can already hit.
-        pool.attach_caches(true);
+        pool.attach_caches(Some(ub.txg));
         pool.replay_log(chained.unwrap_or_else(tarn_zil::Chained::empty), ub.txg)?;
         if !missing_logs.is_empty() {
             pool.note_missing_logs(&missing_logs, was_exported, ub.txg);
@@ -218,10 +218,11 @@ impl Pool {
         tree.tops.iter().chain(&tree.logs).flat_map(|t| t.leaves()).map(|(_, p)| PathBuf::from(p)).collect()
     }
 
-    /// Puts the configured cache devices behind the ARC. `rebuild`: they kept their
-    /// index (an import). A device missing or unusable is shown in status, never an
-    /// error: the cache is a cache.
-    fn attach_caches(&self, rebuild: bool) {
+    /// Puts the configured cache devices behind the ARC. `imported_at`: they kept their
+    /// index (an import at that committed txg), rebuilt without the blocks the pool no
+    /// longer holds. A device missing or unusable is shown in status, never an error:
+    /// the cache is a cache.
+    fn attach_caches(&self, imported_at: Option<u64>) {
         let caches = self.inner.label.lock().tree.caches.clone();
         if caches.is_empty() {
             return;
@@ -229,7 +230,11 @@ impl Pool {
         let specs: Vec<CacheSpec> =
             caches.iter().map(|(guid, path)| CacheSpec { guid: *guid, path: PathBuf::from(path) }).collect();
         let l2 = Arc::new(L2Arc::open_with(self.inner.guid, &specs, self.cache_autoreplace()));
-        self.inner.ctx.zio.attach_l2arc(l2, rebuild);
+        if let Some(txg) = imported_at {
+            let zio = Arc::downgrade(&self.inner.ctx.zio);
+            l2.set_pool_blocks(Arc::new(crate::cache_blocks::CachedBlocks { zio, imported_at: txg }));
+        }
+        self.inner.ctx.zio.attach_l2arc(l2, imported_at.is_some());
         self.refresh_secondarycache();
     }
 

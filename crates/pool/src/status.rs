@@ -165,9 +165,24 @@ impl Pool {
             scan: self.scan(),
             data_errors: self.data_errors(),
             error_files: Vec::new(),
-            caches: zio.l2arc().map(|l2| l2.devices()).unwrap_or_default(),
+            caches: self.cache_status(),
             snapshot_space: nearly_full(size, self.available()).then(|| self.snapshot_space()),
         }
+    }
+
+    /// The cache devices as status shows them; a dropped one's note says what to do.
+    fn cache_status(&self) -> Vec<tarn_l2arc::CacheDevStatus> {
+        let Some(l2) = self.inner.ctx.zio.l2arc() else { return Vec::new() };
+        let name = &self.inner.name;
+        let mut caches = l2.devices();
+        for c in caches.iter_mut().filter(|c| c.state == tarn_l2arc::DevState::Faulted) {
+            let why = c.note.take().unwrap_or_default();
+            c.note = Some(format!(
+                "{why}; `tarn pool clear {name}` tries it again, `tarn pool remove {name} {}` takes it out",
+                c.path
+            ));
+        }
+        caches
     }
 
     /// `status` with the files that have permanent errors, by name (`zpool status -v`).
@@ -302,13 +317,19 @@ impl Pool {
     }
 
     /// Resets every device's error counters and empties the error log (`zpool clear`);
-    /// blocks still damaged are found again by the next scrub or read.
+    /// blocks still damaged are found again by the next scrub or read. Cache devices
+    /// dropped (`FAULTED`, or `UNAVAIL` with `cacheautoreplace=on`) are opened again,
+    /// their rings started afresh (`L2Arc::reattach`).
     pub fn clear_errors(&self) -> Result<(), PoolError> {
         for leaf in self.inner.ctx.zio.vdevs.leaves() {
             leaf.clear_counters();
         }
         self.inner.ctx.zio.take_failed_reads();
         self.inner.errlog.lock().clear();
+        // As `zpool clear` brings faulted devices back: dropped cache devices try again.
+        if let Some(l2) = self.inner.ctx.zio.l2arc() {
+            l2.reattach(self.cache_autoreplace());
+        }
         self.force_txg()
     }
 }

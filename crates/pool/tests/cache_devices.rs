@@ -355,3 +355,80 @@ fn cacheautoreplace_initialises_a_blank_cache_device_at_import_unless_it_is_off(
     pool.export().unwrap();
     assert!(owner(&cache).is_some(), "initialised by itself");
 }
+
+/// Reads every record of the sparse file and looks up and reads every small file (the
+/// ARC, far too small, evicts their data, indirect, dnode and directory blocks), then
+/// waits for the feed to write what it queued.
+fn churn_metadata(pool: &Pool, ds: &Dataset, sparse: u64, files: u64) {
+    let mut buf = vec![0u8; PAGE as usize];
+    for _ in 0..2 {
+        for r in 0..SPARSE_RECORDS {
+            let n = ds.read(sparse, r * SPARSE_STRIDE * PAGE, &mut buf).unwrap();
+            assert_eq!(n, PAGE as usize);
+            assert!(buf[..] == common::pattern(r, PAGE as usize)[..], "record {r}: wrong bytes");
+        }
+        for f in 0..files {
+            let ino = ds.lookup(ROOT_ID, format!("f{f}").as_bytes()).unwrap().ino;
+            let n = ds.read(ino, 0, &mut buf).unwrap();
+            assert_eq!(&buf[..n], format!("file {f}").as_bytes());
+        }
+        ds.trim_cache();
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while l2(pool, "feed_backlog") > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(400));
+}
+
+/// One record every `SPARSE_STRIDE` (an indirect block's fan-out): each has its own
+/// indirect block.
+const SPARSE_STRIDE: u64 = 512;
+const SPARSE_RECORDS: u64 = 96;
+
+fn written(pool: &Pool) -> [u64; 3] {
+    [l2(pool, "written_data"), l2(pool, "written_metadata"), l2(pool, "written_pool_metadata")]
+}
+
+#[test]
+fn secondarycache_metadata_feeds_a_datasets_indirect_dnode_and_directory_blocks_and_none_keeps_them_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache.img");
+    let opts = CreateOptions { size: Some(256 * MB), txg: txg(), caches: vec![cache], ..Default::default() };
+    let pool = Pool::create("tank", &[VdevSpec::Disk(dir.path().join("d0.img"))], &opts).unwrap();
+    let ds = pool.create_dataset("tank/m").unwrap();
+    pool.set_property("tank/m", "recordsize", "16K").unwrap();
+    let sparse = ds.create(ROOT_ID, b"sparse", NewObject::File, 0o644, 0, 0).unwrap().ino;
+    for r in 0..SPARSE_RECORDS {
+        ds.write(sparse, r * SPARSE_STRIDE * PAGE, &common::pattern(r, PAGE as usize)).unwrap();
+    }
+    let files = 300;
+    for f in 0..files {
+        let ino = ds.create(ROOT_ID, format!("f{f}").as_bytes(), NewObject::File, 0o644, 0, 0).unwrap().ino;
+        ds.write(ino, 0, format!("file {f}").as_bytes()).unwrap();
+    }
+    pool.set_property("tank/m", "secondarycache", "metadata").unwrap();
+    pool.sync().unwrap();
+    pool.set_arc_max(TINY_ARC);
+
+    churn_metadata(&pool, &ds, sparse, files);
+    let [data, meta, _] = written(&pool);
+    assert_eq!(data, 0, "metadata: no file data: {:?}", pool.stats().l2arc);
+    assert!(meta >= SPARSE_RECORDS, "metadata: the dataset's indirect blocks at least: {:?}", pool.stats().l2arc);
+
+    pool.set_property("tank/m", "secondarycache", "none").unwrap();
+    let before = written(&pool);
+    let skipped = l2(&pool, "feed_skipped_policy");
+    churn_metadata(&pool, &ds, sparse, files);
+    let after = written(&pool);
+    assert_eq!(after[..2], before[..2], "none: neither data nor the dataset's metadata: {:?}", pool.stats().l2arc);
+    assert!(l2(&pool, "feed_skipped_policy") > skipped + SPARSE_RECORDS);
+
+    pool.set_property("tank/m", "secondarycache", "all").unwrap();
+    let before = written(&pool);
+    churn_metadata(&pool, &ds, sparse, files);
+    let after = written(&pool);
+    assert!(after[0] > before[0] + SPARSE_RECORDS / 2, "all: data: {:?}", pool.stats().l2arc);
+    drop(ds);
+    pool.export().unwrap();
+}

@@ -163,6 +163,16 @@ impl Zio {
         Ok(())
     }
 
+    /// False if the `psize` stored bytes at `offset` of vdev `vdev` cannot be a live
+    /// block (their sectors hold fewer live bytes, or no such vdev): asked by the L2ARC's
+    /// rebuild to drop entries of blocks freed since they were cached. True is "maybe".
+    pub fn may_be_live(&self, vdev: u16, offset: u64, psize: u32) -> bool {
+        match self.maps.get(vdev as usize) {
+            Some(map) => map.lock().may_hold(offset, psize as u64),
+            None => false,
+        }
+    }
+
     /// After the import walk: every sector no claimed block touches becomes free.
     pub fn finish_load(&self) {
         for top in 0..self.maps.len() {
@@ -312,6 +322,7 @@ mod tests {
             block_type: BlockType::Mos,
             cache: CachePolicy::None,
             page: None,
+            objset: None,
         };
         zio.write_blocks(&[block], txg).unwrap()[0]
     }

@@ -57,6 +57,10 @@ pub struct PendingBlock<'a> {
     /// The record the block holds (level-0 blocks of an object), so the cache and the
     /// trace follow the page across rewrites; `None` for indirect blocks and pool blocks.
     pub page: Option<PageId>,
+    /// The dataset the block belongs to (its record's, or that of an indirect, dnode or
+    /// directory block); `None` for the pool's own blocks. The L2ARC's `secondarycache`
+    /// asks it when the block leaves the ARC.
+    pub objset: Option<u64>,
 }
 
 /// Which blocks a read or write may leave in the ARC (the `primarycache` property).
@@ -163,7 +167,7 @@ impl Zio {
         let at = (offset - run.run.first * self.sector(top)) as usize;
         run.buf[at..at + psize].copy_from_slice(&enc.payload);
         // The kind is not a read's: a written block is named by its type in the trace.
-        self.trace_event(Event::Write, &bp, Access { kind: ReadKind::Demand, page: block.page });
+        self.trace_event(Event::Write, &bp, Access { kind: ReadKind::Demand, page: block.page, objset: block.objset });
         if block.cache.admits(block.block_type) {
             self.arc.insert_written(
                 arc_key(&bp),
@@ -171,6 +175,7 @@ impl Zio {
                 bp.lsize,
                 class_of(bp.block_type),
                 block.page,
+                block.objset,
             );
         }
         self.stats.logical_bytes_written.fetch_add(block.data.len() as u64, Ordering::Relaxed);

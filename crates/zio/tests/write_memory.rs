@@ -72,6 +72,7 @@ fn writing_a_large_batch_holds_a_bounded_slice_of_compressed_copies() {
             block_type: BlockType::Data,
             cache: CachePolicy::None, // what the ARC keeps is its budget's, not this batch's
             page: None,
+            objset: None,
         })
         .collect();
     let before = LIVE.load(Ordering::Relaxed);

@@ -128,7 +128,7 @@ impl Cache for Tarn {
         let bytes = || Arc::from(vec![0u8; e.psize as usize]);
         match e.op {
             Op::Read(kind) => {
-                let access = Access { kind, page: e.page };
+                let access = Access { kind, page: e.page, objset: e.page.map(|p| p.objset) };
                 if self.arc.get(&e.key, access).is_some() {
                     return true;
                 }
@@ -140,7 +140,7 @@ impl Cache for Tarn {
             }
             Op::Write { meta } => {
                 let class = if meta { Class::Metadata } else { Class::Data };
-                self.arc.insert_written(e.key, bytes(), e.lsize, class, e.page);
+                self.arc.insert_written(e.key, bytes(), e.lsize, class, e.page, e.page.map(|p| p.objset));
                 false
             }
             Op::Free => {

@@ -112,6 +112,15 @@ fn attention(s: &PoolStatus) -> Option<(String, String)> {
             "Wait for the resilver to complete.".into(),
         ));
     }
+    if let Some(c) = s.caches.iter().find(|c| c.state.name() == "FAULTED") {
+        return Some((
+            "A cache device was dropped (FAULTED): its reads go to the pool's devices; nothing is lost.".into(),
+            format!(
+                "fix or replace it, then `tarn pool clear {name}` to use it again; `tarn pool remove {name} {}` takes it out",
+                c.path
+            ),
+        ));
+    }
     if let Some(held) = s.snapshot_space {
         return Some(full_pool_attention(s, held));
     }
@@ -237,8 +246,8 @@ fn print_status(s: &PoolStatus, verbose: bool) {
                 (Some(n), _) => format!("({n})"),
                 (None, _) => used,
             };
-            let io = c.io_errors.to_string();
-            t.row(vec![format!("  {}", c.path), c.state.name().to_string(), io, "0".into(), "0".into(), note]);
+            let (io, cksum) = (c.io_errors.to_string(), c.cksum_errors.to_string());
+            t.row(vec![format!("  {}", c.path), c.state.name().to_string(), io, "0".into(), cksum, note]);
         }
     }
     t.print(false);
