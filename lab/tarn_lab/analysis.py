@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from statistics import mean
+from statistics import mean, pstdev
 
 from .devices import parse_size
 
@@ -54,6 +54,22 @@ class Cell:
         values = [r["summary"]["latency_ms"].get(key) for r in self.runs]
         values = [v for v in values if v is not None]
         return mean(values) if values else None
+
+    # -- steadiness: the per-second TPS sysbench reported -------------------------------
+    @property
+    def per_second_tps(self) -> list[float]:
+        return [row["tps"] for r in self.runs for row in r.get("series") or []]
+
+    @property
+    def tps_cv(self) -> float | None:
+        """Coefficient of variation of the per-second TPS (standard deviation over mean):
+        0 for a flat line; a stack that stalls for whole seconds scores high."""
+        return steadiness_of(self.per_second_tps)["tps_cv"]
+
+    @property
+    def zero_tps_seconds(self) -> int | None:
+        """Seconds in which no transaction finished (over all repeats)."""
+        return steadiness_of(self.per_second_tps)["zero_tps_seconds"]
 
     @property
     def transactions(self) -> int:
@@ -150,6 +166,33 @@ class Cell:
             hits += arc.get("hits", 0)
             misses += arc.get("misses", 0)
         return hits / (hits + misses) if hits + misses else None
+
+
+def steadiness_of(per_second_tps: list[float]) -> dict:
+    """{tps_cv, zero_tps_seconds} of per-second TPS values (None each without values)."""
+    if not per_second_tps:
+        return {"tps_cv": None, "zero_tps_seconds": None}
+    m = mean(per_second_tps)
+    return {"tps_cv": pstdev(per_second_tps) / m if m > 0 else None,
+            "zero_tps_seconds": sum(1 for v in per_second_tps if v == 0)}
+
+
+def steadiness(run: dict) -> dict:
+    """What one run's results JSON records of its steadiness: per-second TPS CV, seconds at
+    0 TPS, p99 latency, and the paced data disk's bytes, writes and I/O units per
+    transaction (None where not measured)."""
+    txns = run["summary"].get("transactions", 0)
+    data = (run.get("device_totals") or {}).get("data", {})
+    units, _ = io_units_of(run)
+
+    def per_txn(v):
+        return v / txns if txns and v is not None else None
+    return {**steadiness_of([row["tps"] for row in run.get("series") or []]),
+            "p99_ms": run["summary"].get("latency_ms", {}).get("p99"),
+            "max_ms": run["summary"].get("latency_ms", {}).get("max"),
+            "written_kib_per_txn": per_txn(data.get("write_bytes", 0) / 1024) if data else None,
+            "writes_per_txn": per_txn(data.get("writes")) if data else None,
+            "io_units_per_txn": per_txn(units) if units else None}
 
 
 def io_unit_bytes(run: dict) -> int:

@@ -25,7 +25,7 @@ from .analysis import Cell, cells_of
 from .devices import parse_size
 from .humanize import (WORKLOAD_TEXT, describe_database, describe_disk, describe_load, describe_stack,
                        describe_workload_params, flatten, human_bytes, workload_label)
-from .report import (MEMORY_TITLE, SYSBENCH_ROWS, fmt, fmt_ratio, fmt_units, load_results, memory_cells,
+from .report import (MEMORY_TITLE, SYSBENCH_ROWS, steadiness_columns, fmt, fmt_ratio, fmt_units, load_results, memory_cells,
                      memory_columns, ratio_columns, sweep_columns, sweep_rows, warnings_of)
 
 TEMPLATES = jinja2.Environment(loader=jinja2.PackageLoader("tarn_lab", "templates"),
@@ -101,6 +101,16 @@ def ratio_html_table(scenario: dict, cells: dict, workload: str, index: int, var
         id=f"ratio-{index}", css="data ratio",
         row_classes=["subject" if r.cell.stack == subject else ("baseline" if r.cell.stack == baseline else "")
                      for r in rows])
+
+
+def steadiness_html_table(cells: list[Cell], workload: str, variant: str = "") -> HtmlTable:
+    cols = steadiness_columns()
+    where = f", {variant}" if variant else ""
+    return HtmlTable(headers=[h for h, _ in cols], rows=[[get(c) for _, get in cols] for c in cells],
+                     caption=f"Steadiness — {workload_label(workload)}{where}: the spread of the per-second TPS "
+                             "(coefficient of variation), seconds in which no transaction finished, the latency "
+                             "tail, and what the paced data disk wrote per transaction",
+                     css="data ratio", row_classes=["subject" if c.fs == "tarn" else "" for c in cells])
 
 
 def own_baseline_html_table(scenario: dict, cells: dict) -> HtmlTable | None:
@@ -290,13 +300,16 @@ def report_page(rundir: Path, plots_dir: Path | None = None) -> Page:
     workloads = analysis.workloads_of(scenario, cells)
     views = analysis.variant_views(scenario, cells)
     tables, headlines = [], []
+    ratio_index = 0
     for variant, view, vcells in views:
         label = analysis.variant_label(variant, view) if variant else ""
         line = analysis.headline(view, vcells)
         if line:
             headlines.append(f"{label}: {line}" if variant else line)
         for w in analysis.workloads_of(view, vcells):
-            tables.append(ratio_html_table(view, vcells, w, len(tables) + 1, label))
+            ratio_index += 1
+            tables.append(ratio_html_table(view, vcells, w, ratio_index, label))
+            tables.append(steadiness_html_table([c for (_, cw), c in vcells.items() if cw == w], w, label))
     sweeps = analysis.sweeps(scenario, cells)
     tables += [sweep_html_table(sw, i) for i, sw in enumerate(sweeps, 1)]
     if analysis.has_rss(cells):

@@ -129,6 +129,37 @@ def ratio_table(scenario: dict, cells: dict, workload: str, variant: str = "") -
     return t
 
 
+# -- steadiness: does TPS hold on a saturated disk? ----------------------------------------
+
+def steadiness_columns() -> list[tuple[str, object]]:
+    """(header, cell -> text): the per-second TPS's spread and stalls, the latency tail,
+    and what the data disk wrote per transaction."""
+    return [
+        ("stack", lambda c: c.stack),
+        ("TPS", lambda c: fmt_tps(c.tps)),
+        ("TPS CV\n/second", lambda c: fmt(c.tps_cv)),
+        ("seconds\nat 0 TPS", lambda c: fmt(c.zero_tps_seconds)),
+        ("p95\nms", lambda c: fmt_ms(c.latency("p95"))),
+        ("p99\nms", lambda c: fmt_ms(c.latency("p99"))),
+        ("max\nms", lambda c: fmt_ms(c.latency("max"))),
+        ("KiB wr\n/txn", lambda c: fmt(c.written_kib_per_txn, 1)),
+        ("writes\n/txn", lambda c: fmt_per_txn(c.writes_per_txn)),
+        ("IO units\n/txn", lambda c: fmt_units(c)),
+    ]
+
+
+def steadiness_table(cells: list[Cell], workload: str, variant: str = "") -> Table:
+    where = f", {variant}" if variant else ""
+    t = Table(title=f"Steadiness — {workload_label(workload)}{where} (per-second TPS; data disk per transaction)",
+              title_justify="left", title_style="bold", box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1, 0, 0))
+    cols = steadiness_columns()
+    for i, (header, _) in enumerate(cols):
+        t.add_column(header, justify="left" if i == 0 else "right", no_wrap=True)
+    for c in cells:
+        t.add_row(*[get(c) for _, get in cols], style="bold" if c.fs == "tarn" else "")
+    return t
+
+
 def own_baseline_table(scenario: dict, cells: dict) -> Table | None:
     rows = analysis.own_baseline_rows(scenario, cells)
     if not rows:
@@ -284,6 +315,7 @@ SYSBENCH_ROWS = [
     ("queries/s", lambda s: s.get("qps")), ("latency min (ms)", lambda s: s["latency_ms"].get("min")),
     ("latency avg (ms)", lambda s: s["latency_ms"].get("avg")), ("latency max (ms)", lambda s: s["latency_ms"].get("max")),
     ("latency p95 (ms)", lambda s: s["latency_ms"].get("p95")),
+    ("latency p99 (ms)", lambda s: s["latency_ms"].get("p99")),
 ]
 
 
@@ -361,6 +393,8 @@ def print_terminal(rundir: Path, console: Console, verbose: bool = False) -> Non
             console.print(ratio_table(view, vcells, w, analysis.variant_label(variant, view) if variant else ""))
             console.print(Text(f"TPS per stack — {workload_label(w)}", style="bold"))
             console.print(tps_bars([c for (s, cw), c in vcells.items() if cw == w]))
+            console.print(steadiness_table([c for (s, cw), c in vcells.items() if cw == w], w,
+                                           analysis.variant_label(variant, view) if variant else ""))
     for sweep in analysis.sweeps(scenario, cells):
         console.print(sweep_table(sweep))
     if analysis.has_rss(cells):

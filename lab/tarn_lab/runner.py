@@ -31,6 +31,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from .analysis import steadiness
 from . import budget, datasets
 from . import progress as progress_mod
 from . import sizes as sizes_mod
@@ -430,6 +431,10 @@ def run_workload(scenario, spec, stack, db, workload, repeat, rundir, progress: 
     scrubs = scrub_loop(params, stack, duration)
     snaps = None if phase else snapshots_mod.snapshot_loop(spec, stack, repeat)
     probes = {"l2arc": stack.l2arc_stats} if getattr(stack, "l2arc_stats", None) else {}
+    if spec["fs"] == "tarn" and getattr(stack, "engine_stats", None):
+        # The txg, intent-log and I/O-queue counters each second: a second at 0 TPS is
+        # read against what the engine did in it (waits for dirty_max, syncs, queue waits).
+        probes["tarn"] = lambda: engine_second(stack.engine_stats())
     with Sampler(stack.device_names(), processes=memory_processes(stack, db), probes=probes) as sampler:
         if scrubs:
             scrubs.start()
@@ -454,7 +459,7 @@ def run_workload(scenario, spec, stack, db, workload, repeat, rundir, progress: 
         raise RuntimeError(f"sysbench {workload} exited {returncode}: {output[-1500:]}")
     after = db.status_counters(db.CACHE_COUNTERS)
     engine_after = _engine_stats(stack)
-    return {
+    result = {
         "scenario": scenario["name"], "size_class": scenario.get("size_class"), "stack": spec["name"],
         "fs": spec["fs"], "workload": workload, "repeat": repeat, "phase": phase, "status": "ok", "started": started,
         "finished": dt.datetime.now().isoformat(timespec="seconds"), "warmup": warmup,
@@ -482,6 +487,15 @@ def run_workload(scenario, spec, stack, db, workload, repeat, rundir, progress: 
         # tarn daemon or zfs-fuse: the ARC), beside what the stack was given.
         "memory": {"rss": sampler.memory, "pids": sampler.processes},
     }
+    result["steadiness"] = steadiness(result)
+    return result
+
+
+def engine_second(stats: dict | None) -> dict | None:
+    """The per-second part of `tarn stats all --json`: its txg, zil and io counters."""
+    if not stats:
+        return None
+    return {group: stats[group] for group in ("txg", "zil", "io") if isinstance(stats.get(group), dict)}
 
 
 def run_phases(scenario, spec, stack, db, workload, rundir, versions, memory, prepared, teardown,

@@ -58,7 +58,7 @@ SCHEMA = {
     "workload": {"threads": INT, "duration": INT, "tables": INT, "table_size": INT,
                  "warehouses": INT, "items": INT, "customers": INT, "random_points": INT,
                  "warmup": INT, "scrub": BOOL, "restart": INT, "long": INT,
-                 "incremental": INT, "latency_histogram": BOOL},
+                 "incremental": INT},
 }
 STACK_SCHEMA = {
     "name": STR, "fs": STR, "compression": STR, "recordsize": STR, "arc_mb": INT,

@@ -182,3 +182,35 @@ def test_the_sampler_records_each_processes_rss_every_second():
     assert me["samples"] == len(rows) + 1 and me["max_bytes"] >= me["mean_bytes"] > 0
     assert me["hwm_bytes"] >= me["max_bytes"]
     assert sampler.memory["child"]["samples"] >= 1
+
+
+HISTOGRAM = """Latency histogram (values are in milliseconds)
+       value  ------------- distribution ------------- count
+       0.270 |**************************************** 90
+       1.000 |****                                     8
+      20.000 |                                         1
+    1900.000 |                                         1
+ 
+SQL statistics:
+    transactions:                        100    (10.00 per sec.)
+    total time:                          10.0s
+Latency (ms):
+         max:                                 1900.00
+         95th percentile:                        1.00
+"""
+
+
+def test_sysbench_p99_comes_from_the_latency_histogram():
+    rows = sysbench.parse_histogram(HISTOGRAM)
+    assert rows == [(0.27, 90), (1.0, 8), (20.0, 1), (1900.0, 1)]
+    # 99 of 100 events are at or under 20 ms: that is the p99 (sysbench's own rule).
+    assert sysbench.histogram_percentile(rows, 99) == 20.0
+    assert sysbench.histogram_percentile(rows, 50) == 0.27
+    summary = sysbench.parse_summary(HISTOGRAM)
+    assert summary["latency_ms"]["p99"] == 20.0 and summary["latency_ms"]["p95"] == 1.0
+
+
+def test_a_run_without_a_histogram_has_no_p99():
+    recorded = text("sysbench_oltp_read_write.txt")
+    assert "p99" not in sysbench.parse_summary(recorded)["latency_ms"]
+    assert "--histogram=on" in sysbench.run_argv("oltp_read_write", "/tmp/s", {})

@@ -224,3 +224,25 @@ def test_compare_two_runs_side_by_side(tmp_path, capsys):
     assert f"{tps:,.1f} → {tps * 1.1:,.1f}" in tarn and "1.10×" in tarn
     html = next(after.glob("compare-with-*.html")).read_text()
     assert "after/before: tarn 1.10×" in html and "data:image/png;base64," in html
+
+
+def test_steadiness_counts_stalled_seconds_and_the_spread_of_tps():
+    flat = analysis.steadiness_of([100.0, 100.0, 100.0, 100.0])
+    assert flat == {"tps_cv": 0.0, "zero_tps_seconds": 0}
+    stalling = analysis.steadiness_of([150.0, 0.0, 150.0, 0.0])
+    assert stalling["zero_tps_seconds"] == 2
+    assert stalling["tps_cv"] == pytest.approx(1.0)  # σ 75 over a mean of 75
+    assert analysis.steadiness_of([]) == {"tps_cv": None, "zero_tps_seconds": None}
+
+
+def test_steadiness_of_a_recorded_run_and_its_table():
+    scenario, cells = loaded(QUICK)
+    run = raw_runs(QUICK, "ext4")[0]
+    s = analysis.steadiness(run)
+    tps = [row["tps"] for row in run["series"]]
+    assert s["zero_tps_seconds"] == sum(1 for v in tps if v == 0)
+    assert s["written_kib_per_txn"] == pytest.approx(
+        run["device_totals"]["data"]["write_bytes"] / 1024 / run["summary"]["transactions"])
+    lines = table_text(report.steadiness_table(list(cells.values()), "oltp_read_write"))
+    assert max(map(len, lines)) <= 100, "\n".join(lines)
+    assert any("at 0 TPS" in line for line in lines)

@@ -16,7 +16,7 @@ TINY = {
     "name": "e2e-snapshots", "workloads": ["oltp_read_write"],
     "disk": {"size": "1G", "iops": 2000, "bandwidth": "32M", "max_io": "16K"},
     "database": {"buffer_pool": "16M"},
-    "workload": {"threads": 2, "duration": 9, "tables": 1, "table_size": 20000, "latency_histogram": True,
+    "workload": {"threads": 2, "duration": 9, "tables": 1, "table_size": 20000,
                  "incremental": 4},
     "stacks": [{"name": "tarn-snap", "fs": "tarn", "arc_mb": 32, "snapshot_every": 2, "snapshot_keep": 2,
                 "move": True},

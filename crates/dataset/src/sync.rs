@@ -38,7 +38,10 @@ impl Dataset {
             Ok(()) => Ok(()),
             // The failed commit had taken its records off the queue — this file's and the
             // namespace changes of any txg so far — so commit everything they belong to.
-            Err(_) => Ok(self.os.ctx().txg.sync_all()?),
+            Err(_) => {
+                self.zil.stats.fallback_syncs.fetch_add(1, Ordering::Relaxed);
+                Ok(self.os.ctx().txg.sync_all()?)
+            }
         }
     }
 
@@ -83,5 +86,16 @@ impl WriteSource for Dataset {
             EarlyData::Copied(data) => WriteData::Copied(data),
             EarlyData::Committed => WriteData::Committed,
         })
+    }
+
+    /// A txg that is no longer open is waited for until it commits (an fsync holds no
+    /// txg hold or object lock here, so the sync it waits for cannot wait for it).
+    fn settle(&self, txg: u64) -> Result<(), SourceError> {
+        let engine = &self.os.ctx().txg;
+        if txg < engine.open_txg() && engine.synced() < txg {
+            self.zil.stats.settle_waits.fetch_add(1, Ordering::Relaxed);
+            engine.wait_synced(txg)?;
+        }
+        Ok(())
     }
 }

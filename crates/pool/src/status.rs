@@ -218,6 +218,10 @@ impl Pool {
                 ("bytes_written".to_string(), get(&z.bytes_written)),
                 ("records_written".to_string(), get(&z.records_written)),
                 ("indirect_records".to_string(), get(&z.indirect_records)),
+                ("commit_us".to_string(), get(&z.commit_us)),
+                ("max_commit_us".to_string(), get(&z.max_commit_us)),
+                ("fallback_syncs".to_string(), get(&z.fallback_syncs)),
+                ("settle_waits".to_string(), get(&z.settle_waits)),
             ]),
             txg: BTreeMap::from([
                 ("open".to_string(), t.open),
@@ -230,6 +234,13 @@ impl Pool {
                 ("delay_us".to_string(), t.delay_us),
                 ("dirty_max_waits".to_string(), t.dirty_max_waits),
                 ("dirty_max_wait_us".to_string(), t.dirty_max_wait_us),
+                ("dirty_limit_bytes".to_string(), t.dirty_limit),
+                ("write_rate_bytes_per_sec".to_string(), t.write_rate),
+                ("syncs".to_string(), t.syncs),
+                ("sync_us".to_string(), t.sync_us),
+                ("max_sync_us".to_string(), t.max_sync_us),
+                ("last_sync_us".to_string(), t.last_sync_us),
+                ("last_sync_bytes".to_string(), t.last_sync_bytes),
             ]),
             l2arc: zio
                 .l2arc()

@@ -131,7 +131,8 @@ fn writes_and_reads_proceed_while_a_txg_is_stuck_in_sync() {
 #[test]
 fn a_writer_waits_only_once_dirty_data_passes_its_limit() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = TxgConfig { timeout: Duration::from_secs(3600), dirty_max: 4 << 20, dirty_sync: 1 << 20 };
+    let cfg =
+        TxgConfig { timeout: Duration::from_secs(3600), dirty_max: 4 << 20, dirty_sync: 1 << 20, ..Default::default() };
     let (pool, dev, _) = gated_pool(dir.path(), cfg);
     let ds = pool.dataset("tank").unwrap();
     let f = ds.create(ROOT_ID, b"f", NewObject::File, 0o644, 0, 0).unwrap();
@@ -171,7 +172,8 @@ fn a_writer_waits_only_once_dirty_data_passes_its_limit() {
 fn many_threads_write_and_read_their_own_files_across_syncs() {
     let dir = tempfile::tempdir().unwrap();
     let img = dir.path().join("d0.img");
-    let cfg = TxgConfig { timeout: Duration::from_millis(50), dirty_max: 8 << 20, dirty_sync: 2 << 20 };
+    let cfg =
+        TxgConfig { timeout: Duration::from_millis(50), dirty_max: 8 << 20, dirty_sync: 2 << 20, ..Default::default() };
     let opts = CreateOptions { size: Some(512 << 20), txg: cfg, ..Default::default() };
     let pool = Pool::create("tank", &[VdevSpec::Disk(img.clone())], &opts).unwrap();
     pool.set_property("tank", "recordsize", "16K").unwrap();

@@ -188,6 +188,7 @@ fn fsync_during_bulk_sync(dirty_max: u64, in_flight: usize) -> Outcome {
         timeout: Duration::from_secs(3600),
         dirty_max,
         dirty_sync: dirty_max, // the test decides when the txg syncs
+        pace_to_write_rate: false,
     };
     let pool = Arc::new(Pool::import(vec![disk.clone() as Arc<dyn BlockDevice>], &ImportOptions { txg }).unwrap());
     let ds = pool.dataset("tank").unwrap();
@@ -298,4 +299,96 @@ fn while_an_fsync_is_under_way_the_txg_gets_only_its_minimum() {
         in_flight,
         "before the fsync, only what was already at the disk"
     );
+}
+
+/// A database's page flush while a txg syncs: its data-file fsync is a bulk commit (more
+/// than `BULK_IN_PLACE` of 16 KiB pages), whose pages belong to the syncing txg and can
+/// no longer be written in place for it. It waits for that txg instead of copying the
+/// pages into the log — where, appended under the log's chain lock, they held up every
+/// redo-log fsync behind megabytes of log writes on a saturated disk (the lab's 0-TPS
+/// seconds, issue #11). So a redo-log fsync issued meanwhile returns before the txg
+/// commits and before any of the data file's I/O, and the data is written once.
+#[test]
+fn a_bulk_fsync_of_a_syncing_txg_waits_for_it_and_holds_up_no_redo_fsync() {
+    const PAGE: usize = 16 << 10;
+    const PAGES: u64 = 64; // 1 MiB of pages: past the bulk rule's 256 KiB
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("d0.img");
+    let opts = CreateOptions { size: Some(256 << 20), ..Default::default() };
+    Pool::create("tank", &[VdevSpec::Disk(img.clone())], &opts).unwrap().export().unwrap();
+    let disk = Arc::new(FifoDisk {
+        inner: FileDevice::open(&img).unwrap(),
+        fifo: Mutex::new(Fifo::default()),
+        changed: Condvar::new(),
+    });
+    let txg = TxgConfig {
+        timeout: Duration::from_secs(3600),
+        dirty_max: 256 * MIB,
+        dirty_sync: 256 * MIB, // the test decides when the txg syncs
+        pace_to_write_rate: false,
+    };
+    let pool = Arc::new(Pool::import(vec![disk.clone() as Arc<dyn BlockDevice>], &ImportOptions { txg }).unwrap());
+    let ds = pool.dataset("tank").unwrap();
+    let file = |name: &[u8]| ds.create(ROOT_ID, name, NewObject::File, 0o644, 0, 0).unwrap().ino;
+    let (bulk, data, redo) = (file(b"bulk"), file(b"data"), file(b"redo"));
+    pool.sync().unwrap();
+    for i in 0..BULK / MIB {
+        ds.write(bulk, i * MIB, &common::noise(i, MIB as usize)).unwrap();
+    }
+    for p in 0..PAGES {
+        ds.write(data, p * PAGE as u64, &common::noise(100 + p, PAGE)).unwrap();
+    }
+    let syncing_txg = pool.stats().txg["open"];
+
+    disk.set_held(true);
+    let syncer = {
+        let pool = pool.clone();
+        std::thread::spawn(move || pool.sync().unwrap())
+    };
+    disk.wait_until("the txg's first pieces are at the disk", |f| {
+        !f.waiting().is_empty() && f.waiting().iter().all(Op::is_txg_write)
+    });
+    let data_fsync = {
+        let ds = ds.clone();
+        std::thread::Builder::new().name("datafsync".into()).spawn(move || ds.fsync(data).unwrap()).unwrap()
+    };
+    // Either the data file's commit reaches the disk (copying its pages into the log), or
+    // it waits for the syncing txg.
+    disk.wait_until("the data fsync wrote to the log or waits for the txg", |f| {
+        f.waiting().iter().any(|o| o.thread == "datafsync") || pool.stats().zil["settle_waits"] >= 1
+    });
+    ds.write(redo, 0, b"commit 1").unwrap();
+    let redo_fsync = {
+        let ds = ds.clone();
+        std::thread::Builder::new().name("fsync".into()).spawn(move || ds.fsync(redo).unwrap()).unwrap()
+    };
+    while !redo_fsync.is_finished() {
+        disk.wait_until("an op is at the disk, or the redo fsync returned", |f| {
+            !f.waiting().is_empty() || redo_fsync.is_finished()
+        });
+        if !redo_fsync.is_finished() {
+            disk.serve_one();
+        }
+    }
+    redo_fsync.join().unwrap();
+    let served = disk.served();
+    let committed_then = pool.stats().txg["synced"];
+
+    disk.set_held(false);
+    syncer.join().unwrap();
+    data_fsync.join().unwrap();
+    let data_ops: Vec<&Op> = served.iter().filter(|o| o.thread == "datafsync").collect();
+    assert!(data_ops.is_empty(), "the redo fsync waited behind the data fsync's log writes: {data_ops:?}");
+    assert!(committed_then < syncing_txg, "the redo fsync returned before the syncing txg committed");
+    let zil = pool.stats().zil;
+    assert_eq!(zil["settle_waits"], 1, "the data fsync waited for its txg");
+    assert!(zil["bytes_written"] < 64 << 10, "the pages were not copied into the log: {zil:?}");
+    let mut back = vec![0u8; PAGE];
+    for p in 0..PAGES {
+        ds.read(data, p * PAGE as u64, &mut back).unwrap();
+        assert_eq!(back, common::noise(100 + p, PAGE), "page {p}");
+    }
+    let mut redo_back = vec![0u8; 8];
+    ds.read(redo, 0, &mut redo_back).unwrap();
+    assert_eq!(&redo_back, b"commit 1");
 }

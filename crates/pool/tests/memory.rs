@@ -109,7 +109,12 @@ fn rss_stays_within_arc_max_plus_a_fixed_overhead_under_millions_of_metadata_blo
     let dir = tempfile::tempdir_in(std::env::var("TARN_BENCH_DIR").unwrap_or_else(|_| "/var/tmp".into())).unwrap();
     let opts = CreateOptions {
         size: Some(64 << 30), // sparse
-        txg: TxgConfig { dirty_max: DIRTY_MAX, dirty_sync: DIRTY_MAX / 4, timeout: Duration::from_secs(5) },
+        txg: TxgConfig {
+            dirty_max: DIRTY_MAX,
+            dirty_sync: DIRTY_MAX / 4,
+            timeout: Duration::from_secs(5),
+            ..Default::default()
+        },
         ..Default::default()
     };
     let pool = Pool::create("tank", &[VdevSpec::Disk(dir.path().join("d0.img"))], &opts).unwrap();

@@ -165,7 +165,12 @@ fn acknowledged_bytes_survive_cuts(logbias: &str, page_len: usize, fsync_every: 
     let dir = tempfile::tempdir().unwrap();
     let initial = fresh_image(dir.path());
     let dev = MemDevice::new(initial.clone());
-    let cfg = TxgConfig { timeout: Duration::from_millis(txg_ms), dirty_max: 64 << 20, dirty_sync: 8 << 20 };
+    let cfg = TxgConfig {
+        timeout: Duration::from_millis(txg_ms),
+        dirty_max: 64 << 20,
+        dirty_sync: 8 << 20,
+        ..Default::default()
+    };
     let pool = Pool::import(vec![dev.clone() as Arc<dyn BlockDevice>], &ImportOptions { txg: cfg }).unwrap();
     pool.set_property("tank", "logbias", logbias).unwrap();
     let start = dev.events_len();

@@ -46,6 +46,7 @@ use std::time::Duration;
 use parking_lot::{Condvar, Mutex, RwLock, RwLockReadGuard};
 
 mod error;
+pub mod rate;
 mod state;
 mod sync;
 mod throttle;
@@ -72,8 +73,13 @@ pub struct TxgConfig {
     /// Writers are delayed above `DelayCurve::min_percent` of this (open + syncing
     /// dirty bytes), and stopped above it.
     pub dirty_max: u64,
-    /// A sync starts early once the open txg has this many dirty bytes.
+    /// A sync starts early once the open txg has this many dirty bytes (scaled down
+    /// with the dirty limit, when the measured write rate holds that below `dirty_max`).
     pub dirty_sync: u64,
+    /// Hold dirty data to what the disks write in one `timeout`, as measured over the
+    /// last syncs (`rate`), instead of to `dirty_max` alone: the delay curve and early
+    /// syncs then follow the disks' real speed.
+    pub pace_to_write_rate: bool,
 }
 
 /// The default `dirty_sync`, in percent of `dirty_max` (ZFS's
@@ -83,7 +89,12 @@ pub const DIRTY_SYNC_PERCENT: u64 = 20;
 impl Default for TxgConfig {
     fn default() -> Self {
         let dirty_max = 256 << 20;
-        TxgConfig { timeout: Duration::from_secs(5), dirty_max, dirty_sync: dirty_max * DIRTY_SYNC_PERCENT / 100 }
+        TxgConfig {
+            timeout: Duration::from_secs(5),
+            dirty_max,
+            dirty_sync: dirty_max * DIRTY_SYNC_PERCENT / 100,
+            pace_to_write_rate: true,
+        }
     }
 }
 
@@ -124,6 +135,18 @@ pub struct TxgStats {
     /// how long in all.
     pub dirty_max_waits: u64,
     pub dirty_max_wait_us: u64,
+    /// The dirty limit in force: `dirty_max`, or less once syncs measured the disks'
+    /// write rate (`rate`). The delay curve and early syncs are shares of it.
+    pub dirty_limit: u64,
+    /// Dirty bytes a sync retires per second, smoothed (0 before the first measure).
+    pub write_rate: u64,
+    /// Syncs committed, their time in all and the longest, the last one's time and
+    /// dirty bytes.
+    pub syncs: u64,
+    pub sync_us: u64,
+    pub max_sync_us: u64,
+    pub last_sync_us: u64,
+    pub last_sync_bytes: u64,
 }
 
 impl TxgEngine {
@@ -162,11 +185,10 @@ impl TxgEngine {
     }
 
     pub fn stats(&self) -> TxgStats {
-        let (dirty_max, dirty_sync) = {
-            let c = &self.tuning.lock().config;
-            (c.dirty_max, c.dirty_sync)
-        };
+        let config = self.tuning.lock().config.clone();
+        let (dirty_max, dirty_sync) = (config.dirty_max, config.dirty_sync);
         let s = self.state.lock();
+        let limit = dirty_limit(&s, &config);
         TxgStats {
             open: s.open,
             synced: s.synced,
@@ -178,18 +200,25 @@ impl TxgEngine {
             delay_us: micros(s.throttle.delay),
             dirty_max_waits: s.throttle.dirty_max_waits,
             dirty_max_wait_us: micros(s.throttle.dirty_max_wait),
+            dirty_limit: limit,
+            write_rate: s.rate.bytes_per_sec().unwrap_or(0),
+            syncs: s.syncs.count,
+            sync_us: micros(s.syncs.time),
+            max_sync_us: micros(s.syncs.max),
+            last_sync_us: micros(s.syncs.last),
+            last_sync_bytes: s.syncs.last_bytes,
         }
     }
 
     /// Joins the open txg for a change that will dirty about `dirty_bytes`. A change
     /// that dirties anything first passes the write throttle (see the module header).
     pub fn hold(&self, dirty_bytes: u64) -> Result<TxgHold<'_>, TxgError> {
-        let (dirty_max, dirty_sync, curve) = {
+        let (config, curve) = {
             let t = self.tuning.lock();
-            (t.config.dirty_max, t.config.dirty_sync, t.curve)
+            (t.config.clone(), t.curve)
         };
         if dirty_bytes > 0 {
-            self.throttle(dirty_bytes, dirty_max, &curve)?;
+            self.throttle(dirty_bytes, &config, &curve)?;
         }
         // Recursive read: a thread that already holds may join again without deadlocking
         // against a pending quiesce.
@@ -199,10 +228,11 @@ impl TxgEngine {
         s.dirty_open += dirty_bytes;
         s.holds_in_open += 1;
         let txg = s.open;
-        if s.dirty_open >= dirty_sync {
+        let limit = dirty_limit(&s, &config);
+        if s.dirty_open >= sync_threshold(&config, limit) {
             self.changed.notify_all();
         }
-        let percent = dirty_percent(s.dirty(), dirty_max);
+        let percent = dirty_percent(s.dirty(), limit);
         drop(s);
         if dirty_bytes > 0 {
             self.tell_percent(percent);
@@ -269,6 +299,25 @@ impl TxgEngine {
         let txg = self.state.lock().open;
         self.wait_synced(txg)
     }
+}
+
+/// The dirty limit in force (see `TxgStats::dirty_limit`).
+pub(crate) fn dirty_limit(s: &State, config: &TxgConfig) -> u64 {
+    if config.pace_to_write_rate {
+        s.rate.limit(config.dirty_max, config.timeout)
+    } else {
+        config.dirty_max
+    }
+}
+
+/// Dirty bytes of the open txg that start its sync early: `dirty_sync`, scaled down
+/// with the dirty limit when the measured write rate holds it below `dirty_max` (the
+/// configured share of the limit is kept).
+pub(crate) fn sync_threshold(config: &TxgConfig, limit: u64) -> u64 {
+    if limit >= config.dirty_max {
+        return config.dirty_sync;
+    }
+    (config.dirty_sync as u128 * limit as u128 / config.dirty_max.max(1) as u128).max(1) as u64
 }
 
 fn micros(d: Duration) -> u64 {

@@ -8,8 +8,9 @@
 //!
 //! Must never: be changed outside the engine's state lock (it is only ever reached
 //! through `TxgEngine::state`).
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use crate::rate::WriteRate;
 use crate::throttle::ThrottleCounters;
 use crate::SyncFailure;
 
@@ -27,6 +28,29 @@ pub(crate) struct State {
     /// When the last delayed writer was let go: the next one goes a delay after it.
     pub(crate) last_wakeup: Instant,
     pub(crate) throttle: ThrottleCounters,
+    /// How fast syncs retire dirty data: sets the dirty limit (`rate`).
+    pub(crate) rate: WriteRate,
+    pub(crate) syncs: SyncCounters,
+}
+
+/// What the syncs took: how many, how long in all and at most, and the last one.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct SyncCounters {
+    pub(crate) count: u64,
+    pub(crate) time: Duration,
+    pub(crate) max: Duration,
+    pub(crate) last: Duration,
+    pub(crate) last_bytes: u64,
+}
+
+impl SyncCounters {
+    pub(crate) fn record(&mut self, bytes: u64, took: Duration) {
+        self.count += 1;
+        self.time += took;
+        self.max = self.max.max(took);
+        self.last = took;
+        self.last_bytes = bytes;
+    }
 }
 
 impl State {
@@ -43,6 +67,8 @@ impl State {
             last_sync: Instant::now(),
             last_wakeup: Instant::now(),
             throttle: ThrottleCounters::default(),
+            rate: WriteRate::default(),
+            syncs: SyncCounters::default(),
         }
     }
 

@@ -13,7 +13,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::{SyncFailure, SyncTarget, TxgEngine};
+use crate::{dirty_limit, sync_threshold, SyncFailure, SyncTarget, TxgEngine};
 
 impl TxgEngine {
     /// Starts the sync thread. It runs until `close`, or until a failure suspends the
@@ -66,10 +66,19 @@ impl TxgEngine {
                 self.state.lock().quiesced(txg);
                 q
             };
+            let bytes = self.state.lock().dirty_syncing;
+            let started = Instant::now();
             let result = quiesced.and_then(|()| catch_panic(txg, || target.sync(txg)));
+            let took = started.elapsed();
             let mut s = self.state.lock();
             match result {
-                Ok(()) => s.committed(txg),
+                Ok(()) => {
+                    s.committed(txg);
+                    s.syncs.record(bytes, took);
+                    if self.tuning.lock().config.pace_to_write_rate {
+                        s.rate.observe(bytes, took);
+                    }
+                }
                 Err(e) => s.error = Some(e),
             }
             s.dirty_syncing = 0;
@@ -92,7 +101,7 @@ impl TxgEngine {
             let anything = s.holds_in_open > 0;
             let due = s.last_sync.elapsed() >= cfg.timeout;
             let asked = s.wanted >= s.open;
-            let full = s.dirty_open >= cfg.dirty_sync;
+            let full = s.dirty_open >= sync_threshold(&cfg, dirty_limit(&s, &cfg));
             if anything && (due || asked || full || s.closing) {
                 return Some(s.open);
             }

@@ -24,7 +24,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crate::{check_usable, TxgEngine, TxgError};
+use crate::{check_usable, dirty_limit, TxgConfig, TxgEngine, TxgError};
 
 /// The shape of the write throttle's delay (ZFS's zfs_delay_min_dirty_percent,
 /// zfs_delay_scale and zfs_delay_max_ns; see `write_delay`).
@@ -96,13 +96,15 @@ impl TxgEngine {
 
     /// The write throttle for a change of `dirty_bytes`: waits while dirty data is over
     /// `dirty_max` (a commit makes room), then sleeps along the delay curve.
-    pub(crate) fn throttle(&self, dirty_bytes: u64, dirty_max: u64, curve: &DelayCurve) -> Result<(), TxgError> {
+    pub(crate) fn throttle(&self, dirty_bytes: u64, config: &TxgConfig, curve: &DelayCurve) -> Result<(), TxgError> {
         let asked = Instant::now();
         let mut s = self.state.lock();
         let mut waited_for_room = false;
+        let mut limit;
         loop {
             check_usable(&s)?;
-            if s.dirty() + dirty_bytes <= dirty_max || s.dirty() == 0 {
+            limit = dirty_limit(&s, config);
+            if s.dirty() + dirty_bytes <= limit || s.dirty() == 0 {
                 break;
             }
             waited_for_room = true;
@@ -114,7 +116,7 @@ impl TxgEngine {
             s.throttle.dirty_max_waits += 1;
             s.throttle.dirty_max_wait += asked.elapsed();
         }
-        let delay = write_delay(s.dirty(), dirty_max, curve);
+        let delay = write_delay(s.dirty(), limit, curve);
         let now = Instant::now();
         if delay.is_zero() || now >= asked + delay {
             return Ok(()); // this writer has already waited that long
@@ -135,9 +137,12 @@ impl TxgEngine {
         if self.observer.get().is_none() {
             return;
         }
-        let dirty_max = self.tuning.lock().config.dirty_max;
-        let dirty = self.state.lock().dirty();
-        self.tell_percent(dirty_percent(dirty, dirty_max));
+        let config = self.tuning.lock().config.clone();
+        let percent = {
+            let s = self.state.lock();
+            dirty_percent(s.dirty(), dirty_limit(&s, &config))
+        };
+        self.tell_percent(percent);
     }
 
     pub(crate) fn tell_percent(&self, percent: u32) {
@@ -266,6 +271,63 @@ mod tests {
         engine.add_dirty(15 * MIB);
         engine.set_dirty_max(50 * MIB);
         assert_eq!(*heard.lock(), [0, 30, 45, 90]);
+    }
+
+    /// Each sync takes at least `0`: a disk of known top speed.
+    struct SlowTarget(Duration);
+
+    impl SyncTarget for SlowTarget {
+        type Error = Fire;
+        fn quiesce(&self, _txg: u64) {}
+        fn sync(&self, _txg: u64) -> Result<(), Fire> {
+            std::thread::sleep(self.0);
+            Ok(())
+        }
+    }
+
+    /// Syncs one 4 MiB txg on a disk that takes at least 500 ms for it (at most 8 MiB/s),
+    /// then fills `fill` bytes (70 % of the dirty limit that measure set if None) and
+    /// asks for one more byte. Returns the engine's stats after that.
+    fn after_a_slow_sync(pace: bool, fill: Option<u64>) -> crate::TxgStats {
+        let config =
+            TxgConfig { dirty_max: 1024 * MIB, dirty_sync: 1024 * MIB, pace_to_write_rate: pace, ..Default::default() };
+        let engine = Arc::new(TxgEngine::new(10, config));
+        engine.set_delay_curve(DelayCurve {
+            min_percent: 60,
+            scale: Duration::from_millis(10),
+            max: Duration::from_millis(100),
+        });
+        let thread = engine.start(Arc::new(SlowTarget(Duration::from_millis(500))));
+        let txg = engine.hold(4 * MIB).unwrap().txg;
+        engine.wait_synced(txg).unwrap();
+        let limit = engine.stats().dirty_limit;
+        drop(engine.hold(fill.unwrap_or(limit * 7 / 10)).unwrap());
+        drop(engine.hold(1).unwrap());
+        let stats = engine.stats();
+        engine.close();
+        thread.join().unwrap();
+        stats
+    }
+
+    #[test]
+    fn the_curve_starts_at_60_percent_of_what_the_disks_write_in_a_timeout() {
+        let t = after_a_slow_sync(true, None);
+        // 4 MiB in at least 500 ms: at most 8 MiB/s, so at most 40 MiB in the 5 s timeout.
+        assert!(t.write_rate > 0 && t.write_rate <= 8 * MIB, "{t:?}");
+        assert!(t.dirty_limit >= crate::rate::LIMIT_FLOOR && t.dirty_limit <= 40 * MIB, "{t:?}");
+        assert_eq!((t.syncs, t.last_sync_bytes), (1, 4 * MIB));
+        assert!(t.max_sync_us >= 500_000 && t.sync_us >= t.max_sync_us, "{t:?}");
+        // 70 % of the measured limit (under 3 % of dirty_max): on the curve.
+        assert_eq!(t.delayed_writes, 1, "{t:?}");
+        assert_eq!(t.dirty_max_waits, 0, "{t:?}");
+    }
+
+    #[test]
+    fn without_pacing_the_same_dirty_data_is_not_delayed() {
+        // 28 MiB: at least 70 % of the paced limit above, under 3 % of dirty_max.
+        let t = after_a_slow_sync(false, Some(28 * MIB));
+        assert_eq!((t.dirty_limit, t.write_rate), (1024 * MIB, 0));
+        assert_eq!(t.delayed_writes, 0, "{t:?}");
     }
 
     /// Syncs wait until the gate opens.

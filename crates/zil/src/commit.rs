@@ -15,6 +15,7 @@
 //! redo-log fsync would wait behind a data file's bulk commit), or append a block whose
 //! in-place data is not flushed with it.
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use tarn_zio::BlockPtr;
 
@@ -53,6 +54,14 @@ pub trait WriteSource {
         len: u64,
         placement: Placement,
     ) -> Result<WriteData, SourceError>;
+
+    /// Returns once txg `txg` is committed if it is no longer open (quiescing or
+    /// syncing); at once while it is open. A bulk commit calls it before taking its
+    /// writes (`Zil::settle_bulk`). The default waits for nothing: such writes are then
+    /// copied into the log, which is correct, only slower.
+    fn settle(&self, _txg: u64) -> Result<(), SourceError> {
+        Ok(())
+    }
 }
 
 /// A commit's records, and the vdevs it wrote in place (flushed with its log blocks).
@@ -72,7 +81,17 @@ impl Zil {
     /// are written before the log block, and one flush covers both, so a log block that
     /// survives a crash never points at a block that did not.
     pub fn commit_for(&self, dataset: u64, obj: u64, source: &dyn WriteSource) -> Result<(), ZilError> {
+        let started = Instant::now();
+        let result = self.commit_for_timed(dataset, obj, source);
+        let us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.stats.commit_us.fetch_add(us, Ordering::Relaxed);
+        self.stats.max_commit_us.fetch_max(us, Ordering::Relaxed);
+        result
+    }
+
+    fn commit_for_timed(&self, dataset: u64, obj: u64, source: &dyn WriteSource) -> Result<(), ZilError> {
         let key = (dataset, obj);
+        self.settle_bulk(key, source)?;
         let (taken, ticket) = {
             let mut q = self.queue.lock();
             let target = q.last_seq();
@@ -84,6 +103,29 @@ impl Zil {
         self.tickets.close(&ticket);
         result?;
         self.stats.commits.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// A bulk commit writes its object's data in place (`policy::bulk`), but a write
+    /// whose txg is no longer open cannot be written in place for that txg: it would be
+    /// copied into the log instead — megabytes written twice, appended under the chain
+    /// lock that every other fsync's append (a database's redo-log fsync) waits for, on
+    /// a disk the syncing txg is busy with. That txg writes the data anyway, so wait for
+    /// it to commit first (ZFS's dmu_sync answers EALREADY for a syncing txg), holding
+    /// nothing of the log: no queue or chain lock, no ticket, no sync hold on the devices.
+    /// At most one txg syncs and one quiesces at a time, so settling the newest txg of
+    /// the object's changes and the one before it covers every txg that is not open.
+    fn settle_bulk(&self, key: (u64, u64), source: &dyn WriteSource) -> Result<(), ZilError> {
+        let Some(outlook) = self.queue.lock().outlook(key) else {
+            return Ok(());
+        };
+        if !policy::bulk(outlook.copied, self.zio.has_log_device()) {
+            return Ok(());
+        }
+        source.settle(outlook.newest_txg).map_err(ZilError::Source)?;
+        if outlook.oldest_txg < outlook.newest_txg {
+            source.settle(outlook.newest_txg - 1).map_err(ZilError::Source)?;
+        }
         Ok(())
     }
 

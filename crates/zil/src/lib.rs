@@ -118,6 +118,15 @@ pub struct ZilStats {
     pub records_written: AtomicU64,
     /// Writes logged as a pointer to a block written in place (their data not copied).
     pub indirect_records: AtomicU64,
+    /// Microseconds fsyncs spent in `commit_for`, all together, and the longest one.
+    pub commit_us: AtomicU64,
+    pub max_commit_us: AtomicU64,
+    /// Fsyncs whose log commit failed and that committed a txg instead (counted by the
+    /// caller, which does the fallback).
+    pub fallback_syncs: AtomicU64,
+    /// Bulk commits that waited for their writes' syncing txg to commit instead of
+    /// copying them into the log (counted by the source, as it starts to wait).
+    pub settle_waits: AtomicU64,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -56,12 +56,17 @@ pub fn at_write(logbias: LogBias, len: u64, log_device: bool) -> Placement {
     }
 }
 
+/// Whether a commit that would copy `copied_by_commit` bytes of file data is a bulk
+/// commit, whose writes all go in place (`at_commit`).
+pub fn bulk(copied_by_commit: u64, log_device: bool) -> bool {
+    copied_by_commit > BULK_IN_PLACE && !log_device
+}
+
 /// The decision when a commit resolves a queued write: what `at_write` chose, unless the
 /// commit as a whole would copy more than `BULK_IN_PLACE` bytes of file data into a log on
 /// the data disks (`copied_by_commit`: the bytes of its writes placed `Copy`).
 pub fn at_commit(queued: Placement, copied_by_commit: u64, log_device: bool) -> Placement {
-    let bulk = copied_by_commit > BULK_IN_PLACE && !log_device;
-    if bulk {
+    if bulk(copied_by_commit, log_device) {
         Placement::InPlace
     } else {
         queued

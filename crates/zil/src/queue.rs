@@ -50,6 +50,14 @@ impl Queued {
     }
 }
 
+/// One object's queued changes at a glance (`Queue::outlook`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Outlook {
+    pub(crate) copied: u64,
+    pub(crate) oldest_txg: u64,
+    pub(crate) newest_txg: u64,
+}
+
 /// Changes with their sequence numbers.
 pub(crate) type Taken = Vec<(u64, Queued)>;
 
@@ -94,6 +102,19 @@ impl Queue {
             None => VecDeque::new(),
         };
         merge_by_seq(ns, own)
+    }
+
+    /// What a commit for `key` would find of its object's own changes now: the file
+    /// data it would copy as queued, and the oldest and newest txg among them (None
+    /// when the object has nothing queued).
+    pub(crate) fn outlook(&self, key: (u64, u64)) -> Option<Outlook> {
+        let list = self.objects.get(&key)?;
+        let (first, last) = (list.front()?, list.back()?);
+        Some(Outlook {
+            copied: list.iter().map(|(_, q)| q.copied_bytes()).sum(),
+            oldest_txg: first.1.txg(),
+            newest_txg: last.1.txg(),
+        })
     }
 
     /// Drops every change of txgs up to `txg` (they are committed). A list is in txg order:
