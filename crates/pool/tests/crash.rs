@@ -537,6 +537,10 @@ fn sigkill_loop(arc_max: Option<u64>, files: u64, cache: bool) {
             l2_hits += stats["hits"] - l2_before;
             let c = &pool.status().caches[0];
             assert_eq!(c.state.name(), "ONLINE", "iteration {iter}: the cache device stays in use: {c:?}");
+            // A child may be killed before its first txg reaches the feed (a fast machine
+            // acknowledges its writes within one txg); the reads above evicted blocks, so
+            // let this import feed them and the next import rebuild and read them back.
+            wait_cache_fed(&pool, iter);
         }
         drop(ds);
         let scrub = pool.scrub().unwrap();
@@ -547,6 +551,19 @@ fn sigkill_loop(arc_max: Option<u64>, files: u64, cache: bool) {
     assert!(total_acks >= 5);
     if cache {
         assert!(l2_hits > 0, "the rebuilt caches served reads");
+    }
+}
+
+/// Waits until the feed has written what the ARC evicted (or its backlog is empty).
+fn wait_cache_fed(pool: &Pool, iter: u64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let l2 = pool.stats().l2arc;
+        if l2["written_blocks"] > 0 || l2["feed_backlog"] == 0 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "iteration {iter}: the feed wrote nothing in 30 s: {l2:?}");
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
