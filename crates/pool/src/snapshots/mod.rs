@@ -42,19 +42,27 @@
 //!
 //! Must never: free a block itself outside the sync thread, take a txg hold while
 //! holding `datasets` or `snaps`, or write into a snapshot (its dataset is read-only).
-use std::collections::{BTreeMap, HashSet};
+//!
+//! Modules: this one (the records, names and lookups), `commands` (create, destroy,
+//! clone, promote, rollback: each queued in a txg and committed before it returns),
+//! `space` (listing and the space properties), `walks` (the born-after and
+//! only-this-snapshot walks the commit and the space counts share).
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use tarn_dataset::{Dataset, FsError, SpaceUsed};
-use tarn_objects::traverse::{self, Entering, Flow, Options, Start, Visit, Visitor};
+use tarn_dataset::{Dataset, SpaceUsed};
 use tarn_objects::{Dnode, ObjSet};
-use tarn_zio::{BlockPtr, Zio};
 
 use crate::datasets::check_name;
 use crate::error::PoolError;
-use crate::pool::{now_secs, DsMeta, Pool};
-use crate::props::normalized;
+use crate::pool::{DsMeta, Pool};
 use crate::space::PoolSpace;
+
+mod commands;
+mod space;
+mod walks;
+
+pub(crate) use walks::{for_each_born_after, for_each_unique};
 
 /// One snapshot of a dataset.
 #[derive(Clone, Debug)]
@@ -162,128 +170,7 @@ pub(crate) fn floor(snaps: &Snaps, meta: &DsMeta) -> u64 {
     newest.max(meta.origin.as_ref().map_or(0, |o| o.txg))
 }
 
-/// The key of a block: where it is and when it was born (no two live blocks share it).
-type BlockKey = (u16, u64, u64);
-
-fn key(bp: &BlockPtr) -> BlockKey {
-    (bp.vdev, bp.offset, bp.birth)
-}
-
-/// Walks `tree`'s blocks born after `floor`, passing over subtrees rooted at a block in
-/// `skip`; `f` is called for each block visited.
-struct Born<'a, F: FnMut(&BlockPtr)> {
-    floor: u64,
-    skip: &'a HashSet<BlockKey>,
-    f: F,
-}
-
-impl<F: FnMut(&BlockPtr)> Visitor for Born<'_, F> {
-    fn enter(&mut self, b: &Entering<'_>) -> Flow {
-        if b.bp.birth <= self.floor || self.skip.contains(&key(b.bp)) {
-            return Flow::Skip;
-        }
-        Flow::Continue
-    }
-
-    fn block(&mut self, v: &Visit<'_>) -> Flow {
-        (self.f)(v.bp);
-        Flow::Continue
-    }
-}
-
-/// The blocks of `other` born in (`floor`, `upto`]: those of a snapshot taken at `upto`
-/// that `other`, a later tree of the same dataset, still holds.
-struct Shared {
-    floor: u64,
-    upto: u64,
-    found: HashSet<BlockKey>,
-}
-
-impl Visitor for Shared {
-    fn enter(&mut self, b: &Entering<'_>) -> Flow {
-        if b.bp.birth <= self.floor {
-            return Flow::Skip;
-        }
-        if b.bp.birth <= self.upto {
-            // Born by `upto`: the snapshot holds it and everything under it.
-            self.found.insert(key(b.bp));
-            return Flow::Skip;
-        }
-        Flow::Continue
-    }
-
-    fn block(&mut self, _: &Visit<'_>) -> Flow {
-        Flow::Continue
-    }
-}
-
-/// Calls `f` for every block of snapshot `tree` (taken at `upto`) born after `floor`
-/// that `next` does not hold: what only this snapshot references.
-pub(crate) fn for_each_unique(zio: &Zio, tree: &Dnode, floor: u64, upto: u64, next: &Dnode, f: impl FnMut(&BlockPtr)) {
-    let mut shared = Shared { floor, upto, found: HashSet::new() };
-    traverse::walk(zio, Start::ObjSet(next), Options::default(), &mut shared);
-    let mut born = Born { floor, skip: &shared.found, f };
-    traverse::walk(zio, Start::ObjSet(tree), Options::default(), &mut born);
-}
-
-/// Calls `f` for every block of `tree` born after `floor`.
-pub(crate) fn for_each_born_after(zio: &Zio, tree: &Dnode, floor: u64, f: impl FnMut(&BlockPtr)) {
-    let none = HashSet::new();
-    let mut born = Born { floor, skip: &none, f };
-    traverse::walk(zio, Start::ObjSet(tree), Options::default(), &mut born);
-}
-
-fn psize_sum(mut total: impl FnMut(&mut dyn FnMut(&BlockPtr))) -> u64 {
-    let mut sum = 0u64;
-    total(&mut |bp: &BlockPtr| sum += u64::from(bp.psize));
-    sum
-}
-
 impl Pool {
-    /// `tarn snap create [-r]`: takes `DS@NAME` of each name (and of every dataset below
-    /// each with `recursive`), all in one txg; returns the snapshots' full names once
-    /// that txg committed. A bad or taken name refuses the whole command.
-    pub fn create_snapshots(&self, names: &[String], recursive: bool) -> Result<Vec<String>, PoolError> {
-        let _serial = self.inner.snap_lock.lock();
-        let wanted = self.snapshots_to_take(names, recursive)?;
-        let creation = now_secs();
-        let hold = self.inner.ctx.txg.hold(0).map_err(FsError::from)?;
-        let txg = hold.txg;
-        {
-            let mut ops = self.inner.snap_ops.lock();
-            for (dataset, _, name) in &wanted {
-                let guid = crate::pool::random_guid();
-                ops.push(SnapOp::Take { dataset: *dataset, name: name.clone(), creation, guid });
-            }
-        }
-        drop(hold);
-        self.inner.ctx.txg.wait_synced(txg).map_err(FsError::from)?;
-        Ok(wanted.into_iter().map(|(_, ds, name)| format!("{ds}@{name}")).collect())
-    }
-
-    /// (dataset id, dataset name, snapshot name) of each snapshot a create names, checked.
-    fn snapshots_to_take(&self, names: &[String], recursive: bool) -> Result<Vec<(u64, String, String)>, PoolError> {
-        let sets = self.inner.datasets.read();
-        let snaps = self.inner.snaps.read();
-        let mut wanted: Vec<(u64, String, String)> = Vec::new();
-        for full in names {
-            let (ds, snap) = split_snapshot_name(full)?;
-            self.check_in_pool(full, ds)?;
-            if !sets.contains_key(ds) {
-                return Err(PoolError::NoSuchDataset(ds.into()));
-            }
-            let prefix = format!("{ds}/");
-            for (name, (meta, _)) in sets.iter().filter(|(k, _)| *k == ds || (recursive && k.starts_with(&prefix))) {
-                let taken = snaps.get(&meta.id).is_some_and(|v| v.iter().any(|s| s.name == snap));
-                if taken || wanted.iter().any(|(id, _, s)| *id == meta.id && s == snap) {
-                    return Err(PoolError::SnapshotExists(format!("{name}@{snap}")));
-                }
-                wanted.push((meta.id, name.clone(), snap.to_string()));
-            }
-        }
-        Ok(wanted)
-    }
-
     /// `full` (a dataset or snapshot name) names something in this pool, or `BadName`.
     pub fn check_in_pool(&self, full: &str, ds: &str) -> Result<(), PoolError> {
         let pool = ds.split('/').next().unwrap_or(ds);
@@ -312,139 +199,6 @@ impl Pool {
             .filter(|(_, (m, _))| m.origin.as_ref().is_some_and(|o| o.dataset == id && o.snapshot == name))
             .map(|(k, _)| k.clone())
             .collect()
-    }
-
-    /// `tarn snap destroy DS@NAME`: frees what only it held, in one txg; refused while a
-    /// clone was made from it.
-    pub fn destroy_snapshot(&self, full: &str) -> Result<(), PoolError> {
-        let _serial = self.inner.snap_lock.lock();
-        let (_, meta, snap) = self.find_snapshot(full)?;
-        let clones = self.clones_of(meta.id, &snap.name);
-        if !clones.is_empty() {
-            return Err(PoolError::SnapshotHasClones { snapshot: full.into(), clones: clones.join(", ") });
-        }
-        self.inner.snap_open.lock().remove(full);
-        let hold = self.inner.ctx.txg.hold(0).map_err(FsError::from)?;
-        let txg = hold.txg;
-        self.inner.snap_ops.lock().push(SnapOp::Destroy { dataset: meta.id, name: snap.name });
-        drop(hold);
-        self.inner.ctx.txg.wait_synced(txg).map_err(FsError::from)?;
-        Ok(())
-    }
-
-    /// `tarn clone DS@SNAP POOL/NEW`: a writable dataset sharing the snapshot's blocks,
-    /// with local properties `props` (each checked first).
-    pub fn clone_snapshot(&self, full: &str, target: &str, props: &[(&str, &str)]) -> Result<(), PoolError> {
-        let _serial = self.inner.snap_lock.lock();
-        let (_, src, snap) = self.find_snapshot(full)?;
-        check_name(target)?;
-        let mut local = BTreeMap::new();
-        for (prop, value) in props {
-            local.insert(prop.to_string(), normalized(prop, value)?);
-        }
-        let Some((parent, _)) = target.rsplit_once('/') else {
-            return Err(PoolError::BadName(target.into(), "a dataset name is POOL/NAME".into()));
-        };
-        self.check_in_pool(target, target)?;
-        if self.inner.datasets.read().contains_key(target) {
-            return Err(PoolError::DatasetExists(target.into()));
-        }
-        self.dataset(parent)?;
-        let id = {
-            let mut next = self.inner.next_dataset_id.lock();
-            *next += 1;
-            *next
-        };
-        let origin = Origin { dataset: src.id, snapshot: snap.name.clone(), txg: snap.txg };
-        let hold = self.inner.ctx.txg.hold(1024).map_err(FsError::from)?;
-        let txg = hold.txg;
-        let opened = self.add_dataset(
-            target,
-            id,
-            local,
-            Some(snap.meta.clone()),
-            snap.next_obj,
-            snap.unlinked.clone(),
-            now_secs(),
-            Some(origin),
-        );
-        drop(hold);
-        opened?.set_used(snap.referenced);
-        self.inner.ctx.txg.wait_synced(txg).map_err(FsError::from)?;
-        Ok(())
-    }
-
-    /// `tarn promote POOL/CLONE` (ZFS's): the clone takes over its origin dataset's
-    /// snapshots up to and including its origin snapshot, and that dataset becomes a
-    /// clone of the clone — so the original can then be destroyed and the clone lives on.
-    /// No block moves and no floor changes (see `Inner::promote`); committed in one txg.
-    pub fn promote(&self, clone: &str) -> Result<(), PoolError> {
-        let _serial = self.inner.snap_lock.lock();
-        let meta = {
-            let sets = self.inner.datasets.read();
-            sets.get(clone).map(|(m, _)| m.clone()).ok_or_else(|| PoolError::NoSuchDataset(clone.into()))?
-        };
-        let origin = meta.origin.clone().ok_or_else(|| PoolError::NotAClone(clone.into()))?;
-        let taken: Vec<String> = self
-            .inner
-            .snaps
-            .read()
-            .get(&origin.dataset)
-            .map(|v| v.iter().filter(|s| s.txg <= origin.txg).map(|s| s.name.clone()).collect())
-            .unwrap_or_default();
-        let own = self.snapshot_names(clone)?;
-        let clash: Vec<String> = taken.iter().filter(|n| own.contains(n)).map(|n| format!("{clone}@{n}")).collect();
-        if !clash.is_empty() {
-            let origin_name = self.origin_name(Some(&origin));
-            return Err(PoolError::PromoteNameConflict {
-                clone: clone.into(),
-                origin: origin_name,
-                names: clash.join(", "),
-            });
-        }
-        let hold = self.inner.ctx.txg.hold(0).map_err(FsError::from)?;
-        let txg = hold.txg;
-        self.inner.snap_ops.lock().push(SnapOp::Promote { clone: meta.id });
-        drop(hold);
-        self.inner.ctx.txg.wait_synced(txg).map_err(FsError::from)?;
-        Ok(())
-    }
-
-    /// `tarn rollback DS@SNAP`: the dataset's head becomes the snapshot again. Only to the
-    /// newest snapshot; the caller makes sure nothing has the dataset open (unmounted).
-    pub fn rollback(&self, full: &str) -> Result<(), PoolError> {
-        let _serial = self.inner.snap_lock.lock();
-        let (ds, meta, snap) = self.find_snapshot(full)?;
-        let newer: Vec<String> = self.inner.snaps.read()[&meta.id]
-            .iter()
-            .filter(|s| s.txg > snap.txg)
-            .map(|s| format!("{ds}@{}", s.name))
-            .collect();
-        if !newer.is_empty() {
-            return Err(PoolError::SnapshotNotNewest { snapshot: full.into(), newer: newer.join(", ") });
-        }
-        self.sync()?;
-        let hold = self.inner.ctx.txg.hold(1024).map_err(FsError::from)?;
-        let txg = hold.txg;
-        let removed = self.inner.datasets.write().remove(&ds);
-        let Some((meta, head)) = removed else {
-            return Err(PoolError::NoSuchDataset(ds));
-        };
-        self.inner.destroy_queue.lock().push(crate::pool::Destroyed { meta: head.meta_dnode(), floor: snap.txg });
-        let opened = self.add_dataset(
-            &ds,
-            meta.id,
-            meta.props,
-            Some(snap.meta.clone()),
-            snap.next_obj,
-            snap.unlinked.clone(),
-            meta.creation,
-            meta.origin,
-        );
-        drop(hold);
-        opened?.set_used(snap.referenced);
-        self.inner.ctx.txg.wait_synced(txg).map_err(FsError::from)?;
-        Ok(())
     }
 
     /// The snapshot's contents as a read-only dataset (opened once, kept until the
@@ -480,114 +234,6 @@ impl Pool {
         let id = self.inner.datasets.read().get(dataset).map(|(m, _)| m.id);
         let id = id.ok_or_else(|| PoolError::NoSuchDataset(dataset.into()))?;
         Ok(self.inner.snaps.read().get(&id).map(|v| v.iter().map(|s| s.name.clone()).collect()).unwrap_or_default())
-    }
-
-    /// `tarn snap list [POOL|DS|DS@NAME]`: snapshots with their space, by dataset then age.
-    pub fn snapshots(&self, filter: Option<&str>) -> Result<Vec<SnapshotInfo>, PoolError> {
-        let (filter_ds, filter_snap) = match filter {
-            Some(f) if f.contains('@') => {
-                let (ds, snap) = split_snapshot_name(f)?;
-                (Some(ds), Some(snap))
-            }
-            Some(f) if f == self.inner.name => (None, None),
-            Some(f) => (Some(f), None),
-            None => (None, None),
-        };
-        if let Some(ds) = filter_ds {
-            self.dataset(ds)?;
-        }
-        let heads: Vec<(String, DsMeta, Arc<Dataset>)> = {
-            let sets = self.inner.datasets.read();
-            sets.iter()
-                .filter(|(k, _)| filter_ds.is_none_or(|f| f == k.as_str()))
-                .map(|(k, (m, d))| (k.clone(), m.clone(), d.clone()))
-                .collect()
-        };
-        let mut out = Vec::new();
-        let zio = &self.inner.ctx.zio;
-        // Shared: no block walked here is released for reuse meanwhile.
-        let _reading = self.inner.ctx.reclaim.read();
-        for (name, meta, head) in heads {
-            let list = self.inner.snaps.read().get(&meta.id).cloned().unwrap_or_default();
-            let head_meta = head.meta_dnode();
-            let mut prev = meta.origin.as_ref().map_or(0, |o| o.txg);
-            for (i, s) in list.iter().enumerate() {
-                let next = list.get(i + 1).map_or(&head_meta, |n| &n.meta);
-                if filter_snap.is_none_or(|f| f == s.name) {
-                    let used = psize_sum(|f| for_each_unique(zio, &s.meta, prev, s.txg, next, f));
-                    let written = psize_sum(|f| for_each_born_after(zio, &s.meta, prev, f));
-                    out.push(SnapshotInfo {
-                        name: format!("{name}@{}", s.name),
-                        used,
-                        referenced: s.referenced.physical,
-                        written,
-                        creation: s.creation,
-                        txg: s.txg,
-                        clones: self.clones_of(meta.id, &s.name),
-                    });
-                }
-                prev = s.txg;
-            }
-        }
-        if let (Some(ds), Some(snap)) = (filter_ds, filter_snap) {
-            if out.is_empty() {
-                return Err(PoolError::NoSuchSnapshot(format!("{ds}@{snap}")));
-            }
-        }
-        Ok(out)
-    }
-
-    /// The space a dataset's snapshots and origin account for (walks; see the module).
-    pub(crate) fn snap_space(&self, meta: &DsMeta, head: &Dataset) -> SnapSpace {
-        self.walk_space(meta, head, true)
-    }
-
-    /// What a dataset itself is charged, children apart (ZFS's `usedbydataset +
-    /// usedbysnapshots`): its head, less what a clone shares with its origin, plus what
-    /// only its snapshots hold. Walks only for a clone or a dataset with snapshots, and
-    /// then only the blocks born after its origin.
-    pub(crate) fn charged_space(&self, meta: &DsMeta, head: &Dataset) -> u64 {
-        let has_snaps = self.inner.snaps.read().get(&meta.id).is_some_and(|v| !v.is_empty());
-        if !has_snaps && meta.origin.is_none() {
-            return head.used().physical;
-        }
-        let space = self.walk_space(meta, head, false);
-        space.usedbysnapshots + space.usedbydataset
-    }
-
-    /// `snap_space`, with `written` left at 0 unless `count_written` (its walk is the
-    /// head's changes since the newest snapshot, which USED does not need).
-    fn walk_space(&self, meta: &DsMeta, head: &Dataset, count_written: bool) -> SnapSpace {
-        let zio = &self.inner.ctx.zio;
-        let _reading = self.inner.ctx.reclaim.read();
-        let list = self.inner.snaps.read().get(&meta.id).cloned().unwrap_or_default();
-        let head_meta = head.meta_dnode();
-        let origin_txg = meta.origin.as_ref().map_or(0, |o| o.txg);
-        let mut prev = origin_txg;
-        let mut usedbysnapshots = 0;
-        for s in &list {
-            usedbysnapshots += psize_sum(|f| for_each_unique(zio, &s.meta, prev, s.txg, &head_meta, f));
-            prev = s.txg;
-        }
-        let written = if count_written { psize_sum(|f| for_each_born_after(zio, &head_meta, prev, f)) } else { 0 };
-        let usedbydataset = if meta.origin.is_some() {
-            psize_sum(|f| for_each_born_after(zio, &head_meta, origin_txg, f))
-        } else {
-            head.used().physical
-        };
-        SnapSpace { usedbysnapshots, written, usedbydataset }
-    }
-
-    /// Bytes only snapshots hold, summed over the pool's datasets (what destroying every
-    /// snapshot would give back, at most).
-    pub fn snapshot_space(&self) -> u64 {
-        let heads: Vec<(DsMeta, Arc<Dataset>)> =
-            self.inner.datasets.read().values().map(|(m, d)| (m.clone(), d.clone())).collect();
-        heads
-            .iter()
-            .filter(|(m, _)| self.inner.snaps.read().get(&m.id).is_some_and(|v| !v.is_empty()))
-            .map(|(m, d)| self.walk_space(m, d, false).usedbysnapshots)
-            .sum()
     }
 
     /// The origin of a clone as `POOL/DS@NAME` ("-" for none).
