@@ -139,6 +139,31 @@ fn every_crate_depends_only_on_crates_listed_before_it() {
     assert!(bad.is_empty(), "layering violated (see docs/ARCHITECTURE.md):\n  {}", bad.join("\n  "));
 }
 
+/// The crates the layer tables of the docs name, in order: the `` `crate` `` of each
+/// row's second cell (`| # | Crate | … |`).
+fn crates_in_layer_table(page: &str) -> Vec<String> {
+    page.lines()
+        .filter_map(|l| l.strip_prefix('|'))
+        .filter(|cells| cells.split('|').next().is_some_and(|n| n.trim().parse::<usize>().is_ok()))
+        .filter_map(|cells| cells.split('|').nth(1))
+        .map(|c| c.trim().trim_matches('`').to_string())
+        .collect()
+}
+
+/// The one page's table and the detailed one list exactly the workspace members, lowest
+/// first, so a reader of either sees the order the layering rule enforces.
+#[test]
+fn the_layer_tables_list_the_members_in_order() {
+    let root = workspace_root();
+    let toml = std::fs::read_to_string(root.join("Cargo.toml")).expect("read root Cargo.toml");
+    let members: Vec<String> =
+        members_in_order(&toml).iter().map(|m| m.trim_start_matches("crates/").to_string()).collect();
+    for page in ["docs/ARCHITECTURE.md", "docs/design/layers.md"] {
+        let text = std::fs::read_to_string(root.join(page)).unwrap_or_else(|e| panic!("read {page}: {e}"));
+        assert_eq!(crates_in_layer_table(&text), members, "{page}'s layer table and Cargo.toml `members` disagree");
+    }
+}
+
 #[test]
 fn fuse_depends_on_no_engine_crate_below_dataset() {
     let (members, edges) = workspace();

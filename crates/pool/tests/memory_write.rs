@@ -4,7 +4,7 @@
 //! while a sampler reads the process's resident memory every 20 ms. Dirty data lives
 //! inside `arc_max` (the ARC makes room for it) and cached blocks are charged the slot
 //! the allocator hands out, so the stated bound is one number: `arc_max` + the fixed
-//! overhead of ARCHITECTURE "Memory". Alone in its test binary, so no other test's
+//! overhead of docs/design/memory.md. Alone in its test binary, so no other test's
 //! memory is counted; with the allocator, its settings and its size hook as the `tarn`
 //! binary sets them (crates/cli/src/allocator.rs), so it measures what the mount daemon
 //! would hold.
@@ -28,7 +28,7 @@ const MIB: u64 = 1 << 20;
 /// The ARC's budget for the run; `dirty_max` follows at its default share (a half).
 const ARC_MAX: u64 = 64 * MIB;
 /// What the process may hold beyond the budget: code, stacks, buffers in flight, the
-/// allocator's slack — the stated fixed overhead (ARCHITECTURE "Memory").
+/// allocator's slack — the stated fixed overhead (docs/design/memory.md).
 const FIXED_OVERHEAD: u64 = 64 * MIB;
 const WRITERS: u64 = 4;
 /// Written in all: four times the budget.
