@@ -35,7 +35,7 @@ pub enum Outside {
 /// Which policy keeps file data (metadata always lives in the ARC lists).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum DataPolicy {
-    /// A window and a frequency-admitted main area, counted per page (`policy.rs`): the
+    /// A window and a frequency-admitted main area, counted per page (`policy/`): the
     /// policy for a cache under a database's buffer pool, and the default.
     #[default]
     SecondLevel,

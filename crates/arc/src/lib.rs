@@ -15,7 +15,7 @@
 //! their owner reports (`charge`, ZFS's dnode cache), and the txgs' dirty data
 //! (`set_dirty`, as ZFS's arc_size counts anonymous dirty buffers). Blocks make room for
 //! all of these; a block is charged the allocator's slot it occupies (`set_alloc_size`).
-//! File data is kept by the data policy (`DataPolicy`; `policy.rs` by default, the ARC
+//! File data is kept by the data policy (`DataPolicy`; `policy/` by default, the ARC
 //! lists under `DataPolicy::Arc`), within the same budget: it gets what the rest leaves.
 //! Metadata is evicted last while all metadata (cached and decoded) is under
 //! `META_LIMIT_QUARTERS` of the budget, like ZFS's `arc_meta_limit`.
@@ -33,7 +33,7 @@
 //!
 //! Modules, one concern each: `lists` (the ARC lists, their ghosts and eviction order),
 //! `budget` (what `arc_max` covers, the split between the lists and the data policy,
-//! making room), `lookup` (the read and insert paths), `policy` (the data policy), `sink`
+//! making room), `lookup` (the read and insert paths), `policy` (the data policy: `frequency`, `eviction`), `sink`
 //! (where evicted blocks go: the L2ARC's feed), `decoded` (decoded indirect blocks under
 //! their CLOCK), `hot` (the decompressed copies), `stats` (counters and the snapshot),
 //! `memory` (the process's memory as the OS sees it), `access` (read kinds and pages).
