@@ -5,8 +5,8 @@
 //! Owns: the cache devices (`device`: state and membership; its `ring`, `reads` and
 //! `rebuild`), their byte format (`layout`, docs/FORMAT.md), the in-RAM index
 //! (`index`), the feed from the ARC's eviction side and its tunables (`feed`), the L2ARC
-//! counters, and the set of devices: fixed at open, then grown (`add_device`) and shrunk
-//! (`remove_device`) while the pool serves. A removed device keeps its slot (readers hold plain references into the
+//! counters (`stats`), and the set of devices: fixed at open, then grown (`add_device`) and shrunk
+//! (`remove_device`) while the pool serves (`membership`). A removed device keeps its slot (readers hold plain references into the
 //! list, `tarn_vdev::Slots`), in state `Removed`, until the cache is dropped.
 //!
 //! Promises: a cache device that is missing, blank, of another pool, of another format
@@ -20,7 +20,7 @@
 //! index locks, add work to a read when no cache device is configured (the pipeline
 //! holds no `L2Arc` then), or take a lock or allocate to find a device on a read.
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 
@@ -32,10 +32,14 @@ mod device;
 mod feed;
 mod index;
 mod layout;
+mod membership;
+mod stats;
 
 pub use device::{CacheDev, DevRead, DevState};
 pub use feed::{SecondaryCache, Tunables, TuneError, CHUNK_MAX, ROUNDS_PER_SEC};
 pub use layout::{DevHeader, HeaderRefused, L2_VERSION};
+pub use membership::AddError;
+pub use stats::{CacheDevStatus, Counters, L2Snapshot};
 
 /// What the pool knows of its blocks, asked by a rebuild for every entry its log blocks
 /// name, so that blocks freed (or born in a txg that never committed) since they were
@@ -45,129 +49,6 @@ pub trait PoolBlocks: Send + Sync {
     /// False if `key`'s block (`psize` stored bytes) is surely not in the pool now; true
     /// if it may be (a cache read is verified against the block pointer all the same).
     fn may_be_live(&self, key: &BlockKey, psize: u32) -> bool;
-}
-
-/// The cache's counters (ZFS's l2_* arcstats).
-#[derive(Default)]
-pub struct Counters {
-    pub hits: AtomicU64,
-    pub misses: AtomicU64,
-    pub read_bytes: AtomicU64,
-    pub write_bytes: AtomicU64,
-    pub writes: AtomicU64,
-    pub written_blocks: AtomicU64,
-    /// `written_blocks` by kind: file data, a dataset's metadata (indirect, dnode and
-    /// directory blocks), the pool's own metadata (no dataset: always cached).
-    pub written_data: AtomicU64,
-    pub written_metadata: AtomicU64,
-    pub written_pool_metadata: AtomicU64,
-    pub cksum_bad: AtomicU64,
-    pub io_errors: AtomicU64,
-    /// Evicted blocks not cached because the queue was full.
-    pub feed_behind: AtomicU64,
-    pub feed_skipped_prefetch: AtomicU64,
-    pub feed_helpers_started: AtomicU64,
-    /// Evicted blocks not cached because their dataset's `secondarycache` says so.
-    pub feed_skipped_policy: AtomicU64,
-    /// Entries dropped because the pool freed their block.
-    pub freed: AtomicU64,
-}
-
-/// A consistent view for `tarn stats l2arc` and Prometheus.
-#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
-pub struct L2Snapshot {
-    pub hits: u64,
-    pub misses: u64,
-    pub read_bytes: u64,
-    pub write_bytes: u64,
-    pub writes: u64,
-    pub written_blocks: u64,
-    /// `written_blocks` by kind: file data, datasets' metadata, the pool's metadata.
-    #[serde(default)]
-    pub written_data: u64,
-    #[serde(default)]
-    pub written_metadata: u64,
-    #[serde(default)]
-    pub written_pool_metadata: u64,
-    /// Logical and allocated bytes of the blocks the devices hold.
-    pub size: u64,
-    pub asize: u64,
-    /// Blocks indexed, and the RAM the index takes (outside `arc_max`).
-    pub blocks: u64,
-    pub hdr_size: u64,
-    pub cksum_bad: u64,
-    pub io_errors: u64,
-    pub feed_behind: u64,
-    pub feed_backlog: u64,
-    pub feed_skipped_prefetch: u64,
-    pub feed_helpers_started: u64,
-    pub feed_skipped_policy: u64,
-    pub freed: u64,
-    pub rebuilt_blocks: u64,
-    /// Entries the rebuild left out because the pool no longer holds their block.
-    pub rebuild_stale: u64,
-    pub rebuild_ms: u64,
-    /// Devices still rebuilding their index.
-    pub rebuilding: u64,
-}
-
-impl L2Snapshot {
-    /// (name, value) pairs in a fixed order (CLI tables, Prometheus).
-    pub fn fields(&self) -> Vec<(&'static str, u64)> {
-        vec![
-            ("hits", self.hits),
-            ("misses", self.misses),
-            ("read_bytes", self.read_bytes),
-            ("write_bytes", self.write_bytes),
-            ("writes", self.writes),
-            ("written_blocks", self.written_blocks),
-            ("written_data", self.written_data),
-            ("written_metadata", self.written_metadata),
-            ("written_pool_metadata", self.written_pool_metadata),
-            ("size", self.size),
-            ("asize", self.asize),
-            ("blocks", self.blocks),
-            ("hdr_size", self.hdr_size),
-            ("cksum_bad", self.cksum_bad),
-            ("io_errors", self.io_errors),
-            ("feed_behind", self.feed_behind),
-            ("feed_backlog", self.feed_backlog),
-            ("feed_skipped_prefetch", self.feed_skipped_prefetch),
-            ("feed_helpers_started", self.feed_helpers_started),
-            ("feed_skipped_policy", self.feed_skipped_policy),
-            ("freed", self.freed),
-            ("rebuilt_blocks", self.rebuilt_blocks),
-            ("rebuild_stale", self.rebuild_stale),
-            ("rebuild_ms", self.rebuild_ms),
-            ("rebuilding", self.rebuilding),
-        ]
-    }
-
-    /// Whether `name` only grows (a Prometheus counter) or goes up and down (a gauge).
-    pub fn is_counter(name: &str) -> bool {
-        !matches!(name, "size" | "asize" | "blocks" | "hdr_size" | "feed_backlog" | "rebuilding" | "rebuild_ms")
-    }
-}
-
-/// One cache device as `pool status` shows it.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-pub struct CacheDevStatus {
-    pub guid: u64,
-    pub path: String,
-    pub state: DevState,
-    pub note: Option<String>,
-    pub size: u64,
-    pub asize: u64,
-    pub lsize: u64,
-    pub blocks: u64,
-    pub read_bytes: u64,
-    pub write_bytes: u64,
-    pub io_errors: u64,
-    /// Reads whose bytes did not match the block pointer.
-    #[serde(default)]
-    pub cksum_errors: u64,
-    /// Percent of the ring the rebuild has walked (100 when done).
-    pub rebuild_percent: u64,
 }
 
 /// What the devices and the workers share.
@@ -236,98 +117,6 @@ impl L2Arc {
     pub fn open_devices(pool_guid: u64, devices: Vec<(CacheSpec, Arc<dyn BlockDevice>)>) -> L2Arc {
         let devs = devices.into_iter().map(|(s, d)| Arc::new(L2Arc::attach_device(pool_guid, &s, d))).collect();
         L2Arc::with_devices(pool_guid, devs)
-    }
-
-    /// True if one more device fits (`add_device` then cannot fail for want of room).
-    pub fn has_room(&self) -> bool {
-        self.shared.devs.len() < tarn_vdev::MAX_TOPS
-    }
-
-    /// Adds a device to the running cache (`pool add POOL cache DEV`): its ring starts
-    /// empty whatever it held, and it is fed at once if the cache is started. A device
-    /// whose header cannot be written is kept as `Unavail` with the reason (the cache is
-    /// a cache: its config names it, status says why it is unused).
-    pub fn add_device(&self, spec: &CacheSpec, dev: Arc<dyn BlockDevice>) -> Result<(), AddError> {
-        let _one_at_a_time = self.shared.membership.lock();
-        self.add_device_locked(spec, dev)
-    }
-
-    /// `add_device` with the membership lock held by the caller.
-    fn add_device_locked(&self, spec: &CacheSpec, dev: Arc<dyn BlockDevice>) -> Result<(), AddError> {
-        let s = &self.shared;
-        if s.devs.iter().any(|d| d.guid == spec.guid && d.state() != DevState::Removed) {
-            return Err(AddError::Duplicate(spec.guid));
-        }
-        let d = match CacheDev::attach(spec.guid, s.pool_guid, dev) {
-            Ok((d, kept_a_ring)) => {
-                if kept_a_ring {
-                    d.start_over(); // a new member: nothing it held before counts
-                }
-                d
-            }
-            Err(e) => CacheDev::unavailable(spec.guid, spec.path.clone(), format!("cannot initialise: {e}")),
-        };
-        assert_eq!(s.devs.len(), s.paces.len(), "invariant broken: a cache device without its pace");
-        s.paces.push(feed::Pace::default()).map_err(|_| AddError::Full)?;
-        let index = s.devs.push(Arc::new(d)).map_err(|_| AddError::Full)?;
-        if s.started.load(Ordering::Acquire) {
-            self.spawn_worker(index);
-        }
-        Ok(())
-    }
-
-    /// Takes device `guid` out of the running cache: it stops being fed and read, the
-    /// reads and writes under way on it finish, then its header is zeroed and the device
-    /// let go (`CacheDev::leave`). Returns its path, or `None` if the cache has no such
-    /// device. An I/O error zeroing the header is returned after the device left.
-    pub fn remove_device(&self, guid: u64) -> Result<Option<PathBuf>, std::io::Error> {
-        let _one_at_a_time = self.shared.membership.lock();
-        let Some(d) = self.shared.devs.iter().find(|d| d.guid == guid && d.state() != DevState::Removed) else {
-            return Ok(None);
-        };
-        d.leave()?;
-        Ok(Some(d.path.clone()))
-    }
-
-    /// Tries again every device that was dropped (`FAULTED`), and with `autoreplace` (the
-    /// pool's `cacheautoreplace=on`) every one that could not be used (`UNAVAIL`): each
-    /// leaves its slot and is opened again at its path as a new member, its ring started
-    /// afresh (what it held is not trusted). What `tarn pool clear` does to cache devices,
-    /// as `zpool clear` brings faulted devices back. Returns the paths re-attached; a
-    /// device that still cannot be opened stays `UNAVAIL` with the reason.
-    pub fn reattach(&self, autoreplace: bool) -> Vec<PathBuf> {
-        let _one_at_a_time = self.shared.membership.lock();
-        let again = |d: &Arc<CacheDev>| match d.state() {
-            DevState::Faulted => true,
-            DevState::Unavail => autoreplace,
-            _ => false,
-        };
-        let dropped: Vec<Arc<CacheDev>> = self.shared.devs.iter().filter(|d| again(d)).cloned().collect();
-        let mut back = Vec::new();
-        for d in dropped {
-            // Its header may not be writable (a device still failing): it starts over anyway.
-            let _ = d.leave();
-            let spec = CacheSpec { guid: d.guid, path: d.path.clone() };
-            let added = match FileDevice::open(&spec.path) {
-                Ok(f) => self.add_device_locked(&spec, Arc::new(f)),
-                Err(e) => {
-                    let gone = CacheDev::unavailable(spec.guid, spec.path.clone(), format!("cannot open: {e}"));
-                    self.push_device(gone)
-                }
-            };
-            if added.is_ok() && self.shared.devs.iter().any(|n| n.guid == d.guid && n.usable()) {
-                back.push(spec.path);
-            }
-        }
-        back
-    }
-
-    /// Appends a device that is not used (with its pace, as every device has).
-    fn push_device(&self, d: CacheDev) -> Result<(), AddError> {
-        let s = &self.shared;
-        s.paces.push(feed::Pace::default()).map_err(|_| AddError::Full)?;
-        s.devs.push(Arc::new(d)).map_err(|_| AddError::Full)?;
-        Ok(())
     }
 
     fn attach_device(pool_guid: u64, spec: &CacheSpec, dev: Arc<dyn BlockDevice>) -> CacheDev {
@@ -473,90 +262,12 @@ impl L2Arc {
     pub fn rebuilding(&self) -> bool {
         self.shared.devs.iter().any(|d| d.state() == DevState::Rebuilding || (d.usable() && !d.feed_ready()))
     }
-
-    pub fn snapshot(&self) -> L2Snapshot {
-        let c = &self.shared.counters;
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let mut s = L2Snapshot {
-            hits: get(&c.hits),
-            misses: get(&c.misses),
-            read_bytes: get(&c.read_bytes),
-            write_bytes: get(&c.write_bytes),
-            writes: get(&c.writes),
-            written_blocks: get(&c.written_blocks),
-            written_data: get(&c.written_data),
-            written_metadata: get(&c.written_metadata),
-            written_pool_metadata: get(&c.written_pool_metadata),
-            cksum_bad: get(&c.cksum_bad),
-            io_errors: get(&c.io_errors),
-            feed_behind: get(&c.feed_behind),
-            feed_backlog: get(&self.shared.queue.backlog),
-            feed_skipped_prefetch: get(&c.feed_skipped_prefetch),
-            feed_helpers_started: get(&c.feed_helpers_started),
-            feed_skipped_policy: get(&c.feed_skipped_policy),
-            freed: get(&c.freed),
-            ..L2Snapshot::default()
-        };
-        for d in self.shared.devs.iter().filter(|d| d.state() != DevState::Removed) {
-            let (asize, lsize) = d.sizes();
-            s.asize += asize;
-            s.size += lsize;
-            s.blocks += d.index.entries();
-            s.hdr_size += d.header_bytes();
-            s.rebuilt_blocks += get(&d.counters.rebuilt_blocks);
-            s.rebuild_stale += get(&d.counters.rebuild_stale);
-            s.rebuild_ms += get(&d.counters.rebuild_ms);
-            s.rebuilding += (d.state() == DevState::Rebuilding) as u64;
-        }
-        s
-    }
-
-    pub fn devices(&self) -> Vec<CacheDevStatus> {
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        self.shared
-            .devs
-            .iter()
-            .filter(|d| d.state() != DevState::Removed)
-            .map(|d| {
-                let (asize, lsize) = d.sizes();
-                let ring = d.ring_size().max(1);
-                let rebuild_percent = match d.state() {
-                    DevState::Rebuilding => get(&d.rebuild_scanned) * 100 / ring,
-                    _ => 100,
-                };
-                CacheDevStatus {
-                    guid: d.guid,
-                    path: d.path.display().to_string(),
-                    state: d.state(),
-                    note: d.note(),
-                    size: d.device_size(),
-                    asize,
-                    lsize,
-                    blocks: d.index.entries(),
-                    read_bytes: get(&d.counters.read_bytes),
-                    write_bytes: get(&d.counters.write_bytes),
-                    io_errors: get(&d.counters.io_errors),
-                    cksum_errors: get(&d.counters.cksum_errors),
-                    rebuild_percent,
-                }
-            })
-            .collect()
-    }
 }
 
 impl Drop for L2Arc {
     fn drop(&mut self) {
         self.stop();
     }
-}
-
-/// Why `add_device` refused a device.
-#[derive(Debug, thiserror::Error)]
-pub enum AddError {
-    #[error("cache device {0:016x} is in the cache already")]
-    Duplicate(u64),
-    #[error("too many cache devices added while the pool was open (at most {max}); export and import it first", max = tarn_vdev::MAX_TOPS)]
-    Full,
 }
 
 /// The pool a device's valid cache header names, if it has one (a cache device of some
