@@ -21,8 +21,8 @@ use tarn_objects::{Dnode, ObjSet};
 
 use crate::error::PoolError;
 use crate::pool::{now_secs, Datasets, Destroyed, DsMeta, Pool};
-use crate::props::normalized;
-use crate::snapshots::Origin;
+use crate::props::normalized_all;
+use crate::snapshots::{Origin, Snap};
 use crate::space::PoolSpace;
 
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
@@ -121,10 +121,7 @@ impl Pool {
     /// name and value is checked first, and a refused one creates nothing.
     pub fn create_dataset_with(&self, name: &str, props: &[(&str, &str)]) -> Result<Arc<Dataset>, PoolError> {
         check_name(name)?;
-        let mut local = BTreeMap::new();
-        for (prop, value) in props {
-            local.insert(prop.to_string(), normalized(prop, value)?);
-        }
+        let local = normalized_all(props)?;
         let Some((parent, _)) = name.rsplit_once('/') else {
             return Err(PoolError::BadName(name.into(), "a dataset name is POOL/NAME".into()));
         };
@@ -135,11 +132,7 @@ impl Pool {
             return Err(PoolError::DatasetExists(name.into()));
         }
         self.dataset(parent)?;
-        let id = {
-            let mut next = self.inner.next_dataset_id.lock();
-            *next += 1;
-            *next
-        };
+        let id = self.new_dataset_id();
         // One txg holds both the new dataset and its root directory: a crash never
         // leaves a dataset without a root.
         let hold = self.inner.ctx.txg.hold(1024).map_err(FsError::from)?;
@@ -221,6 +214,38 @@ impl Pool {
                 .collect()
         };
         heads.into_iter().map(|(name, meta, head)| (name, self.charged_space(&meta, &head))).collect()
+    }
+
+    /// A new dataset's id: one more than any given before (ids are never reused).
+    pub(crate) fn new_dataset_id(&self) -> u64 {
+        let mut next = self.inner.next_dataset_id.lock();
+        *next += 1;
+        *next
+    }
+
+    /// Opens dataset `name` with its head at snapshot `snap`'s tree (a clone, a rollback,
+    /// a receive onto a base), charged the bytes the snapshot references.
+    pub(crate) fn add_dataset_at_snapshot(
+        &self,
+        name: &str,
+        id: u64,
+        props: BTreeMap<String, String>,
+        snap: &Snap,
+        creation: u64,
+        origin: Option<Origin>,
+    ) -> Result<Arc<Dataset>, PoolError> {
+        let ds = self.add_dataset(
+            name,
+            id,
+            props,
+            Some(snap.meta.clone()),
+            snap.next_obj,
+            snap.unlinked.clone(),
+            creation,
+            origin,
+        )?;
+        ds.set_used(snap.referenced);
+        Ok(ds)
     }
 
     /// Opens dataset `name` over its dnode table (`meta`; `None` for a new dataset) and

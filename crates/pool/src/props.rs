@@ -9,6 +9,8 @@
 //!
 //! Must never: store a value its definition did not normalise, or hold the `datasets`
 //! lock while waiting for a txg hold.
+use std::collections::BTreeMap;
+
 use tarn_dataset::props::{self, format_size, Effective, READONLY};
 use tarn_dataset::FsError;
 use tarn_l2arc::SecondaryCache;
@@ -39,6 +41,12 @@ pub(crate) fn normalized(name: &str, value: &str) -> Result<String, PropError> {
         value: value.into(),
         help: def.help,
     })
+}
+
+/// The local properties to store for `props` (`-o NAME=VALUE` of a create or a clone),
+/// each `normalized`: one refused setting refuses them all, so nothing is half-applied.
+pub(crate) fn normalized_all(props: &[(&str, &str)]) -> Result<BTreeMap<String, String>, PropError> {
+    props.iter().map(|(name, value)| Ok((name.to_string(), normalized(name, value)?))).collect()
 }
 
 impl Pool {

@@ -121,11 +121,7 @@ impl Pool {
         base: Option<&SnapshotRef>,
     ) -> Result<Arc<Dataset>, PoolError> {
         let base = base.map(|b| self.snap_of(b)).transpose()?;
-        let id = {
-            let mut next = self.inner.next_dataset_id.lock();
-            *next += 1;
-            *next
-        };
+        let id = self.new_dataset_id();
         let props = BTreeMap::from([(TOKEN_PROP.to_string(), token)]);
         let hold = self.inner.ctx.txg.hold(1024).map_err(FsError::from)?;
         let txg = hold.txg;
@@ -133,20 +129,7 @@ impl Pool {
             None => self.add_dataset(hidden, id, props, None, 1, Vec::new(), now_secs(), None),
             Some((dataset, snap)) => {
                 let origin = Origin { dataset, snapshot: snap.name.clone(), txg: snap.txg };
-                let ds = self.add_dataset(
-                    hidden,
-                    id,
-                    props,
-                    Some(snap.meta.clone()),
-                    snap.next_obj,
-                    snap.unlinked.clone(),
-                    now_secs(),
-                    Some(origin),
-                );
-                if let Ok(ds) = &ds {
-                    ds.set_used(snap.referenced);
-                }
-                ds
+                self.add_dataset_at_snapshot(hidden, id, props, &snap, now_secs(), Some(origin))
             }
         };
         drop(hold);

@@ -10,7 +10,6 @@
 //!
 //! Must never: free a block itself (the commit does, in the sync thread), or take a
 //! txg hold while holding `datasets` or `snaps`.
-use std::collections::BTreeMap;
 
 use tarn_dataset::FsError;
 
@@ -18,7 +17,7 @@ use super::{split_snapshot_name, Origin, SnapOp};
 use crate::datasets::check_name;
 use crate::error::PoolError;
 use crate::pool::{now_secs, Pool};
-use crate::props::normalized;
+use crate::props::normalized_all;
 
 impl Pool {
     /// `tarn snap create [-r]`: takes `DS@NAME` of each name (and of every dataset below
@@ -89,10 +88,7 @@ impl Pool {
         let _serial = self.inner.snap_lock.lock();
         let (_, src, snap) = self.find_snapshot(full)?;
         check_name(target)?;
-        let mut local = BTreeMap::new();
-        for (prop, value) in props {
-            local.insert(prop.to_string(), normalized(prop, value)?);
-        }
+        let local = normalized_all(props)?;
         let Some((parent, _)) = target.rsplit_once('/') else {
             return Err(PoolError::BadName(target.into(), "a dataset name is POOL/NAME".into()));
         };
@@ -101,26 +97,13 @@ impl Pool {
             return Err(PoolError::DatasetExists(target.into()));
         }
         self.dataset(parent)?;
-        let id = {
-            let mut next = self.inner.next_dataset_id.lock();
-            *next += 1;
-            *next
-        };
+        let id = self.new_dataset_id();
         let origin = Origin { dataset: src.id, snapshot: snap.name.clone(), txg: snap.txg };
         let hold = self.inner.ctx.txg.hold(1024).map_err(FsError::from)?;
         let txg = hold.txg;
-        let opened = self.add_dataset(
-            target,
-            id,
-            local,
-            Some(snap.meta.clone()),
-            snap.next_obj,
-            snap.unlinked.clone(),
-            now_secs(),
-            Some(origin),
-        );
+        let opened = self.add_dataset_at_snapshot(target, id, local, &snap, now_secs(), Some(origin));
         drop(hold);
-        opened?.set_used(snap.referenced);
+        opened?;
         self.inner.ctx.txg.wait_synced(txg).map_err(FsError::from)?;
         Ok(())
     }
@@ -182,18 +165,9 @@ impl Pool {
             return Err(PoolError::NoSuchDataset(ds));
         };
         self.inner.destroy_queue.lock().push(crate::pool::Destroyed { meta: head.meta_dnode(), floor: snap.txg });
-        let opened = self.add_dataset(
-            &ds,
-            meta.id,
-            meta.props,
-            Some(snap.meta.clone()),
-            snap.next_obj,
-            snap.unlinked.clone(),
-            meta.creation,
-            meta.origin,
-        );
+        let opened = self.add_dataset_at_snapshot(&ds, meta.id, meta.props, &snap, meta.creation, meta.origin);
         drop(hold);
-        opened?.set_used(snap.referenced);
+        opened?;
         self.inner.ctx.txg.wait_synced(txg).map_err(FsError::from)?;
         Ok(())
     }
