@@ -1,4 +1,4 @@
-//! `tarn recv`: a send stream (`stream.rs`) into a dataset (ZFS's dmu_recv).
+//! `tarn recv`: a send stream (`stream/`) into a dataset (ZFS's dmu_recv).
 //!
 //! Theory of operation. A stream is received into a hidden dataset, `TARGET%recv`: a new
 //! empty one for a full stream, a clone of the target's newest snapshot for an

@@ -1,4 +1,4 @@
-//! `tarn send`: a snapshot as a stream (`stream.rs`), whole or incremental from an older
+//! `tarn send`: a snapshot as a stream (`stream/`), whole or incremental from an older
 //! snapshot of the same dataset (ZFS's dmu_send).
 //!
 //! Theory of operation. The snapshot's object set is walked once (`traverse`). For an
