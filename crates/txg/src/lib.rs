@@ -7,7 +7,8 @@
 //! fsync fallback, `sync=always` without a log, `pool sync`), or the pool is closing.
 //! It then:
 //!
-//! 1. *quiesces* txg N: takes the barrier exclusively (so no change is half made), asks
+//! 1. *quiesces* txg N: takes the barrier exclusively (so no change is half made; new
+//!    holds wait from the moment it asks, unless their thread already holds), asks
 //!    the target to freeze N's changes, and opens N+1 — writers continue at once;
 //! 2. *syncs* N without the barrier: the target writes N's blocks, flushes, and writes
 //!    the uberblock; only then is N *committed* (`synced`), and waiters are woken.
