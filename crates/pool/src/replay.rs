@@ -47,8 +47,17 @@ impl Pool {
         // at the chain this import writes to.)
         self.force_txg()?;
         let report = replay_summary(&chained, committed_txg, &failed);
+        if !failed.is_empty() || chained.stopped_early {
+            *self.inner.replay_trouble.lock() = report.clone();
+        }
         *self.inner.replay_report.lock() = report;
         Ok(())
+    }
+
+    /// What import's replay may have missed (records it could not apply, a log that
+    /// ended early, a missing log device after a crash); None when it was whole.
+    pub fn replay_trouble(&self) -> Option<String> {
+        self.inner.replay_trouble.lock().clone()
     }
 
     /// What import found in the intent log (None when there was nothing to replay).
