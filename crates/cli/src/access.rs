@@ -162,7 +162,23 @@ pub fn run_on_pool_of<O: Op>(ds: &str, op: O) -> Result<O::Output, CliError> {
 pub fn open_local(name: &str) -> Result<Pool, CliError> {
     let cache = Cache::load()?;
     let entry = cache.get(name)?.clone();
-    open_cached(name, &entry)
+    let pool = open_cached(name, &entry)?;
+    note_replay(name, &pool);
+    Ok(pool)
+}
+
+/// Appends what import's intent-log replay did to the pool's daemon log: after a crash,
+/// that log is where a DBA looks. (The daemon's stderr still belongs to `tarn mount`
+/// here, which must print nothing on success.)
+fn note_replay(name: &str, pool: &Pool) {
+    use std::io::Write;
+    let Some(report) = pool.replay_report() else {
+        return;
+    };
+    let path = tarn_fuse::state::log_path(name);
+    if let Ok(mut log) = std::fs::File::options().create(true).append(true).open(path) {
+        let _ = writeln!(log, "tarn: pool '{name}': {report}");
+    }
 }
 
 fn open_cached(name: &str, entry: &CachedPool) -> Result<Pool, CliError> {

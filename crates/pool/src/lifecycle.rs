@@ -246,6 +246,9 @@ impl Pool {
         } else {
             format!("log device {devices} is missing: changes acknowledged by fsync after txg {txg} (the last committed) may be lost; fsync now logs to the data devices")
         };
+        if !was_exported {
+            *self.inner.replay_trouble.lock() = Some(msg.clone());
+        }
         let mut report = self.inner.replay_report.lock();
         *report = Some(match report.take() {
             Some(r) => format!("{r}; {msg}"),

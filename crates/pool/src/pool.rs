@@ -94,6 +94,10 @@ pub(crate) struct Inner {
     pub(crate) opened_at_txg: u64,
     /// What import found in the intent log, for the user.
     pub(crate) replay_report: Mutex<Option<String>>,
+    /// Set when import's replay may have missed acknowledged changes (records that could
+    /// not be applied, a log that ended inside a block, a missing log device): `status`
+    /// says so for as long as the pool is open.
+    pub(crate) replay_trouble: Mutex<Option<String>>,
     /// The scan (scrub or resilver): its record and its thread.
     pub(crate) scan: ScanCtl,
     pub(crate) errlog: Mutex<ErrLog>,
@@ -216,6 +220,7 @@ impl Pool {
                 zil,
                 opened_at_txg: last_txg,
                 replay_report: Mutex::new(None),
+                replay_trouble: Mutex::new(None),
                 scan: ScanCtl::default(),
                 errlog: Mutex::new(ErrLog::default()),
                 opened_ns: tarn_vdev::iostat::now_ns(),

@@ -47,6 +47,9 @@ impl Pool {
         // at the chain this import writes to.)
         self.force_txg()?;
         let report = replay_summary(&chained, committed_txg, &failed);
+        if !failed.is_empty() || chained.stopped_early {
+            *self.inner.replay_trouble.lock() = report.clone();
+        }
         *self.inner.replay_report.lock() = report;
         Ok(())
     }

@@ -62,6 +62,10 @@ pub struct PoolStatus {
     /// `status` can say a write's ENOSPC comes from history kept, and what frees it.
     #[serde(default)]
     pub snapshot_space: Option<u64>,
+    /// What import's intent-log replay may have missed (records it could not apply, a
+    /// log that ended early, a missing log device); None when replay was whole.
+    #[serde(default)]
+    pub replay_trouble: Option<String>,
 }
 
 /// Under 5% of the pool left for datasets (free space less the reserve and dirty data):
@@ -176,6 +180,7 @@ impl Pool {
             error_files: Vec::new(),
             caches: self.cache_status(),
             snapshot_space: nearly_full(size, self.available()).then(|| self.snapshot_space()),
+            replay_trouble: self.inner.replay_trouble.lock().clone(),
         }
     }
 

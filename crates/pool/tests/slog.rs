@@ -89,6 +89,8 @@ fn a_missing_log_device_does_not_block_import_and_says_what_may_be_lost() {
     assert!(report.contains("log device") && report.contains("missing") && report.contains("may be lost"), "{report}");
     assert_eq!(read(&pool, b"redo"), None, "what only the lost log held is gone, and nothing else");
     assert_eq!(pool.status().state, "DEGRADED");
+    let trouble = pool.status().replay_trouble.expect("status says the log was not replayed whole");
+    assert!(trouble.contains("may be lost"), "{trouble}");
     // The pool works on: fsync now logs to the data device.
     let ds = pool.dataset("tank").unwrap();
     let f = ds.create(ROOT_ID, b"after", NewObject::File, 0o644, 0, 0).unwrap();
@@ -114,6 +116,7 @@ fn a_cleanly_exported_pool_loses_nothing_without_its_log_device() {
     let pool = import(vec![image]);
     let report = pool.replay_report().unwrap();
     assert!(report.contains("exported cleanly") && report.contains("nothing acknowledged was lost"), "{report}");
+    assert_eq!(pool.status().replay_trouble, None, "nothing for status to warn about");
     assert_eq!(read(&pool, b"kept").as_deref(), Some(&b"exported cleanly"[..]));
 }
 

@@ -19,13 +19,26 @@ enum Event {
     Flush,
 }
 
-/// An in-memory device that records every write and flush, and can play dead (writes
-/// vanish, as at power loss).
+/// An in-memory device that records every write and flush, can play dead (writes
+/// vanish, as at power loss), and can hold one flush (`hold_next_flush`) until released.
 struct MemDevice {
     data: Mutex<Vec<u8>>,
     events: Mutex<Vec<Event>>,
     dead: std::sync::atomic::AtomicBool,
     path: PathBuf,
+    held_flush: (Mutex<FlushHold>, std::sync::Condvar),
+}
+
+/// Where the one held flush is.
+#[derive(Default, PartialEq)]
+enum FlushHold {
+    #[default]
+    Off,
+    /// The next flush stops here.
+    Armed,
+    /// A flush is stopped (others pass).
+    Holding,
+    Released,
 }
 
 impl MemDevice {
@@ -35,7 +48,28 @@ impl MemDevice {
             events: Mutex::new(Vec::new()),
             dead: Default::default(),
             path: PathBuf::from("mem0"),
+            held_flush: Default::default(),
         })
+    }
+
+    /// The next flush waits until `release_flush` (every later one passes).
+    fn hold_next_flush(&self) {
+        *self.held_flush.0.lock().unwrap() = FlushHold::Armed;
+    }
+
+    /// Returns once a flush is held.
+    fn wait_flush_held(&self) {
+        let (lock, cv) = &self.held_flush;
+        let mut h = lock.lock().unwrap();
+        while *h != FlushHold::Holding {
+            h = cv.wait(h).unwrap();
+        }
+    }
+
+    fn release_flush(&self) {
+        let (lock, cv) = &self.held_flush;
+        *lock.lock().unwrap() = FlushHold::Released;
+        cv.notify_all();
     }
     fn events_len(&self) -> usize {
         self.events.lock().unwrap().len()
@@ -58,6 +92,17 @@ impl BlockDevice for MemDevice {
         Ok(())
     }
     fn flush(&self) -> std::io::Result<()> {
+        {
+            let (lock, cv) = &self.held_flush;
+            let mut h = lock.lock().unwrap();
+            if *h == FlushHold::Armed {
+                *h = FlushHold::Holding;
+                cv.notify_all();
+                while *h == FlushHold::Holding {
+                    h = cv.wait(h).unwrap();
+                }
+            }
+        }
         if !self.dead.load(std::sync::atomic::Ordering::SeqCst) {
             self.events.lock().unwrap().push(Event::Flush);
         }
@@ -446,6 +491,49 @@ fn data_written_in_place_is_replayed_after_power_loss() {
     dev.dead.store(false, std::sync::atomic::Ordering::SeqCst);
     let pool = import(dev);
     assert!(read_file(&pool, b"table.ibd").as_deref() == Some(&model[..]), "every fsynced page is back");
+    assert_eq!(pool.scrub().unwrap().errors, 0);
+}
+
+/// Writes of whole 128 KiB records are queued to go in place; when their txg is already
+/// syncing at the fsync, they are copied into the log instead, in records a log block
+/// can hold. (Copied as one record each, they fit no block: the commit wrote empty log
+/// blocks until the pool was full, and replay after a crash then found no room for the
+/// records and dropped them — PostgreSQL lost every acknowledged commit.)
+#[test]
+fn whole_records_copied_because_their_txg_is_syncing_survive_power_loss() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = MemDevice::new(fresh_image(dir.path()));
+    let never = TxgConfig { timeout: Duration::from_secs(3600), ..Default::default() };
+    let pool = Pool::import(vec![dev.clone() as Arc<dyn BlockDevice>], &ImportOptions { txg: never }).unwrap();
+    pool.set_property("tank", "recordsize", "128K").unwrap();
+    let ds = pool.dataset("tank").unwrap();
+    let f = ds.create(ROOT_ID, b"000000010000000000000002", NewObject::File, 0o600, 0, 0).unwrap();
+    pool.sync().unwrap();
+    let data = noise(4 << 17, 7);
+    ds.write(f.ino, 0, &data).unwrap();
+    let free_before = pool.available();
+    std::thread::scope(|s| {
+        // The txg holding the writes syncs, and stops at its flush: not open, not committed.
+        dev.hold_next_flush();
+        let syncer = s.spawn(|| pool.sync());
+        dev.wait_flush_held();
+        ds.fsync(f.ino).expect("the fsync of writes whose txg is syncing");
+        let log_bytes = free_before.saturating_sub(pool.available());
+        assert!(log_bytes < 4 << 20, "the commit took {log_bytes} bytes of log space for 512 KiB of data");
+        // Power is lost before the txg's uberblock is written.
+        dev.dead.store(true, std::sync::atomic::Ordering::SeqCst);
+        dev.release_flush();
+        let _ = syncer.join();
+    });
+    drop(ds);
+    drop(pool);
+    dev.dead.store(false, std::sync::atomic::Ordering::SeqCst);
+    let pool = import(dev);
+    assert_eq!(pool.status().replay_trouble, None, "every record applies");
+    assert!(
+        read_file(&pool, b"000000010000000000000002").as_deref() == Some(&data[..]),
+        "the fsynced records are back"
+    );
     assert_eq!(pool.scrub().unwrap().errors, 0);
 }
 

@@ -111,6 +111,14 @@ impl Zil {
                 );
                 let mut b = Vec::new();
                 r.encode(&mut b);
+                // Else no block could take it: the loop below would write empty blocks
+                // until the pool is full (a record is never split across blocks).
+                assert!(
+                    b.len() <= MAX_BLOCK as usize - BLOCK_HEADER,
+                    "invariant broken: a log record fits in one log block ({} bytes, at most {})",
+                    b.len(),
+                    MAX_BLOCK as usize - BLOCK_HEADER
+                );
                 (r.txg, b)
             })
             .collect();

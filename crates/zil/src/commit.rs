@@ -24,7 +24,7 @@ use crate::policy::{self, Placement};
 use crate::queue::{Queued, Taken};
 use crate::record::{Op, Record};
 use crate::tickets::Ticket;
-use crate::{Zil, ZilError};
+use crate::{Zil, ZilError, MAX_WRITE_RECORD};
 
 /// Where the data of a write queued by `log_write` is, as the layer above says at commit
 /// time.
@@ -197,7 +197,10 @@ impl Zil {
                             self.stats.indirect_records.fetch_add(1, Ordering::Relaxed);
                             Op::WriteIndirect { obj, offset, len, block_offset, bp }
                         }
-                        WriteData::Copied(data) => Op::Write { obj, offset, data },
+                        WriteData::Copied(data) => {
+                            push_copied(&mut out.records, seq, txg, dataset, obj, offset, data);
+                            continue;
+                        }
                         WriteData::Committed => continue,
                     };
                     Record { txg, dataset, op }
@@ -206,5 +209,20 @@ impl Zil {
             out.records.push((seq, record));
         }
         Ok(out)
+    }
+}
+
+/// Appends copied write data as records of at most `MAX_WRITE_RECORD` bytes each. A
+/// write queued to go in place spans up to a whole record (128 KiB, or more with a
+/// larger recordsize), and comes back copied when its txg stopped being open before the
+/// fsync; one record that size would not fit any log block.
+fn push_copied(out: &mut Vec<(u64, Record)>, seq: u64, txg: u64, dataset: u64, obj: u64, offset: u64, data: Vec<u8>) {
+    if data.len() <= MAX_WRITE_RECORD {
+        out.push((seq, Record { txg, dataset, op: Op::Write { obj, offset, data } }));
+        return;
+    }
+    for (i, piece) in data.chunks(MAX_WRITE_RECORD).enumerate() {
+        let offset = offset + (i * MAX_WRITE_RECORD) as u64;
+        out.push((seq, Record { txg, dataset, op: Op::Write { obj, offset, data: piece.to_vec() } }));
     }
 }

@@ -93,6 +93,12 @@ fn attention(s: &PoolStatus) -> Option<(String, String)> {
             format!("export and import the pool (`tarn pool export {name}`) once the cause is fixed"),
         ));
     }
+    if let Some(trouble) = &s.replay_trouble {
+        return Some((
+            format!("The intent log was not replayed whole at import: {trouble}. Changes acknowledged by fsync just before the crash may be missing."),
+            "check the files written just before the crash (a database runs its own recovery and says what it lacks), restore what is missing from a backup or replica, and report it".into(),
+        ));
+    }
     if leaves().any(|l| l.health != LeafHealth::Online) {
         return Some((
             "One or more devices could not be opened or were faulted. The pool continues on the copies left, with less redundancy.".into(),
