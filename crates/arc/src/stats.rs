@@ -113,7 +113,9 @@ pub struct ArcSnapshot {
     #[serde(default)]
     pub heap_other_size: u64,
     /// … and resident memory with nothing allocated in it: the allocator's free pages not
-    /// yet returned, partly used pages, code and stacks (rss − allocated).
+    /// yet returned, partly used pages, code and stacks (rss − allocated). A lower bound:
+    /// zeroed buffers allocated but not yet touched count as allocated and are not
+    /// resident, so `heap_other_size` (at most `other_size`) may take some of the slack.
     #[serde(default)]
     pub allocator_slack_size: u64,
 }

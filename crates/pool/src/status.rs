@@ -95,6 +95,8 @@ pub struct PoolStats {
 /// Splits `other_size` (resident bytes the budget does not account for) by what the
 /// allocator has handed out (`allocated`, when the binary gives it): the live part is
 /// `heap_other_size`, the rest `allocator_slack_size`; the two always sum to `other_size`.
+/// Allocated bytes not yet touched are not resident (a zeroed buffer is demand-paged), so
+/// the live part is an upper bound, clamped to `other_size`, and the slack a lower one.
 fn split_other(a: &mut tarn_arc::ArcSnapshot, allocated: Option<u64>) {
     let Some(allocated) = allocated else { return };
     a.heap_other_size = allocated.saturating_sub(a.accounted_size).min(a.other_size);
