@@ -182,7 +182,7 @@ impl Pool {
             error_files: Vec::new(),
             caches: self.cache_status(),
             snapshot_space: nearly_full(size, self.available()).then(|| self.snapshot_space()),
-            replay_trouble: self.inner.replay_trouble.lock().clone(),
+            replay_trouble: self.replay_trouble(),
         }
     }
 
