@@ -213,6 +213,13 @@ const METRICS: &[(&str, &str, Kind, &str)] = &[
     ("txg", "max_sync_us", Kind::Gauge, "The longest sync of a transaction group, in microseconds."),
     ("txg", "last_sync_us", Kind::Gauge, "The last sync of a transaction group, in microseconds."),
     ("txg", "last_sync_bytes", Kind::Gauge, "Dirty bytes of the last transaction group synced."),
+    (
+        "txg",
+        "quiesce_us",
+        Kind::Counter,
+        "Microseconds quiesces took (waiting for the holds on a txg to end), all together.",
+    ),
+    ("txg", "max_quiesce_us", Kind::Gauge, "The longest quiesce of a transaction group, in microseconds."),
     ("io", "blocks_written", Kind::Counter, "Blocks written by transaction groups."),
     ("io", "logical_bytes_written", Kind::Counter, "Bytes of blocks written, before compression."),
     ("io", "physical_bytes_written", Kind::Counter, "Bytes of blocks written, as stored (compressed)."),

@@ -20,6 +20,9 @@
 //!   found by walking N's blocks born after P (a block born at or before S's txg is
 //!   recorded and not descended: the whole subtree is S's too), then S's blocks born
 //!   after P, passing over what N holds. The walk costs the blocks changed since P.
+//!   When N is a snapshot (S is not the newest), the command walks before it queues the
+//!   destroy and the sync only frees what it found (`FoundFrees`): the txg does not wait
+//!   for seconds of reads on a busy disk. When N is the head, the sync walks.
 //! * **A clone**'s head is the snapshot's root; its floor is the origin's txg, so it
 //!   never frees a block the origin holds. A snapshot with clones is not destroyed.
 //! * **Rollback** to the newest snapshot drops the head: its blocks born after the
@@ -88,21 +91,31 @@ pub(crate) struct Origin {
 #[derive(Clone, Debug)]
 pub(crate) enum SnapOp {
     /// `guid`: a new snapshot's own, or the sender's for a received one.
-    Take {
-        dataset: u64,
-        name: String,
-        creation: u64,
-        guid: u64,
-    },
+    Take { dataset: u64, name: String, creation: u64, guid: u64 },
     Destroy {
         dataset: u64,
         name: String,
+        /// What destroying it frees, found by the command before it queued the destroy
+        /// (when the next tree is a snapshot, so nothing it walked can change), so the
+        /// sync thread does not walk while the txg waits. `None`: the sync walks.
+        found: Option<FoundFrees>,
     },
     /// `tarn promote`: the clone `clone` takes its origin dataset's snapshots up to and
     /// including the origin snapshot, and the origin dataset becomes a clone of it.
-    Promote {
-        clone: u64,
-    },
+    Promote { clone: u64 },
+}
+
+/// The blocks only one snapshot holds, found outside the sync thread, and the neighbours
+/// they were found against: the sync frees them only if the snapshot still sits between
+/// the same two trees (else it walks, as without them).
+#[derive(Clone, Debug)]
+pub(crate) struct FoundFrees {
+    /// Txgs of the previous tree (previous snapshot or origin, else 0), the snapshot, and
+    /// the next snapshot.
+    pub(crate) prev: u64,
+    pub(crate) snap: u64,
+    pub(crate) next: u64,
+    pub(crate) blocks: Vec<BlockPtr>,
 }
 
 /// A snapshot as `tarn snap list` shows it.
@@ -324,12 +337,34 @@ impl Pool {
             return Err(PoolError::SnapshotHasClones { snapshot: full.into(), clones: clones.join(", ") });
         }
         self.inner.snap_open.lock().remove(full);
+        let found = self.find_frees(&meta, &snap);
         let hold = self.inner.ctx.txg.hold(0).map_err(FsError::from)?;
         let txg = hold.txg;
-        self.inner.snap_ops.lock().push(SnapOp::Destroy { dataset: meta.id, name: snap.name });
+        self.inner.snap_ops.lock().push(SnapOp::Destroy { dataset: meta.id, name: snap.name, found });
         drop(hold);
         self.inner.ctx.txg.wait_synced(txg).map_err(FsError::from)?;
         Ok(())
+    }
+
+    /// What destroying `snap` frees, when the next tree is a snapshot: found here, on the
+    /// command's thread, so the txg that destroys it does not wait for the walk (it reads
+    /// the indirect blocks changed since the previous snapshot: seconds on a busy disk,
+    /// during which no txg committed). The caller holds `snap_lock`, so neither tree can
+    /// go while it is walked (every snapshot change takes it, and a dataset with
+    /// snapshots is not destroyed), and no head frees a block a snapshot holds. When the
+    /// snapshot is the newest, the next tree is the head, which changes until the txg
+    /// quiesces: the sync walks then, as before.
+    fn find_frees(&self, meta: &DsMeta, snap: &Snap) -> Option<FoundFrees> {
+        let (prev, next) = {
+            let snaps = self.inner.snaps.read();
+            let list = snaps.get(&meta.id)?;
+            let i = list.iter().position(|s| s.name == snap.name)?;
+            let prev = if i > 0 { list[i - 1].txg } else { meta.origin.as_ref().map_or(0, |o| o.txg) };
+            (prev, list.get(i + 1)?.clone())
+        };
+        let mut blocks = Vec::new();
+        for_each_unique(&self.inner.ctx.zio, &snap.meta, prev, snap.txg, &next.meta, |bp| blocks.push(*bp));
+        Some(FoundFrees { prev, snap: snap.txg, next: next.txg, blocks })
     }
 
     /// `tarn clone DS@SNAP POOL/NEW`: a writable dataset sharing the snapshot's blocks,

@@ -258,6 +258,8 @@ impl Pool {
                 ("max_sync_us".to_string(), t.max_sync_us),
                 ("last_sync_us".to_string(), t.last_sync_us),
                 ("last_sync_bytes".to_string(), t.last_sync_bytes),
+                ("quiesce_us".to_string(), t.quiesce_us),
+                ("max_quiesce_us".to_string(), t.max_quiesce_us),
             ]),
             l2arc: zio
                 .l2arc()
