@@ -155,6 +155,18 @@ const METRICS: &[(&str, &str, Kind, &str)] = &[
     ),
     ("arc", "rss", Kind::Gauge, "Resident memory of the process holding the pool, in bytes."),
     ("arc", "other_size", Kind::Gauge, "Resident bytes the budget does not account for (rss - accounted_size)."),
+    (
+        "arc",
+        "heap_other_size",
+        Kind::Gauge,
+        "Of other_size: live allocations outside the budget (buffers in flight, intent-log copies, tables).",
+    ),
+    (
+        "arc",
+        "allocator_slack_size",
+        Kind::Gauge,
+        "Of other_size: resident memory with nothing allocated in it (the allocator's free and partly used pages, code, stacks).",
+    ),
     ("zil", "commits", Kind::Counter, "Intent-log commits (fsyncs and sync writes, grouped)."),
     ("zil", "blocks_written", Kind::Counter, "Intent-log blocks written."),
     ("zil", "bytes_written", Kind::Counter, "Bytes written to the intent log."),
