@@ -9,7 +9,8 @@
 #   readfiles   reads every one of them back,
 #   shrink      is told `tarn tune POOL arc_max=SHRINK_TO` and left idle,
 # with TARN_ARC_MAX=ARC_MAX. Writes memory.csv (time, phase, RSS, the budget, what the
-# budget accounts for, ARC blocks, decoded metadata, hot copies, dirty data) and memory.png
+# budget accounts for, ARC blocks, decoded metadata, hot copies, dirty data, and the rest of
+# RSS split into live allocations outside the budget and the allocator's slack) and memory.png
 # (RSS over time with the budget line and the stated bound arc_max + 64 MiB: dirty data is
 # inside the budget) into OUT_DIR.
 # Usage: bash bench/memory.sh [DATA_GIB] [FILES] [OUT_DIR]   (root; after scripts/setup.sh
@@ -70,11 +71,11 @@ echo "bench/memory.sh: daemon pid $pid, arc_max $arc_max, ${data_gib} GiB, $file
 echo start > "$work/phase"
 t0=$(date +%s)
 sample() { # one CSV line a second: t, phase, rss, budget, accounted, arc blocks, decoded
-    echo "t,phase,rss,arc_max,accounted,arc_blocks,decoded_indirect,decoded_objects,hot,dirty" > "$out/memory.csv"
+    echo "t,phase,rss,arc_max,accounted,arc_blocks,decoded_indirect,decoded_objects,hot,dirty,heap_other,allocator_slack" > "$out/memory.csv"
     while kill -0 "$pid" 2>/dev/null; do
         local rss stats
         rss=$(awk '/^VmRSS:/ {print $2 * 1024}' "/proc/$pid/status" 2>/dev/null || echo 0)
-        stats=$("$tarn" stats arc "$pool" --json 2>/dev/null | "$py" -c 'import json,sys; a=json.load(sys.stdin)["arc"]; print(",".join(str(a.get(k,0)) for k in ["max","accounted_size","size","decoded_indirect_size","decoded_objects_size","hot_copies_size","dirty_size"]))' 2>/dev/null || echo "0,0,0,0,0,0,0")
+        stats=$("$tarn" stats arc "$pool" --json 2>/dev/null | "$py" -c 'import json,sys; a=json.load(sys.stdin)["arc"]; print(",".join(str(a.get(k,0)) for k in ["max","accounted_size","size","decoded_indirect_size","decoded_objects_size","hot_copies_size","dirty_size","heap_other_size","allocator_slack_size"]))' 2>/dev/null || echo "0,0,0,0,0,0,0,0,0")
         echo "$(( $(date +%s) - t0 )),$(cat "$work/phase"),$rss,$stats" >> "$out/memory.csv"
         sleep 1
     done

@@ -12,7 +12,9 @@ and `tar` of the stopped datadir onto an ext4 on a second paced disk: seconds an
 through the pipe. (3) Incremental (`workload.incremental = S`, tarn stacks with `move`): S
 seconds of the workload after the move's snapshot, then `tarn send -i` of the change into the
 second pool: its bytes against InnoDB's written bytes and the paced disk's written bytes
-over the same seconds, and against the full stream.
+over the same seconds, and against the full stream. After the move and after the incremental
+the received copy is started as a database (`ReceivedCopy`): MariaDB recovers on the
+mounted received dataset and `CHECKSUM TABLE` of every table is compared with the source's.
 
 Owns: `SnapshotLoop`, `pipe_and_count`, the move and incremental parts (written as
 runs/<stack>/snapshots.json), and the derivations and table rows of the three parts.
@@ -253,10 +255,86 @@ def tarn_parts(scenario, stack, db, workdir, teardown, progress, run_minute) -> 
                     "argv": " ".join(["tarn", "send", f"{ds}@move", "|", "tarn", "recv", target]),
                     "remote_device": remote.path}}
     progress.note(f"{stack.name}: moved by send | recv: {moved['bytes'] / 2**20:,.0f} MiB in {moved['seconds']:,.0f} s")
+    copy = ReceivedCopy(stack, db, target, workdir, teardown)
+    out["move"]["started"] = copy.check(progress, "move")
     seconds = int(scenario.get("workload", {}).get("incremental", 0))
     if seconds > 0:
         out["incremental"] = incremental(stack, db, ds, target, seconds, progress, run_minute)
+        out["incremental"]["started"] = copy.check(progress, "incremental")
     return out
+
+
+def table_checksums(db) -> dict[str, int | None]:
+    """`CHECKSUM TABLE` of every table of the workload's database (sbtest): name -> checksum."""
+    tables = [t for t in db.sql("SHOW TABLES FROM sbtest").split() if t]
+    if not tables:
+        return {}
+    out = {}
+    for line in db.sql("CHECKSUM TABLE " + ", ".join(f"sbtest.`{t}`" for t in tables)).splitlines():
+        name, _, value = line.partition("\t")
+        out[name] = int(value) if value.strip().isdigit() else None
+    return out
+
+
+class ReceivedCopy:
+    """The received dataset started as a database (the second node taking over): mounted
+    from the second pool, a MariaDB started on its datadir (crash recovery of the snapshot,
+    which was taken under a running server), `CHECKSUM TABLE` of every table there and on the
+    source at the same time (each on its own paced disk; the source is idle, so it still
+    holds what the snapshot holds), then the copy's server stopped and the dataset unmounted,
+    so the next incremental can be received into it (with -F: the server's recovery changed
+    it since its snapshot, as on a real standby)."""
+
+    def __init__(self, stack, db, target: str, workdir: Path, teardown):
+        self.stack, self.db, self.target, self.teardown = stack, db, target, teardown
+        self.mnt = workdir / "received-mnt"
+        self.rundir = workdir / "received-mariadb"
+        self.datadir = self.mnt / Path(db.datadir).relative_to(stack.mountpoint)
+        self.arc_mb = stack.settings.get("arc_mb") if isinstance(stack.settings.get("arc_mb"), int) else None
+
+    def check(self, progress, label: str) -> dict:
+        from .devices import umount_if_mounted
+        from .mariadb import PrivateMariaDB
+        from .shell import run
+        progress.phase("run", f"{label}: MariaDB started on the received {self.target}, CHECKSUM TABLE on both")
+        self.mnt.mkdir(parents=True, exist_ok=True)
+        argv = self.stack.tarn_argv("mount", self.target, str(self.mnt))
+        if self.arc_mb:  # the second pool's daemon gets the stack's ARC, not a quarter of the RAM
+            argv = argv[:1] + [f"TARN_ARC_MAX={self.arc_mb}M"] + argv[1:]
+        run(argv, timeout=600)
+        unmount = lambda: (run(self.stack.tarn_argv("umount", str(self.mnt)), check=False, timeout=600),  # noqa: E731
+                           umount_if_mounted(str(self.mnt)))
+        self.teardown.push(f"tarn umount {self.mnt}", unmount)
+        copy = PrivateMariaDB(self.datadir, self.rundir, self.db.settings)
+        t0 = time.monotonic()
+        copy.start(self.teardown, initialize=False)
+        started = time.monotonic() - t0
+        sums: dict[str, dict] = {}
+        errors: list[str] = []
+
+        def checksum(key: str, server) -> None:
+            try:
+                sums[key] = table_checksums(server)
+            except Exception as e:  # noqa: BLE001 - said in the record, the other side goes on
+                errors.append(f"{key}: {e}")
+
+        t1 = time.monotonic()
+        threads = [threading.Thread(target=checksum, args=(k, d)) for k, d in (("source", self.db), ("copy", copy))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        checked = time.monotonic() - t1
+        copy.stop()
+        unmount()
+        if errors:
+            raise RuntimeError(f"{label}: CHECKSUM TABLE failed: {'; '.join(errors)}")
+        source, received = sums["source"], sums["copy"]
+        equal = bool(source) and source == received
+        progress.note(f"{self.stack.name}: {label}: the received copy started in {started:,.1f} s; "
+                      f"{len(source)} tables' CHECKSUM TABLE {'equal to' if equal else 'DIFFERENT from'} the source's")
+        return {"start_seconds": round(started, 1), "checksum_seconds": round(checked, 1), "tables": len(source),
+                "equal": equal, "source": source, "copy": received}
 
 
 INNODB_WRITE_COUNTERS = ["Innodb_data_written", "Innodb_os_log_written", "Innodb_pages_written"]
@@ -273,7 +351,9 @@ def incremental(stack, db, ds: str, target: str, seconds: int, progress, run_min
     after = db.status_counters(INNODB_WRITE_COUNTERS)
     pacer_after = read_fresh_pacer_stats(data)
     timed(stack.tarn_argv("snap", "create", f"{ds}@after"))
-    sent = pipe_and_count(stack.tarn_argv("send", "-i", "@move", f"{ds}@after"), stack.tarn_argv("recv", target))
+    # -F: the copy was started as a database after the move, which changed it since @move.
+    sent = pipe_and_count(stack.tarn_argv("send", "-i", "@move", f"{ds}@after"),
+                          stack.tarn_argv("recv", "-F", target))
     progress.note(f"{stack.name}: incremental after {seconds} s: {sent['bytes'] / 2**20:,.1f} MiB in "
                   f"{sent['seconds']:,.0f} s")
     return {"seconds_of_workload": seconds, "workload_tps": summary.get("tps"),
@@ -450,6 +530,22 @@ def incremental_rows(parts: dict[str, dict]) -> list[dict]:
     return rows
 
 
+def started_rows(parts: dict[str, dict]) -> list[dict]:
+    """The received copy started as a database, after the move and after the incremental:
+    how long its server took to start (crash recovery) and whether every table's CHECKSUM
+    TABLE equals the source's."""
+    rows = []
+    for stack, rec in parts.items():
+        for label, part in (("full (send | recv)", rec.get("move")), ("incremental (send -i | recv -F)",
+                                                                      rec.get("incremental"))):
+            got = (part or {}).get("started")
+            if got:
+                rows.append({"stack": stack, "copy": label, "start_seconds": got["start_seconds"],
+                             "checksum_seconds": got["checksum_seconds"], "tables": got["tables"],
+                             "equal": got["equal"]})
+    return rows
+
+
 def _mib(n: int | None) -> str:
     return "—" if n is None else f"{n / 2**20:,.1f}"
 
@@ -459,6 +555,9 @@ HISTORY_TITLE = ("Cost of history: a snapshot every few seconds (the oldest dest
 MOVE_TITLE = "Moving the database to a second node (a second paced disk): time and bytes through the pipe"
 INCREMENTAL_TITLE = ("Incremental send after the workload ran: its bytes against what the workload wrote "
                      "(InnoDB: data + redo; the paced disk's written bytes) and against the full stream")
+
+STARTED_TITLE = ("The received copy started as a database: MariaDB on the received dataset (crash recovery), "
+                 "CHECKSUM TABLE of every table there against the source's")
 
 
 def history_columns() -> list[tuple[str, Callable]]:
@@ -494,12 +593,22 @@ def incremental_columns() -> list[tuple[str, Callable]]:
             ("sent /\nfull", lambda r: _fmt(r["vs_full"], ".3f", "×"))]
 
 
+def started_columns() -> list[tuple[str, Callable]]:
+    return [("stack", lambda r: r["stack"]),
+            ("copy", lambda r: r["copy"]),
+            ("start s", lambda r: _fmt(r["start_seconds"], ",.1f")),
+            ("tables", lambda r: str(r["tables"])),
+            ("checksums", lambda r: "equal" if r["equal"] else "DIFFERENT"),
+            ("checksum s", lambda r: _fmt(r["checksum_seconds"], ",.1f"))]
+
+
 def sections(cells: dict, baseline: str | None, parts: dict[str, dict]) -> list[tuple[str, list, list]]:
-    """(title, columns, rows) of each of the three tables that has rows, in the report's order."""
+    """(title, columns, rows) of each of the four tables that has rows, in the report's order."""
     out = []
     for title, cols, rows in ((HISTORY_TITLE, history_columns(), history_rows(cells, baseline)),
                               (MOVE_TITLE, move_columns(), move_rows(parts)),
-                              (INCREMENTAL_TITLE, incremental_columns(), incremental_rows(parts))):
+                              (INCREMENTAL_TITLE, incremental_columns(), incremental_rows(parts)),
+                              (STARTED_TITLE, started_columns(), started_rows(parts))):
         if rows:
             out.append((title, cols, rows))
     return out

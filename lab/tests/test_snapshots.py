@@ -216,10 +216,14 @@ def with_snapshots(rundir: Path, stack: str, p99: float) -> None:
 PARTS = {
     "ext4": {"status": "ok", "mariadb_backup": {"bytes": 1000 * 2**20, "seconds": 150.0},
              "tar": {"bytes": 1100 * 2**20, "seconds": 125.0}},
-    "tarn": {"status": "ok", "move": {"bytes": 400 * 2**20, "seconds": 50.0},
+    "tarn": {"status": "ok", "move": {"bytes": 400 * 2**20, "seconds": 50.0,
+                                      "started": {"start_seconds": 4.5, "checksum_seconds": 20.0, "tables": 3,
+                                                  "equal": True}},
              "incremental": {"seconds_of_workload": 60, "bytes": 20 * 2**20, "seconds": 3.0,
                              "innodb_written": {"Innodb_data_written": 30 * 2**20, "Innodb_os_log_written": 10 * 2**20},
-                             "pacer_delta": {"write_bytes": 80 * 2**20}}},
+                             "pacer_delta": {"write_bytes": 80 * 2**20},
+                             "started": {"start_seconds": 6.5, "checksum_seconds": 21.0, "tables": 3,
+                                         "equal": False}}},
 }
 
 
@@ -271,6 +275,25 @@ def test_the_move_and_the_incremental_are_ratios_to_tarns():
     assert snapshots.sections({}, None, {}) == []
 
 
+def test_the_received_copy_started_as_a_database_says_whether_its_tables_match():
+    full, inc = snapshots.started_rows(PARTS)
+    assert (full["copy"], full["start_seconds"], full["tables"], full["equal"]) == ("full (send | recv)", 4.5, 3, True)
+    assert inc["copy"].startswith("incremental") and inc["equal"] is False
+    cols = dict(snapshots.started_columns())
+    assert cols["checksums"](full) == "equal" and cols["checksums"](inc) == "DIFFERENT"
+    assert snapshots.started_rows({"ext4": PARTS["ext4"]}) == [], "only a received copy is started"
+
+
+def test_the_checksums_are_read_for_every_table_of_the_workload():
+    class Server:
+        def sql(self, statement):
+            if statement.startswith("SHOW TABLES"):
+                return "sbtest1\nsbtest2\n"
+            assert statement == "CHECKSUM TABLE sbtest.`sbtest1`, sbtest.`sbtest2`", statement
+            return "sbtest.sbtest1\t123\nsbtest.sbtest2\tNULL\n"
+    assert snapshots.table_checksums(Server()) == {"sbtest.sbtest1": 123, "sbtest.sbtest2": None}
+
+
 def test_failed_parts_are_not_reported_as_numbers(snap_rundir):
     (snap_rundir / "runs" / "ext4" / snapshots.PARTS_FILE).write_text(
         json.dumps({"stack": "ext4", "status": "failed", "reason": "mbstream missing"}))
@@ -279,11 +302,11 @@ def test_failed_parts_are_not_reported_as_numbers(snap_rundir):
     assert "ext4: the move / incremental parts failed — mbstream missing" in html_report.report_page(snap_rundir).notes
 
 
-def test_the_terminal_report_shows_the_three_tables(snap_rundir):
+def test_the_terminal_report_shows_the_four_tables(snap_rundir):
     out = io.StringIO()
     report.print_terminal(snap_rundir, Console(file=out, width=200, color_system=None))
     text = out.getvalue()
-    for title in ("Cost of history", "Moving the database", "Incremental send"):
+    for title in ("Cost of history", "Moving the database", "Incremental send", "The received copy started"):
         assert title in text
     assert "3.00×" in text and "2.50×" in text, "mariadb-backup 3× tarn's time, 2.5× its bytes"
     assert "0.050×" in text, "the incremental is 5% of the full stream"
@@ -294,7 +317,7 @@ def test_the_html_report_has_the_tables_and_the_chart_with_the_snapshot_instants
     page = html_report.report_page(snap_rundir)
     captions = [t.caption for t in page.tables]
     assert snapshots.HISTORY_TITLE in captions and snapshots.MOVE_TITLE in captions
-    assert snapshots.INCREMENTAL_TITLE in captions
+    assert snapshots.INCREMENTAL_TITLE in captions and snapshots.STARTED_TITLE in captions
     assert "TPS with snapshots, against none" in [f.title for f in page.figures]
     scenario, runs, _ = report.load_results(snap_rundir)
     pairs = snapshots.history_pairs(cells_of(scenario, runs), "ext4")

@@ -60,6 +60,11 @@ def test_snapshots_under_load_then_the_database_moved_three_ways(real_machine, t
     assert ext4["mariadb_backup"]["bytes"] > 1 << 20 and ext4["mariadb_backup"]["prepare_seconds"] > 0
     assert ext4["mariadb_backup"]["received_bytes"] > 1 << 20
     assert ext4["tar"]["bytes"] > 1 << 20
+    # the received copy starts as a database with the source's tables, after the move and
+    # after the incremental (received with -F over what its recovery changed)
+    for started in (tarn["move"]["started"], inc["started"]):
+        assert started["tables"] >= 1 and started["equal"], started
+        assert started["source"] == started["copy"] and all(v is not None for v in started["copy"].values())
 
     sc, runs, _ = report.load_results(rundir)
     cells = cells_of(sc, runs)
@@ -68,4 +73,4 @@ def test_snapshots_under_load_then_the_database_moved_three_ways(real_machine, t
     # the scenario's baseline is the snapshot stack itself: no ratio is made up
     assert (baseline, row["stack"], row["ratio"]) == ("tarn-snap", "tarn-snap", None)
     assert row["snapshots"] == len(snaps["taken"])
-    assert len(snapshots.sections(cells, baseline, parts)) == 3
+    assert len(snapshots.sections(cells, baseline, parts)) == 4

@@ -8,7 +8,8 @@
 //!   cargo bench -p tarn-arc --bench trace -- TRACE 0 WINDOW --fixture OUT.zst
 //! `--verbose` adds each cache's counters. WINDOW: measure only the last WINDOW demand reads (the benchmark's run, after the data
 //! load); all of them if absent. `--fixture` writes the events from the window's first
-//! demand read on as a compact test fixture (`tests/trace_fixture.rs`).
+//! demand read on (from the trace's start when the window holds every demand read) as a
+//! compact test fixture (`tests/trace_fixture.rs`).
 #[path = "../tests/replay/mod.rs"]
 mod replay;
 
@@ -37,7 +38,12 @@ fn main() {
     let window = positional.get(2).and_then(|w| w.parse::<u64>().ok()).unwrap_or(demand).min(demand);
     let skip = demand - window;
     if let Some(out) = fixture {
-        let first = events.iter().enumerate().filter(|(_, e)| e.is_demand()).nth(skip as usize).map_or(0, |(i, _)| i);
+        // A window over every demand read keeps what came before the first one too (a
+        // restore's writes: the state a run starts from).
+        let first = match skip {
+            0 => 0,
+            _ => events.iter().enumerate().filter(|(_, e)| e.is_demand()).nth(skip as usize).map_or(0, |(i, _)| i),
+        };
         let bytes = replay::encode_fixture(&events[first..]);
         std::fs::write(&out, &bytes).unwrap_or_else(|e| panic!("{out}: {e}"));
         println!("{out}: {} events from the window's start, {} bytes", events.len() - first, bytes.len());

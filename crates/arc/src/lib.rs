@@ -60,7 +60,9 @@ pub use decoded::Decoded;
 pub use hot::HotCopies;
 use lists::Lists;
 pub use lists::{ENTRY_HEADER_BYTES, GHOST_HEADER_BYTES};
-pub use memory::{release_memory, resident_bytes, set_alloc_size, set_memory_release};
+pub use memory::{
+    allocated_bytes, release_memory, resident_bytes, set_alloc_size, set_allocated_bytes, set_memory_release,
+};
 use policy::DataCache;
 use sink::SinkSlot;
 pub use sink::{Departing, EvictSink};

@@ -1,8 +1,9 @@
 //! The process's memory as the OS sees it: resident size, physical memory, and giving the
 //! allocator's free memory back.
 //!
-//! Owns: the hooks the binary sets to release its allocator's free memory and to say
-//! how big a slot its allocator hands out for a request (`set_alloc_size`).
+//! Owns: the hooks the binary sets to release its allocator's free memory, to say how
+//! big a slot its allocator hands out for a request (`set_alloc_size`), and how many
+//! bytes its allocator has handed out and not had back (`set_allocated_bytes`).
 //!
 //! Promises: every reading degrades to a stated default when /proc cannot be read, never
 //! an error.
@@ -42,6 +43,26 @@ pub(crate) fn charged_bytes(len: usize) -> u64 {
         None => len,
     };
     charged as u64
+}
+
+/// How many bytes the process's allocator has handed out and not had back, if the binary
+/// said (`set_allocated_bytes`).
+static ALLOCATED: std::sync::OnceLock<fn() -> Option<u64>> = std::sync::OnceLock::new();
+
+/// Sets, once, how to read the bytes the process's allocator has handed out and not had
+/// back (jemalloc's `stats.allocated`). With it, `tarn stats arc` splits the resident
+/// memory the budget does not account for into live allocations outside the budget
+/// (buffers in flight, intent-log copies, tables) and the allocator's slack (pages it
+/// holds with nothing allocated in them, or only partly used), which need different
+/// fixes (issue #11).
+pub fn set_allocated_bytes(allocated: fn() -> Option<u64>) {
+    let _ = ALLOCATED.set(allocated);
+}
+
+/// The bytes the process's allocator has handed out and not had back, if the binary gave
+/// a way to read them. Reads allocator statistics: not for a hot path.
+pub fn allocated_bytes() -> Option<u64> {
+    ALLOCATED.get().and_then(|allocated| allocated())
 }
 
 /// Gives the allocator's free memory back to the OS, if the binary said how.

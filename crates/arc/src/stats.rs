@@ -107,6 +107,17 @@ pub struct ArcSnapshot {
     pub rss: u64,
     #[serde(default)]
     pub other_size: u64,
+    /// `other_size` split, when the binary tells the engine what its allocator has handed
+    /// out (`set_allocated_bytes`; 0 for both otherwise): live allocations the budget does
+    /// not cover — buffers in flight, intent-log copies, compression output, tables …
+    #[serde(default)]
+    pub heap_other_size: u64,
+    /// … and resident memory with nothing allocated in it: the allocator's free pages not
+    /// yet returned, partly used pages, code and stacks (rss − allocated). A lower bound:
+    /// zeroed buffers allocated but not yet touched count as allocated and are not
+    /// resident, so `heap_other_size` (at most `other_size`) may take some of the slack.
+    #[serde(default)]
+    pub allocator_slack_size: u64,
 }
 
 /// Counter names of `ArcSnapshot::kind_hits` and `kind_misses`, by `ReadKind::index`.
@@ -183,6 +194,8 @@ impl ArcCache {
             accounted_size: size + headers_size + decoded_indirect_size + decoded_objects_size + l.dirty,
             rss: 0,
             other_size: 0,
+            heap_other_size: 0,
+            allocator_slack_size: 0,
         }
     }
 }
@@ -236,6 +249,8 @@ impl ArcSnapshot {
             ("accounted_size", self.accounted_size),
             ("rss", self.rss),
             ("other_size", self.other_size),
+            ("heap_other_size", self.heap_other_size),
+            ("allocator_slack_size", self.allocator_slack_size),
         ];
         fields.extend(KIND_HIT_NAMES.into_iter().zip(self.kind_hits));
         fields.extend(KIND_MISS_NAMES.into_iter().zip(self.kind_misses));

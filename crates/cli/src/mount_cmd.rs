@@ -12,7 +12,7 @@
 
 use std::path::PathBuf;
 
-use tarn_control::ops::mounts::Mount;
+use tarn_control::ops::mounts::{Mount, Mounts};
 
 use crate::access::{self, pool_of};
 use crate::error::CliError;
@@ -27,10 +27,6 @@ pub fn mount(
     options_text: &str,
 ) -> Result<(), CliError> {
     let options = tarn_fuse::MountOptions::parse(options_text).map_err(|e| CliError::Usage(e.to_string()))?;
-    // Here, where stderr is the user's (the daemon's goes to its log once it detaches).
-    if options.transport == tarn_fuse::uring::Transport::Uring && !tarn_fuse::uring::enable_in_kernel() {
-        eprintln!("tarn mount: warning: FUSE over io_uring is off in this kernel (enable_uring) and cannot be turned on here: the mount uses /dev/fuse");
-    }
     let pool = pool_of(&dataset).to_string();
     if let Some(other) = also.iter().find(|d| pool_of(d) != pool) {
         return Err(CliError::Usage(format!(
@@ -59,13 +55,24 @@ pub fn mount(
             Err(e) if access::daemon_went_away(&daemon, &e) => {}
             other => {
                 other?;
+                let mut mounted = vec![dataset];
                 for ds in also {
                     daemon.call(&Mount {
-                        dataset: ds,
+                        dataset: ds.clone(),
                         mountpoint: None,
                         threads,
                         options: options_text.to_string(),
                     })?;
+                    mounted.push(ds);
+                }
+                if options.transport == tarn_fuse::uring::Transport::Uring {
+                    // The daemon logged why the kernel refused io_uring; the user hears it
+                    // here, one line per mount, as from a daemon of their own.
+                    for m in daemon.call(&Mounts {})?.iter().filter(|m| mounted.contains(&m.dataset)) {
+                        if let Some(why) = &m.fallback {
+                            eprintln!("{}", tarn_fuse::uring::fallback_line(&m.dataset, &m.mountpoint, why));
+                        }
+                    }
                 }
                 return Ok(());
             }

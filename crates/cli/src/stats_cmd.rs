@@ -88,6 +88,9 @@ fn print_fuse(mounts: &[MountInfo]) {
         println!("fuse {mp} transport {}", m.transport);
         println!("fuse {mp} ring_requests {}", count(m.ring_requests));
         println!("fuse {mp} dev_requests {}", count(m.dev_requests));
+        if let Some(why) = &m.fallback {
+            println!("fuse {mp} uring_refused {why}");
+        }
     }
 }
 

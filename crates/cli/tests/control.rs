@@ -904,3 +904,35 @@ fn clients_that_hang_up_before_their_reply_do_not_end_the_daemon() {
     env.ok(&["pool", "status", "tank"]);
     m.umount();
 }
+
+/// After a crash the next import replays the intent log and says so: the mount daemon
+/// in its log. When the crash's log device is gone, what only it held cannot be replayed:
+/// `tarn pool import` warns, naming the device, rather than the pool looking whole.
+#[test]
+fn import_says_what_replay_did_and_warns_when_the_log_device_is_gone() {
+    let env = Env::with_pool("512M");
+    let log = env.path("log.img");
+    env.ok(&["pool", "add", "tank", "log", s(&log), "--size", "128M"]);
+    let fsync_then_crash = |text: &[u8]| {
+        let m = env.mount("mnt", &[]);
+        let mut f = File::create(m.mp.join("redo")).expect("create");
+        f.write_all(text).expect("write");
+        f.sync_all().expect("fsync");
+        drop(f);
+        m.crash();
+    };
+    fsync_then_crash(b"acknowledged before the crash");
+    let m = env.mount("mnt", &[]);
+    let daemon_log = fs::read_to_string(env.run_dir().join("tank.log")).unwrap_or_default();
+    assert!(daemon_log.contains("replayed") && daemon_log.contains("intent-log records"), "{daemon_log}");
+    assert_eq!(fs::read(m.mp.join("redo")).expect("replayed file"), b"acknowledged before the crash");
+    m.umount();
+
+    fsync_then_crash(b"acknowledged, then the log device was lost");
+    fs::remove_file(&log).expect("the log device goes away");
+    env.ok(&["pool", "export", "tank"]);
+    let out = env.tarn(&["pool", "import", "-d", s(env.dir.path()), "tank"]);
+    assert!(out.status.success(), "the pool imports without its log device: {out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("warning") && err.contains("log device") && err.contains("may be lost"), "{err}");
+}

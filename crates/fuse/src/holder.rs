@@ -42,6 +42,8 @@ pub(crate) struct Mounted {
     pub mountpoint: PathBuf,
     pub session: crate::mount::Session,
     pub open: Arc<AtomicU64>,
+    /// Why a `--transport uring` mount is served over /dev/fuse (None: as asked).
+    pub fallback: Option<String>,
 }
 
 struct Mounts {
@@ -315,6 +317,7 @@ impl tarn_control::Daemon for Holder {
                     transport: transport.name().to_string(),
                     ring_requests: counts.map(|c| c.0),
                     dev_requests: counts.map(|c| c.1),
+                    fallback: l.fallback.clone(),
                 }
             })
             .collect()
@@ -394,6 +397,16 @@ impl tarn_control::Daemon for Holder {
 }
 
 impl Holder {
+    /// Writes each mount's fallback line (a `--transport uring` mount served over
+    /// /dev/fuse) to stderr: the daemon's log once it has detached.
+    pub(crate) fn log_fallbacks(&self) {
+        for m in &self.mounts.lock().live {
+            if let Some(why) = &m.fallback {
+                eprintln!("{}", crate::uring::fallback_line(&m.dataset, &m.mountpoint, why));
+            }
+        }
+    }
+
     fn closing_error(&self) -> OpError {
         ControlError::Closing { pool: self.pool_name.clone(), pid: std::process::id() }.into()
     }

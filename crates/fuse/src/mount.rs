@@ -80,6 +80,10 @@ where
         }
     };
     readiness.ready(Some(&state::log_path(started.holder.pool_name())));
+    if !req.foreground {
+        // The caller saw these lines; the log (our stderr from here on) keeps them too.
+        started.holder.log_fallbacks();
+    }
     started.serve()
 }
 
@@ -201,23 +205,25 @@ fn mount_one(
     let fs = TarnFs::new(pool.clone(), ds).recording_atime(atime).with_snapdir(dataset).panicking_in_statfs(test_panic);
     let open = fs.open_handles();
     let fs = Arc::new(fs);
-    let session = match options.transport {
-        Transport::Uring if uring::enable_in_kernel() => {
-            let s = uring::start(fs, &mountpoint, dataset, &options, atime, threads)
-                .map_err(|source| MountError::Mount { path: mountpoint.display().to_string(), source })?;
-            Session::Uring(s)
-        }
-        Transport::Uring => {
-            eprintln!(
-                "tarn mount: warning: this kernel does not allow FUSE over io_uring (no {}, or not writable): {} uses /dev/fuse",
-                uring::ENABLE_URING,
-                mountpoint.display()
-            );
-            Session::Dev(session(FuserFront::new(fs), &mountpoint, threads, &options, dataset, atime)?)
-        }
-        Transport::Dev => Session::Dev(session(FuserFront::new(fs), &mountpoint, threads, &options, dataset, atime)?),
+    let dev = |fs| session(FuserFront::new(fs), &mountpoint, threads, &options, dataset, atime);
+    let (session, fallback) = match options.transport {
+        Transport::Uring => match uring::kernel_allows() {
+            Ok(()) => {
+                let s = uring::start(fs, &mountpoint, dataset, &options, atime, threads)
+                    .map_err(|source| MountError::Mount { path: mountpoint.display().to_string(), source })?;
+                let why = s.refused.clone();
+                (Session::Uring(s), why)
+            }
+            Err(why) => (Session::Dev(dev(fs)?), Some(why)),
+        },
+        Transport::Dev => (Session::Dev(dev(fs)?), None),
     };
-    Ok(Mounted { dataset: dataset.to_string(), mountpoint, session, open })
+    // Before the daemon is ready its stderr is still the caller's: this is the caller's
+    // one line; later (a mount asked for on the control socket) it goes to the log.
+    if let Some(why) = &fallback {
+        eprintln!("{}", uring::fallback_line(dataset, &mountpoint, why));
+    }
+    Ok(Mounted { dataset: dataset.to_string(), mountpoint, session, open, fallback })
 }
 
 /// A mount's FUSE session, on either transport.
@@ -251,7 +257,7 @@ impl Session {
     pub fn transport(&self) -> (Transport, Option<(u64, u64)>) {
         match self {
             Session::Dev(_) => (Transport::Dev, None),
-            Session::Uring(s) if s.on_rings => (Transport::Uring, Some(s.counts.totals())),
+            Session::Uring(s) if s.on_rings() => (Transport::Uring, Some(s.counts.totals())),
             Session::Uring(s) => (Transport::Dev, Some(s.counts.totals())),
         }
     }

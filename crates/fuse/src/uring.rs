@@ -11,8 +11,9 @@
 //! entry's payload, and COMMIT_AND_FETCHes it (reply and re-arm in one command). FORGET
 //! and INTERRUPT still come on /dev/fuse, as does anything sent before the rings are
 //! ready: a /dev/fuse reader thread serves those through the same `wire::dispatch`. If
-//! the kernel does not offer the capability at INIT, the session serves everything on
-//! /dev/fuse (`threads` readers) and says so once on stderr.
+//! the kernel does not offer the capability at INIT, or its rings cannot be set up, the
+//! session serves everything on /dev/fuse (`threads` readers) and says why
+//! ([`UringSession::refused`]; the mount prints it as one [`fallback_line`]).
 //!
 //! Owns: the /dev/fuse fd of a uring mount, its mount(2), the rings and their buffers, the
 //! threads, and the counts of requests served by each path ([`TransportCounts`]).
@@ -55,6 +56,15 @@ const DEV_BUF: usize = MAX_WRITE as usize + 4096;
 const POLL: Duration = Duration::from_millis(500);
 /// The module parameter that lets connections use io_uring.
 pub const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
+/// A test hook: a mount behaves as if the kernel refused FUSE over io_uring, at the
+/// module parameter (`knob`: not settable) or at INIT (`init`: not offered), so the
+/// fallback is tested on a kernel that has it. Read once per mount, never on a request.
+pub const TEST_REFUSE_URING: &str = "TARN_TEST_REFUSE_URING";
+
+/// Whether the test hook [`TEST_REFUSE_URING`] asks for a refusal at `stage`.
+fn refusal_forced(stage: &str) -> bool {
+    std::env::var(TEST_REFUSE_URING).is_ok_and(|v| v == stage)
+}
 
 /// How a mount's requests reach the daemon.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -97,12 +107,17 @@ impl TransportCounts {
 pub struct UringSession {
     guard: Option<JoinHandle<io::Result<()>>>,
     pub mountpoint: PathBuf,
-    /// Whether the rings carry the requests (false: the kernel refused, /dev/fuse does).
-    pub on_rings: bool,
+    /// Why /dev/fuse carries the requests instead of the rings (None: the rings do).
+    pub refused: Option<String>,
     pub counts: Arc<TransportCounts>,
 }
 
 impl UringSession {
+    /// Whether the rings carry the requests.
+    pub fn on_rings(&self) -> bool {
+        self.refused.is_none()
+    }
+
     /// Whether the connection has ended and every thread is gone.
     pub fn is_finished(&self) -> bool {
         self.guard.as_ref().is_none_or(|g| g.is_finished())
@@ -125,8 +140,25 @@ impl Drop for UringSession {
     }
 }
 
+/// Whether this kernel lets a connection use io_uring, setting `enable_uring` if root
+/// may: why not, if not.
+pub fn kernel_allows() -> Result<(), String> {
+    if refusal_forced("knob") || !enable_in_kernel() {
+        return Err(format!("{ENABLE_URING} is off and cannot be set here"));
+    }
+    Ok(())
+}
+
+/// The one line a `--transport uring` mount served over /dev/fuse prints (and logs).
+pub fn fallback_line(dataset: &str, mountpoint: &Path, why: &str) -> String {
+    format!(
+        "tarn mount: warning: FUSE over io_uring is unavailable ({why}): {dataset} on {} is served over /dev/fuse",
+        mountpoint.display()
+    )
+}
+
 /// Sets `enable_uring` if it is off (root may); false if it stays off.
-pub fn enable_in_kernel() -> bool {
+fn enable_in_kernel() -> bool {
     match std::fs::read_to_string(ENABLE_URING) {
         Ok(v) if v.trim() == "Y" || v.trim() == "1" => true,
         Ok(_) => {
@@ -366,16 +398,25 @@ impl RingWorker {
     }
 
     /// Hands every entry to the kernel (REGISTER), retrying while the connection is
-    /// not yet initialised (EAGAIN).
-    fn register_all(&mut self) -> io::Result<()> {
+    /// not yet initialised (EAGAIN): the entries a request already arrived in.
+    fn register_all(&mut self) -> io::Result<Vec<u64>> {
+        let mut arrived = Vec::new();
         for i in 0..self.entries.len() {
             loop {
                 let sqe = register_sqe(self.dev.as_raw_fd(), self.qid, &self.entries[i], i as u64);
                 self.push(&sqe)?;
                 self.ring.submit()?;
                 // A REGISTER that is accepted stays pending (no completion) until a
-                // request arrives; one refused completes during the submit, with the error.
-                let refused = self.ring.completion().next().filter(|c| c.result() < 0).map(|c| c.result());
+                // request arrives; one refused completes during the submit, with the
+                // error. A completion without an error is a request that reached an entry
+                // already registered: it must be served, not dropped (its caller waits).
+                let mut refused = None;
+                for c in self.ring.completion() {
+                    match c.result() {
+                        r if r < 0 => refused = Some(r),
+                        _ => arrived.push(c.user_data()),
+                    }
+                }
                 match refused {
                     Some(e) if -e == libc::EAGAIN => std::thread::sleep(Duration::from_millis(10)),
                     Some(e) => return Err(io::Error::from_raw_os_error(-e)),
@@ -383,18 +424,25 @@ impl RingWorker {
                 }
             }
         }
-        Ok(())
+        Ok(arrived)
     }
 
     /// Registers the entries (saying how that went on `ready`), then serves requests
     /// until the connection ends.
     fn run(mut self, ready: std::sync::mpsc::Sender<io::Result<()>>) -> io::Result<()> {
-        let registered = self.register_all();
-        let failed = registered.is_err();
-        let _ = ready.send(registered);
+        let arrived = match self.register_all() {
+            Ok(arrived) => {
+                let _ = ready.send(Ok(()));
+                arrived
+            }
+            Err(e) => {
+                let _ = ready.send(Err(e));
+                return Ok(());
+            }
+        };
         drop(ready);
-        if failed {
-            return Ok(());
+        for idx in arrived {
+            self.answer(idx)?;
         }
         let ts = types::Timespec::from(POLL);
         loop {
@@ -428,14 +476,20 @@ impl RingWorker {
                         }
                     };
                 }
-                let commit_id = self.serve(idx as usize)?;
-                let sqe = commit_sqe(self.dev.as_raw_fd(), self.qid, commit_id, idx);
-                self.push(&sqe)?;
+                self.answer(idx)?;
             }
             if !any && self.ended.load(Ordering::Relaxed) {
                 return Ok(());
             }
         }
+    }
+
+    /// Serves the request in entry `idx` and queues its reply (COMMIT_AND_FETCH, sent
+    /// with the next submit).
+    fn answer(&mut self, idx: u64) -> io::Result<()> {
+        let commit_id = self.serve(idx as usize)?;
+        let sqe = commit_sqe(self.dev.as_raw_fd(), self.qid, commit_id, idx);
+        self.push(&sqe)
     }
 
     /// Serves the request in entry `idx` and writes its reply there: the commit id.
@@ -515,7 +569,7 @@ fn ring_workers(
 }
 
 /// Mounts `fs` on `mountpoint` and serves it over io_uring (or, if the kernel refuses
-/// the capability, on /dev/fuse with `threads` readers, saying so).
+/// the capability, on /dev/fuse with `threads` readers, the session saying why).
 pub fn start(
     fs: Arc<TarnFs>,
     mountpoint: &Path,
@@ -538,17 +592,13 @@ pub fn start(
 
 /// The session of a mount made on `dev`: INIT, the rings, the threads.
 fn serve_mounted(fs: Arc<TarnFs>, dev: Arc<OwnedFd>, mountpoint: &Path, threads: usize) -> io::Result<UringSession> {
-    let mut on_rings = handshake(dev.as_raw_fd(), true)?;
-    if !on_rings {
-        eprintln!(
-            "tarn mount: warning: the kernel did not offer FUSE over io_uring; {} is served on /dev/fuse",
-            mountpoint.display()
-        );
-    }
+    // The hook answers INIT as a server would on a kernel without the capability.
+    let offered = handshake(dev.as_raw_fd(), !refusal_forced("init"))?;
+    let mut refused = (!offered).then(|| "the kernel did not offer it at FUSE INIT".to_string());
     let ended = Arc::new(AtomicBool::new(false));
     let mut counts = TransportCounts::default();
     let mut workers = Vec::new();
-    if on_rings {
+    if refused.is_none() {
         match ring_workers(&fs, &dev, threads, &ended) {
             Ok((handles, served)) => {
                 workers = handles;
@@ -556,16 +606,10 @@ fn serve_mounted(fs: Arc<TarnFs>, dev: Arc<OwnedFd>, mountpoint: &Path, threads:
             }
             // The kernel then serves the connection on /dev/fuse (a refused REGISTER
             // turns io_uring off for it), and so do we.
-            Err(e) => {
-                eprintln!(
-                    "tarn mount: warning: io_uring ring set-up failed ({e}); {} is served on /dev/fuse",
-                    mountpoint.display()
-                );
-                on_rings = false;
-            }
+            Err(e) => refused = Some(format!("its rings could not be set up: {e}")),
         }
     }
-    let readers = if on_rings { 1 } else { threads.max(1) };
+    let readers = if refused.is_none() { 1 } else { threads.max(1) };
     let dev_counts: Vec<Arc<AtomicU64>> = (0..readers).map(|_| Arc::new(AtomicU64::new(0))).collect();
     counts.dev = dev_counts.clone();
     let guard = std::thread::Builder::new().name("tarn-uring".into()).spawn(move || {
@@ -591,7 +635,7 @@ fn serve_mounted(fs: Arc<TarnFs>, dev: Arc<OwnedFd>, mountpoint: &Path, threads:
         }
         result
     })?;
-    Ok(UringSession { guard: Some(guard), mountpoint: mountpoint.to_path_buf(), on_rings, counts: Arc::new(counts) })
+    Ok(UringSession { guard: Some(guard), mountpoint: mountpoint.to_path_buf(), refused, counts: Arc::new(counts) })
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! --end_fsync=1` does through the mount in bench/memory.sh — with a 256 MiB ARC, the
 //! default `dirty_max` (half of it, inside it), and the `tarn` binary's allocator settings
 //! and size hook (crates/cli/src/allocator.rs). Every 100 ms it samples RSS beside
-//! jemalloc's own counters (allocated, active, resident, retained), the ARC's accounted
+//! jemalloc's own counters (allocated, active, resident, retained), how many writers are in their closing fsync, the ARC's accounted
 //! bytes and the dirty bytes of the open and syncing txgs; it prints the peak and exits 1
 //! if RSS went over arc_max + 64 MiB.
 //!
@@ -11,12 +11,15 @@
 //!   TARN_MEMORY_TRACE=1            print every sample
 //!   TARN_MEMORY_WRITE_MIB=1024     write less
 //!   TARN_MEMORY_ARC_MIB=64         a smaller ARC (dirty_max follows at its share)
+//!   TARN_MEMORY_SAMPLE_MS=20       sample more often (default 100 ms)
+//!   TARN_MEMORY_FILES=100000       then create that many small files and read them back
+//!                                  (a peak each, as bench/memory.sh's files phases)
 //!   _RJEM_MALLOC_CONF=prof:true,lg_prof_sample:16 TARN_MEMORY_DUMP_ABOVE_MIB=700
 //!       dump a heap profile (/tmp/rss-heap.<rss>.heap) at each new RSS peak above 700 MiB;
 //!       read it with the jeprof that tikv-jemalloc-sys builds
 //!       (target/release/build/tikv-jemalloc-sys-*/out/build/bin/jeprof --text --cum
 //!       target/release/examples/write_rss FILE).
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -85,6 +88,20 @@ fn arc_max() -> u64 {
     std::env::var("TARN_MEMORY_ARC_MIB").ok().and_then(|v| v.parse().ok()).unwrap_or(ARC_MAX_MIB) * MIB
 }
 
+/// How often RSS is sampled (`TARN_MEMORY_SAMPLE_MS`, default 100): short peaks, such as a
+/// closing fsync's, need 20 ms or less.
+fn sample_every() -> Duration {
+    Duration::from_millis(std::env::var("TARN_MEMORY_SAMPLE_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(100))
+}
+
+/// What the sampler reports a peak for, in order.
+const PHASES: [&str; 3] = ["write", "files", "readfiles"];
+
+/// Small files to create after the writes (`TARN_MEMORY_FILES`, default none).
+fn files_to_create() -> u64 {
+    std::env::var("TARN_MEMORY_FILES").ok().and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
 fn total_bytes() -> u64 {
     std::env::var("TARN_MEMORY_WRITE_MIB").ok().and_then(|v| v.parse().ok()).unwrap_or(2048) * MIB
 }
@@ -98,6 +115,10 @@ fn slot_size(len: usize) -> usize {
 
 fn main() {
     tarn_pool::set_alloc_size(slot_size);
+    tarn_pool::set_allocated_bytes(|| {
+        je_refresh();
+        Some(je(c"stats.allocated"))
+    });
     let dir = tempfile::tempdir_in(std::env::var("TARN_BENCH_DIR").unwrap_or_else(|_| "/var/tmp".into())).unwrap();
     let opts = CreateOptions { size: Some(8 << 30), ..Default::default() };
     let pool = Arc::new(Pool::create("tank", &[VdevSpec::Disk(dir.path().join("d0.img"))], &opts).unwrap());
@@ -110,16 +131,20 @@ fn main() {
     let total = total_bytes();
 
     let done = Arc::new(AtomicBool::new(false));
+    let fsyncing = Arc::new(AtomicU64::new(0));
+    let phase = Arc::new(AtomicU64::new(0));
     let sampler = {
-        let (pool, done) = (pool.clone(), done.clone());
+        let (pool, done, fsyncing, phase) = (pool.clone(), done.clone(), fsyncing.clone(), phase.clone());
         std::thread::spawn(move || {
-            let mut peak = (0u64, String::new());
+            let mut peaks = vec![(0u64, String::new()); PHASES.len()];
             while !done.load(Ordering::Relaxed) {
                 let rss = tarn_arc::resident_bytes();
                 je_refresh();
                 let s = pool.stats();
                 let line = format!(
-                    "rss {} allocated {} active {} resident {} retained {} | arc accounted {} blocks {} dirty {} | dirty open {} syncing {}",
+                    "{} fsyncing {} rss {} allocated {} active {} resident {} retained {} | arc accounted {} blocks {} dirty {} decoded {} + {} heap_other {} slack {} | dirty open {} syncing {}",
+                    PHASES[phase.load(Ordering::Relaxed) as usize],
+                    fsyncing.load(Ordering::Relaxed),
                     rss / MIB,
                     je(c"stats.allocated") / MIB,
                     je(c"stats.active") / MIB,
@@ -128,14 +153,19 @@ fn main() {
                     s.arc.accounted_size / MIB,
                     s.arc.size / MIB,
                     s.arc.dirty_size / MIB,
+                    s.arc.decoded_indirect_size / MIB,
+                    s.arc.decoded_objects_size / MIB,
+                    s.arc.heap_other_size / MIB,
+                    s.arc.allocator_slack_size / MIB,
                     s.txg.get("dirty_open_bytes").copied().unwrap_or(0) / MIB,
                     s.txg.get("dirty_syncing_bytes").copied().unwrap_or(0) / MIB,
                 );
                 if std::env::var_os("TARN_MEMORY_TRACE").is_some() {
                     eprintln!("{line}");
                 }
+                let peak = &mut peaks[phase.load(Ordering::Relaxed) as usize];
                 if rss > peak.0 {
-                    peak = (rss, line);
+                    *peak = (rss, line);
                     if let Ok(t) = std::env::var("TARN_MEMORY_DUMP_ABOVE_MIB") {
                         if rss / MIB > t.parse::<u64>().unwrap() {
                             let name = format!("/tmp/rss-heap.{}.heap\0", rss / MIB);
@@ -153,16 +183,16 @@ fn main() {
                         }
                     }
                 }
-                std::thread::sleep(Duration::from_millis(100));
+                std::thread::sleep(sample_every());
             }
-            peak
+            peaks
         })
     };
 
     let started = Instant::now();
     let writers: Vec<_> = (0..WRITERS)
         .map(|w| {
-            let ds = ds.clone();
+            let (ds, fsyncing) = (ds.clone(), fsyncing.clone());
             std::thread::spawn(move || {
                 let ino =
                     ds.create(ROOT_ID, format!("write.{w}").as_bytes(), NewObject::File, 0o644, 0, 0).unwrap().ino;
@@ -173,6 +203,7 @@ fn main() {
                     ds.write(ino, off, &buf).unwrap();
                     off += WRITE as u64;
                 }
+                fsyncing.fetch_add(1, Ordering::Relaxed);
                 ds.fsync(ino).unwrap();
             })
         })
@@ -182,15 +213,52 @@ fn main() {
     }
     let took = started.elapsed();
     pool.sync().unwrap();
+    let files = files_to_create();
+    if files > 0 {
+        phase.store(1, Ordering::Relaxed);
+        let inos = create_files(&ds, files);
+        pool.sync().unwrap();
+        phase.store(2, Ordering::Relaxed);
+        read_files(&ds, &inos);
+    }
     done.store(true, Ordering::Relaxed);
-    let (peak, at) = sampler.join().unwrap();
+    let peaks = sampler.join().unwrap();
     eprintln!(
-        "{} MiB in {took:.1?} ({:.0} MiB/s); peak: {at}",
+        "{} MiB written in {took:.1?} ({:.0} MiB/s)",
         total / MIB,
         total as f64 / MIB as f64 / took.as_secs_f64()
     );
-    if peak > bound {
-        eprintln!("RSS {} MiB went over the bound of {} MiB", peak / MIB, bound / MIB);
+    let mut over = false;
+    for (name, (peak, at)) in PHASES.iter().zip(&peaks) {
+        if *peak > 0 {
+            eprintln!("peak of {name}: {at}");
+            over |= *peak > bound;
+        }
+    }
+    if over {
+        eprintln!("RSS went over the bound of {} MiB", bound / MIB);
         std::process::exit(1);
+    }
+}
+
+/// Creates `n` small files, 1,000 to a directory (as bench/memory.sh's files phase does).
+fn create_files(ds: &tarn_dataset::Dataset, n: u64) -> Vec<u64> {
+    let mut inos = Vec::with_capacity(n as usize);
+    let mut dir = ROOT_ID;
+    for i in 0..n {
+        if i % 1000 == 0 {
+            dir = ds.create(ROOT_ID, format!("d{}", i / 1000).as_bytes(), NewObject::Dir, 0o755, 0, 0).unwrap().ino;
+        }
+        let ino = ds.create(dir, format!("f{i}").as_bytes(), NewObject::File, 0o644, 0, 0).unwrap().ino;
+        ds.write(ino, 0, format!("file {i}\n").as_bytes()).unwrap();
+        inos.push(ino);
+    }
+    inos
+}
+
+fn read_files(ds: &tarn_dataset::Dataset, inos: &[u64]) {
+    let mut buf = [0u8; 64];
+    for &ino in inos {
+        ds.read(ino, 0, &mut buf).unwrap();
     }
 }

@@ -19,7 +19,8 @@
 //!   2. every block of each dataset destroyed in N (born after its origin) is freed
 //!      (deferred), found by a walk of its tree (`tarn_objects::traverse`); then the
 //!      snapshots queued in N are taken (each records its dataset's root as N leaves
-//!      it) and destroyed (freeing what only they held);
+//!      it) and destroyed (freeing what only they held: found by the command when the
+//!      next tree is a snapshot, else walked here);
 //!   3. the intent log gives the head its chain continues from, and the log blocks no
 //!      longer needed after N commits are freed (deferred);
 //!   4. the MOS (the pool's root: datasets, their dnode-table roots, device error
@@ -68,7 +69,7 @@ use tarn_zio::{BlockPtr, BlockType, CachePolicy, ChecksumKind, Compression, Pend
 use crate::error::{CommitError, PoolError};
 use crate::mos::{dnode_hex, DatasetRecord, Mos, OriginRecord, SnapRecord, MOS_VERSION};
 use crate::pool::{now_secs, Destroyed, DsMeta, Frozen, Inner, Pool};
-use crate::snapshots::{self, Origin, Snap, SnapOp};
+use crate::snapshots::{self, FoundFrees, Origin, Snap, SnapOp};
 
 impl SyncTarget for Inner {
     type Error = CommitError;
@@ -169,7 +170,9 @@ impl Inner {
                     };
                     self.snaps.write().entry(*dataset).or_default().push(snap);
                 }
-                SnapOp::Destroy { dataset, name } => self.destroy_snap(*dataset, name, head_of(*dataset)),
+                SnapOp::Destroy { dataset, name, found } => {
+                    self.destroy_snap(*dataset, name, found.as_ref(), head_of(*dataset))
+                }
                 SnapOp::Promote { clone } => self.promote(*clone, &mut frozen.datasets),
             }
         }
@@ -226,17 +229,31 @@ impl Inner {
         }
     }
 
-    /// Frees the blocks only snapshot `name` of dataset `id` holds, and drops it.
-    fn destroy_snap(&self, id: u64, name: &str, head: Option<&(String, DsMeta, Arc<Dataset>)>) {
+    /// Frees the blocks only snapshot `name` of dataset `id` holds, and drops it: those
+    /// the command found (`found`) if the snapshot still lies between the same trees, else
+    /// found now by walking.
+    fn destroy_snap(
+        &self,
+        id: u64,
+        name: &str,
+        found: Option<&FoundFrees>,
+        head: Option<&(String, DsMeta, Arc<Dataset>)>,
+    ) {
         let Some((_, meta, ds)) = head else { return };
         let list = self.snaps.read().get(&id).cloned().unwrap_or_default();
         let Some(i) = list.iter().position(|s| s.name == name) else { return };
         let prev = if i > 0 { list[i - 1].txg } else { meta.origin.as_ref().map_or(0, |o| o.txg) };
-        let head_meta = ds.meta_dnode();
-        let next = list.get(i + 1).map_or(&head_meta, |n| &n.meta);
         let zio = &self.ctx.zio;
         let snap = &list[i];
-        snapshots::for_each_unique(zio, &snap.meta, prev, snap.txg, next, |bp| zio.free(bp));
+        let next_txg = list.get(i + 1).map(|n| n.txg);
+        match found.filter(|f| (f.prev, f.snap, Some(f.next)) == (prev, snap.txg, next_txg)) {
+            Some(f) => f.blocks.iter().for_each(|bp| zio.free(bp)),
+            None => {
+                let head_meta = ds.meta_dnode();
+                let next = list.get(i + 1).map_or(&head_meta, |n| &n.meta);
+                snapshots::for_each_unique(zio, &snap.meta, prev, snap.txg, next, |bp| zio.free(bp));
+            }
+        }
         if let Some(v) = self.snaps.write().get_mut(&id) {
             v.retain(|s| s.name != name);
         }

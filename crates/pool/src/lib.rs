@@ -64,5 +64,5 @@ pub use scrub::{Bookmark, ScanKind, ScanPace, ScanRecord, ScanState, ScanStatus,
 pub use snapshots::{split_snapshot_name, SnapshotInfo};
 pub use status::{PoolStats, PoolStatus, TopStatus};
 /// The binary's allocator tells the engine how to give free memory back to the OS.
-pub use tarn_arc::{set_alloc_size, set_memory_release};
+pub use tarn_arc::{set_alloc_size, set_allocated_bytes, set_memory_release};
 pub use tarn_vdev::{IoSnapshot, LeafHealth, VdevError};

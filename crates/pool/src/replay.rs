@@ -54,6 +54,12 @@ impl Pool {
         Ok(())
     }
 
+    /// What import's replay may have missed (records it could not apply, a log that
+    /// ended early, a missing log device after a crash); None when it was whole.
+    pub fn replay_trouble(&self) -> Option<String> {
+        self.inner.replay_trouble.lock().clone()
+    }
+
     /// What import found in the intent log (None when there was nothing to replay).
     pub fn replay_report(&self) -> Option<String> {
         self.inner.replay_report.lock().clone()

@@ -92,6 +92,17 @@ pub struct PoolStats {
     pub l2arc: BTreeMap<String, u64>,
 }
 
+/// Splits `other_size` (resident bytes the budget does not account for) by what the
+/// allocator has handed out (`allocated`, when the binary gives it): the live part is
+/// `heap_other_size`, the rest `allocator_slack_size`; the two always sum to `other_size`.
+/// Allocated bytes not yet touched are not resident (a zeroed buffer is demand-paged), so
+/// the live part is an upper bound, clamped to `other_size`, and the slack a lower one.
+fn split_other(a: &mut tarn_arc::ArcSnapshot, allocated: Option<u64>) {
+    let Some(allocated) = allocated else { return };
+    a.heap_other_size = allocated.saturating_sub(a.accounted_size).min(a.other_size);
+    a.allocator_slack_size = a.other_size - a.heap_other_size;
+}
+
 fn get(a: &AtomicU64) -> u64 {
     a.load(Ordering::Relaxed)
 }
@@ -171,7 +182,7 @@ impl Pool {
             error_files: Vec::new(),
             caches: self.cache_status(),
             snapshot_space: nearly_full(size, self.available()).then(|| self.snapshot_space()),
-            replay_trouble: self.inner.replay_trouble.lock().clone(),
+            replay_trouble: self.replay_trouble(),
         }
     }
 
@@ -215,6 +226,7 @@ impl Pool {
                 // Where the rest of the process's memory goes is not the budget's.
                 a.rss = tarn_arc::resident_bytes();
                 a.other_size = a.rss.saturating_sub(a.accounted_size);
+                split_other(&mut a, tarn_arc::allocated_bytes());
                 a
             },
             zil: BTreeMap::from([
@@ -246,6 +258,8 @@ impl Pool {
                 ("max_sync_us".to_string(), t.max_sync_us),
                 ("last_sync_us".to_string(), t.last_sync_us),
                 ("last_sync_bytes".to_string(), t.last_sync_bytes),
+                ("quiesce_us".to_string(), t.quiesce_us),
+                ("max_quiesce_us".to_string(), t.max_quiesce_us),
             ]),
             l2arc: zio
                 .l2arc()
@@ -336,5 +350,41 @@ impl Pool {
             l2.reattach(self.cache_autoreplace());
         }
         self.force_txg()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_other;
+
+    fn snapshot(rss: u64, accounted: u64) -> tarn_arc::ArcSnapshot {
+        tarn_arc::ArcSnapshot {
+            rss,
+            accounted_size: accounted,
+            other_size: rss.saturating_sub(accounted),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_unaccounted_memory_splits_into_live_allocations_and_the_allocators_slack() {
+        let mut a = snapshot(300, 200);
+        split_other(&mut a, Some(260));
+        assert_eq!((a.heap_other_size, a.allocator_slack_size), (60, 40));
+
+        // The budget counts more than is allocated (dirty data is told in steps): all slack.
+        let mut a = snapshot(300, 200);
+        split_other(&mut a, Some(150));
+        assert_eq!((a.heap_other_size, a.allocator_slack_size), (0, 100));
+
+        // Allocated beyond resident (pages not touched yet): never more than other_size.
+        let mut a = snapshot(300, 200);
+        split_other(&mut a, Some(400));
+        assert_eq!((a.heap_other_size, a.allocator_slack_size), (100, 0));
+
+        // No allocator statistics: nothing split.
+        let mut a = snapshot(300, 200);
+        split_other(&mut a, None);
+        assert_eq!((a.heap_other_size, a.allocator_slack_size), (0, 0));
     }
 }

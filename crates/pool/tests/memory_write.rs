@@ -1,10 +1,12 @@
-//! Memory held to the budget while writing (issue #11): four threads write 4× `arc_max`
+//! Memory held to the budget while writing (issue #11): four threads write 8× `arc_max`
 //! sequentially in 1 MiB writes through the dataset API and fsync at the end — what
 //! `fio --rw=write --numjobs=4 --end_fsync=1` does through the mount in bench/memory.sh —
-//! while a sampler reads the process's resident memory every 20 ms. Dirty data lives
+//! while a sampler reads the process's resident memory every 10 ms. Dirty data lives
 //! inside `arc_max` (the ARC makes room for it) and cached blocks are charged the slot
 //! the allocator hands out, so the stated bound is one number: `arc_max` + the fixed
-//! overhead of docs/design/memory.md. Alone in its test binary, so no other test's
+//! overhead of docs/design/memory.md. It holds while the writers write; their closing
+//! fsyncs are held to a looser bound until the intent log stops copying the records of a
+//! txg that began syncing during the commit (docs/design/memory.md, the write phase). Alone in its test binary, so no other test's
 //! memory is counted; with the allocator, its settings and its size hook as the `tarn`
 //! binary sets them (crates/cli/src/allocator.rs), so it measures what the mount daemon
 //! would hold.
@@ -31,8 +33,8 @@ const ARC_MAX: u64 = 64 * MIB;
 /// allocator's slack — the stated fixed overhead (docs/design/memory.md).
 const FIXED_OVERHEAD: u64 = 64 * MIB;
 const WRITERS: u64 = 4;
-/// Written in all: four times the budget.
-const TOTAL: u64 = 4 * ARC_MAX;
+/// Written in all: eight times the budget.
+const TOTAL: u64 = 8 * ARC_MAX;
 const WRITE: usize = 1 << 20;
 
 /// jemalloc's slot for a request, as the `tarn` binary tells the engine.
@@ -52,9 +54,36 @@ fn fill(buf: &mut [u8], seed: u64) {
     }
 }
 
+/// jemalloc's `stats.allocated`, so the peak's report splits what the budget does not
+/// account for (as the `tarn` binary does for `tarn stats arc`).
+fn allocated() -> Option<u64> {
+    let (mut epoch, mut allocated) = (1u64, 0usize);
+    let (mut len, mut allocated_len) = (std::mem::size_of::<u64>(), std::mem::size_of::<usize>());
+    // SAFETY: NUL-terminated names; `epoch` reads and writes a u64, `stats.allocated` reads
+    // a size_t, each into a variable of that size whose length is passed along.
+    let rc = unsafe {
+        tikv_jemalloc_sys::mallctl(
+            c"epoch".as_ptr(),
+            (&mut epoch as *mut u64).cast(),
+            &mut len,
+            (&mut epoch as *mut u64).cast(),
+            len,
+        );
+        tikv_jemalloc_sys::mallctl(
+            c"stats.allocated".as_ptr(),
+            (&mut allocated as *mut usize).cast(),
+            &mut allocated_len,
+            std::ptr::null_mut(),
+            0,
+        )
+    };
+    (rc == 0).then_some(allocated as u64)
+}
+
 #[test]
-fn rss_stays_within_arc_max_plus_the_fixed_overhead_while_writing_four_times_the_budget() {
+fn rss_stays_within_arc_max_plus_the_fixed_overhead_while_writing_eight_times_the_budget() {
     tarn_pool::set_alloc_size(slot_size);
+    tarn_pool::set_allocated_bytes(allocated);
     let dir = tempfile::tempdir_in(std::env::var("TARN_BENCH_DIR").unwrap_or_else(|_| "/var/tmp".into())).unwrap();
     let opts = CreateOptions { size: Some(4 << 30), ..Default::default() };
     let pool = Arc::new(Pool::create("tank", &[VdevSpec::Disk(dir.path().join("d0.img"))], &opts).unwrap());
@@ -64,26 +93,36 @@ fn rss_stays_within_arc_max_plus_the_fixed_overhead_while_writing_four_times_the
     let dirty_max = pool.stats().txg["dirty_max_bytes"];
     assert!(dirty_max <= ARC_MAX / 2, "dirty_max {dirty_max} is not within its share of arc_max");
     let ds = Arc::new(pool.dataset("tank").unwrap());
-    // The stated goal is `arc_max` + 64 MiB (dirty data inside the budget), but peaks of
-    // 99–136 MiB were seen against its 128 (CI on a fresh clone, once in four runs): the
-    // goal is not met yet (issue #11 open). Until it is, the test holds the bound stated
-    // before dirty data moved inside the budget: `arc_max` + `dirty_max` + 64 MiB.
-    let bound = ARC_MAX + dirty_max + FIXED_OVERHEAD;
+    // While the writers write: the stated bound, `arc_max` + 64 MiB (peaks seen: 96–108
+    // MiB against 128).
+    let writing_bound = ARC_MAX + FIXED_OVERHEAD;
+    // From the first closing fsync on: an fsync that finds its file's records in a txg
+    // that began syncing copies them into log records (twice: the bytes, then the encoded
+    // record), up to the syncing txg's dirty data — peaks of 100–136 MiB were seen. Until
+    // the log writes such records anew in place instead (ZFS's dmu_sync_late_arrival),
+    // the bound stated before dirty data moved inside the budget holds there.
+    let fsync_bound = ARC_MAX + dirty_max + FIXED_OVERHEAD;
 
     let done = Arc::new(AtomicBool::new(false));
+    let fsyncing = Arc::new(AtomicBool::new(false));
     let sampler = {
-        let (pool, done) = (pool.clone(), done.clone());
+        let (pool, done, fsyncing) = (pool.clone(), done.clone(), fsyncing.clone());
         std::thread::spawn(move || {
-            let mut peak = (0u64, String::new());
+            // The peaks while writing and from the first closing fsync on.
+            let mut peaks = [(0u64, String::new()), (0u64, String::new())];
             while !done.load(Ordering::Relaxed) {
                 let rss = tarn_arc::resident_bytes();
+                // Read after RSS: a sample an fsync may have added to counts as its.
+                let phase = usize::from(fsyncing.load(Ordering::Relaxed));
+                let peak = &mut peaks[phase];
                 if rss > peak.0 {
                     let s = pool.stats();
                     let a = &s.arc;
-                    peak = (
+                    *peak = (
                         rss,
                         format!(
-                            "rss {} MiB: accounted {} MiB (blocks {}, dirty {}, headers {}, decoded {} + {}, hot {})",
+                            "rss {} MiB: accounted {} MiB (blocks {}, dirty {}, headers {}, decoded {} + {}, hot {}); \
+                             outside it {} MiB live, {} MiB the allocator's slack",
                             rss / MIB,
                             a.accounted_size / MIB,
                             a.size / MIB,
@@ -91,19 +130,21 @@ fn rss_stays_within_arc_max_plus_the_fixed_overhead_while_writing_four_times_the
                             a.headers_size / MIB,
                             a.decoded_indirect_size / MIB,
                             a.decoded_objects_size / MIB,
-                            a.hot_copies_size / MIB
+                            a.hot_copies_size / MIB,
+                            a.heap_other_size / MIB,
+                            a.allocator_slack_size / MIB
                         ),
                     );
                 }
-                std::thread::sleep(Duration::from_millis(20));
+                std::thread::sleep(Duration::from_millis(10));
             }
-            peak
+            peaks
         })
     };
 
     let writers: Vec<_> = (0..WRITERS)
         .map(|w| {
-            let ds = ds.clone();
+            let (ds, fsyncing) = (ds.clone(), fsyncing.clone());
             std::thread::spawn(move || {
                 let name = format!("write.{w}");
                 let ino = ds.create(ROOT_ID, name.as_bytes(), NewObject::File, 0o644, 0, 0).unwrap().ino;
@@ -114,6 +155,7 @@ fn rss_stays_within_arc_max_plus_the_fixed_overhead_while_writing_four_times_the
                     ds.write(ino, off, &buf).unwrap();
                     off += WRITE as u64;
                 }
+                fsyncing.store(true, Ordering::Relaxed);
                 ds.fsync(ino).unwrap();
                 ino
             })
@@ -122,8 +164,8 @@ fn rss_stays_within_arc_max_plus_the_fixed_overhead_while_writing_four_times_the
     let inos: Vec<u64> = writers.into_iter().map(|w| w.join().unwrap()).collect();
     pool.sync().unwrap();
     done.store(true, Ordering::Relaxed);
-    let (peak, at) = sampler.join().unwrap();
-    eprintln!("wrote {} MiB; peak {at}", TOTAL / MIB);
+    let [(writing, writing_at), (closing, closing_at)] = sampler.join().unwrap();
+    eprintln!("wrote {} MiB; peak while writing: {writing_at}; at the closing fsyncs: {closing_at}", TOTAL / MIB);
 
     // What was written is there (a last page of each file, read back).
     let mut buf = vec![0u8; WRITE];
@@ -134,5 +176,16 @@ fn rss_stays_within_arc_max_plus_the_fixed_overhead_while_writing_four_times_the
         fill(&mut want, ((w as u64) << 40) + off);
         assert!(buf == want, "file {w}: the last MiB read back differs");
     }
-    assert!(peak <= bound, "RSS {} MiB over the bound of {} MiB at {at}", peak / MIB, bound / MIB);
+    assert!(
+        writing <= writing_bound,
+        "while writing, RSS {} MiB over the bound of {} MiB at {writing_at}",
+        writing / MIB,
+        writing_bound / MIB
+    );
+    assert!(
+        closing <= fsync_bound,
+        "at the closing fsyncs, RSS {} MiB over the bound of {} MiB at {closing_at}",
+        closing / MIB,
+        fsync_bound / MIB
+    );
 }

@@ -7,7 +7,8 @@
 //! fsync fallback, `sync=always` without a log, `pool sync`), or the pool is closing.
 //! It then:
 //!
-//! 1. *quiesces* txg N: takes the barrier exclusively (so no change is half made), asks
+//! 1. *quiesces* txg N: takes the barrier exclusively (so no change is half made; new
+//!    holds wait from the moment it asks, unless their thread already holds), asks
 //!    the target to freeze N's changes, and opens N+1 — writers continue at once;
 //! 2. *syncs* N without the barrier: the target writes N's blocks, flushes, and writes
 //!    the uberblock; only then is N *committed* (`synced`), and waiters are woken.
@@ -120,6 +121,25 @@ pub struct TxgHold<'a> {
     _guard: RwLockReadGuard<'a, ()>,
 }
 
+impl<'a> TxgHold<'a> {
+    fn new(txg: u64, guard: RwLockReadGuard<'a, ()>) -> TxgHold<'a> {
+        HOLDS_ON_THIS_THREAD.set(HOLDS_ON_THIS_THREAD.get() + 1);
+        TxgHold { txg, _guard: guard }
+    }
+}
+
+impl Drop for TxgHold<'_> {
+    fn drop(&mut self) {
+        HOLDS_ON_THIS_THREAD.set(HOLDS_ON_THIS_THREAD.get() - 1);
+    }
+}
+
+thread_local! {
+    /// Txg holds the current thread has (of any engine). A thread that already holds one
+    /// never waits for a quiesce to take another: the quiesce waits for its first.
+    static HOLDS_ON_THIS_THREAD: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct TxgStats {
     pub open: u64,
@@ -147,6 +167,10 @@ pub struct TxgStats {
     pub max_sync_us: u64,
     pub last_sync_us: u64,
     pub last_sync_bytes: u64,
+    /// Time quiesces took (waiting for the holds on the txg to end, then freezing its
+    /// changes), in all and the longest: a snapshot or an fsync fallback waits for it.
+    pub quiesce_us: u64,
+    pub max_quiesce_us: u64,
 }
 
 impl TxgEngine {
@@ -207,6 +231,8 @@ impl TxgEngine {
             max_sync_us: micros(s.syncs.max),
             last_sync_us: micros(s.syncs.last),
             last_sync_bytes: s.syncs.last_bytes,
+            quiesce_us: micros(s.syncs.quiesce_time),
+            max_quiesce_us: micros(s.syncs.quiesce_max),
         }
     }
 
@@ -220,6 +246,7 @@ impl TxgEngine {
         if dirty_bytes > 0 {
             self.throttle(dirty_bytes, &config, &curve)?;
         }
+        self.wait_out_quiesce();
         // Recursive read: a thread that already holds may join again without deadlocking
         // against a pending quiesce.
         let guard = self.barrier.read_recursive();
@@ -237,7 +264,23 @@ impl TxgEngine {
         if dirty_bytes > 0 {
             self.tell_percent(percent);
         }
-        Ok(TxgHold { txg, _guard: guard })
+        Ok(TxgHold::new(txg, guard))
+    }
+
+    /// Waits while the sync thread quiesces, unless this thread already holds (then the
+    /// quiesce waits for it, and waiting here would deadlock). Without this, a new shared
+    /// hold gets past the barrier whenever another is still held, so a few writers whose
+    /// holds overlap (each one short: a record's read-modify-write, a directory change)
+    /// kept the quiesce waiting for seconds on a busy disk: a snapshot or an fsync's
+    /// fallback waits for that quiesce.
+    fn wait_out_quiesce(&self) {
+        if HOLDS_ON_THIS_THREAD.get() > 0 {
+            return;
+        }
+        let mut s = self.state.lock();
+        while s.quiescing && s.error.is_none() {
+            self.changed.wait(&mut s);
+        }
     }
 
     /// Joins txg `txg` only if it is still open and no quiesce is under way; never waits
@@ -246,7 +289,7 @@ impl TxgEngine {
     pub fn try_hold_open(&self, txg: u64) -> Option<TxgHold<'_>> {
         let guard = self.barrier.try_read_recursive()?;
         let s = self.state.lock();
-        (s.open == txg && s.error.is_none() && !s.closing).then_some(TxgHold { txg, _guard: guard })
+        (s.open == txg && s.error.is_none() && !s.closing).then(|| TxgHold::new(txg, guard))
     }
 
     /// Adds dirty bytes found after the hold was taken (a read-modify-write that grew).

@@ -20,6 +20,8 @@ pub(crate) struct State {
     pub(crate) dirty_open: u64,
     pub(crate) dirty_syncing: u64,
     pub(crate) holds_in_open: u64,
+    /// The sync thread is quiescing the open txg: new holds wait until it is done.
+    pub(crate) quiescing: bool,
     /// Highest txg someone is waiting to see committed.
     pub(crate) wanted: u64,
     pub(crate) error: Option<SyncFailure>,
@@ -41,6 +43,10 @@ pub(crate) struct SyncCounters {
     pub(crate) max: Duration,
     pub(crate) last: Duration,
     pub(crate) last_bytes: u64,
+    /// Quiesces: the time from deciding to sync until every hold on the txg was
+    /// released and its changes frozen, in all and at most.
+    pub(crate) quiesce_time: Duration,
+    pub(crate) quiesce_max: Duration,
 }
 
 impl SyncCounters {
@@ -50,6 +56,11 @@ impl SyncCounters {
         self.max = self.max.max(took);
         self.last = took;
         self.last_bytes = bytes;
+    }
+
+    pub(crate) fn record_quiesce(&mut self, took: Duration) {
+        self.quiesce_time += took;
+        self.quiesce_max = self.quiesce_max.max(took);
     }
 }
 
@@ -61,6 +72,7 @@ impl State {
             dirty_open: 0,
             dirty_syncing: 0,
             holds_in_open: 0,
+            quiescing: false,
             wanted: 0,
             error: None,
             closing: false,

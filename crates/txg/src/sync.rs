@@ -38,6 +38,7 @@ impl TxgEngine {
     fn suspend_after_panic(&self, panic: &Box<dyn std::any::Any + Send>) {
         let mut s = self.state.lock();
         let txg = s.open;
+        s.quiescing = false;
         s.error.get_or_insert(SyncFailure::Panicked { txg, message: panic_message(panic.as_ref()) });
         self.changed.notify_all();
     }
@@ -57,13 +58,22 @@ impl TxgEngine {
             };
             // A panic in quiesce or sync is a bug, but it must suspend the pool rather
             // than kill this thread and leave every `wait_synced` caller waiting forever.
+            let asked = Instant::now();
+            // New holds wait from here until the quiesce is done (see `TxgEngine::hold`):
+            // the barrier alone lets a new shared hold in while any other is held, so
+            // overlapping changes would keep the quiesce out for as long as they overlap.
+            self.state.lock().quiescing = true;
             let quiesced = {
                 let _exclusive = self.barrier.write();
                 let q = catch_panic(txg, || {
                     target.quiesce(txg);
                     Ok::<(), std::convert::Infallible>(())
                 });
-                self.state.lock().quiesced(txg);
+                let mut s = self.state.lock();
+                s.quiescing = false;
+                s.quiesced(txg);
+                s.syncs.record_quiesce(asked.elapsed());
+                self.changed.notify_all();
                 q
             };
             let bytes = self.state.lock().dirty_syncing;
@@ -216,6 +226,87 @@ pub(crate) mod tests {
             matches!(&err, TxgError::Suspended(SyncFailure::Panicked { txg: 11, message }) if message == "bug in the target"),
             "{err:?}"
         );
+        thread.join().unwrap();
+    }
+
+    /// Four writers whose holds overlap without a gap (each 5 ms, a busy disk's
+    /// read-modify-write): before new holds waited for a pending quiesce, the quiesce got
+    /// the barrier only when all four happened to be out at once, which here was never,
+    /// and `wait_synced` (a snapshot) never returned.
+    #[test]
+    fn overlapping_holds_do_not_keep_a_quiesce_out() {
+        use std::sync::atomic::AtomicBool;
+        use std::sync::mpsc;
+
+        let (engine, _, thread) = engine(0, false);
+        let stop = Arc::new(AtomicBool::new(false));
+        let writers: Vec<_> = (0..4)
+            .map(|i| {
+                let (engine, stop) = (engine.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(i)); // staggered: always one held
+                    while !stop.load(Ordering::Relaxed) {
+                        let hold = engine.hold(1).unwrap();
+                        std::thread::sleep(Duration::from_millis(5));
+                        drop(hold);
+                    }
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(50));
+        let (done, took) = mpsc::channel();
+        let waiter = {
+            let engine = engine.clone();
+            std::thread::spawn(move || {
+                for _ in 0..5 {
+                    let started = Instant::now();
+                    let txg = engine.hold(0).unwrap().txg;
+                    engine.wait_synced(txg).unwrap();
+                    done.send(started.elapsed()).unwrap();
+                }
+            })
+        };
+        for i in 0..5 {
+            let t = took.recv_timeout(Duration::from_secs(10));
+            assert!(
+                matches!(t, Ok(d) if d < Duration::from_secs(1)),
+                "commit {i} asked for by wait_synced: {t:?} (overlapping holds kept the quiesce out)"
+            );
+        }
+        stop.store(true, Ordering::Relaxed);
+        for w in writers {
+            w.join().unwrap();
+        }
+        waiter.join().unwrap();
+        let stats = engine.stats();
+        assert!(stats.max_quiesce_us < 1_000_000, "{stats:?}");
+        engine.close();
+        thread.join().unwrap();
+    }
+
+    /// A thread that already holds takes another hold while a quiesce waits for it: it
+    /// must not wait for that quiesce (which waits for its first hold).
+    #[test]
+    fn a_second_hold_on_a_holding_thread_does_not_wait_for_the_quiesce() {
+        let (engine, _, thread) = engine(0, false);
+        let first = engine.hold(1).unwrap();
+        let waiter = {
+            let engine = engine.clone();
+            let txg = first.txg;
+            std::thread::spawn(move || engine.wait_synced(txg))
+        };
+        // Until the sync thread is waiting for the barrier (quiescing).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !engine.state.lock().quiescing {
+            assert!(Instant::now() < deadline, "the quiesce never started");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let second = engine.hold(1).unwrap();
+        assert_eq!(second.txg, first.txg, "the second hold joins the same txg");
+        drop(second);
+        drop(first);
+        waiter.join().unwrap().unwrap();
+        engine.close();
         thread.join().unwrap();
     }
 }

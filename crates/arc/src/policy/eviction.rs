@@ -12,6 +12,7 @@
 
 use super::{DataCache, Entry, Evicted, Ident, Region, GHOST_HEADER_SHARE, REMEMBERED_BYTES, UNREAD_REMEMBERED};
 use crate::{BlockKey, Class};
+use hashlink::LinkedHashMap;
 
 impl DataCache {
     /// A demand hit: to the window's MRU end, or up one list in main.
@@ -153,19 +154,18 @@ impl DataCache {
             Ident::Block(_) => None,
         };
         self.sink.offer(key, &e.bytes, e.lsize, Class::Data, e.prefetched, objset);
-        let (ghosts, bytes) = if from_main {
-            (&mut self.main_ghosts, &mut self.main_ghost_bytes)
-        } else {
-            (&mut self.window_ghosts, &mut self.window_ghost_bytes)
-        };
-        if let Some(old) = ghosts.insert(e.ident, size) {
-            *bytes -= old;
-        }
-        *bytes += size;
-        let ghost_max = self.budget / GHOST_HEADER_SHARE;
-        while *bytes > self.budget || ghosts.len() as u64 * REMEMBERED_BYTES > ghost_max {
-            let Some((_, s)) = ghosts.pop_front() else { break };
-            *bytes -= s;
+        // A page never read has no evidence to leave (see the module's comment).
+        if self.freq(e.ident) > 0 {
+            let (ghosts, bytes) = if from_main {
+                (&mut self.main_ghosts, &mut self.main_ghost_bytes)
+            } else {
+                (&mut self.window_ghosts, &mut self.window_ghost_bytes)
+            };
+            if let Some(old) = ghosts.insert(e.ident, size) {
+                *bytes -= old;
+            }
+            *bytes += size;
+            trim_ghosts(ghosts, bytes, self.budget);
         }
         if e.prefetched {
             self.unread_evicted.insert(key, ());
@@ -174,5 +174,15 @@ impl DataCache {
             }
         }
         Evicted { blocks: 1, unread_prefetch: e.prefetched as u64 }
+    }
+}
+
+/// Forgets the oldest ghosts until they describe at most `budget` bytes and their
+/// bookkeeping takes at most 1/`GHOST_HEADER_SHARE` of it.
+pub(super) fn trim_ghosts(ghosts: &mut LinkedHashMap<Ident, u64>, bytes: &mut u64, budget: u64) {
+    let ghost_max = budget / GHOST_HEADER_SHARE;
+    while *bytes > budget || ghosts.len() as u64 * REMEMBERED_BYTES > ghost_max {
+        let Some((_, s)) = ghosts.pop_front() else { break };
+        *bytes -= s;
     }
 }

@@ -9,7 +9,9 @@
 //!
 //! Must never: move bytes in or out of the cache (only aging re-files main's lists).
 
-use super::{DataCache, Ident, Region, AGE_READS_PER_ENTRY, HISTORY_MIN, HISTORY_PER_ENTRY, MAX_FREQ};
+use super::{
+    DataCache, Ident, Region, AGE_READS_PER_ENTRY, HISTORY_MIN, HISTORY_PER_ENTRY, MAX_FREQ, RECENCY_READS_MAX,
+};
 use crate::BlockKey;
 
 impl DataCache {
@@ -50,13 +52,16 @@ impl DataCache {
         }
     }
 
-    /// A demand miss on a page the window let go says the window is too small; on a page
-    /// main evicted, that main is.
+    /// A demand miss on a page the window let go says the window is too small (if the
+    /// page is recency's: read at most `RECENCY_READS_MAX` times); on a page main evicted,
+    /// that main is.
     pub(super) fn steer_window(&mut self, ident: Ident) {
         if let Some(size) = self.window_ghosts.remove(&ident) {
             self.window_ghost_bytes -= size;
-            let step = size * (self.main_ghost_bytes / self.window_ghost_bytes.max(1)).max(1);
-            self.window_target = (self.window_target + step).min(self.window_max().max(self.window_min()));
+            if self.freq(ident) <= RECENCY_READS_MAX {
+                let step = size * (self.main_ghost_bytes / self.window_ghost_bytes.max(1)).max(1);
+                self.window_target = (self.window_target + step).min(self.window_max().max(self.window_min()));
+            }
             self.ghost_hits.window += 1;
         } else if let Some(size) = self.main_ghosts.remove(&ident) {
             self.main_ghost_bytes -= size;

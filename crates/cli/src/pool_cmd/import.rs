@@ -50,6 +50,9 @@ pub(super) fn import(dirs: &[PathBuf], pool: Option<&str>, json: bool) -> Result
         return Err(CliError::Refused(format!("a pool named '{}' is already imported on this machine", d.name)));
     }
     let p = Pool::import_paths(&d.devices, &ImportOptions::default())?;
+    if let Some(trouble) = p.replay_trouble() {
+        eprintln!("tarn pool import: warning: {trouble}");
+    }
     access::log_here(&p);
     access::remember(&p, d.devices.clone())?;
     let to_mount = datasets_with_mountpoints(&p);

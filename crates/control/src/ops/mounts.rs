@@ -65,6 +65,9 @@ pub struct MountInfo {
     /// runs itself (a `--transport uring` mount); `None` for a fuser session.
     pub ring_requests: Option<u64>,
     pub dev_requests: Option<u64>,
+    /// Why a mount asked for `uring` is served over /dev/fuse (the kernel refused it).
+    #[serde(default)]
+    pub fallback: Option<String>,
 }
 
 /// The mounts of the held pool (none if no daemon holds it).

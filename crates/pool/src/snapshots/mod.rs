@@ -20,6 +20,9 @@
 //!   found by walking N's blocks born after P (a block born at or before S's txg is
 //!   recorded and not descended: the whole subtree is S's too), then S's blocks born
 //!   after P, passing over what N holds. The walk costs the blocks changed since P.
+//!   When N is a snapshot (S is not the newest), the command walks before it queues the
+//!   destroy and the sync only frees what it found (`FoundFrees`): the txg does not wait
+//!   for seconds of reads on a busy disk. When N is the head, the sync walks.
 //! * **A clone**'s head is the snapshot's root; its floor is the origin's txg, so it
 //!   never frees a block the origin holds. A snapshot with clones is not destroyed.
 //! * **Rollback** to the newest snapshot drops the head: its blocks born after the
@@ -52,6 +55,7 @@ use std::sync::Arc;
 
 use tarn_dataset::{Dataset, SpaceUsed};
 use tarn_objects::{Dnode, ObjSet};
+use tarn_zio::BlockPtr;
 
 use crate::datasets::check_name;
 use crate::error::PoolError;
@@ -96,21 +100,31 @@ pub(crate) struct Origin {
 #[derive(Clone, Debug)]
 pub(crate) enum SnapOp {
     /// `guid`: a new snapshot's own, or the sender's for a received one.
-    Take {
-        dataset: u64,
-        name: String,
-        creation: u64,
-        guid: u64,
-    },
+    Take { dataset: u64, name: String, creation: u64, guid: u64 },
     Destroy {
         dataset: u64,
         name: String,
+        /// What destroying it frees, found by the command before it queued the destroy
+        /// (when the next tree is a snapshot, so nothing it walked can change), so the
+        /// sync thread does not walk while the txg waits. `None`: the sync walks.
+        found: Option<FoundFrees>,
     },
     /// `tarn promote`: the clone `clone` takes its origin dataset's snapshots up to and
     /// including the origin snapshot, and the origin dataset becomes a clone of it.
-    Promote {
-        clone: u64,
-    },
+    Promote { clone: u64 },
+}
+
+/// The blocks only one snapshot holds, found outside the sync thread, and the neighbours
+/// they were found against: the sync frees them only if the snapshot still sits between
+/// the same two trees (else it walks, as without them).
+#[derive(Clone, Debug)]
+pub(crate) struct FoundFrees {
+    /// Txgs of the previous tree (previous snapshot or origin, else 0), the snapshot, and
+    /// the next snapshot.
+    pub(crate) prev: u64,
+    pub(crate) snap: u64,
+    pub(crate) next: u64,
+    pub(crate) blocks: Vec<BlockPtr>,
 }
 
 /// A snapshot as `tarn snap list` shows it.
