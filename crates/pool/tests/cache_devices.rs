@@ -232,7 +232,14 @@ fn secondarycache_none_and_metadata_keep_a_datasets_file_blocks_off_the_cache_an
     assert!(hits_reading(&pool, "tank/kept", kept_ino, &kept) > PAGES / 2, "{:?}", pool.stats().l2arc);
     let skipped = l2(&pool, "feed_skipped_policy");
     assert_eq!(hits_reading(&pool, "tank/off", off_ino, &off), 0, "none: {:?}", pool.stats().l2arc);
-    assert_eq!(hits_reading(&pool, "tank/meta", meta_ino, &meta), 0, "metadata: {:?}", pool.stats().l2arc);
+    // The file's indirect block, its dnode's and the directory's may be served (they are
+    // metadata, evicted from the tiny ARC too): a handful, never its pages.
+    let meta_hits = hits_reading(&pool, "tank/meta", meta_ino, &meta);
+    assert!(
+        meta_hits <= 4,
+        "metadata: {meta_hits} hits, more than the file's metadata blocks: {:?}",
+        pool.stats().l2arc
+    );
     assert!(l2(&pool, "feed_skipped_policy") >= skipped + PAGES, "{:?}", pool.stats().l2arc);
 
     // Inherited from the parent, and changed while the blocks sit in the ARC: the blocks
