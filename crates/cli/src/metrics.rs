@@ -65,6 +65,13 @@ const METRICS: &[(&str, &str, Kind, &str)] = &[
     ),
     ("l2arc", "feed_helpers_started", Kind::Counter, "Extra feed workers started while the queue was over half full."),
     ("l2arc", "freed", Kind::Counter, "Cached blocks dropped because the pool freed them."),
+    (
+        "l2arc",
+        "freed_while_queued",
+        Kind::Counter,
+        "Of freed: blocks the pool freed while they waited in the feed queue, dropped once written.",
+    ),
+    ("l2arc", "hdr_bytes_per_block", Kind::Gauge, "hdr_size per block in the index, rounded (the aim: at most 48)."),
     ("l2arc", "written_data", Kind::Counter, "Blocks written to the cache devices: file data."),
     (
         "l2arc",

@@ -27,7 +27,8 @@
 //! datasets' `secondarycache` as the pool last gave it.
 //!
 //! Promises: the sink never blocks (a full queue drops and counts); a worker writes a
-//! block only if no device already holds that version of it; workers stop when the cache
+//! block only if no device already holds that version of it, and does not keep the
+//! entry of one the pool freed while it was queued; workers stop when the cache
 //! is dropped, and a device's workers when it leaves the pool.
 //!
 //! Must never: copy or write under the ARC's lock, or let the queue pin more than its
@@ -174,7 +175,14 @@ impl EvictSink for FeedSink {
             s.counters.feed_behind.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        let item = Pending { key: b.key, bytes: b.bytes.clone(), lsize: b.lsize, class: b.class, objset: b.objset };
+        let item = Pending {
+            key: b.key,
+            bytes: b.bytes.clone(),
+            lsize: b.lsize,
+            class: b.class,
+            objset: b.objset,
+            epoch: s.free_epoch.load(Ordering::SeqCst),
+        };
         q.backlog.fetch_add(len, Ordering::Relaxed);
         if q.tx.try_send(item).is_err() {
             q.backlog.fetch_sub(len, Ordering::Relaxed);
@@ -277,11 +285,30 @@ pub(crate) fn run_worker(shared: Arc<Shared>, dev: usize, helper: bool) {
             shared.counters.writes.fetch_add(1, Ordering::Relaxed);
             shared.counters.written_blocks.fetch_add(batch.len() as u64, Ordering::Relaxed);
             count_kinds(&shared.counters, &batch);
+            drop_freed(&shared, &d, &batch);
         }
         batch.clear();
     }
     if helper {
         pace.helpers.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Forgets the blocks of a chunk just indexed that the pool freed while they waited in
+/// the queue: their free found nothing to forget, and their entries would only hold RAM
+/// and ring space. A block is asked about only if a batch of frees was applied since it
+/// was queued (the epoch moved); a batch applied after the chunk was indexed removes
+/// its entries itself. (A block evicted from the ARC was queued before its free: the
+/// free takes it out of the ARC first.)
+fn drop_freed(shared: &Shared, d: &CacheDev, batch: &[Pending]) {
+    let Some(pool) = shared.pool_blocks.get() else { return };
+    let now = shared.free_epoch.load(Ordering::SeqCst);
+    for p in batch.iter().filter(|p| p.epoch != now) {
+        let psize = p.bytes.len() as u32;
+        if !pool.still_allocated(&p.key, psize) && d.forget(&p.key, psize, p.lsize) {
+            shared.counters.freed.fetch_add(1, Ordering::Relaxed);
+            shared.counters.freed_while_queued.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 

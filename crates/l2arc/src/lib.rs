@@ -20,7 +20,7 @@
 //! index locks, add work to a read when no cache device is configured (the pipeline
 //! holds no `L2Arc` then), or take a lock or allocate to find a device on a read.
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 
@@ -49,6 +49,23 @@ pub trait PoolBlocks: Send + Sync {
     /// False if `key`'s block (`psize` stored bytes) is surely not in the pool now; true
     /// if it may be (a cache read is verified against the block pointer all the same).
     fn may_be_live(&self, key: &BlockKey, psize: u32) -> bool;
+
+    /// False if `key`'s block's bytes are surely no longer allocated in the pool (freed
+    /// since); asked by the feed of blocks freed while they waited in its queue. Unlike
+    /// `may_be_live` it says nothing of the block's birth (the feed's blocks are newer
+    /// than the import).
+    fn still_allocated(&self, key: &BlockKey, psize: u32) -> bool {
+        let _ = (key, psize);
+        true
+    }
+}
+
+/// A block the pool freed: its identity and sizes (`L2Arc::forget_batch`).
+#[derive(Clone, Copy, Debug)]
+pub struct FreedBlock {
+    pub key: BlockKey,
+    pub psize: u32,
+    pub lsize: u32,
 }
 
 /// What the devices and the workers share.
@@ -68,8 +85,12 @@ pub(crate) struct Shared {
     pub(crate) counters: Counters,
     pub(crate) stopping: AtomicBool,
     pub(crate) threads: Mutex<Vec<JoinHandle<()>>>,
-    /// Asked by rebuilds whether a block is still the pool's (set before `start`).
-    pool_blocks: OnceLock<Arc<dyn PoolBlocks>>,
+    /// Asked by rebuilds whether a block is still the pool's (set before `start`), and
+    /// by the feed whether a block freed while queued is still allocated.
+    pub(crate) pool_blocks: OnceLock<Arc<dyn PoolBlocks>>,
+    /// Counts the batches of frees applied (`forget_batch`): a queued block that saw it
+    /// move may have been freed before its chunk was indexed (`feed`).
+    pub(crate) free_epoch: AtomicU64,
 }
 
 /// A configured cache device: its guid (in the pool's config) and path.
@@ -142,6 +163,7 @@ impl L2Arc {
                 stopping: AtomicBool::new(false),
                 threads: Mutex::new(Vec::new()),
                 pool_blocks: OnceLock::new(),
+                free_epoch: AtomicU64::new(0),
             }),
         }
     }
@@ -245,6 +267,22 @@ impl L2Arc {
             if d.forget(key, psize, lsize) {
                 self.shared.counters.freed.fetch_add(1, Ordering::Relaxed);
             }
+        }
+    }
+
+    /// The pool freed these blocks (a txg's frees, gathered by the caller): no device may
+    /// serve them again, and their index entries' RAM is given back. Each index shard's
+    /// lock is taken once per device. `freed` is reordered.
+    pub fn forget_batch(&self, freed: &mut [FreedBlock]) {
+        if freed.is_empty() {
+            return;
+        }
+        // Before any entry goes: a feed worker that indexes a queued block after this
+        // batch's removals sees the epoch moved and asks the pool about its block.
+        self.shared.free_epoch.fetch_add(1, Ordering::SeqCst);
+        for d in self.shared.devs.iter() {
+            let n = d.forget_batch(freed);
+            self.shared.counters.freed.fetch_add(n, Ordering::Relaxed);
         }
     }
 

@@ -36,6 +36,8 @@ pub struct Counters {
     pub feed_skipped_policy: AtomicU64,
     /// Entries dropped because the pool freed their block.
     pub freed: AtomicU64,
+    /// Of `freed`: blocks freed while queued for the feed, forgotten once indexed.
+    pub freed_while_queued: AtomicU64,
 }
 
 /// A consistent view for `tarn stats l2arc` and Prometheus.
@@ -60,6 +62,9 @@ pub struct L2Snapshot {
     /// Blocks indexed, and the RAM the index takes (outside `arc_max`).
     pub blocks: u64,
     pub hdr_size: u64,
+    /// `hdr_size / blocks`, rounded (0 with no block): the RAM each cached block costs.
+    #[serde(default)]
+    pub hdr_bytes_per_block: u64,
     pub cksum_bad: u64,
     pub io_errors: u64,
     pub feed_behind: u64,
@@ -68,6 +73,8 @@ pub struct L2Snapshot {
     pub feed_helpers_started: u64,
     pub feed_skipped_policy: u64,
     pub freed: u64,
+    #[serde(default)]
+    pub freed_while_queued: u64,
     pub rebuilt_blocks: u64,
     /// Entries the rebuild left out because the pool no longer holds their block.
     pub rebuild_stale: u64,
@@ -93,6 +100,7 @@ impl L2Snapshot {
             ("asize", self.asize),
             ("blocks", self.blocks),
             ("hdr_size", self.hdr_size),
+            ("hdr_bytes_per_block", self.hdr_bytes_per_block),
             ("cksum_bad", self.cksum_bad),
             ("io_errors", self.io_errors),
             ("feed_behind", self.feed_behind),
@@ -101,6 +109,7 @@ impl L2Snapshot {
             ("feed_helpers_started", self.feed_helpers_started),
             ("feed_skipped_policy", self.feed_skipped_policy),
             ("freed", self.freed),
+            ("freed_while_queued", self.freed_while_queued),
             ("rebuilt_blocks", self.rebuilt_blocks),
             ("rebuild_stale", self.rebuild_stale),
             ("rebuild_ms", self.rebuild_ms),
@@ -110,7 +119,17 @@ impl L2Snapshot {
 
     /// Whether `name` only grows (a Prometheus counter) or goes up and down (a gauge).
     pub fn is_counter(name: &str) -> bool {
-        !matches!(name, "size" | "asize" | "blocks" | "hdr_size" | "feed_backlog" | "rebuilding" | "rebuild_ms")
+        !matches!(
+            name,
+            "size"
+                | "asize"
+                | "blocks"
+                | "hdr_size"
+                | "hdr_bytes_per_block"
+                | "feed_backlog"
+                | "rebuilding"
+                | "rebuild_ms"
+        )
     }
 }
 
@@ -157,6 +176,7 @@ impl L2Arc {
             feed_helpers_started: get(&c.feed_helpers_started),
             feed_skipped_policy: get(&c.feed_skipped_policy),
             freed: get(&c.freed),
+            freed_while_queued: get(&c.freed_while_queued),
             ..L2Snapshot::default()
         };
         for d in self.shared.devs.iter().filter(|d| d.state() != DevState::Removed) {
@@ -169,6 +189,9 @@ impl L2Arc {
             s.rebuild_stale += get(&d.counters.rebuild_stale);
             s.rebuild_ms += get(&d.counters.rebuild_ms);
             s.rebuilding += (d.state() == DevState::Rebuilding) as u64;
+        }
+        if s.blocks > 0 {
+            s.hdr_bytes_per_block = (s.hdr_size + s.blocks / 2) / s.blocks;
         }
         s
     }

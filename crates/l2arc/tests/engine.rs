@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tarn_arc::{BlockKey, Class, Departing, EvictSink};
-use tarn_l2arc::{CacheSpec, DevState, L2Arc, PoolBlocks};
+use tarn_l2arc::{CacheSpec, DevState, FreedBlock, L2Arc, PoolBlocks};
 
 const POOL: u64 = 0x5eed;
 const GUID: u64 = 0xcace;
@@ -414,4 +414,118 @@ fn a_device_that_starts_failing_is_dropped_after_its_errors_and_costs_only_hits(
     evict(&sink, key(1000), 4000);
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(l2.snapshot().written_blocks, snap.written_blocks);
+}
+
+#[test]
+fn a_txgs_frees_are_forgotten_in_one_batch_never_served_and_give_their_header_ram_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = image(dir.path(), "frees.img", 64 << 20);
+    let l2 = L2Arc::open(POOL, &spec(&path));
+    l2.tunables().set("l2arc_headroom", 64).unwrap();
+    let sink = l2.start(true);
+    let keys: Vec<BlockKey> = (0..20_000).map(key).collect();
+    for chunk in keys.chunks(2000) {
+        for k in chunk {
+            evict(&sink, *k, 600);
+        }
+        wait_drained(&l2);
+    }
+    let full = l2.snapshot();
+    assert_eq!(full.blocks, 20_000, "{full:?}");
+    let mut freed: Vec<FreedBlock> =
+        keys[..18_000].iter().map(|k| FreedBlock { key: *k, psize: 600, lsize: 16384 }).collect();
+    // A block at a freed address born again (reused space) was never cached: not forgotten.
+    freed.push(FreedBlock {
+        key: BlockKey { birth: keys[18_500].birth + 1, ..keys[18_500] },
+        psize: 600,
+        lsize: 16384,
+    });
+    l2.forget_batch(&mut freed);
+    let after = l2.snapshot();
+    assert_eq!((after.blocks, after.freed), (2_000, 18_000), "{after:?}");
+    assert_eq!(after.size, 2_000 * 16384, "{after:?}");
+    assert!(after.hdr_size * 4 < full.hdr_size, "header RAM given back: {} -> {}", full.hdr_size, after.hdr_size);
+    eprintln!("hdr_size {} -> {} bytes; {} bytes per block", full.hdr_size, after.hdr_size, after.hdr_bytes_per_block);
+    for (n, k) in keys.iter().enumerate() {
+        let got = read(&l2, k, 600);
+        if n < 18_000 {
+            assert_eq!(got, None, "freed block {n} served");
+        } else {
+            assert_eq!(got.as_deref(), Some(&bytes_of(k, 600)[..]), "block {n}");
+        }
+    }
+    // The freed space reused by new blocks: they are cached and served, never the old bytes.
+    let reborn: Vec<BlockKey> = keys[..100].iter().map(|k| BlockKey { birth: k.birth + 1_000_000, ..*k }).collect();
+    feed_all(&l2, &sink, &reborn, 600);
+    for (old, new) in keys.iter().zip(&reborn) {
+        assert_eq!(read(&l2, old, 600), None);
+        assert_eq!(read(&l2, new, 600).as_deref(), Some(&bytes_of(new, 600)[..]));
+    }
+}
+
+/// A pool whose blocks with an odd offset step were all freed.
+struct OddFreed;
+
+impl PoolBlocks for OddFreed {
+    fn may_be_live(&self, _key: &BlockKey, _psize: u32) -> bool {
+        true
+    }
+    fn still_allocated(&self, key: &BlockKey, _psize: u32) -> bool {
+        (key.offset / 8192).is_multiple_of(2)
+    }
+}
+
+/// A cache device whose writes take 300 ms (the feed's chunks are in flight a while).
+struct Slow(tarn_vdev::FileDevice);
+
+impl tarn_vdev::BlockDevice for Slow {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.0.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        if offset > 0 {
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        self.0.write_at(buf, offset)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+    fn size(&self) -> u64 {
+        self.0.size()
+    }
+    fn path(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+#[test]
+fn a_block_freed_while_it_waits_in_the_feed_queue_is_not_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = image(dir.path(), "queued.img", 64 << 20);
+    let dev = Arc::new(Slow(tarn_vdev::FileDevice::open(&path).unwrap()));
+    let l2 = L2Arc::open_devices(POOL, vec![(spec(&path)[0].clone(), dev as Arc<dyn tarn_vdev::BlockDevice>)]);
+    assert!(l2.set_pool_blocks(Arc::new(OddFreed)));
+    l2.tunables().set("l2arc_headroom", 64).unwrap();
+    let sink = l2.start(false);
+    let keys: Vec<BlockKey> = (0..300).map(key).collect();
+    for k in &keys {
+        evict(&sink, *k, 4000);
+    }
+    // The txg that freed the odd blocks commits while they are queued or being written:
+    // there is nothing to forget yet.
+    let mut freed: Vec<FreedBlock> =
+        keys.iter().skip(1).step_by(2).map(|k| FreedBlock { key: *k, psize: 4000, lsize: 16384 }).collect();
+    l2.forget_batch(&mut freed);
+    assert_eq!(l2.snapshot().written_blocks, 0, "a chunk was written before the frees");
+    wait_drained(&l2);
+    std::thread::sleep(Duration::from_millis(600));
+    let s = l2.snapshot();
+    assert_eq!(s.written_blocks, 300, "{s:?}");
+    assert_eq!(s.blocks, 150, "only the blocks still allocated are kept: {s:?}");
+    assert_eq!((s.freed, s.freed_while_queued), (150, 150), "{s:?}");
+    for (n, k) in keys.iter().enumerate() {
+        assert_eq!(read(&l2, k, 4000).is_some(), n % 2 == 0, "block {n}");
+    }
+    drop(sink);
 }

@@ -1,4 +1,5 @@
-//! What the pool tells the L2ARC's rebuild about the blocks its log blocks name.
+//! What the pool tells the L2ARC's rebuild about the blocks its log blocks name, and its
+//! feed about blocks freed while they were queued.
 //!
 //! Owns: `CachedBlocks`, the pool's side of `tarn_l2arc::PoolBlocks`.
 //!
@@ -20,12 +21,24 @@ pub(crate) struct CachedBlocks {
     pub(crate) imported_at: u64,
 }
 
+impl CachedBlocks {
+    /// For a cache attached with no rebuild to come (its devices start empty).
+    pub(crate) fn without_rebuild(zio: &std::sync::Arc<Zio>) -> std::sync::Arc<CachedBlocks> {
+        std::sync::Arc::new(CachedBlocks { zio: std::sync::Arc::downgrade(zio), imported_at: u64::MAX })
+    }
+}
+
 impl tarn_l2arc::PoolBlocks for CachedBlocks {
     fn may_be_live(&self, key: &BlockKey, psize: u32) -> bool {
         if key.birth > self.imported_at {
             return false;
         }
         // The pool is closing: keep the entry (the cache goes with it).
+        let Some(zio) = self.zio.upgrade() else { return true };
+        zio.may_be_live(key.vdev, key.offset, psize)
+    }
+
+    fn still_allocated(&self, key: &BlockKey, psize: u32) -> bool {
         let Some(zio) = self.zio.upgrade() else { return true };
         zio.may_be_live(key.vdev, key.offset, psize)
     }

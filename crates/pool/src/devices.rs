@@ -251,7 +251,9 @@ impl Pool {
         let zio = &self.inner.ctx.zio;
         if zio.l2arc().is_none() {
             // Under `config_change`: nothing else attaches one meanwhile.
-            zio.attach_l2arc(Arc::new(L2Arc::open(self.inner.guid, &[])), false);
+            let l2 = Arc::new(L2Arc::open(self.inner.guid, &[]));
+            l2.set_pool_blocks(crate::cache_blocks::CachedBlocks::without_rebuild(zio));
+            zio.attach_l2arc(l2, false);
             self.refresh_secondarycache();
         }
         zio.l2arc().expect("a cache was just attached").clone()

@@ -76,7 +76,13 @@ pub struct Zio {
     /// The second-level cache, once cache devices are attached (`attach_l2arc`). Unset,
     /// a read pays one atomic load for it.
     pub(crate) l2: std::sync::OnceLock<std::sync::Arc<tarn_l2arc::L2Arc>>,
+    /// Blocks freed since the L2ARC last forgot a batch (see `free`).
+    l2_freed: Mutex<Vec<tarn_l2arc::FreedBlock>>,
 }
+
+/// The L2ARC forgets freed blocks in batches of at most this many (24 bytes each):
+/// one per txg, or more for a txg that frees more (a dataset destroyed).
+const L2_FREE_BATCH: usize = 1 << 16;
 
 impl Zio {
     /// A pipeline with every sector free; the importer claims the live blocks and then
@@ -99,6 +105,7 @@ impl Zio {
             flushed_through: AtomicU64::new(0),
             failed_reads: Mutex::new(Vec::new()),
             l2: std::sync::OnceLock::new(),
+            l2_freed: Mutex::new(Vec::new()),
         }
         .with_cache_budget(budget)
     }
@@ -223,18 +230,39 @@ impl Zio {
     }
 
     /// Drops the block's bytes from its space map; its sectors wait for the txg commit.
+    /// The L2ARC forgets it with the rest of the txg's frees (`forget_l2_freed`), before
+    /// its sectors can be reused: until then the cached copy is still the block's bytes,
+    /// and its identity (address and birth) keeps any later block at the address from
+    /// being served it.
     pub fn free(&self, bp: &BlockPtr) {
         self.trace_event(Event::Free, bp, Access::of(ReadKind::Demand));
         self.arc.remove(&arc_key(bp));
         self.hot.remove(&arc_key(bp));
-        if let Some(l2) = self.l2.get() {
-            l2.forget(&arc_key(bp), bp.psize, bp.lsize);
+        if self.l2.get().is_some() {
+            let full = {
+                let mut freed = self.l2_freed.lock();
+                freed.push(tarn_l2arc::FreedBlock { key: arc_key(bp), psize: bp.psize, lsize: bp.lsize });
+                freed.len() >= L2_FREE_BATCH
+            };
+            if full {
+                self.forget_l2_freed();
+            }
         }
         self.with_map(bp.vdev as usize, |m| m.free(bp.offset, bp.psize as u64));
     }
 
-    /// Called after the freeing txg's uberblock is durable.
+    /// The L2ARC forgets the blocks freed since its last batch, in one pass over its index
+    /// shards.
+    pub fn forget_l2_freed(&self) {
+        let Some(l2) = self.l2.get() else { return };
+        let mut batch = std::mem::take(&mut *self.l2_freed.lock());
+        l2.forget_batch(&mut batch);
+    }
+
+    /// Called after the freeing txg's uberblock is durable. The L2ARC forgets the txg's
+    /// frees first: their sectors may be reused from here on.
     pub fn release_deferred(&self) {
+        self.forget_l2_freed();
         for top in 0..self.maps.len() {
             self.with_map(top, |m| m.release_deferred());
         }

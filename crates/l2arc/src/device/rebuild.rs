@@ -108,14 +108,22 @@ impl CacheDev {
         let (mut psize, mut lsize) = (0, 0);
         for e in entries {
             let pos = (h.abs + e.at as u64) / BLOCK_ALIGN;
-            if older && self.index.get(&e.key).is_some() {
+            // Any version at the address, not only this one: a newer chunk's block there
+            // is the newer block (its space was freed and reused), and must stay.
+            if older && self.index.holds_addr(&e.key) {
                 continue;
             }
             if pool.is_some_and(|p| !p.may_be_live(&e.key, e.psize)) {
                 self.counters.rebuild_stale.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
-            self.index.insert(&e.key, pos);
+            if older {
+                if !self.index.insert_if_vacant(&e.key, pos) {
+                    continue;
+                }
+            } else {
+                self.index.insert(&e.key, pos);
+            }
             psize += e.psize as u64;
             lsize += e.lsize as u64;
         }

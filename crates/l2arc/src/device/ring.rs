@@ -8,7 +8,7 @@
 //! ring's end is placed at the next lap's start.
 //!
 //! Owns: the ring's positions and per-chunk sums (the size counters), the chunk write,
-//! the header written at initialisation, and forgetting a block.
+//! the header written at initialisation, and forgetting blocks (one, or a txg's frees).
 //!
 //! Promises: a block is indexed only after its chunk (log block included) is on the
 //! device; the index is swept of what the ring overwrote every 1/8 of a lap.
@@ -25,6 +25,7 @@ use tarn_vdev::BlockDevice;
 use super::CacheDev;
 use crate::index::POS_LIMIT;
 use crate::layout::{DevHeader, LogEntry, LogHeader, BLOCK_ALIGN, CHUNK_ALIGN, HEADER_SIZE, NO_PREV};
+use crate::FreedBlock;
 
 /// The index is swept of overwritten entries each time the ring advances by this
 /// fraction of its size.
@@ -61,6 +62,19 @@ impl Ring {
         self.chunks.push_front(c);
     }
 
+    /// Takes a forgotten block's sizes off the chunk that held it at `abs`.
+    fn take_sizes(&mut self, abs: u64, psize: u32, lsize: u32) {
+        let at = self.chunks.partition_point(|c| c.abs <= abs);
+        if at > 0 {
+            let c = &mut self.chunks[at - 1];
+            let (p, l) = (c.psize.min(psize as u64), c.lsize.min(lsize as u64));
+            c.psize -= p;
+            c.lsize -= l;
+            self.psize -= p;
+            self.lsize -= l;
+        }
+    }
+
     fn drop_before(&mut self, floor: u64) {
         while let Some(c) = self.chunks.front().copied() {
             if c.abs >= floor {
@@ -81,6 +95,8 @@ pub struct Pending {
     pub class: tarn_arc::Class,
     /// The dataset whose page it is, if the ARC knew (`secondarycache` is asked then).
     pub objset: Option<u64>,
+    /// The cache's free epoch when the block was queued (see `feed::drop_freed`).
+    pub epoch: u64,
 }
 
 impl CacheDev {
@@ -197,17 +213,20 @@ impl CacheDev {
     pub(super) fn forget_at(&self, key: &BlockKey, psize: u32, lsize: u32) -> Option<u64> {
         let pos = self.index.remove(key)?;
         let abs = pos * BLOCK_ALIGN;
-        let mut r = self.ring.lock();
-        let at = r.chunks.partition_point(|c| c.abs <= abs);
-        if at > 0 {
-            let c = &mut r.chunks[at - 1];
-            let (p, l) = (c.psize.min(psize as u64), c.lsize.min(lsize as u64));
-            c.psize -= p;
-            c.lsize -= l;
-            r.psize -= p;
-            r.lsize -= l;
-        }
+        self.ring.lock().take_sizes(abs, psize, lsize);
         Some(abs)
+    }
+
+    /// Forgets every block of `freed` (the pool's frees of a txg): each index shard's
+    /// lock and the ring's are taken once. Returns how many were indexed.
+    pub fn forget_batch(&self, freed: &mut [FreedBlock]) -> u64 {
+        let mut gone: Vec<(u64, u32, u32)> = Vec::new();
+        self.index.remove_batch(freed, |f| f.key, |f, pos| gone.push((pos * BLOCK_ALIGN, f.psize, f.lsize)));
+        let mut r = self.ring.lock();
+        for &(abs, psize, lsize) in &gone {
+            r.take_sizes(abs, psize, lsize);
+        }
+        gone.len() as u64
     }
     /// Nothing valid in the ring: a fresh initialisation (a new generation, so the old
     /// log blocks never count again), positions from 0.

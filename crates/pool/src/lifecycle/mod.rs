@@ -109,11 +109,14 @@ impl Pool {
         let specs: Vec<CacheSpec> =
             caches.iter().map(|(guid, path)| CacheSpec { guid: *guid, path: PathBuf::from(path) }).collect();
         let l2 = Arc::new(L2Arc::open_with(self.inner.guid, &specs, self.cache_autoreplace()));
-        if let Some(txg) = imported_at {
-            let zio = Arc::downgrade(&self.inner.ctx.zio);
-            l2.set_pool_blocks(Arc::new(crate::cache_blocks::CachedBlocks { zio, imported_at: txg }));
-        }
-        self.inner.ctx.zio.attach_l2arc(l2, imported_at.is_some());
+        let zio = &self.inner.ctx.zio;
+        let pool_blocks = match imported_at {
+            Some(txg) => Arc::new(crate::cache_blocks::CachedBlocks { zio: Arc::downgrade(zio), imported_at: txg }),
+            // A pool just created: no rebuild to answer, the feed asks all the same.
+            None => crate::cache_blocks::CachedBlocks::without_rebuild(zio),
+        };
+        l2.set_pool_blocks(pool_blocks);
+        zio.attach_l2arc(l2, imported_at.is_some());
         self.refresh_secondarycache();
     }
 
