@@ -157,6 +157,40 @@ fn a_rebuild_after_import_leaves_out_blocks_freed_since_they_were_cached() {
 }
 
 #[test]
+fn freed_blocks_leave_the_index_at_their_txgs_commit_and_reused_space_is_never_served_old_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pool, _img, _cache, ino, mut model) = pool_with_cache(dir.path());
+    let ds = pool.dataset("tank/db").unwrap();
+    read_all_and_settle(&pool, &ds, ino, &model);
+    let full = pool.stats().l2arc;
+    let cached = l2(&pool, "blocks");
+    assert!(cached > PAGES / 2, "the cache holds the file: {full:?}");
+    // Every page freed: the txg's frees are forgotten in one batch when it commits.
+    ds.punch_hole(ino, 0, PAGES * PAGE).unwrap();
+    pool.sync().unwrap();
+    let emptied = pool.stats().l2arc;
+    eprintln!("cached: {full:?}\nafter the free: {emptied:?}");
+    assert!(l2(&pool, "freed") >= cached - 8, "the file's cached blocks were forgotten: {emptied:?}");
+    assert!(l2(&pool, "blocks") <= 8, "{emptied:?}");
+    assert!(l2(&pool, "hdr_size") < full["hdr_size"], "header RAM given back: {full:?} -> {emptied:?}");
+    // The freed space is reused by new pages: what is read is always the new bytes, and
+    // the cache never returned the old ones (they would fail the checksum: cksum_bad).
+    for p in 0..PAGES {
+        let data = common::pattern(p + 11 * PAGES, PAGE as usize);
+        ds.write(ino, p * PAGE, &data).unwrap();
+        model[(p * PAGE) as usize..((p + 1) * PAGE) as usize].copy_from_slice(&data);
+    }
+    pool.sync().unwrap();
+    read_all_and_settle(&pool, &ds, ino, &model);
+    read_all_and_settle(&pool, &ds, ino, &model);
+    let stats = pool.stats().l2arc;
+    assert!(l2(&pool, "hits") > full["hits"], "the new pages were served from the cache: {stats:?}");
+    assert_eq!((l2(&pool, "cksum_bad"), l2(&pool, "io_errors")), (0, 0), "{stats:?}");
+    drop(ds);
+    pool.export().unwrap();
+}
+
+#[test]
 fn a_cache_device_returning_wrong_bytes_is_dropped_then_tried_again_by_clear() {
     let dir = tempfile::tempdir().unwrap();
     let (pool, img, cache, ino, model) = pool_with_cache(dir.path());
