@@ -190,9 +190,7 @@ impl L2Arc {
             s.rebuild_ms += get(&d.counters.rebuild_ms);
             s.rebuilding += (d.state() == DevState::Rebuilding) as u64;
         }
-        if s.blocks > 0 {
-            s.hdr_bytes_per_block = (s.hdr_size + s.blocks / 2) / s.blocks;
-        }
+        s.hdr_bytes_per_block = (s.hdr_size + s.blocks / 2).checked_div(s.blocks).unwrap_or(0);
         s
     }
 

@@ -93,9 +93,16 @@ fn ram_per_cached_block_from_jemalloc_stays_at_most_48_bytes_from_1_to_1_6_milli
     for target in (1_000_000..=1_600_000).step_by(50_000) {
         while n < target {
             let key = BlockKey { vdev: (n % 2) as u16, offset: n * 4096, birth: 100 + n / 10_000 };
-            sink.evicted(Departing { key, bytes: &bytes, lsize: 16384, class: Class::Data, unread_prefetch: false, objset: None });
+            sink.evicted(Departing {
+                key,
+                bytes: &bytes,
+                lsize: 16384,
+                class: Class::Data,
+                unread_prefetch: false,
+                objset: None,
+            });
             n += 1;
-            if n % 4096 == 0 {
+            if n.is_multiple_of(4096) {
                 // Keep the queue under its 65536 blocks: none left out.
                 while l2.snapshot().feed_backlog > (16 << 10) * BLOCK as u64 {
                     std::thread::sleep(Duration::from_millis(1));
