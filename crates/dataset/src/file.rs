@@ -79,7 +79,7 @@ impl Dataset {
             st.write(self.zio(), hold.txg, off, data, eff.recordsize)?;
             let blksz = st.dnode().blksz as u64;
             drop(st);
-            if eff.sync != SyncMode::Disabled {
+            if self.logs(eff.sync) {
                 let len = data.len() as u64;
                 let w = LoggedWrite {
                     txg: hold.txg,

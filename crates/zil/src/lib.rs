@@ -59,6 +59,7 @@ mod block;
 mod chain;
 mod commit;
 pub mod policy;
+mod progress;
 mod queue;
 mod record;
 mod replay;
@@ -74,10 +75,12 @@ use tarn_zio::{Extent, Zio, ZioError};
 pub use block::{BlockError, BLOCK_HEADER};
 pub use commit::{SourceError, WriteData, WriteSource};
 pub use policy::{LogBias, Placement, BULK_IN_PLACE};
+pub use progress::{LogRoot, ReplayProgress, ReplaySource};
 pub use record::{Op, Record, RecordError, RECORD_HEADER};
 pub use replay::{read_chain, ChainEnd, Chained};
 
 use chain::Chain;
+use progress::Replaying;
 use queue::{Queue, Queued};
 use tickets::Tickets;
 
@@ -151,7 +154,10 @@ pub struct Zil {
     /// records already written (group commit).
     chain: Mutex<Chain>,
     tickets: Tickets,
+    /// Set while import replays a chain: changes are noted as the record's, not logged.
     replaying: AtomicBool,
+    /// The replay under way, until the txg that retires its chain (`progress`).
+    replay: Mutex<Option<Replaying>>,
     pub stats: ZilStats,
 }
 
@@ -166,19 +172,28 @@ impl Zil {
             chain: Mutex::new(Chain::new(first_seq)),
             tickets: Tickets::default(),
             replaying: AtomicBool::new(false),
+            replay: Mutex::new(None),
             stats: ZilStats::default(),
         }
     }
 
-    /// While replaying, changes are not logged again.
-    pub fn set_replaying(&self, on: bool) {
+    /// While replaying, changes are not logged again (`begin_replay`, `finish_replay`).
+    fn set_replaying(&self, on: bool) {
         self.replaying.store(on, Ordering::SeqCst);
     }
 
+    /// Whether import is replaying: every change must still reach `log`/`log_write`
+    /// (whatever the dataset's `sync`), which note the txg it joined as the record's.
+    pub fn is_replaying(&self) -> bool {
+        self.replaying.load(Ordering::Relaxed)
+    }
+
     /// Queues a change made in txg `txg` (called under the change's txg hold, so the
-    /// queue is in txg order).
+    /// queue is in txg order). While replaying, notes instead that the record being
+    /// replayed has a change in `txg`.
     pub fn log(&self, txg: u64, dataset: u64, op: Op) {
-        if self.replaying.load(Ordering::Relaxed) {
+        if self.is_replaying() {
+            self.note_replayed(txg, dataset, Some(&op));
             return;
         }
         self.enqueue(Queued::Ready(Record { txg, dataset, op }));
@@ -193,7 +208,8 @@ impl Zil {
     /// one entry per record, so each resolves to one block. Otherwise the bytes are
     /// copied into the log at commit, in entries of at most `MAX_WRITE_RECORD` bytes.
     pub fn log_write(&self, w: &LoggedWrite) {
-        if self.replaying.load(Ordering::Relaxed) {
+        if self.is_replaying() {
+            self.note_replayed(w.txg, w.dataset, None);
             return;
         }
         let LoggedWrite { txg, dataset, obj, offset, len, blksz, logbias } = *w;

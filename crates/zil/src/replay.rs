@@ -39,6 +39,8 @@ pub enum ChainEnd {
 
 /// What replay found on disk.
 pub struct Chained {
+    /// The head it was read from (None: the root named no chain).
+    pub head: Option<LogHead>,
     /// Records newer than the committed txg, in order; indirect writes come back as plain
     /// writes carrying the bytes read (and verified) from their blocks.
     pub records: Vec<Record>,
@@ -59,6 +61,7 @@ pub struct Chained {
 impl Chained {
     pub fn empty() -> Chained {
         Chained {
+            head: None,
             records: Vec::new(),
             blocks: Vec::new(),
             indirect: Vec::new(),
@@ -72,7 +75,7 @@ impl Chained {
 /// Follows the chain from `head`, collecting records newer than `committed_txg` (see the
 /// module's promises for where it ends).
 pub fn read_chain(zio: &Zio, pool_guid: u64, head: &LogHead, committed_txg: u64) -> Result<Chained, ZilError> {
-    let mut out = Chained { end_seq: head.seq, ..Chained::empty() };
+    let mut out = Chained { head: Some(*head), end_seq: head.seq, ..Chained::empty() };
     let mut at = head.extent;
     let mut seq = head.seq;
     loop {
