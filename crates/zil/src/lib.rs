@@ -9,7 +9,9 @@
 //! block is written and the devices flushed); concurrent commits share log writes; the
 //! head of the chain is recorded in every txg's root, and replay applies exactly the
 //! records newer than the committed txg, in order, stopping at the first block that does
-//! not verify (a torn or never-written block ends the chain, it never corrupts it).
+//! not verify (a torn or never-written block ends the chain, it never corrupts it); the
+//! roots committed during replay keep the replayed chain and count the records they
+//! hold, so a crash during replay resumes after them (`progress`).
 //!
 //! Must never: drop a queued change before the txg that contains it is committed, or
 //! free a log block the committed root still points into.
@@ -48,6 +50,12 @@
 //! **Retire.** Each txg's root records the chain's head: the first block with a record
 //! newer than that txg (`head_for_txg`); blocks before it become obsolete and are freed
 //! with that txg. When the txg commits, its queued changes are dropped (`txg_committed`).
+//!
+//! **Replay progress** (`progress.rs`). While import replays, every root names the
+//! replayed chain and records how many records its txg holds: a replayed change reaches
+//! `log`/`log_write` under its own txg hold, which note that txg as its record's instead
+//! of queueing it. The first txg at or after the one `finish_replay` names switches the
+//! root to this chain and frees the replayed one.
 //!
 //! **Replay** (`replay.rs`) relies on: blocks verify by checksum, pool guid and
 //! sequence number, so a torn or stale block ends the chain; a block written in place is
