@@ -80,7 +80,7 @@ impl Dataset {
             let blksz = st.dnode().blksz as u64;
             drop(st);
             self.os.ctx().txg.settle_dirty(data.len() as u64, dirtied);
-            if eff.sync != SyncMode::Disabled {
+            if self.logs(eff.sync) {
                 let len = data.len() as u64;
                 let w = LoggedWrite {
                     txg: hold.txg,

@@ -53,8 +53,8 @@ impl SyncTarget for Committer {
         for bp in r.blocks_to_free() {
             zio.free(bp);
         }
-        let (_, obsolete) = self.zil.head_for_txg(txg).map_err(|e| failed(&e))?;
-        for e in &obsolete {
+        let root = self.zil.head_for_txg(txg).map_err(|e| failed(&e))?;
+        for e in &root.obsolete {
             zio.free_extent(e);
         }
         zio.flush().map_err(|e| failed(&e))?;
