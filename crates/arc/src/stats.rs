@@ -29,6 +29,14 @@ pub struct Counters {
     pub written_inserts: AtomicU64,
     /// Read-ahead blocks the data policy evicted before any demand read asked for them.
     pub prefetch_evicted_unread: AtomicU64,
+    /// Read-ahead streams confirmed (reads in record order that began reading ahead), and
+    /// files whose read-ahead was wasted and switched off for a while (`objects` counts
+    /// both): with `prefetch_reads` and `prefetch_hits`, where read-ahead comes from.
+    pub prefetch_streams: AtomicU64,
+    pub prefetch_off_switches: AtomicU64,
+    /// Read-ahead records a reader reached before they were cached (its own read went to
+    /// the device too, or the request had been dropped).
+    pub prefetch_late: AtomicU64,
     /// Hits (in the ARC or its decompressed copies) and misses, by read kind.
     pub kind_hits: PerKind,
     pub kind_misses: PerKind,
@@ -55,6 +63,14 @@ pub struct ArcSnapshot {
     /// Read-ahead blocks evicted before any demand read asked for them.
     #[serde(default)]
     pub prefetch_evicted_unread: u64,
+    /// Read-ahead streams confirmed, and files switched off for wasting read-ahead.
+    #[serde(default)]
+    pub prefetch_streams: u64,
+    #[serde(default)]
+    pub prefetch_off_switches: u64,
+    /// Read-ahead records a reader reached before they were cached.
+    #[serde(default)]
+    pub prefetch_late: u64,
     /// Reads served from the decompressed copies (filled in by the io pipeline).
     #[serde(default)]
     pub hot_copy_hits: u64,
@@ -169,6 +185,9 @@ impl ArcCache {
             written_blocks: get(&c.written_inserts),
             prefetch_hits: get(&c.prefetch_hits),
             prefetch_evicted_unread: l.unread_prefetch_evictions + get(&c.prefetch_evicted_unread),
+            prefetch_streams: get(&c.prefetch_streams),
+            prefetch_off_switches: get(&c.prefetch_off_switches),
+            prefetch_late: get(&c.prefetch_late),
             hot_copy_hits: 0,
             hot_copies_size: 0,
             size,
@@ -207,7 +226,7 @@ impl ArcSnapshot {
         for (name, value) in self.fields() {
             let counter = name.ends_with("hits") || name.starts_with("hits_") || name.starts_with("misses");
             let kind =
-                if counter || name == "evictions" || name == "prefetch_evicted_unread" { "counter" } else { "gauge" };
+                if counter || name == "evictions" || name.starts_with("prefetch_") { "counter" } else { "gauge" };
             out.push_str(&format!("# TYPE tarn_arc_{name} {kind}\ntarn_arc_{name} {value}\n"));
         }
         out
@@ -227,6 +246,9 @@ impl ArcSnapshot {
             ("prefetch_hits", self.prefetch_hits),
             ("written_blocks", self.written_blocks),
             ("prefetch_evicted_unread", self.prefetch_evicted_unread),
+            ("prefetch_streams", self.prefetch_streams),
+            ("prefetch_off_switches", self.prefetch_off_switches),
+            ("prefetch_late", self.prefetch_late),
             ("hot_copy_hits", self.hot_copy_hits),
             ("hot_copies_size", self.hot_copies_size),
             ("size", self.size),

@@ -27,7 +27,7 @@ use crate::changes::Changes;
 use crate::dir::Entries;
 use crate::dnode::Dnode;
 use crate::tree::BlockTree;
-use crate::zfetch::{Fate, Zfetch};
+use crate::zfetch::{Fate, Zfetch, ZfetchEvent};
 use crate::Ctx;
 
 /// A record's content in a txg's changes; an empty vector is a hole (zeros, no block).
@@ -385,7 +385,17 @@ impl ObjState {
             },
             None => Fate::Unknown,
         };
+        let late_before = zfetch.late;
         let ahead = zfetch.access(first, last, records, fate);
+        let counters = &zio.arc.counters;
+        if zfetch.late > late_before {
+            counters.prefetch_late.fetch_add(zfetch.late - late_before, Ordering::Relaxed);
+        }
+        match zfetch.event {
+            Some(ZfetchEvent::StreamConfirmed) => counters.prefetch_streams.fetch_add(1, Ordering::Relaxed),
+            Some(ZfetchEvent::SwitchedOff) => counters.prefetch_off_switches.fetch_add(1, Ordering::Relaxed),
+            None => 0,
+        };
         self.zfetch = zfetch;
         let Some(ahead) = ahead else { return Ok(()) };
         let mut blocks = Vec::new();

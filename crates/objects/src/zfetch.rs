@@ -12,7 +12,10 @@
 //! reader reached a read-ahead record while it was still cached), halves when a
 //! read-ahead record was evicted unread, and never exceeds `MAX_DISTANCE`; a file whose
 //! read-ahead was mostly wasted (records evicted unread, or never asked for before the
-//! stream ended) stops reading ahead for a back-off that doubles each time.
+//! stream ended) stops reading ahead for a back-off that doubles each time it is wasted
+//! again, and is forgiven only once read-ahead has clearly paid (`WASTE_LIMIT` records
+//! used beyond those wasted) — a database's short runs of neighbour pages, which confirm
+//! a stream and then stop, cost a few records per doubling, not a few per back-off.
 //!
 //! Must never: do I/O or take a lock itself (the object's lock is held by the caller; the
 //! caller asks the cache what became of a read-ahead record), or ask for a record twice
@@ -26,7 +29,8 @@ pub(crate) const CONFIRM: u32 = 4;
 /// Records read ahead at first, and at most.
 pub(crate) const MIN_DISTANCE: u64 = 2;
 pub(crate) const MAX_DISTANCE: u64 = 32;
-/// Wasted read-ahead records (beyond those used) that switch read-ahead off for a file.
+/// Wasted read-ahead records (beyond those used) that switch read-ahead off for a file;
+/// as many used beyond those wasted forgive its back-off.
 const WASTE_LIMIT: i64 = 16;
 /// Reads of the file that read-ahead stays off for, the first time and at most.
 const BACKOFF_MIN: u64 = 256;
@@ -52,6 +56,8 @@ struct Stream {
     /// Records [next, ahead_to) or part of it have been asked for.
     ahead_to: u64,
     distance: u64,
+    /// Whether this stream has read ahead yet (for counting confirmed streams).
+    reading_ahead: bool,
     /// Recency, for replacing the least recently used stream.
     last_used: u64,
 }
@@ -76,6 +82,20 @@ pub(crate) struct Zfetch {
     /// Totals for tests and diagnostics.
     pub(crate) used: u64,
     pub(crate) wasted: u64,
+    /// Read-ahead records the reader reached while they were not cached: still being read
+    /// (the reader's own read went to the device as well) or dropped from a full queue.
+    pub(crate) late: u64,
+    /// What the last `access` did to the file's read-ahead, for the pool's counters.
+    pub(crate) event: Option<ZfetchEvent>,
+}
+
+/// A change in a file's read-ahead worth counting (`tarn stats arc`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ZfetchEvent {
+    /// A stream was confirmed and read ahead for the first time.
+    StreamConfirmed,
+    /// The file's read-ahead was wasted and switched off.
+    SwitchedOff,
 }
 
 impl Zfetch {
@@ -89,6 +109,7 @@ impl Zfetch {
         mut fate: impl FnMut(u64) -> Fate,
     ) -> Option<Ahead> {
         self.reads += 1;
+        self.event = None;
         let now = self.reads;
         let Some(i) = self.find(first) else {
             self.start_stream(last + 1, now);
@@ -124,7 +145,8 @@ impl Zfetch {
                 lru
             }
         };
-        self.streams[slot] = Some(Stream { next, run: 1, ahead_to: next, distance: MIN_DISTANCE, last_used: now });
+        self.streams[slot] =
+            Some(Stream { next, run: 1, ahead_to: next, distance: MIN_DISTANCE, reading_ahead: false, last_used: now });
     }
 
     /// A stream replaced by a newer one: what it read ahead and nobody read was wasted.
@@ -146,7 +168,7 @@ impl Zfetch {
                 s.distance = (s.distance / 2).max(MIN_DISTANCE);
                 self.note_waste(1);
             }
-            Fate::Unknown => {}
+            Fate::Unknown => self.late += 1,
         }
     }
 
@@ -162,6 +184,7 @@ impl Zfetch {
             self.off_until = self.reads + self.backoff;
             self.credit = 0;
             self.streams = [None; STREAMS];
+            self.event = Some(ZfetchEvent::SwitchedOff);
         }
     }
 
@@ -171,13 +194,20 @@ impl Zfetch {
         if s.run < CONFIRM || self.reads < self.off_until {
             return None;
         }
-        if self.off_until != 0 && self.reads >= self.off_until && self.credit > 0 {
-            self.backoff = 0; // read-ahead paid off again since the last back-off
+        if self.credit >= WASTE_LIMIT {
+            // Read-ahead has clearly paid since the last back-off: the next waste starts
+            // the back-off afresh. A used record or two (a short run's first read-ahead
+            // hit) is not enough, or the back-off would never grow.
+            self.backoff = 0;
         }
         let from = s.next.max(s.ahead_to);
         let to = (s.next + s.distance).min(records);
         if from >= to {
             return None;
+        }
+        if !s.reading_ahead {
+            s.reading_ahead = true;
+            self.event = Some(ZfetchEvent::StreamConfirmed);
         }
         s.ahead_to = to;
         Some(Ahead { from, to })
@@ -292,5 +322,58 @@ mod tests {
             }
         }
         assert!(asked < 200, "read-ahead of abandoned short runs stays small: {asked}");
+    }
+
+    /// A database under its buffer pool: random page reads, and now and then a short run
+    /// of neighbours (a range scan of a few leaves) that confirms a stream and stops. Each
+    /// run reads ahead a record or two, sometimes used — which must not forgive the
+    /// file's back-off, or it never grows and the file wastes read-ahead all run long.
+    #[test]
+    fn short_runs_among_random_reads_waste_a_few_records_per_doubling_of_the_back_off() {
+        let mut z = Zfetch::default();
+        let mut x = 99u64;
+        let (mut asked, mut reads, mut confirmed, mut offs) = (0u64, 0u64, 0u64, 0u64);
+        let mut read = |z: &mut Zfetch, blkid: u64, fate: Fate| {
+            reads += 1;
+            asked += z.access(blkid, blkid, RECORDS, |_| fate).map_or(0, |a| a.to - a.from);
+            confirmed += u64::from(z.event == Some(ZfetchEvent::StreamConfirmed));
+            offs += u64::from(z.event == Some(ZfetchEvent::SwitchedOff));
+        };
+        for run in 0..20_000u64 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let base = (x >> 24) % RECORDS;
+            // Every tenth run is a short scan whose first read-ahead record is used.
+            let len = if run % 10 == 0 { CONFIRM as u64 + 2 } else { 1 };
+            for k in 0..len {
+                read(&mut z, base + k, if k == CONFIRM as u64 { Fate::Cached } else { Fate::Unknown });
+            }
+        }
+        // 30,000 reads, 2,000 short scans: when one used record forgave the back-off, the
+        // file was switched off 87 times (each after 16 wasted records); now the back-off
+        // doubles up to its limit.
+        assert!(offs <= 10, "switched off {offs} times in {reads} reads");
+        assert!(asked <= 20 * WASTE_LIMIT as u64, "read ahead {asked} records in {reads} reads");
+        assert!(confirmed > 0 && asked > 0, "the first scans still read ahead");
+    }
+
+    #[test]
+    fn a_long_scan_after_a_back_off_reads_ahead_and_is_forgiven() {
+        let mut z = Zfetch::default();
+        let mut b = 0;
+        while !z.is_off() {
+            read(&mut z, b, Fate::EvictedUnread);
+            b += 1;
+        }
+        let backoff = z.backoff;
+        // Random reads until the back-off ends, then a scan whose read-ahead is used.
+        let mut x = 7u64;
+        while z.is_off() {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            read(&mut z, 1_000_000 + (x >> 24) % 1000 * 100, Fate::Unknown);
+        }
+        let asked: u64 =
+            (0..200u64).map(|k| read(&mut z, 500_000 + k, Fate::Cached).map_or(0, |a| a.to - a.from)).sum();
+        assert!(asked > 150, "the scan reads ahead: {asked}");
+        assert_eq!(z.backoff, 0, "and its used read-ahead forgives the back-off of {backoff}");
     }
 }

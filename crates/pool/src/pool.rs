@@ -139,15 +139,31 @@ fn size_from_env(name: &str) -> Option<u64> {
 /// give it about a fifth; tarn's default `dirty_max`, 256 MiB, is a half of a 512 MiB ARC).
 pub(crate) const DIRTY_SHARE_OF_ARC: u64 = 2;
 
-/// `config` with `dirty_max` at most `arc_max / DIRTY_SHARE_OF_ARC` (`dirty_sync` kept at
-/// its ratio). `tarn tune dirty_max=` may set it higher afterwards.
+/// `dirty_max` is never capped below this, however small the ARC. ZFS sizes dirty data by
+/// physical memory, not by the ARC: under `primarycache=metadata` with a 16 MiB ARC, half
+/// of it (8 MiB) throttled a database's writers for 36 s of a 120 s run (issue #17), where
+/// 32 MiB (the half of a 64 MiB ARC) had them wait at `dirty_max` not once.
+pub(crate) const DIRTY_FLOOR: u64 = 32 << 20;
+
+/// `config` with `dirty_max` at most `arc_max / DIRTY_SHARE_OF_ARC`, or `DIRTY_FLOOR` if
+/// that is more (`dirty_sync` kept at its ratio). `tarn tune dirty_max=` may set it
+/// higher afterwards.
 pub(crate) fn dirty_within_budget(mut config: TxgConfig, arc_max: u64) -> TxgConfig {
-    let cap = (arc_max / DIRTY_SHARE_OF_ARC).max(1);
+    let cap = (arc_max / DIRTY_SHARE_OF_ARC).max(DIRTY_FLOOR);
     if config.dirty_max > cap {
         config.dirty_sync = (config.dirty_sync as u128 * cap as u128 / config.dirty_max as u128).max(1) as u64;
         config.dirty_max = cap;
     }
     config
+}
+
+/// The part of `dirty` bytes of dirty data charged to an ARC of `arc_max`: all of it but
+/// what the floor adds beyond the ARC's share. So a small ARC still keeps half its budget
+/// for cached blocks (its metadata) while dirty data reaches the floor, and the memory
+/// bound becomes `arc_max` + (`DIRTY_FLOOR` − `arc_max` / 2, if positive) + the fixed
+/// overhead — unchanged from 64 MiB of ARC up.
+pub(crate) fn dirty_charged_to_arc(dirty: u64, arc_max: u64) -> u64 {
+    dirty.saturating_sub(DIRTY_FLOOR.saturating_sub(arc_max / DIRTY_SHARE_OF_ARC))
 }
 
 pub(crate) fn random_guid() -> u64 {
@@ -193,7 +209,7 @@ impl Pool {
             if let Some(zio) = devices.upgrade() {
                 zio.vdevs.set_dirty_percent(percent);
                 if let Some(txg) = engine.upgrade() {
-                    zio.arc.set_dirty(txg.dirty_bytes());
+                    zio.arc.set_dirty(dirty_charged_to_arc(txg.dirty_bytes(), zio.arc.max()));
                 }
             }
         }));
@@ -261,5 +277,45 @@ impl Drop for Pool {
         if self.sync_thread.lock().is_some() {
             let _ = self.shutdown(false);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn dirty_max_is_half_the_arc_down_to_its_floor() {
+        let default = TxgConfig::default();
+        let sync_share = default.dirty_sync as f64 / default.dirty_max as f64;
+        for (arc_max, dirty_max) in [(1024 * MIB, 256 * MIB), (256 * MIB, 128 * MIB), (64 * MIB, 32 * MIB)] {
+            let c = dirty_within_budget(default.clone(), arc_max);
+            assert_eq!(c.dirty_max, dirty_max, "arc_max {} MiB", arc_max / MIB);
+        }
+        // primarycache=metadata with a 16 MiB ARC: not throttled at 8 MiB.
+        for arc_max in [16 * MIB, 8 * MIB, 0] {
+            let c = dirty_within_budget(default.clone(), arc_max);
+            assert_eq!(c.dirty_max, DIRTY_FLOOR, "arc_max {} MiB", arc_max / MIB);
+            assert!((c.dirty_sync as f64 / c.dirty_max as f64 - sync_share).abs() < 0.01, "{c:?}");
+        }
+    }
+
+    #[test]
+    fn a_small_arc_is_charged_only_its_share_of_dirty_data() {
+        // From 64 MiB of ARC up, all dirty data is inside the budget, as before the floor.
+        for arc_max in [64 * MIB, 256 * MIB] {
+            for dirty in [0, MIB, 32 * MIB, 100 * MIB] {
+                assert_eq!(dirty_charged_to_arc(dirty, arc_max), dirty);
+            }
+        }
+        // A 16 MiB ARC is charged at most its half (8 MiB) of the floor's 32 MiB: it keeps
+        // the other half for cached metadata.
+        let arc_max = 16 * MIB;
+        assert_eq!(dirty_charged_to_arc(DIRTY_FLOOR, arc_max), arc_max / 2);
+        assert_eq!(dirty_charged_to_arc(10 * MIB, arc_max), 0);
+        // Beyond the floor (`tarn tune dirty_max=`), the excess is the budget's again.
+        assert_eq!(dirty_charged_to_arc(DIRTY_FLOOR + MIB, arc_max), arc_max / 2 + MIB);
     }
 }

@@ -120,6 +120,59 @@ fn sequential_reads_are_prefetched_and_counted_apart() {
     let s = pool.arc_stats();
     assert!(s.prefetch_reads > 100, "a sequential scan read ahead: {s:?}");
     assert!(s.prefetch_hits > 100, "and the scan found those blocks in the ARC: {s:?}");
+    assert!(s.prefetch_streams >= 1 && s.prefetch_off_switches == 0, "one stream, never switched off: {s:?}");
+}
+
+/// A database's page reads under its buffer pool (issue #17): random 16 KiB pages from
+/// four threads at once, a B-tree's neighbour pairs among them, read cold from the device.
+/// None of it is read ahead: no stream is confirmed, no prefetch read reaches the device.
+#[test]
+fn random_page_reads_from_several_threads_never_read_ahead() {
+    const RECORDS: u64 = 8192;
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("d0.img");
+    let opts = CreateOptions { size: Some(512 << 20), ..Default::default() };
+    let pool = Pool::create("tank", &[VdevSpec::Disk(img.clone())], &opts).unwrap();
+    pool.set_property("tank", "recordsize", "16K").unwrap();
+    pool.set_property("tank", "compression", "lz4").unwrap();
+    let ds = pool.dataset("tank").unwrap();
+    let f = ds.create(ROOT_ID, b"table.ibd", NewObject::File, 0o644, 0, 0).unwrap();
+    let page_of = |p: u64| -> Vec<u8> { (0..16384u64).map(|i| ((i / 64) ^ p) as u8).collect() };
+    for p in 0..RECORDS {
+        ds.write(f.ino, p * 16384, &page_of(p)).unwrap();
+    }
+    drop(ds);
+    pool.export().unwrap();
+    let pool = Pool::import_paths(&[img], &ImportOptions::default()).unwrap();
+    let ds = std::sync::Arc::new(pool.dataset("tank").unwrap());
+    let ino = ds.lookup(ROOT_ID, b"table.ibd").unwrap().ino;
+    let demand_before = pool.stats().io["reads_demand"];
+    let readers: Vec<_> = (0..4u64)
+        .map(|t| {
+            let ds = ds.clone();
+            std::thread::spawn(move || {
+                let mut x = 0x9e37_79b9_7f4a_7c15 ^ t;
+                let mut buf = vec![0u8; 16384];
+                for _ in 0..1500 {
+                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    let p = (x >> 24) % (RECORDS - 1);
+                    // One read in four goes on to the next leaf, as a short range scan does.
+                    let pages = if (x >> 8) % 4 == 0 { p..p + 2 } else { p..p + 1 };
+                    for p in pages {
+                        ds.read(ino, p * 16384, &mut buf).unwrap();
+                        assert_eq!(buf, page_of(p), "page {p}");
+                    }
+                }
+            })
+        })
+        .collect();
+    for r in readers {
+        r.join().unwrap();
+    }
+    let s = pool.stats();
+    assert!(s.io["reads_demand"] - demand_before > 4000, "the pages were read from the device: {:?}", s.io);
+    assert_eq!(s.io["reads_prefetch"], 0, "no read-ahead reached the device: {:?}", s.io);
+    assert_eq!((s.arc.prefetch_reads, s.arc.prefetch_streams), (0, 0), "{:?}", s.arc);
 }
 
 /// A record read again while in the ARC is kept decompressed as well: the third read of a
