@@ -174,13 +174,13 @@ fn main() {
                     off += WRITE as u64;
                 }
                 fsyncing.fetch_add(1, Ordering::Relaxed);
+                let fsync_started = Instant::now();
                 ds.fsync(ino).unwrap();
+                fsync_started.elapsed()
             })
         })
         .collect();
-    for w in writers {
-        w.join().unwrap();
-    }
+    let slowest_fsync = writers.into_iter().map(|w| w.join().unwrap()).max().unwrap_or_default();
     let took = started.elapsed();
     pool.sync().unwrap();
     let files = files_to_create();
@@ -197,6 +197,11 @@ fn main() {
         "{} MiB written in {took:.1?} ({:.0} MiB/s)",
         total / MIB,
         total as f64 / MIB as f64 / took.as_secs_f64()
+    );
+    eprintln!(
+        "slowest closing fsync {slowest_fsync:.1?}; intent log: {} KiB written, {} records in place",
+        pool.stats().zil["bytes_written"] >> 10,
+        pool.stats().zil["indirect_records"]
     );
     let mut over = false;
     for (name, (peak, at)) in PHASES.iter().zip(&peaks) {
