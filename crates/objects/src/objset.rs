@@ -3,12 +3,14 @@
 //!
 //! Owns: the object cache (ZFS's dnode cache: a CLOCK whose objects are charged to the
 //! ARC's budget and evicted when clean, see `trim`), object ids, the set of objects dirty
-//! in the open txg and of those syncing, and the sync of the whole set (data records,
-//! then indirect blocks, then the dnode table).
+//! in the open txg and of those syncing, the blocks written late for the intent log until
+//! a sync returns them, and the sync of the whole set (data records, then indirect
+//! blocks, then the dnode table).
 //!
 //! Promises: a sync writes only new blocks and reports every block it no longer needs —
-//! blocks it replaced, blocks cut off by truncates and frees, and early-written blocks no
-//! record adopted — in its `SyncResult`, for the caller to free in the same txg; an
+//! blocks it replaced, blocks cut off by truncates and frees, early-written blocks no
+//! record adopted, and late blocks of its txg or an older one — in its `SyncResult`, for
+//! the caller to free in the same txg; an
 //! object freed in a txg leaves the cache only after that txg's sync; an object leaves
 //! the cache on its own only when a reload from disk gives it back exactly: nobody holds
 //! it (an open handle or a lock holder does), it has no change in the open or syncing
