@@ -61,3 +61,19 @@ pub fn slot_size(len: usize) -> usize {
     let slot = unsafe { tikv_jemalloc_sys::nallocx(len, 0) };
     slot.max(len)
 }
+
+/// Returns every arena's unused pages to the OS now: the hook `tarn_arc::set_memory_release`
+/// takes (called whenever the ARC shrinks).
+pub fn purge() {
+    // 4096 is MALLCTL_ARENAS_ALL.
+    // SAFETY: a NUL-terminated name; the control reads and writes nothing.
+    unsafe {
+        tikv_jemalloc_sys::mallctl(
+            c"arena.4096.purge".as_ptr(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            0,
+        );
+    }
+}

@@ -8,7 +8,7 @@
 //! after the shrink fell to 144 MiB; jemalloc (dirty pages decaying in 1 s, no muzzy
 //! stage) peaked lower (542 MiB) but kept 498 MiB while idle — decay runs only when the
 //! process allocates — and fell to 95 MiB with a purge after the shrink. So: jemalloc with
-//! short decay, a purge whenever the ARC shrinks (`release`, through
+//! short decay, a purge whenever the ARC shrinks (`tarn_arc::jemalloc::purge`, through
 //! `tarn_pool::set_memory_release`), and in the mount daemon background threads that
 //! purge decayed pages of an idle process too.
 //!
@@ -28,7 +28,7 @@
 //! thread before the mount daemon forks — background threads are started by the daemon
 //! itself (`start_background_threads`), after its fork.
 
-use tarn_arc::jemalloc::{allocated, slot_size};
+use tarn_arc::jemalloc::{allocated, purge, slot_size};
 
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
@@ -46,15 +46,9 @@ pub static malloc_conf: &[u8] = b"narenas:1,dirty_decay_ms:200,muzzy_decay_ms:0\
 pub fn install() {
     // `stats.allocated` lets `tarn stats arc` tell live allocations outside the budget
     // from the allocator's slack.
-    tarn_pool::set_memory_release(release);
+    tarn_pool::set_memory_release(purge);
     tarn_pool::set_alloc_size(slot_size);
     tarn_pool::set_allocated_bytes(allocated);
-}
-
-/// Returns every arena's unused pages to the OS now.
-fn release() {
-    // 4096 is MALLCTL_ARENAS_ALL.
-    mallctl_void(c"arena.4096.purge");
 }
 
 /// Starts jemalloc's background threads, which purge decayed pages while the process is
@@ -70,14 +64,6 @@ pub fn start_background_threads() {
             (&mut on as *mut bool).cast(),
             std::mem::size_of::<bool>(),
         );
-    }
-}
-
-/// Runs a control that reads and writes no value.
-fn mallctl_void(name: &std::ffi::CStr) {
-    // SAFETY: a NUL-terminated name; the control reads and writes nothing.
-    unsafe {
-        tikv_jemalloc_sys::mallctl(name.as_ptr(), std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut(), 0);
     }
 }
 
