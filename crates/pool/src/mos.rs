@@ -2,7 +2,8 @@
 //! and pointed to by the uberblock. It holds the dataset directory — names, local
 //! properties, each dataset's dnode-table root — the per-device error counters, the
 //! last or current scan (scrub or resilver), the error log, the txgs each mirror
-//! side missed, and each dataset's snapshots and origin (a clone's).
+//! side missed, each dataset's snapshots and origin (a clone's), and how far an
+//! intent-log replay under way got.
 //! Stored as versioned JSON inside a checksummed block (docs/FORMAT.md).
 //!
 //! Owns: the MOS's fields, its encoding and its version.
@@ -24,9 +25,12 @@ use crate::scrub::ScanRecord;
 /// Version 2 added `zil` (the intent log's head). Version 3 added `scan`, `errlog`,
 /// `errlog_last` and `missed_txgs`. Version 4 added each dataset's `snapshots` and
 /// `origin`: a tarn that did not know them would free blocks only a snapshot still
-/// references, so it must refuse such a root. Older roots are read as having an empty
-/// log, no scan, an empty error log, no side missing txgs and no snapshots.
-pub const MOS_VERSION: u32 = 4;
+/// references, so it must refuse such a root. Version 5 added `zil_replay`: while it is
+/// set, `zil` names a chain being replayed, whose records are those newer than its
+/// `claim_txg`, not the root's txg — a tarn that did not know it would skip records and
+/// apply others twice. Older roots are read as having an empty log, no scan, an empty
+/// error log, no side missing txgs, no snapshots and no replay under way.
+pub const MOS_VERSION: u32 = 5;
 const OLDEST_READABLE: u32 = 1;
 
 /// Why a block is not a pool root this build can read.
@@ -70,6 +74,10 @@ pub struct Mos {
     /// Where intent-log replay starts (version 2 on).
     #[serde(default)]
     pub zil: Option<tarn_zil::LogHead>,
+    /// Set while import replays the chain `zil` names: how far this root's txg got
+    /// (version 5 on). Absent: no replay under way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zil_replay: Option<tarn_zil::ReplayProgress>,
     /// The last scan, or the one in progress with where it resumes (version 3 on).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scan: Option<ScanRecord>,
@@ -221,6 +229,7 @@ mod tests {
             datasets: Vec::new(),
             errors: BTreeMap::new(),
             zil: None,
+            zil_replay: None,
             scan: None,
             errlog: Vec::new(),
             errlog_last: Vec::new(),
@@ -260,6 +269,25 @@ mod tests {
         v3.as_object_mut().unwrap().insert("datasets".into(), serde_json::json!([record]));
         let mos = Mos::decode(&serde_json::to_vec(&v3).unwrap()).unwrap();
         assert!(mos.datasets[0].snapshots.is_empty() && mos.datasets[0].origin.is_none());
+    }
+
+    #[test]
+    fn a_version_4_root_has_no_replay_under_way_and_a_version_5_one_keeps_its_progress() {
+        let mut v4 = serde_json::to_value(sample(4)).unwrap();
+        v4.as_object_mut().unwrap().remove("zil_replay");
+        let mos = Mos::decode(&serde_json::to_vec(&v4).unwrap()).unwrap();
+        assert!(mos.zil_replay.is_none());
+        let mut v5 = sample(5);
+        assert!(!String::from_utf8(v5.encode()).unwrap().contains("zil_replay"), "left out when none");
+        let progress = tarn_zil::ReplayProgress {
+            claim_txg: 7,
+            replayed: 12,
+            ids: vec![[1, 40, 41]],
+            skipped: 1,
+            first_skipped: Some("txg 8 rename: not found".into()),
+        };
+        v5.zil_replay = Some(progress.clone());
+        assert_eq!(Mos::decode(&v5.encode()).unwrap().zil_replay, Some(progress));
     }
 
     #[test]
