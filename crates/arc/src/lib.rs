@@ -45,6 +45,8 @@ mod access;
 mod budget;
 mod decoded;
 mod hot;
+#[cfg(feature = "jemalloc")]
+pub mod jemalloc;
 mod lists;
 mod lookup;
 mod memory;

@@ -8,7 +8,7 @@
 //! after the shrink fell to 144 MiB; jemalloc (dirty pages decaying in 1 s, no muzzy
 //! stage) peaked lower (542 MiB) but kept 498 MiB while idle — decay runs only when the
 //! process allocates — and fell to 95 MiB with a purge after the shrink. So: jemalloc with
-//! short decay, a purge whenever the ARC shrinks (`release`, through
+//! short decay, a purge whenever the ARC shrinks (`tarn_arc::jemalloc::purge`, through
 //! `tarn_pool::set_memory_release`), and in the mount daemon background threads that
 //! purge decayed pages of an idle process too.
 //!
@@ -28,6 +28,8 @@
 //! thread before the mount daemon forks — background threads are started by the daemon
 //! itself (`start_background_threads`), after its fork.
 
+use tarn_arc::jemalloc::{allocated, purge, slot_size};
+
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
@@ -42,55 +44,11 @@ pub static malloc_conf: &[u8] = b"narenas:1,dirty_decay_ms:200,muzzy_decay_ms:0\
 /// for a request, so the ARC charges a block what it occupies (called first thing in
 /// `main`, before any pool is opened).
 pub fn install() {
-    tarn_pool::set_memory_release(release);
+    // `stats.allocated` lets `tarn stats arc` tell live allocations outside the budget
+    // from the allocator's slack.
+    tarn_pool::set_memory_release(purge);
     tarn_pool::set_alloc_size(slot_size);
     tarn_pool::set_allocated_bytes(allocated);
-}
-
-/// The bytes jemalloc has handed out and not had back (`stats.allocated`, refreshed by
-/// advancing its `epoch`), so `tarn stats arc` can tell live allocations outside the
-/// budget from the allocator's slack. `None` if jemalloc does not answer.
-fn allocated() -> Option<u64> {
-    let mut epoch: u64 = 1;
-    let mut len = std::mem::size_of::<u64>();
-    let mut allocated: usize = 0;
-    let mut allocated_len = std::mem::size_of::<usize>();
-    // SAFETY: NUL-terminated names; `epoch` reads and writes a u64, `stats.allocated`
-    // reads a size_t, each into a variable of that size whose length is passed along.
-    let rc = unsafe {
-        tikv_jemalloc_sys::mallctl(
-            c"epoch".as_ptr(),
-            (&mut epoch as *mut u64).cast(),
-            &mut len,
-            (&mut epoch as *mut u64).cast(),
-            len,
-        );
-        tikv_jemalloc_sys::mallctl(
-            c"stats.allocated".as_ptr(),
-            (&mut allocated as *mut usize).cast(),
-            &mut allocated_len,
-            std::ptr::null_mut(),
-            0,
-        )
-    };
-    (rc == 0).then_some(allocated as u64)
-}
-
-/// The size of the slot jemalloc would hand out for `len` bytes (its size class).
-fn slot_size(len: usize) -> usize {
-    if len == 0 {
-        return 0;
-    }
-    // SAFETY: nallocx only computes a size class; it allocates nothing and takes no
-    // pointer. It returns 0 if the size is beyond what jemalloc could allocate.
-    let slot = unsafe { tikv_jemalloc_sys::nallocx(len, 0) };
-    slot.max(len)
-}
-
-/// Returns every arena's unused pages to the OS now.
-fn release() {
-    // 4096 is MALLCTL_ARENAS_ALL.
-    mallctl_void(c"arena.4096.purge");
 }
 
 /// Starts jemalloc's background threads, which purge decayed pages while the process is
@@ -109,25 +67,18 @@ pub fn start_background_threads() {
     }
 }
 
-/// Runs a control that reads and writes no value.
-fn mallctl_void(name: &std::ffi::CStr) {
-    // SAFETY: a NUL-terminated name; the control reads and writes nothing.
-    unsafe {
-        tikv_jemalloc_sys::mallctl(name.as_ptr(), std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut(), 0);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #[test]
     fn allocated_bytes_follow_what_the_process_holds() {
         const MIB: u64 = 1 << 20;
-        let before = super::allocated().expect("jemalloc is built with statistics (the stats feature)");
+        use tarn_arc::jemalloc::allocated;
+        let before = allocated().expect("jemalloc is built with statistics (the stats feature)");
         let held = vec![1u8; 64 << 20];
-        let during = super::allocated().expect("statistics");
+        let during = allocated().expect("statistics");
         assert!(during >= before + 60 * MIB, "64 MiB held: allocated went from {before} to {during}");
         drop(held);
-        let after = super::allocated().expect("statistics");
+        let after = allocated().expect("statistics");
         assert!(after + 60 * MIB <= during, "64 MiB given back: allocated went from {during} to {after}");
     }
 }

@@ -5,19 +5,25 @@
 //! Owns: finding the data of a logged write as of its txg, writing the record early with
 //! the dataset's encoding policy, and the adoption bookkeeping — `Changes::early` (blocks
 //! written for records of the open txg) and `Changes::orphans` (blocks whose record
-//! changed after: no tree will point at them, the sync returns them to be freed).
+//! changed after: no tree will point at them, the sync returns them to be freed) — and
+//! late arrivals (ZFS's `dmu_sync_late_arrival`): a record whose txg is no longer open is
+//! written anew, out of band, never adopted, and returned as an orphan by the first sync
+//! of that txg or a later one (`ObjSet::late_orphans`).
 //!
 //! Promises: a block is written early only while its txg is held open, so the record is
 //! still that txg's when the block is noted for adoption; the sync adopts it only if the
-//! record is the very buffer that was written (asserted), else returns it as an orphan;
-//! if the txg is syncing already, or the caller asked for no early write, the bytes are
-//! copied instead.
+//! record is the very buffer that was written (asserted), else returns it as an orphan; a
+//! late block is freed with a txg no older than its record's, so it stays allocated while
+//! the log may need it; if the txg synced its own block already, the log points at that
+//! one; only a caller that asked for no write in place, a hole, or a range the record
+//! does not hold gets the bytes copied — so a bulk fsync racing a txg's quiesce never
+//! holds the file's data twice in memory.
 //!
 //! Must never: wait for a txg (the caller holds the intent log: `try_hold_open` only), or
 //! free a block (orphans go back to the caller through `SyncResult`).
 use std::sync::Arc;
 
-use tarn_zio::{Access, BlockPtr, BlockType, IoClass, PageId, PendingBlock, ReadKind, Zio, ZioError};
+use tarn_zio::{Access, BlockPtr, BlockType, CachePolicy, IoClass, PageId, PendingBlock, ReadKind, Zio, ZioError};
 
 use crate::object::{ObjState, Record, Source};
 use crate::objset::{ObjSet, SyncPolicy};
@@ -40,6 +46,12 @@ pub enum EarlyData {
 enum LogData {
     /// The open record holding the bytes: to be written in place.
     Record { blkid: u64, block_offset: u64, rec: Record },
+    /// The record as of a txg that is no longer open (or is closing), in memory: to be
+    /// written anew as a late block.
+    Late { block_offset: u64, rec: Record },
+    /// The block the txg's own sync wrote for the record (born in that txg, not yet
+    /// committed): the log points at it.
+    Synced { block_offset: u64, bp: BlockPtr },
     /// The bytes themselves, as of that txg.
     Bytes(Vec<u8>),
     /// The txg is committed.
@@ -70,10 +82,18 @@ impl ObjSet {
         // Holding `txg` open keeps the record in its changes while its block is written,
         // so the txg can adopt the block. Not waiting: the log is held (see try_hold_open).
         let hold = if may_write_in_place { ctx.txg.try_hold_open(txg) } else { None };
+        let wanted = Wanted { txg, off, len, in_place: may_write_in_place, held_open: hold.is_some() };
         let mut st = obj.lock();
-        let (blkid, block_offset, rec) = match st.log_data(&ctx.zio, txg, ctx.txg.synced(), off, len, hold.is_some())? {
+        let (blkid, block_offset, rec) = match st.log_data(&ctx.zio, ctx.txg.synced(), wanted)? {
             LogData::Committed => return Ok(EarlyData::Committed),
             LogData::Bytes(data) => return Ok(EarlyData::Copied(data)),
+            LogData::Synced { block_offset, bp } => return Ok(EarlyData::InPlace { block_offset, bp }),
+            LogData::Late { block_offset, rec } => {
+                drop(st);
+                drop(hold);
+                let bp = self.write_late(&rec, txg, policy)?;
+                return Ok(EarlyData::InPlace { block_offset, bp });
+            }
             LogData::Record { blkid, block_offset, rec } => (blkid, block_offset, rec),
         };
         if let Some(bp) = st.early_block(blkid, &rec) {
@@ -86,6 +106,39 @@ impl ObjSet {
         drop(hold);
         Ok(EarlyData::InPlace { block_offset, bp })
     }
+
+    /// Writes `rec`, record of txg `txg` (no longer open), as a block of its own for the
+    /// log to point at. No tree will: it is returned as an orphan by the first sync of
+    /// `txg` or a later txg that starts after this (`late_orphans`), so it is released
+    /// only once `txg` has committed — until then a replay may need it.
+    fn write_late(&self, rec: &Record, txg: u64, policy: SyncPolicy) -> Result<BlockPtr, ZioError> {
+        // Not cached, not traced as the page's: nothing will read it but a replay.
+        let block = PendingBlock {
+            data: rec,
+            compression: policy.compression,
+            checksum: policy.checksum,
+            level: 0,
+            block_type: BlockType::Data,
+            cache: CachePolicy::None,
+            page: None,
+            objset: Some(self.id()),
+            stored: None,
+        };
+        let bp = self.ctx().zio.write_blocks_as(&[block], txg, IoClass::SyncWrite)?.pop().expect("one block written");
+        self.add_late_orphan(txg, bp);
+        Ok(bp)
+    }
+}
+
+/// What the log asks of `ObjState::log_data`: bytes [off, off + len) written in txg
+/// `txg`; whether it wants them written in place, and whether it holds `txg` open.
+#[derive(Clone, Copy)]
+struct Wanted {
+    txg: u64,
+    off: u64,
+    len: u64,
+    in_place: bool,
+    held_open: bool,
 }
 
 /// Writes one data record as a block born in `txg`.
@@ -108,32 +161,42 @@ fn write_record(zio: &Zio, rec: &Record, page: PageId, txg: u64, policy: SyncPol
 impl ObjState {
     /// What the intent log needs, at commit time, for bytes [off, off + len) (within one
     /// record) written in txg `txg`; `synced` is the last committed txg. While `txg` is
-    /// open and the caller holds it (`may_write_early`), the record itself, to be written
-    /// in place; otherwise a copy of the bytes as `txg` sees them: from the open changes
-    /// if they are `txg`'s, else from below them (`txg` is syncing, or synced and not yet
-    /// committed — the tree then holds exactly its state).
-    fn log_data(
-        &mut self,
-        zio: &Zio,
-        txg: u64,
-        synced: u64,
-        off: u64,
-        len: u64,
-        may_write_early: bool,
-    ) -> Result<LogData, ZioError> {
+    /// open and the caller holds it, the record itself, to be written in place. Otherwise
+    /// the record as `txg` sees it — from the open changes if they are `txg`'s (it is
+    /// closing), else from below them (`txg` is syncing, or synced and not yet committed:
+    /// the tree then holds exactly its state) — to be written late if the caller wants it
+    /// in place, or the block `txg` wrote for it; else a copy of the bytes.
+    fn log_data(&mut self, zio: &Zio, synced: u64, w: Wanted) -> Result<LogData, ZioError> {
+        let Wanted { txg, off, len, .. } = w;
         if txg <= synced {
             return Ok(LogData::Committed);
         }
         let blksz = self.blksz();
         let blkid = off / blksz;
+        let block_offset = blkid * blksz;
         let in_open = self.open.txg == txg;
-        if in_open && may_write_early && off + len <= (blkid + 1) * blksz {
+        let whole_range = off + len <= block_offset + blksz;
+        if in_open && w.held_open && w.in_place && whole_range {
             if let Some(rec) = self.open.records.get(&blkid).filter(|r| r.len() as u64 == blksz) {
-                return Ok(LogData::Record { blkid, block_offset: blkid * blksz, rec: rec.clone() });
+                return Ok(LogData::Record { blkid, block_offset, rec: rec.clone() });
             }
         }
         let source = if in_open { self.source(zio, blkid)? } else { self.source_below_open(zio, blkid)? };
-        let in_rec = (off - blkid * blksz) as usize;
+        let holds = |size: u64| whole_range && off + len <= block_offset + size;
+        if w.in_place && !(in_open && w.held_open) {
+            match &source {
+                Source::Mem(rec) if holds(rec.len() as u64) => {
+                    return Ok(LogData::Late { block_offset, rec: rec.clone() });
+                }
+                // Only a block born in `txg` is surely not in the committed tree (which
+                // claims it at import) and stays allocated until `txg` commits.
+                Source::Disk(bp) if bp.birth == txg && holds(bp.lsize as u64) => {
+                    return Ok(LogData::Synced { block_offset, bp: *bp });
+                }
+                _ => {}
+            }
+        }
+        let in_rec = (off - block_offset) as usize;
         let mut out = vec![0u8; len as usize];
         let mut copy_from = |rec: &[u8]| {
             let avail = rec.len().saturating_sub(in_rec).min(out.len());

@@ -3,12 +3,14 @@
 //!
 //! Owns: the object cache (ZFS's dnode cache: a CLOCK whose objects are charged to the
 //! ARC's budget and evicted when clean, see `trim`), object ids, the set of objects dirty
-//! in the open txg and of those syncing, and the sync of the whole set (data records,
-//! then indirect blocks, then the dnode table).
+//! in the open txg and of those syncing, the blocks written late for the intent log until
+//! a sync returns them, and the sync of the whole set (data records, then indirect
+//! blocks, then the dnode table).
 //!
 //! Promises: a sync writes only new blocks and reports every block it no longer needs —
-//! blocks it replaced, blocks cut off by truncates and frees, and early-written blocks no
-//! record adopted — in its `SyncResult`, for the caller to free in the same txg; an
+//! blocks it replaced, blocks cut off by truncates and frees, early-written blocks no
+//! record adopted, and late blocks of its txg or an older one — in its `SyncResult`, for
+//! the caller to free in the same txg; an
 //! object freed in a txg leaves the cache only after that txg's sync; an object leaves
 //! the cache on its own only when a reload from disk gives it back exactly: nobody holds
 //! it (an open handle or a lock holder does), it has no change in the open or syncing
@@ -90,6 +92,9 @@ pub struct ObjSet {
     departures: AtomicU64,
     dirty: Mutex<BTreeSet<u64>>,
     syncing: Mutex<Vec<u64>>,
+    /// Blocks written late for the intent log (`early.rs`), each with the txg of the
+    /// record it holds: the first sync of that txg or a later one returns it as an orphan.
+    late_orphans: Mutex<Vec<(u64, BlockPtr)>>,
 }
 
 impl ObjSet {
@@ -106,6 +111,7 @@ impl ObjSet {
             departures: AtomicU64::new(0),
             dirty: Mutex::new(BTreeSet::new()),
             syncing: Mutex::new(Vec::new()),
+            late_orphans: Mutex::new(Vec::new()),
         }
     }
 
@@ -288,6 +294,7 @@ impl ObjSet {
             ids.iter().map(|id| cache[id].clone()).collect()
         };
         let mut result = SyncResult::default();
+        self.take_late_orphans(txg, &mut result.orphans);
         let refs: Vec<&Object> = objects.iter().map(|o| o.as_ref()).collect();
         let dnodes = self.sync_objects(&refs, txg, policy, &mut result)?;
 
@@ -307,6 +314,24 @@ impl ObjSet {
         // cache never trims, so the sync does.
         self.trim();
         Ok(result)
+    }
+
+    /// Notes `bp`, written late for a record of txg `txg`, for the first sync of `txg` or
+    /// a later txg to return as an orphan: freed with a txg no older than its record's, it
+    /// stays allocated for as long as a replay may need it.
+    pub(crate) fn add_late_orphan(&self, txg: u64, bp: BlockPtr) {
+        self.late_orphans.lock().push((txg, bp));
+    }
+
+    /// Moves the late blocks of txgs up to `txg` to `orphans`.
+    fn take_late_orphans(&self, txg: u64, orphans: &mut Vec<BlockPtr>) {
+        self.late_orphans.lock().retain(|&(of, bp)| {
+            let due = of <= txg;
+            if due {
+                orphans.push(bp);
+            }
+            !due
+        });
     }
 
     /// Drops from the cache the objects freed in txg `txg`.

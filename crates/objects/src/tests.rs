@@ -176,7 +176,7 @@ fn a_record_changed_after_its_early_write_leaves_an_orphan_to_free() {
     assert_eq!(read_all(&os, &obj, want.len()), want);
 }
 
-/// Asked without an early write, or once the txg is syncing, the log gets a copy.
+/// Asked without an early write, the log gets a copy of the bytes as of their txg.
 #[test]
 fn without_an_early_write_the_log_gets_the_bytes_as_of_their_txg() {
     let dir = tempfile::tempdir().unwrap();
@@ -188,9 +188,46 @@ fn without_an_early_write_the_log_gets_the_bytes_as_of_their_txg() {
     assert_eq!(copied, EarlyData::Copied(data[10..30].to_vec()));
     os.quiesce(1).unwrap();
     obj.lock().write(&os.ctx().zio, 2, 10, b"txg two", 16384).unwrap(); // a newer txg's change
-    let syncing = os.write_early(obj.id(), 1, 10, 20, true, policy()).unwrap();
+    let syncing = os.write_early(obj.id(), 1, 10, 20, false, policy()).unwrap();
     assert_eq!(syncing, EarlyData::Copied(data[10..30].to_vec()), "txg 1 is syncing: its bytes, copied");
     assert_eq!(os.write_early(9999, 1, 0, 1, true, policy()).unwrap(), EarlyData::Committed, "no such object");
+}
+
+/// A record whose txg is syncing is written anew for the log (ZFS's late arrival), as
+/// that txg sees it, never copied into memory; no tree adopts the block, and the sync of
+/// that txg returns it as an orphan (the log needs it only until the txg commits).
+#[test]
+fn a_record_of_a_syncing_txg_is_written_late_and_orphaned_by_its_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let os = ObjSet::open(ctx(dir.path()), 1, None, 1);
+    let obj = new_file(&os, 1);
+    let data = bytes(6, 16384);
+    obj.lock().write(&os.ctx().zio, 1, 0, &data, 16384).unwrap();
+    os.quiesce(1).unwrap();
+    obj.lock().write(&os.ctx().zio, 2, 10, b"txg two", 16384).unwrap(); // a newer txg's change
+    let late = os.write_early(obj.id(), 1, 100, 200, true, policy()).unwrap();
+    let EarlyData::InPlace { block_offset: 0, bp } = late else { panic!("expected a late block, got {late:?}") };
+    assert!(os.ctx().zio.read_from_devices(&bp).unwrap() == data, "the block holds txg 1's record");
+    let r = os.sync(1, policy()).unwrap();
+    assert_eq!(r.orphans, vec![bp], "the late block is an orphan of its txg's sync");
+    assert_ne!(tree_block(&os, &obj, 0), Some(bp), "no tree adopts a late block");
+}
+
+/// Once the txg's own sync has written the record (the txg is not yet committed), the log
+/// points at that block: nothing is written or copied again.
+#[test]
+fn a_record_its_txg_already_wrote_is_logged_as_that_block() {
+    let dir = tempfile::tempdir().unwrap();
+    let os = ObjSet::open(ctx(dir.path()), 1, None, 1);
+    let obj = new_file(&os, 1);
+    obj.lock().write(&os.ctx().zio, 1, 0, &bytes(7, 16384), 16384).unwrap();
+    os.quiesce(1).unwrap();
+    let r = os.sync(1, policy()).unwrap(); // written, not committed: the engine says 0
+    let synced = tree_block(&os, &obj, 0).expect("txg 1 wrote the record");
+    let early = os.write_early(obj.id(), 1, 0, 16384, true, policy()).unwrap();
+    assert_eq!(early, EarlyData::InPlace { block_offset: 0, bp: synced });
+    assert!(r.orphans.is_empty());
+    assert!(os.sync(2, policy()).unwrap().orphans.is_empty(), "no block was written for the log");
 }
 
 /// A sync reports every block it no longer needs: the records it replaced, the records

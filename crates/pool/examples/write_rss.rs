@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tarn_arc::jemalloc;
 use tarn_dataset::{NewObject, ROOT_ID};
 use tarn_pool::{CreateOptions, Pool, VdevSpec};
 
@@ -42,30 +43,9 @@ const WRITERS: u64 = 4;
 const WRITE: usize = 1 << 20;
 const RECORD: usize = 16384;
 
-/// Reads a jemalloc statistic (after `epoch` was advanced).
+/// A size statistic of jemalloc's, as of the last `jemalloc::refresh` (0 if unanswered).
 fn je(name: &std::ffi::CStr) -> u64 {
-    let mut v: usize = 0;
-    let mut len = std::mem::size_of::<usize>();
-    // SAFETY: a NUL-terminated name of a size_t statistic, read into a size_t.
-    unsafe {
-        tikv_jemalloc_sys::mallctl(name.as_ptr(), (&mut v as *mut usize).cast(), &mut len, std::ptr::null_mut(), 0);
-    }
-    v as u64
-}
-
-fn je_refresh() {
-    let mut epoch: u64 = 1;
-    let mut len = std::mem::size_of::<u64>();
-    // SAFETY: "epoch" reads and writes a u64.
-    unsafe {
-        tikv_jemalloc_sys::mallctl(
-            c"epoch".as_ptr(),
-            (&mut epoch as *mut u64).cast(),
-            &mut len,
-            (&mut epoch as *mut u64).cast(),
-            len,
-        );
-    }
+    jemalloc::stat(name).unwrap_or(0)
 }
 
 /// One 1 MiB write of half-compressible records (as fio's buffer_compress_percentage=50):
@@ -106,19 +86,9 @@ fn total_bytes() -> u64 {
     std::env::var("TARN_MEMORY_WRITE_MIB").ok().and_then(|v| v.parse().ok()).unwrap_or(2048) * MIB
 }
 
-/// jemalloc's slot for a request, as the `tarn` binary tells the engine.
-fn slot_size(len: usize) -> usize {
-    // SAFETY: nallocx computes a size class; it allocates nothing and takes no pointer.
-    let slot = unsafe { tikv_jemalloc_sys::nallocx(len.max(1), 0) };
-    slot.max(len)
-}
-
 fn main() {
-    tarn_pool::set_alloc_size(slot_size);
-    tarn_pool::set_allocated_bytes(|| {
-        je_refresh();
-        Some(je(c"stats.allocated"))
-    });
+    tarn_pool::set_alloc_size(jemalloc::slot_size);
+    tarn_pool::set_allocated_bytes(jemalloc::allocated);
     let dir = tempfile::tempdir_in(std::env::var("TARN_BENCH_DIR").unwrap_or_else(|_| "/var/tmp".into())).unwrap();
     let opts = CreateOptions { size: Some(8 << 30), ..Default::default() };
     let pool = Arc::new(Pool::create("tank", &[VdevSpec::Disk(dir.path().join("d0.img"))], &opts).unwrap());
@@ -139,7 +109,7 @@ fn main() {
             let mut peaks = vec![(0u64, String::new()); PHASES.len()];
             while !done.load(Ordering::Relaxed) {
                 let rss = tarn_arc::resident_bytes();
-                je_refresh();
+                jemalloc::refresh();
                 let s = pool.stats();
                 let line = format!(
                     "{} fsyncing {} rss {} allocated {} active {} resident {} retained {} | arc accounted {} blocks {} dirty {} decoded {} + {} heap_other {} slack {} | dirty open {} syncing {}",
@@ -204,13 +174,13 @@ fn main() {
                     off += WRITE as u64;
                 }
                 fsyncing.fetch_add(1, Ordering::Relaxed);
+                let fsync_started = Instant::now();
                 ds.fsync(ino).unwrap();
+                fsync_started.elapsed()
             })
         })
         .collect();
-    for w in writers {
-        w.join().unwrap();
-    }
+    let slowest_fsync = writers.into_iter().map(|w| w.join().unwrap()).max().unwrap_or_default();
     let took = started.elapsed();
     pool.sync().unwrap();
     let files = files_to_create();
@@ -227,6 +197,11 @@ fn main() {
         "{} MiB written in {took:.1?} ({:.0} MiB/s)",
         total / MIB,
         total as f64 / MIB as f64 / took.as_secs_f64()
+    );
+    eprintln!(
+        "slowest closing fsync {slowest_fsync:.1?}; intent log: {} KiB written, {} records in place",
+        pool.stats().zil["bytes_written"] >> 10,
+        pool.stats().zil["indirect_records"]
     );
     let mut over = false;
     for (name, (peak, at)) in PHASES.iter().zip(&peaks) {

@@ -109,8 +109,10 @@ impl Inner {
             let synced = ds.sync(txg).map_err(|source| CommitError::Dataset { dataset: name.clone(), source })?;
             // The txg's free list: zio's deferred frees, released only once this txg
             // has committed (step 7). A block born at or before the floor is still a
-            // snapshot's (ZFS's dead list): it stays allocated.
-            for bp in synced.blocks_to_free().filter(|bp| bp.birth > floor) {
+            // snapshot's (ZFS's dead list): it stays allocated. An orphan (written for
+            // the intent log, never in a tree) is no snapshot's, whatever its birth: a
+            // block written late for a txg's record may be freed a txg or two later.
+            for bp in synced.freed.iter().filter(|bp| bp.birth > floor).chain(&synced.orphans) {
                 zio.free(bp);
             }
         }

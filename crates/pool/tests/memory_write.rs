@@ -4,9 +4,8 @@
 //! while a sampler reads the process's resident memory every 10 ms. Dirty data lives
 //! inside `arc_max` (the ARC makes room for it) and cached blocks are charged the slot
 //! the allocator hands out, so the stated bound is one number: `arc_max` + the fixed
-//! overhead of docs/design/memory.md. It holds while the writers write; their closing
-//! fsyncs are held to a looser bound until the intent log stops copying the records of a
-//! txg that began syncing during the commit (docs/design/memory.md, the write phase). Alone in its test binary, so no other test's
+//! overhead of docs/design/memory.md. It holds while the writers write and through their
+//! closing fsyncs (docs/design/memory.md, the write phase). Alone in its test binary, so no other test's
 //! memory is counted; with the allocator, its settings and its size hook as the `tarn`
 //! binary sets them (crates/cli/src/allocator.rs), so it measures what the mount daemon
 //! would hold.
@@ -37,13 +36,6 @@ const WRITERS: u64 = 4;
 const TOTAL: u64 = 8 * ARC_MAX;
 const WRITE: usize = 1 << 20;
 
-/// jemalloc's slot for a request, as the `tarn` binary tells the engine.
-fn slot_size(len: usize) -> usize {
-    // SAFETY: nallocx computes a size class; it allocates nothing and takes no pointer.
-    let slot = unsafe { tikv_jemalloc_sys::nallocx(len.max(1), 0) };
-    slot.max(len)
-}
-
 /// A 1 MiB write whose 16 KiB records compress to about half (as fio's
 /// `--buffer_compress_percentage=50` does): noise, then zeros.
 fn fill(buf: &mut [u8], seed: u64) {
@@ -54,36 +46,12 @@ fn fill(buf: &mut [u8], seed: u64) {
     }
 }
 
-/// jemalloc's `stats.allocated`, so the peak's report splits what the budget does not
-/// account for (as the `tarn` binary does for `tarn stats arc`).
-fn allocated() -> Option<u64> {
-    let (mut epoch, mut allocated) = (1u64, 0usize);
-    let (mut len, mut allocated_len) = (std::mem::size_of::<u64>(), std::mem::size_of::<usize>());
-    // SAFETY: NUL-terminated names; `epoch` reads and writes a u64, `stats.allocated` reads
-    // a size_t, each into a variable of that size whose length is passed along.
-    let rc = unsafe {
-        tikv_jemalloc_sys::mallctl(
-            c"epoch".as_ptr(),
-            (&mut epoch as *mut u64).cast(),
-            &mut len,
-            (&mut epoch as *mut u64).cast(),
-            len,
-        );
-        tikv_jemalloc_sys::mallctl(
-            c"stats.allocated".as_ptr(),
-            (&mut allocated as *mut usize).cast(),
-            &mut allocated_len,
-            std::ptr::null_mut(),
-            0,
-        )
-    };
-    (rc == 0).then_some(allocated as u64)
-}
-
 #[test]
 fn rss_stays_within_arc_max_plus_the_fixed_overhead_while_writing_eight_times_the_budget() {
-    tarn_pool::set_alloc_size(slot_size);
-    tarn_pool::set_allocated_bytes(allocated);
+    // As the `tarn` binary does: blocks charged their slot; the peak's report splits
+    // what the budget does not account for.
+    tarn_pool::set_alloc_size(tarn_arc::jemalloc::slot_size);
+    tarn_pool::set_allocated_bytes(tarn_arc::jemalloc::allocated);
     let dir = tempfile::tempdir_in(std::env::var("TARN_BENCH_DIR").unwrap_or_else(|_| "/var/tmp".into())).unwrap();
     let opts = CreateOptions { size: Some(4 << 30), ..Default::default() };
     let pool = Arc::new(Pool::create("tank", &[VdevSpec::Disk(dir.path().join("d0.img"))], &opts).unwrap());
@@ -93,15 +61,13 @@ fn rss_stays_within_arc_max_plus_the_fixed_overhead_while_writing_eight_times_th
     let dirty_max = pool.stats().txg["dirty_max_bytes"];
     assert!(dirty_max <= ARC_MAX / 2, "dirty_max {dirty_max} is not within its share of arc_max");
     let ds = Arc::new(pool.dataset("tank").unwrap());
-    // While the writers write: the stated bound, `arc_max` + 64 MiB (peaks seen: 96–108
-    // MiB against 128).
-    let writing_bound = ARC_MAX + FIXED_OVERHEAD;
-    // From the first closing fsync on: an fsync that finds its file's records in a txg
-    // that began syncing copies them into log records (twice: the bytes, then the encoded
-    // record), up to the syncing txg's dirty data — peaks of 100–136 MiB were seen. Until
-    // the log writes such records anew in place instead (ZFS's dmu_sync_late_arrival),
-    // the bound stated before dirty data moved inside the budget holds there.
-    let fsync_bound = ARC_MAX + dirty_max + FIXED_OVERHEAD;
+    // While the writers write and through their closing fsyncs alike: the stated bound,
+    // `arc_max` + 64 MiB (peaks seen while writing: 96–108 MiB against 128). An fsync
+    // that finds its file's records in a txg that began syncing writes them anew in place
+    // (ZFS's dmu_sync_late_arrival) rather than copying them into log records, and a
+    // commit holds at most a batch of copied data (`tarn_zil::COMMIT_BATCH_BYTES`): before
+    // both, the closing fsyncs peaked at 100–136 MiB.
+    let bound = ARC_MAX + FIXED_OVERHEAD;
 
     let done = Arc::new(AtomicBool::new(false));
     let fsyncing = Arc::new(AtomicBool::new(false));
@@ -177,15 +143,15 @@ fn rss_stays_within_arc_max_plus_the_fixed_overhead_while_writing_eight_times_th
         assert!(buf == want, "file {w}: the last MiB read back differs");
     }
     assert!(
-        writing <= writing_bound,
+        writing <= bound,
         "while writing, RSS {} MiB over the bound of {} MiB at {writing_at}",
         writing / MIB,
-        writing_bound / MIB
+        bound / MIB
     );
     assert!(
-        closing <= fsync_bound,
+        closing <= bound,
         "at the closing fsyncs, RSS {} MiB over the bound of {} MiB at {closing_at}",
         closing / MIB,
-        fsync_bound / MIB
+        bound / MIB
     );
 }

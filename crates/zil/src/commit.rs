@@ -9,13 +9,17 @@
 //! Promises: when `commit_for` returns Ok, every change the fsync needs (its object's and
 //! every namespace change queued before the call) is durable, and so is every change of
 //! an earlier commit it had to follow; a failed commit makes every later commit fail until
-//! the txg holding the lost records commits, so no fsync returns on a log that misses one.
+//! the txg holding the lost records commits, so no fsync returns on a log that misses one;
+//! a commit holds at most about `COMMIT_BATCH_BYTES` of copied data at once (it appends
+//! batch by batch, flushing once at the end).
 //!
 //! Must never: hold the chain lock while fetching data or writing blocks in place (a
 //! redo-log fsync would wait behind a data file's bulk commit), or append a block whose
 //! in-place data is not flushed with it.
+use std::iter::Peekable;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
+use std::vec::IntoIter;
 
 use tarn_zio::BlockPtr;
 
@@ -64,7 +68,13 @@ pub trait WriteSource {
     }
 }
 
-/// A commit's records, and the vdevs it wrote in place (flushed with its log blocks).
+/// Copied file data a commit resolves before appending it to the chain: what one fsync
+/// holds in memory at once (the copies, then their encoded records and log blocks),
+/// however much of its file's data the log copies.
+pub const COMMIT_BATCH_BYTES: usize = 1 << 20;
+
+/// A batch of a commit's records, and the vdevs it wrote in place (flushed with its log
+/// blocks).
 struct Resolved {
     records: Vec<(u64, Record)>,
     in_place_vdevs: Vec<u16>,
@@ -129,23 +139,41 @@ impl Zil {
         Ok(())
     }
 
-    /// Resolves without the chain lock, then waits its turn and appends.
+    /// Resolves without the chain lock, then waits its turn and appends — a batch of at
+    /// most about `COMMIT_BATCH_BYTES` of copied data at a time, so a commit never holds
+    /// more than that in memory, whatever its file's dirty data (a bulk fsync with a log
+    /// device copies every write). The first batch is resolved before waiting for the
+    /// ticket (its I/O overlaps earlier commits), the next ones after appending the one
+    /// before: the records keep their order, and a dependent commit waits for the ticket,
+    /// which closes only after the last batch is flushed.
     fn commit_ticket(&self, ticket: &Ticket, taken: Taken, source: &dyn WriteSource) -> Result<(), ZilError> {
         // From the first write in place to the flush, this is sync I/O on every device:
         // the txg's writes stay out of the devices' queues ahead of it.
         let _sync = self.zio.hold_sync();
         let newest_txg = taken.iter().map(|(_, q)| q.txg()).max().unwrap_or(0);
-        let resolved = self.resolve(taken, source);
-        self.tickets.wait_for_earlier(ticket);
-        let mut chain = self.chain.lock();
-        let written = resolved.and_then(|resolved| self.append_and_flush(&mut chain, resolved));
-        if written.is_err() {
-            chain.failed_txg = chain.failed_txg.max(newest_txg).max(1);
+        let copied: u64 = taken.iter().map(|(_, q)| q.copied_bytes()).sum();
+        let mut items = taken.into_iter().peekable();
+        let mut waited = false;
+        loop {
+            let resolved = self.resolve_batch(&mut items, copied, source);
+            let last = items.peek().is_none();
+            if !waited {
+                self.tickets.wait_for_earlier(ticket);
+                waited = true;
+            }
+            let mut chain = self.chain.lock();
+            let appended = resolved.and_then(|resolved| self.append_batch(&mut chain, resolved, last));
+            if appended.is_err() {
+                chain.failed_txg = chain.failed_txg.max(newest_txg).max(1);
+            }
+            if appended.is_err() || last {
+                return appended;
+            }
         }
-        written
     }
 
-    fn append_and_flush(&self, chain: &mut Chain, resolved: Resolved) -> Result<(), ZilError> {
+    /// Appends one batch of a commit's records; the last batch also flushes.
+    fn append_batch(&self, chain: &mut Chain, resolved: Resolved, last: bool) -> Result<(), ZilError> {
         if chain.failed_txg != 0 {
             // An earlier commit failed after taking records off the queue (ones this
             // fsync needs, perhaps): only a txg commit makes them durable now.
@@ -162,7 +190,11 @@ impl Zil {
         if !records.is_empty() {
             self.write_blocks(chain, &records)?;
         }
-        // Also flushes what earlier commits appended and left unflushed.
+        if !last {
+            return Ok(());
+        }
+        // Also flushes what earlier commits, and this one's earlier batches, appended
+        // and left unflushed.
         self.flush_written(chain)
     }
 
@@ -176,14 +208,22 @@ impl Zil {
         Ok(())
     }
 
-    /// Turns queued changes into records: writes become a copy of their bytes or a
-    /// pointer to their record written in place, as the log policy says; writes of
+    /// Turns queued changes into records, from `items` until the batch holds
+    /// `COMMIT_BATCH_BYTES` of copied data or `items` ends: writes become a copy of their
+    /// bytes or a pointer to their record written in place, as the log policy says
+    /// (`copied`: the file data the whole commit would copy as queued); writes of
     /// committed txgs are dropped.
-    fn resolve(&self, taken: Taken, source: &dyn WriteSource) -> Result<Resolved, ZilError> {
-        let copied: u64 = taken.iter().map(|(_, q)| q.copied_bytes()).sum();
+    fn resolve_batch(
+        &self,
+        items: &mut Peekable<IntoIter<(u64, Queued)>>,
+        copied: u64,
+        source: &dyn WriteSource,
+    ) -> Result<Resolved, ZilError> {
         let log_device = self.zio.has_log_device();
-        let mut out = Resolved { records: Vec::with_capacity(taken.len()), in_place_vdevs: Vec::new() };
-        for (seq, item) in taken {
+        let mut out = Resolved { records: Vec::new(), in_place_vdevs: Vec::new() };
+        let mut held = 0;
+        while held < COMMIT_BATCH_BYTES {
+            let Some((seq, item)) = items.next() else { break };
             let record = match item {
                 Queued::Ready(r) => r,
                 Queued::Write { txg, dataset, obj, offset, len, placement } => {
@@ -198,6 +238,7 @@ impl Zil {
                             Op::WriteIndirect { obj, offset, len, block_offset, bp }
                         }
                         WriteData::Copied(data) => {
+                            held += data.len();
                             push_copied(&mut out.records, seq, txg, dataset, obj, offset, data);
                             continue;
                         }
@@ -224,5 +265,74 @@ fn push_copied(out: &mut Vec<(u64, Record)>, seq: u64, txg: u64, dataset: u64, o
     for (i, piece) in data.chunks(MAX_WRITE_RECORD).enumerate() {
         let offset = offset + (i * MAX_WRITE_RECORD) as u64;
         out.push((seq, Record { txg, dataset, op: Op::Write { obj, offset, data: piece.to_vec() } }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    use tarn_vdev::{BlockDevice, FileDevice, Leaf, TopVdev, VdevTree};
+    use tarn_zio::Zio;
+
+    use super::{SourceError, WriteData, WriteSource, COMMIT_BATCH_BYTES};
+    use crate::policy::{LogBias, Placement};
+    use crate::{LoggedWrite, Zil, ZilStats};
+
+    const RECORD: u64 = 128 << 10;
+
+    fn zio(dir: &std::path::Path) -> Arc<Zio> {
+        let path = dir.join("zil.img");
+        let dev = FileDevice::open_or_create(&path, Some(256 << 20)).expect("image file");
+        let asize = TopVdev::asize_of(dev.size(), 12);
+        let leaf = Leaf::new(1, path.display().to_string(), Some(Arc::new(dev)));
+        let zio = Arc::new(Zio::new(VdevTree::new(vec![TopVdev::new(0, 2, 12, asize, vec![leaf])], 12)));
+        zio.finish_load();
+        zio
+    }
+
+    /// Hands out every write's bytes as a copy (as when its txg stopped being open), and
+    /// records the most copied data ever handed out and not yet written to the log.
+    struct Copying<'a> {
+        stats: &'a ZilStats,
+        handed_out: AtomicU64,
+        most_unwritten: AtomicU64,
+    }
+
+    impl WriteSource for Copying<'_> {
+        fn write_data(&self, _: u64, _: u64, _: u64, len: u64, _: Placement) -> Result<WriteData, SourceError> {
+            let handed_out = self.handed_out.fetch_add(len, Ordering::SeqCst) + len;
+            let written = self.stats.bytes_written.load(Ordering::SeqCst);
+            self.most_unwritten.fetch_max(handed_out.saturating_sub(written), Ordering::SeqCst);
+            Ok(WriteData::Copied(vec![7u8; len as usize]))
+        }
+    }
+
+    /// A commit of 32 MiB of copied data appends its log blocks as the copies come, so
+    /// the fsync holds about one batch of them at a time, not the file's data.
+    #[test]
+    fn a_commit_holds_at_most_a_batch_of_copied_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let zil = Zil::new(zio(dir.path()), 42, 1);
+        let total = 32u64 << 20;
+        zil.log_write(&LoggedWrite {
+            txg: 5,
+            dataset: 1,
+            obj: 9,
+            offset: 0,
+            len: total,
+            blksz: RECORD,
+            logbias: LogBias::Latency,
+        });
+        let source = Copying { stats: &zil.stats, handed_out: AtomicU64::new(0), most_unwritten: AtomicU64::new(0) };
+        zil.commit_for(1, 9, &source).unwrap();
+        assert_eq!(source.handed_out.load(Ordering::SeqCst), total);
+        assert!(zil.stats.bytes_written.load(Ordering::SeqCst) >= total, "every copied byte is in the log");
+        let most = source.most_unwritten.load(Ordering::SeqCst);
+        assert!(
+            most <= COMMIT_BATCH_BYTES as u64 + RECORD,
+            "the commit held {most} bytes of copied data not yet in the log (a batch is {COMMIT_BATCH_BYTES})"
+        );
     }
 }

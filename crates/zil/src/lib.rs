@@ -40,7 +40,8 @@
 //!
 //! **Append.** Under the chain lock the records are packed into log blocks, each written
 //! where the previous block said the next would be, with the next place pre-allocated
-//! (`chain.rs`, `block.rs`).
+//! (`chain.rs`, `block.rs`). A commit resolves and appends in batches of at most about
+//! `COMMIT_BATCH_BYTES` of copied data, so no fsync holds more than that in memory.
 //!
 //! **Flush.** One flush of every vdev written since the last flush — the log blocks and
 //! the blocks written in place together — and the fsync returns. A failed commit marks
@@ -81,7 +82,7 @@ use serde::{Deserialize, Serialize};
 use tarn_zio::{Extent, Zio, ZioError};
 
 pub use block::{BlockError, BLOCK_HEADER};
-pub use commit::{SourceError, WriteData, WriteSource};
+pub use commit::{SourceError, WriteData, WriteSource, COMMIT_BATCH_BYTES};
 pub use policy::{LogBias, Placement, BULK_IN_PLACE};
 pub use progress::{LogRoot, ReplayProgress, ReplaySource};
 pub use record::{Op, Record, RecordError, RECORD_HEADER};
