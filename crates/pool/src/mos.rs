@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use tarn_objects::dnode::DnodeError;
 use tarn_objects::{Dnode, DNODE_SIZE};
+use tarn_zio::{BlockPtr, BLKPTR_SIZE};
 
 use crate::errlog::ErrKey;
 use crate::scrub::ScanRecord;
@@ -25,8 +26,13 @@ use crate::scrub::ScanRecord;
 /// `errlog_last` and `missed_txgs`. Version 4 added each dataset's `snapshots` and
 /// `origin`: a tarn that did not know them would free blocks only a snapshot still
 /// references, so it must refuse such a root. Older roots are read as having an empty
-/// log, no scan, an empty error log, no side missing txgs and no snapshots.
-pub const MOS_VERSION: u32 = 4;
+/// log, no scan, an empty error log, no side missing txgs and no snapshots. Version 5
+/// added dead lists (`deadlist` of a dataset and of a snapshot, FORMAT.md §12.2): a tarn
+/// that did not know them would count their chunks free and overwrite them. A list a
+/// root does not give (any root before 5) is *not known*: destroys that need it walk.
+pub const MOS_VERSION: u32 = 5;
+/// The first version with dead lists.
+pub const DEADLIST_VERSION: u32 = 5;
 const OLDEST_READABLE: u32 = 1;
 
 /// Why a block is not a pool root this build can read.
@@ -44,6 +50,8 @@ pub enum MosError {
 pub enum RecordError {
     #[error("dnode table root is not hex: {0}")]
     Hex(#[from] HexError),
+    #[error("dead-list chunk pointer: {0}")]
+    Chunk(String),
     #[error("dnode table root has {0} bytes")]
     Size(usize),
     #[error("dnode table root: {0}")]
@@ -112,6 +120,25 @@ pub struct DatasetRecord {
     /// The snapshot a clone was made from (version 4 on).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<OriginRecord>,
+    /// The head's dead list (version 5 on; absent: not known).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadlist: Option<DeadListRecord>,
+}
+
+/// A dead list: its chunks, oldest first (FORMAT.md §12.2).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct DeadListRecord {
+    pub chunks: Vec<ChunkRecord>,
+}
+
+/// One chunk of a dead list: its block pointer (hex), how many entries it holds and
+/// their oldest and newest birth txg.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ChunkRecord {
+    pub bp: String,
+    pub entries: u32,
+    pub min_birth: u64,
+    pub max_birth: u64,
 }
 
 /// One snapshot: the dataset's dnode-table root as txg `txg` committed it.
@@ -133,6 +160,9 @@ pub struct SnapRecord {
     /// import gives such a snapshot a new one.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub guid: u64,
+    /// Its dead list (version 5 on; absent: not known).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadlist: Option<DeadListRecord>,
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -172,7 +202,27 @@ impl DatasetRecord {
 pub fn dnode_hex(d: &Dnode) -> String {
     let mut raw = [0u8; DNODE_SIZE];
     d.encode(&mut raw);
+    hex(&raw)
+}
+
+fn hex(raw: &[u8]) -> String {
     raw.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl ChunkRecord {
+    pub fn new(bp: &BlockPtr, entries: u32, min_birth: u64, max_birth: u64) -> ChunkRecord {
+        ChunkRecord { bp: hex(&bp.to_bytes()), entries, min_birth, max_birth }
+    }
+
+    /// The chunk's block pointer, or why the record does not give one.
+    pub fn block(&self) -> Result<BlockPtr, RecordError> {
+        let raw = from_hex(&self.bp)?;
+        match BlockPtr::decode(&raw) {
+            Ok(Some(bp)) if raw.len() == BLKPTR_SIZE => Ok(bp),
+            Ok(_) => Err(RecordError::Chunk(format!("{} bytes, not a block pointer", raw.len()))),
+            Err(e) => Err(RecordError::Chunk(e.to_string())),
+        }
+    }
 }
 
 /// Bytes of a hex string; works on bytes, so no input can split a character.
@@ -304,6 +354,7 @@ mod tests {
             creation: 0,
             snapshots: Vec::new(),
             origin: None,
+            deadlist: None,
         };
         assert_eq!(rec.meta().unwrap(), Some(d));
         rec.meta_dnode.truncate(10);

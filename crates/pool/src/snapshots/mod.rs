@@ -63,10 +63,28 @@ use crate::pool::{DsMeta, Pool};
 use crate::space::PoolSpace;
 
 mod commands;
+pub(crate) mod deadlist;
 mod space;
+mod verify;
 mod walks;
 
+pub(crate) use deadlist::DeadList;
 pub(crate) use walks::{for_each_born_after, for_each_unique};
+
+/// Each head's dead list by dataset id: an id not in it has an empty list; `None`: not
+/// known (see `deadlist`).
+pub(crate) type HeadDead = BTreeMap<u64, Option<DeadList>>;
+
+/// What becomes of a head's dead list when its head is replaced or goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum HeadReset {
+    /// The dataset is gone: its list's chunks are freed.
+    Gone,
+    /// The head is its newest snapshot again (rollback): nothing it holds is dead.
+    Empty,
+    /// The head was replaced by a tree this pool did not grow (receive): not known.
+    Unknown,
+}
 
 /// One snapshot of a dataset.
 #[derive(Clone, Debug)]
@@ -83,6 +101,8 @@ pub(crate) struct Snap {
     /// Names this snapshot's contents across pools: a received snapshot keeps the
     /// sender's, so an incremental stream finds its base by it.
     pub(crate) guid: u64,
+    /// The blocks of the snapshot before it that it does not hold (`None`: not known).
+    pub(crate) dead: Option<DeadList>,
 }
 
 /// Snapshots by dataset id, oldest first.
