@@ -4,7 +4,8 @@
 //! free; the root block (MOS), the intent log's blocks and the blocks its indirect
 //! writes point at are claimed, then every block of every dataset, found by walking its
 //! dnode table and each live object's tree (`tarn_objects::traverse`, data blocks not
-//! read), and of every snapshot (each block once: see `snapshots`). Every sector no
+//! read), and of every snapshot (each block once: see `snapshots`), and the chunks of
+//! every dead list (their entries are snapshots' blocks, claimed by those walks). Every sector no
 //! claimed byte touches is then free. Free space is derived from
 //! the tree, so the two cannot disagree: a crash cannot leak space or allocate it twice.
 //!
@@ -125,7 +126,7 @@ fn claim_dead_list(zio: &Zio, rec: Option<&DeadListRecord>) -> Result<Option<Dea
         zio.claim(&bp).map_err(|source| {
             DeadClaim::Claim(ClaimError::OutsideDevice { vdev: bp.vdev, offset: bp.offset, source })
         })?;
-        chunks.push(Chunk { bp, entries: c.entries, min_birth: c.min_birth, max_birth: c.max_birth });
+        chunks.push(Chunk { bp, entries: c.entries, min_birth: c.min_birth, max_birth: c.max_birth, bytes: c.bytes });
     }
     Ok(Some(DeadList::stored(chunks)))
 }

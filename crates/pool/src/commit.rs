@@ -15,15 +15,17 @@
 //!   1. each dataset writes N's records (compressed, checksummed, packed into runs), then
 //!      its dirty indirect blocks bottom-up, then its dnode table; every block replaced
 //!      is freed (deferred) unless a snapshot still holds it (born at or before the
-//!      dataset's newest snapshot or origin: see `snapshots`);
+//!      dataset's newest snapshot or origin: see `snapshots`): then it goes on the
+//!      head's dead list;
 //!   2. every block of each dataset destroyed in N (born after its origin) is freed
 //!      (deferred), found by a walk of its tree (`tarn_objects::traverse`); then the
 //!      snapshots queued in N are taken (each records its dataset's root as N leaves
-//!      it) and destroyed (freeing what only they held: found by the command when the
-//!      next tree is a snapshot, else walked here);
+//!      it) and destroyed (freeing what only they held: read from the next tree's dead
+//!      list, or when that is not known found by the command when the next tree is a
+//!      snapshot, else walked here); each head's dead list writes its new entries;
 //!   3. the intent log gives the head its chain continues from, and the log blocks no
 //!      longer needed after N commits are freed (deferred);
-//!   4. the MOS (the pool's root: datasets, their dnode-table roots, device error
+//!   4. the MOS (the pool's root: datasets, their dnode-table roots and dead lists, device error
 //!      counters, the log head, the scan's record, the error log, the txgs mirror sides
 //!      missed) is written, and the previous MOS freed (deferred);
 //!   5. one flush of every device: every block N wrote is durable;
@@ -188,11 +190,14 @@ impl Inner {
                 SnapOp::Take { dataset, name, creation, guid } => {
                     // A dataset destroyed in the same txg has no snapshot to take.
                     let Some((_, _, ds)) = head_of(*dataset) else { continue };
-                    let old = self.head_dead.lock().insert(*dataset, Some(DeadList::default()));
-                    let mut dead = old.unwrap_or_else(|| Some(DeadList::default()));
-                    if let Some(list) = dead.as_mut() {
+                    if let Some(Some(list)) = self.head_dead.lock().get_mut(dataset) {
                         list.seal(&self.ctx.zio, txg)?;
                     }
+                    let mut snaps = self.snaps.write();
+                    // Under `snaps` (then `head_dead`): a space count sees the list on
+                    // the head or on the new snapshot, never on neither.
+                    let old = self.head_dead.lock().insert(*dataset, Some(DeadList::default()));
+                    let dead = old.unwrap_or_else(|| Some(DeadList::default()));
                     let snap = Snap {
                         name: name.clone(),
                         txg,
@@ -204,7 +209,7 @@ impl Inner {
                         guid: *guid,
                         dead,
                     };
-                    self.snaps.write().entry(*dataset).or_default().push(snap);
+                    snaps.entry(*dataset).or_default().push(snap);
                 }
                 SnapOp::Destroy { dataset, name, found } => {
                     self.destroy_snap(txg, *dataset, name, found.as_ref(), head_of(*dataset))?
@@ -305,9 +310,11 @@ impl Inner {
                 None
             }
         };
+        // One change under `snaps` (then `head_dead`): a space count never sees the
+        // snapshot beside the list it was merged into.
+        let mut snaps = self.snaps.write();
         match next_snap {
             Some(n) => {
-                let mut snaps = self.snaps.write();
                 if let Some(s) = snaps.get_mut(&id).and_then(|v| v.iter_mut().find(|s| s.name == n.name)) {
                     s.dead = new_next_dead;
                 }
@@ -316,7 +323,7 @@ impl Inner {
                 self.head_dead.lock().insert(id, new_next_dead);
             }
         }
-        if let Some(v) = self.snaps.write().get_mut(&id) {
+        if let Some(v) = snaps.get_mut(&id) {
             v.retain(|s| s.name != name);
         }
         Ok(())
@@ -433,7 +440,8 @@ impl Inner {
 /// The MOS record of a dead list whose every entry is in a chunk.
 fn dead_record(list: &DeadList) -> DeadListRecord {
     assert!(list.is_flushed(), "a dead list the MOS names has every entry in a chunk");
-    let chunks = list.chunks.iter().map(|c| ChunkRecord::new(&c.bp, c.entries, c.min_birth, c.max_birth)).collect();
+    let chunks =
+        list.chunks.iter().map(|c| ChunkRecord::new(&c.bp, c.entries, c.min_birth, c.max_birth, c.bytes)).collect();
     DeadListRecord { chunks }
 }
 

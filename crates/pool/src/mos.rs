@@ -139,6 +139,8 @@ pub struct ChunkRecord {
     pub entries: u32,
     pub min_birth: u64,
     pub max_birth: u64,
+    /// Physical bytes of its entries.
+    pub bytes: u64,
 }
 
 /// One snapshot: the dataset's dnode-table root as txg `txg` committed it.
@@ -210,8 +212,8 @@ fn hex(raw: &[u8]) -> String {
 }
 
 impl ChunkRecord {
-    pub fn new(bp: &BlockPtr, entries: u32, min_birth: u64, max_birth: u64) -> ChunkRecord {
-        ChunkRecord { bp: hex(&bp.to_bytes()), entries, min_birth, max_birth }
+    pub fn new(bp: &BlockPtr, entries: u32, min_birth: u64, max_birth: u64, bytes: u64) -> ChunkRecord {
+        ChunkRecord { bp: hex(&bp.to_bytes()), entries, min_birth, max_birth, bytes }
     }
 
     /// The chunk's block pointer, or why the record does not give one.

@@ -49,6 +49,9 @@ pub(crate) struct Chunk {
     /// whose newest is at or before the previous snapshot.
     pub(crate) min_birth: u64,
     pub(crate) max_birth: u64,
+    /// Physical bytes of its entries: space counts read no chunk wholly born after (or
+    /// at or before) the txg they count from.
+    pub(crate) bytes: u64,
 }
 
 /// A dead list: stored chunks and, for a head, the entries of its last, partly filled
@@ -132,6 +135,24 @@ impl DeadList {
         }
     }
 
+    /// Physical bytes of the entries born after `txg`: chunks wholly on one side are
+    /// counted from their record, the others read (one at a time).
+    pub(crate) fn bytes_born_after(&self, zio: &Zio, txg: u64) -> Result<u64, ChunkError> {
+        let stored = self.chunks.len() - usize::from(self.tail_written);
+        let after = |bp: &BlockPtr| if bp.birth > txg { u64::from(bp.psize) } else { 0 };
+        let mut sum: u64 = self.pending.iter().map(after).sum();
+        for c in &self.chunks[..stored] {
+            sum += if c.max_birth <= txg {
+                0
+            } else if c.min_birth > txg {
+                c.bytes
+            } else {
+                read_chunk(zio, c)?.iter().map(after).sum()
+            };
+        }
+        Ok(sum)
+    }
+
     /// Every entry (checks and tests: the whole list in memory).
     pub(crate) fn read_all(&self, zio: &Zio) -> Result<Vec<BlockPtr>, ChunkError> {
         let stored = self.chunks.len() - usize::from(self.tail_written);
@@ -182,6 +203,7 @@ fn write_chunk(zio: &Zio, entries: &[BlockPtr], txg: u64) -> Result<Chunk, ZioEr
         entries: entries.len() as u32,
         min_birth: births.clone().min().unwrap_or(0),
         max_birth: births.max().unwrap_or(0),
+        bytes: entries.iter().map(|e| u64::from(e.psize)).sum(),
     })
 }
 

@@ -15,6 +15,7 @@ use tarn_zio::BlockPtr;
 
 use super::deadlist::DeadList;
 use super::for_each_unique;
+
 use crate::pool::Pool;
 
 type Key = (u16, u64, u64);
@@ -48,6 +49,11 @@ impl Pool {
                 };
                 let Some(next_dead) = next_dead else { continue };
                 let entries = next_dead.read_all(zio).map_err(|e| format!("{name}@{}: {e}", snap.name))?;
+                let counted = next_dead.bytes_born_after(zio, prev).map_err(|e| e.to_string())?;
+                let summed: u64 = entries.iter().filter(|bp| bp.birth > prev).map(|bp| u64::from(bp.psize)).sum();
+                if counted != summed {
+                    return Err(format!("{name}@{}: chunk records count {counted} bytes, entries {summed}", snap.name));
+                }
                 if let Some(young) = entries.iter().find(|bp| bp.birth > snap.txg) {
                     return Err(format!("{name}@{}: an entry born at {} after it", snap.name, young.birth));
                 }
@@ -69,6 +75,14 @@ impl Pool {
                     ));
                 }
                 checked += 1;
+            }
+            if !list.is_empty() {
+                let origin_txg = meta.origin.as_ref().map_or(0, |o| o.txg);
+                let listed = self.usedbysnapshots_listed(&list, head_dead.as_ref(), origin_txg);
+                let walked = self.usedbysnapshots_walked(&list, &head_meta, origin_txg);
+                if listed.is_some_and(|l| l != walked) {
+                    return Err(format!("{name}: usedbysnapshots {listed:?} from the dead lists, {walked} walked"));
+                }
             }
         }
         Ok(checked)
