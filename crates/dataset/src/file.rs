@@ -76,10 +76,11 @@ impl Dataset {
                 ObjType::Dir => return Err(FsError::IsDir),
                 _ => return Err(FsError::Invalid("not a regular file".into())),
             }
-            st.write(self.zio(), hold.txg, off, data, eff.recordsize)?;
+            let dirtied = st.write(self.zio(), hold.txg, off, data, eff.recordsize)?;
             let blksz = st.dnode().blksz as u64;
             drop(st);
-            if eff.sync != SyncMode::Disabled {
+            self.os.ctx().txg.settle_dirty(data.len() as u64, dirtied);
+            if self.logs(eff.sync) {
                 let len = data.len() as u64;
                 let w = LoggedWrite {
                     txg: hold.txg,

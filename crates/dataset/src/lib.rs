@@ -205,9 +205,16 @@ impl Dataset {
     /// Queues a change in the intent log (unless `sync=disabled`, where nothing waits
     /// for it).
     fn log(&self, txg: u64, op: Op) {
-        if self.eff.read().sync != SyncMode::Disabled {
+        if self.logs(self.eff.read().sync) {
             self.zil.log(txg, self.id, op);
         }
+    }
+
+    /// Whether changes go to the intent log: unless `sync=disabled` — but always while
+    /// import replays, which notes there the txg each replayed change joined (however the
+    /// dataset is set, a crash must not apply a committed record twice).
+    fn logs(&self, sync: SyncMode) -> bool {
+        sync != SyncMode::Disabled || self.zil.is_replaying()
     }
 }
 

@@ -102,7 +102,9 @@ impl Dataset {
             let mut st = obj.lock();
             match what {
                 NewObject::Dir => st.init_dir(hold.txg),
-                NewObject::Symlink(target) => st.write(self.zio(), hold.txg, 0, target, 4096)?,
+                NewObject::Symlink(target) => {
+                    st.write(self.zio(), hold.txg, 0, target, 4096)?;
+                }
                 _ => {}
             }
             st.created_in(hold.txg);

@@ -53,8 +53,8 @@ impl SyncTarget for Committer {
         for bp in r.blocks_to_free() {
             zio.free(bp);
         }
-        let (_, obsolete) = self.zil.head_for_txg(txg).map_err(|e| failed(&e))?;
-        for e in &obsolete {
+        let root = self.zil.head_for_txg(txg).map_err(|e| failed(&e))?;
+        for e in &root.obsolete {
             zio.free_extent(e);
         }
         zio.flush().map_err(|e| failed(&e))?;
@@ -272,6 +272,38 @@ fn write_read_truncate_and_holes() {
     assert!(matches!(ds.write(ROOT_ID, 0, b"x"), Err(FsError::IsDir)));
     assert!(matches!(ds.setattr(ROOT_ID, &SetAttr { size: Some(1), ..Default::default() }), Err(FsError::Invalid(_))));
     assert!(matches!(ds.write(f, u64::MAX - 1, b"xy"), Err(FsError::Invalid(_))));
+}
+
+/// Dirty data is charged once per record per txg, as ZFS charges a dbuf: a database's log
+/// page rewritten at every commit (here 200 times) counts one record, not 200 writes, so
+/// it neither starts syncs early nor throttles writers; a small write into a larger record
+/// counts the whole record the sync will write (and the ARC holds).
+#[test]
+fn dirty_data_counts_each_record_once_per_txg() {
+    let p = TestPool::new(false, &[("recordsize", "8K")]);
+    let f = p.file("wal");
+    p.sync_all();
+    let dirty = || p.ctx.txg.stats().dirty_open;
+    let before = dirty();
+    for i in 0..200u64 {
+        p.ds.write(f, (i % 8) * 1000, &noise(i, 1000)).unwrap();
+    }
+    assert_eq!(dirty() - before, 8192, "200 writes into one 8 KiB record: one record dirty");
+    p.ds.write(f, 8192, &noise(7, 8192)).unwrap();
+    assert_eq!(dirty() - before, 2 * 8192, "a second record: charged once more");
+    p.sync_all();
+
+    let p = TestPool::new(false, &[("recordsize", "128K")]);
+    let f = p.file("big");
+    p.ds.write(f, 0, &noise(1, 256 << 10)).unwrap();
+    p.sync_all();
+    let before = dirty_of(&p);
+    p.ds.write(f, 4096, &noise(2, 4096)).unwrap();
+    assert_eq!(dirty_of(&p) - before, 128 << 10, "a 4 KiB write dirties (and holds) its whole 128 KiB record");
+}
+
+fn dirty_of(p: &TestPool) -> u64 {
+    p.ctx.txg.stats().dirty_open
 }
 
 /// One fsync of `data` written as `writes` equal pieces (one file), without any txg:

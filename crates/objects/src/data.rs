@@ -27,23 +27,28 @@ impl ObjState {
     /// The test is "no data beyond block 0", not "size <= block size": a file extended by
     /// truncate or fallocate before its first write (as InnoDB does) must still get
     /// `recordsize` blocks, not stay made of 512-byte ones.
-    pub fn fit_block_size(&mut self, zio: &Zio, end: u64, recordsize: u32) -> Result<(), ZioError> {
+    ///
+    /// Returns the dirty bytes this adds to the open txg: the grown block 0 less what of it
+    /// was already dirty (see `write`).
+    pub fn fit_block_size(&mut self, zio: &Zio, end: u64, recordsize: u32) -> Result<u64, ZioError> {
         let blksz = self.dnode.blksz;
         if end <= blksz as u64 || blksz >= recordsize || !self.has_only_block_zero() {
-            return Ok(());
+            return Ok(0);
         }
         let wanted = (end.min(recordsize as u64) as u32).next_multiple_of(MIN_BLOCK).min(recordsize);
         let wanted = if end > recordsize as u64 { recordsize } else { wanted };
         if wanted <= blksz {
-            return Ok(());
+            return Ok(0);
         }
         let mut rec0 = if self.dnode.size > 0 { self.load_record(zio, 0, ReadKind::Rmw)? } else { Vec::new() };
         self.dnode.blksz = wanted;
         rec0.resize(wanted as usize, 0);
-        if self.dnode.size > 0 {
-            self.open.records.insert(0, Arc::new(rec0));
+        if self.dnode.size == 0 {
+            return Ok(0);
         }
-        Ok(())
+        let dirty_before = self.open.records.get(&0).map_or(0, |r| r.len() as u64);
+        self.open.records.insert(0, Arc::new(rec0));
+        Ok(wanted as u64 - dirty_before.min(wanted as u64))
     }
 
     /// True while no record beyond the first exists (on disk, syncing or open): the only
@@ -56,10 +61,14 @@ impl ObjState {
             && self.syncing.stored.keys().all(|&b| b == 0)
     }
 
-    /// Writes `data` at `off` into the open txg `txg`.
-    pub fn write(&mut self, zio: &Zio, txg: u64, off: u64, data: &[u8], recordsize: u32) -> Result<(), ZioError> {
+    /// Writes `data` at `off` into the open txg `txg`. Returns the dirty bytes the write
+    /// added: the size of each record it dirtied first in this txg, nothing for a record
+    /// already dirty (as ZFS charges a dbuf's size once per txg). A page rewritten many
+    /// times in one txg — a database's log page at every commit — costs the txg, the
+    /// write throttle and the ARC's dirty share one record, which is what the sync writes.
+    pub fn write(&mut self, zio: &Zio, txg: u64, off: u64, data: &[u8], recordsize: u32) -> Result<u64, ZioError> {
         let end = off + data.len() as u64;
-        self.fit_block_size(zio, end, recordsize)?;
+        let mut newly_dirty = self.fit_block_size(zio, end, recordsize)?;
         let blksz = self.blksz();
         let mut done = 0usize;
         while done < data.len() {
@@ -67,6 +76,9 @@ impl ObjState {
             let blkid = pos / blksz;
             let in_rec = (pos % blksz) as usize;
             let n = (blksz as usize - in_rec).min(data.len() - done);
+            if self.open.records.get(&blkid).is_none_or(|r| r.is_empty()) {
+                newly_dirty += blksz;
+            }
             let rec = self.record_for_write(zio, blkid, in_rec == 0 && n == blksz as usize)?;
             rec[in_rec..in_rec + n].copy_from_slice(&data[done..done + n]);
             done += n;
@@ -75,7 +87,7 @@ impl ObjState {
             self.dnode.size = end;
         }
         self.touch_data(txg);
-        Ok(())
+        Ok(newly_dirty)
     }
 
     /// Sets the file size; bytes past a shrink are gone, bytes past a growth are zeros.

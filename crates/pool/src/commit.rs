@@ -24,7 +24,9 @@
 //!      list, or when that is not known found by the command when the next tree is a
 //!      snapshot, else walked here); each head's dead list writes its new entries;
 //!   3. the intent log gives the head its chain continues from, and the log blocks no
-//!      longer needed after N commits are freed (deferred);
+//!      longer needed after N commits are freed (deferred); while import replays, the
+//!      head is the replayed chain's and the root records how far replay got in N, and
+//!      the txg that ends replay frees the replayed chain (`tarn_zil::ReplayProgress`);
 //!   4. the MOS (the pool's root: datasets, their dnode-table roots and dead lists, device error
 //!      counters, the log head, the scan's record, the error log, the txgs mirror sides
 //!      missed) is written, and the previous MOS freed (deferred);
@@ -65,7 +67,7 @@ use std::sync::Arc;
 use tarn_dataset::{Dataset, FsError};
 use tarn_txg::SyncTarget;
 use tarn_vdev::Uberblock;
-use tarn_zil::LogHead;
+use tarn_zil::LogRoot;
 use tarn_zio::{BlockPtr, BlockType, CachePolicy, ChecksumKind, Compression, PendingBlock};
 
 use crate::error::{CommitError, PoolError};
@@ -131,8 +133,8 @@ impl Inner {
         for list in self.head_dead.lock().values_mut().flatten() {
             list.flush(zio, txg)?;
         }
-        let head = self.retire_log(txg)?;
-        let mos_bp = self.write_mos(txg, frozen, head)?;
+        let log = self.retire_log(txg)?;
+        let mos_bp = self.write_mos(txg, frozen, log)?;
         let covers = zio.write_mark();
         zio.flush()?;
         let ub = Uberblock {
@@ -329,20 +331,25 @@ impl Inner {
         Ok(())
     }
 
-    /// The log head this txg's root names; the log blocks it no longer needs are freed.
-    fn retire_log(&self, txg: u64) -> Result<LogHead, CommitError> {
-        let (head, obsolete) = self.zil.head_for_txg(txg)?;
-        for e in &obsolete {
+    /// What this txg's root says of the log; the log blocks it no longer needs (and the
+    /// blocks written in place only they pointed at) are freed.
+    fn retire_log(&self, txg: u64) -> Result<LogRoot, CommitError> {
+        let root = self.zil.head_for_txg(txg)?;
+        for e in &root.obsolete {
             self.ctx.zio.free_extent(e);
         }
-        Ok(head)
+        for bp in &root.obsolete_indirect {
+            self.ctx.zio.free(bp);
+        }
+        Ok(root)
     }
 
     /// Writes txg `txg`'s MOS and frees the previous one; returns its pointer.
-    fn write_mos(&self, txg: u64, frozen: &Frozen, head: LogHead) -> Result<BlockPtr, CommitError> {
+    fn write_mos(&self, txg: u64, frozen: &Frozen, log: LogRoot) -> Result<BlockPtr, CommitError> {
         let zio = &self.ctx.zio;
         let mut mos = self.build_mos(frozen);
-        mos.zil = Some(head);
+        mos.zil = Some(log.head);
+        mos.zil_replay = log.replay;
         mos.history = self.history.for_root(txg);
         let mos = mos.encode();
         let block = PendingBlock {
@@ -427,6 +434,7 @@ impl Inner {
             datasets,
             errors,
             zil: None,
+            zil_replay: None,
             scan: self.scan.record(),
             errlog,
             errlog_last,

@@ -2,7 +2,8 @@
 //! and pointed to by the uberblock. It holds the dataset directory — names, local
 //! properties, each dataset's dnode-table root — the per-device error counters, the
 //! last or current scan (scrub or resilver), the error log, the txgs each mirror
-//! side missed, and each dataset's snapshots and origin (a clone's).
+//! side missed, each dataset's snapshots and origin (a clone's), and how far an
+//! intent-log replay under way got.
 //! Stored as versioned JSON inside a checksummed block (docs/FORMAT.md).
 //!
 //! Owns: the MOS's fields, its encoding and its version.
@@ -25,14 +26,17 @@ use crate::scrub::ScanRecord;
 /// Version 2 added `zil` (the intent log's head). Version 3 added `scan`, `errlog`,
 /// `errlog_last` and `missed_txgs`. Version 4 added each dataset's `snapshots` and
 /// `origin`: a tarn that did not know them would free blocks only a snapshot still
-/// references, so it must refuse such a root. Older roots are read as having an empty
-/// log, no scan, an empty error log, no side missing txgs and no snapshots. Version 5
-/// added dead lists (`deadlist` of a dataset and of a snapshot, FORMAT.md §12.2): a tarn
-/// that did not know them would count their chunks free and overwrite them. A list a
-/// root does not give (any root before 5) is *not known*: destroys that need it walk.
-pub const MOS_VERSION: u32 = 5;
+/// references, so it must refuse such a root. Version 5 added `zil_replay`: while it is
+/// set, `zil` names a chain being replayed, whose records are those newer than its
+/// `claim_txg`, not the root's txg — a tarn that did not know it would skip records and
+/// apply others twice. Version 6 added dead lists (`deadlist` of a dataset and of a
+/// snapshot, FORMAT.md §12.2): a tarn that did not know them would count their chunks
+/// free and overwrite them. Older roots are read as having an empty log, no scan, an
+/// empty error log, no side missing txgs, no snapshots, no replay under way and dead
+/// lists not known (destroys that need one walk).
+pub const MOS_VERSION: u32 = 6;
 /// The first version with dead lists.
-pub const DEADLIST_VERSION: u32 = 5;
+pub const DEADLIST_VERSION: u32 = 6;
 const OLDEST_READABLE: u32 = 1;
 
 /// Why a block is not a pool root this build can read.
@@ -78,6 +82,10 @@ pub struct Mos {
     /// Where intent-log replay starts (version 2 on).
     #[serde(default)]
     pub zil: Option<tarn_zil::LogHead>,
+    /// Set while import replays the chain `zil` names: how far this root's txg got
+    /// (version 5 on). Absent: no replay under way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zil_replay: Option<tarn_zil::ReplayProgress>,
     /// The last scan, or the one in progress with where it resumes (version 3 on).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scan: Option<ScanRecord>,
@@ -120,7 +128,7 @@ pub struct DatasetRecord {
     /// The snapshot a clone was made from (version 4 on).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<OriginRecord>,
-    /// The head's dead list (version 5 on; absent: not known).
+    /// The head's dead list (version 6 on; absent: not known).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadlist: Option<DeadListRecord>,
 }
@@ -162,7 +170,7 @@ pub struct SnapRecord {
     /// import gives such a snapshot a new one.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub guid: u64,
-    /// Its dead list (version 5 on; absent: not known).
+    /// Its dead list (version 6 on; absent: not known).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadlist: Option<DeadListRecord>,
 }
@@ -273,6 +281,7 @@ mod tests {
             datasets: Vec::new(),
             errors: BTreeMap::new(),
             zil: None,
+            zil_replay: None,
             scan: None,
             errlog: Vec::new(),
             errlog_last: Vec::new(),
@@ -312,6 +321,25 @@ mod tests {
         v3.as_object_mut().unwrap().insert("datasets".into(), serde_json::json!([record]));
         let mos = Mos::decode(&serde_json::to_vec(&v3).unwrap()).unwrap();
         assert!(mos.datasets[0].snapshots.is_empty() && mos.datasets[0].origin.is_none());
+    }
+
+    #[test]
+    fn a_version_4_root_has_no_replay_under_way_and_a_version_5_one_keeps_its_progress() {
+        let mut v4 = serde_json::to_value(sample(4)).unwrap();
+        v4.as_object_mut().unwrap().remove("zil_replay");
+        let mos = Mos::decode(&serde_json::to_vec(&v4).unwrap()).unwrap();
+        assert!(mos.zil_replay.is_none());
+        let mut v5 = sample(5);
+        assert!(!String::from_utf8(v5.encode()).unwrap().contains("zil_replay"), "left out when none");
+        let progress = tarn_zil::ReplayProgress {
+            claim_txg: 7,
+            replayed: 12,
+            ids: vec![[1, 40, 41]],
+            skipped: 1,
+            first_skipped: Some("txg 8 rename: not found".into()),
+        };
+        v5.zil_replay = Some(progress.clone());
+        assert_eq!(Mos::decode(&v5.encode()).unwrap().zil_replay, Some(progress));
     }
 
     #[test]

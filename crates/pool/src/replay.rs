@@ -1,56 +1,84 @@
 //! Intent-log replay at import: re-apply, in order, every logged change newer than the
-//! committed txg, then commit them in a txg of their own and retire the old chain.
+//! txg replay began on, keep the replayed chain in every root until the last record is
+//! committed, then retire it in a txg of its own.
 //!
-//! Owns: the mapping from a logged object id to the id replay re-created it under, and
-//! the report of what was replayed.
+//! Owns: applying the records through the dataset API, and the report of what was
+//! replayed.
 //!
-//! Promises: records are applied in log order (the order their fsyncs depended on); the
-//! replayed changes and the new chain's head are committed before import returns, so an
-//! fsync acknowledged after import is found through the new head; a record that cannot
-//! be applied is reported, not fatal.
+//! Promises: records are applied in log order (the order their fsyncs depended on), each
+//! exactly once across any number of crashes during replay: the root of every txg replay
+//! commits still names the replayed chain and records how many records it holds and the
+//! ids their creates gave (`tarn_zil::ReplayProgress`, noted from inside each change's
+//! own txg hold), and a resumed import starts after them. Only a txg after the last
+//! record names the new chain and frees the old one, and import returns once it has
+//! committed, so an fsync acknowledged after import is found through the new head. A
+//! record that cannot be applied is reported, not fatal; a crash never turns an applied
+//! record into a skipped one (it is committed and counted, or applied again).
 //!
 //! Must never: log what it replays (the log is in replay mode), or free the old chain's
 //! blocks before the txg that no longer points at them commits.
-use std::collections::HashMap;
-
 use tarn_dataset::{Dataset, FsError, NewObject, SetAttr};
 use tarn_objects::Timespec;
-use tarn_zil::{Chained, Op, Record};
+use tarn_zil::{Chained, Op, Record, ReplayProgress, ReplaySource};
 
 use crate::error::PoolError;
 use crate::pool::Pool;
 
-/// Ids of objects re-created by replay, keyed by (dataset, id the log used).
-type IdMap = HashMap<(u64, u64), u64>;
-
 impl Pool {
-    pub(crate) fn replay_log(&self, chained: Chained, committed_txg: u64) -> Result<(), PoolError> {
+    /// Replays `chained` (None: the root named no log), from where `resumed` says an
+    /// earlier import's replay got, on a root of txg `committed_txg`.
+    pub(crate) fn replay_log(
+        &self,
+        chained: Option<Chained>,
+        resumed: Option<ReplayProgress>,
+        committed_txg: u64,
+    ) -> Result<(), PoolError> {
+        let Some((mut chained, head)) = chained.and_then(|c| c.head.map(|h| (c, h))) else {
+            // No log to replay (a version-1 root): the next root must still name the
+            // chain this import writes to.
+            return self.force_txg();
+        };
         let zil = &self.inner.zil;
-        zil.set_replaying(true);
-        let mut ids = IdMap::new();
+        let progress = resumed.unwrap_or_else(|| ReplayProgress::starting(committed_txg));
+        let total = chained.records.len() as u64;
+        let start = progress.replayed.min(total);
+        zil.begin_replay(ReplaySource {
+            head,
+            blocks: std::mem::take(&mut chained.blocks),
+            indirect: std::mem::take(&mut chained.indirect),
+            progress: progress.clone(),
+        });
         let mut failed = Vec::new();
-        for r in &chained.records {
-            if let Err(e) = self.replay_one(r, &mut ids) {
-                failed.push(format!("txg {} {}: {e}", r.txg, op_name(&r.op)));
+        for (i, r) in chained.records.iter().enumerate().skip(start as usize) {
+            zil.replay_next(i as u64, created_by(r));
+            if let Err(e) = self.replay_one(r) {
+                let report = format!("txg {} {}: {e}", r.txg, op_name(&r.op));
+                zil.replay_skipped(i as u64, report.clone());
+                failed.push(report);
             }
         }
-        zil.set_replaying(false);
-        for e in &chained.blocks {
-            self.inner.ctx.zio.free_extent(e);
-        }
-        for bp in &chained.indirect {
-            self.inner.ctx.zio.free(bp);
-        }
-        // The replayed changes and the new chain's head are committed before anyone
-        // writes: an fsync acknowledged from here on is found through the new head.
-        // (A txg is forced even when nothing was replayed: the committed root must point
-        // at the chain this import writes to.)
-        self.force_txg()?;
-        let report = replay_summary(&chained, committed_txg, &failed);
-        if !failed.is_empty() || chained.stopped_early {
+        self.end_replay()?;
+        let summary = Summary { chained: &chained, progress: &progress, start, committed_txg, failed: &failed };
+        let report = summary.text();
+        if summary.troubled() {
             *self.inner.replay_trouble.lock() = report.clone();
         }
         *self.inner.replay_report.lock() = report;
+        Ok(())
+    }
+
+    /// Commits the txg whose root names this import's chain instead of the replayed one,
+    /// and frees that (the log learns the txg while it is held open, so every replayed
+    /// change is in it or before it). Forced even when nothing was replayed: the
+    /// committed root must point at the chain this import writes to.
+    fn end_replay(&self) -> Result<(), PoolError> {
+        let engine = &self.inner.ctx.txg;
+        let txg = {
+            let hold = engine.hold(0).map_err(FsError::from)?;
+            self.inner.zil.finish_replay(hold.txg);
+            hold.txg
+        };
+        engine.wait_synced(txg).map_err(FsError::from)?;
         Ok(())
     }
 
@@ -69,26 +97,27 @@ impl Pool {
         self.inner.datasets.read().values().find(|(m, _)| m.id == id).map(|(_, d)| d.clone())
     }
 
-    fn replay_one(&self, r: &Record, ids: &mut IdMap) -> Result<(), FsError> {
+    /// Applies one record. Objects the log created are named by the id replay gave them
+    /// (the create itself tells the log that id, in its own txg).
+    fn replay_one(&self, r: &Record) -> Result<(), FsError> {
         let Some(ds) = self.dataset_by_id(r.dataset) else {
             return Err(FsError::Invalid(format!("dataset {} no longer exists", r.dataset)));
         };
-        let id = |obj: u64| ids.get(&(r.dataset, obj)).copied().unwrap_or(obj);
+        let zil = &self.inner.zil;
+        let id = |obj: u64| zil.replayed_id(r.dataset, obj);
         match &r.op {
             Op::Write { obj, offset, data } => ds.write(id(*obj), *offset, data).map(|_| ()),
             Op::Truncate { obj, size } => {
                 ds.setattr(id(*obj), &SetAttr { size: Some(*size), ..Default::default() }).map(|_| ())
             }
-            Op::Create { parent, obj, kind, mode, uid, gid, rdev, name, target } => {
+            Op::Create { parent, kind, mode, uid, gid, rdev, name, target, .. } => {
                 let what = match kind {
                     2 => NewObject::Dir,
                     3 => NewObject::Symlink(target),
                     4 => NewObject::Special { rdev: *rdev },
                     _ => NewObject::File,
                 };
-                let attr = ds.create(id(*parent), name, what, *mode, *uid, *gid)?;
-                ids.insert((r.dataset, *obj), attr.ino);
-                Ok(())
+                ds.create(id(*parent), name, what, *mode, *uid, *gid).map(|_| ())
             }
             Op::Remove { parent, name, is_dir } => {
                 if *is_dir {
@@ -128,24 +157,87 @@ fn op_name(op: &Op) -> &'static str {
     }
 }
 
-fn replay_summary(chained: &Chained, committed_txg: u64, failed: &[String]) -> Option<String> {
-    if chained.records.is_empty() && !chained.stopped_early {
-        return None;
+/// The object a record creates, as (dataset, id in the log).
+fn created_by(r: &Record) -> Option<(u64, u64)> {
+    match r.op {
+        Op::Create { obj, .. } => Some((r.dataset, obj)),
+        _ => None,
     }
-    let first = chained.records.first().map_or(0, |r| r.txg);
-    let last = chained.records.last().map_or(0, |r| r.txg);
-    let mut msg = format!(
-        "replayed {} intent-log records (txgs {first}..{last}) on top of committed txg {committed_txg}",
-        chained.records.len()
-    );
-    if chained.stopped_early {
-        msg.push_str(&format!(
-            "; the log ended early ({}): changes logged after that point were not replayed",
-            chained.end
-        ));
+}
+
+/// What an import's replay did, for its report.
+struct Summary<'a> {
+    chained: &'a Chained,
+    /// Where the committed root said replay got (a fresh start: nothing replayed).
+    progress: &'a ReplayProgress,
+    /// The first record this import applied.
+    start: u64,
+    committed_txg: u64,
+    failed: &'a [String],
+}
+
+impl Summary<'_> {
+    fn resumed(&self) -> bool {
+        self.progress.replayed > 0
     }
-    if !failed.is_empty() {
-        msg.push_str(&format!("; {} could not be applied, first: {}", failed.len(), failed[0]));
+
+    /// The chain now holds fewer records than an earlier import had replayed (a block it
+    /// read then no longer verifies): what follows them cannot be known.
+    fn shorter(&self) -> bool {
+        self.progress.replayed > self.chained.records.len() as u64
     }
-    Some(msg)
+
+    /// Something acknowledged may be missing.
+    fn troubled(&self) -> bool {
+        !self.failed.is_empty() || self.chained.stopped_early || self.progress.skipped > 0 || self.shorter()
+    }
+
+    fn text(&self) -> Option<String> {
+        let c = self.chained;
+        if c.records.is_empty() && !c.stopped_early && !self.resumed() {
+            return None;
+        }
+        let applied = &c.records[self.start as usize..];
+        let first = applied.first().map_or(0, |r| r.txg);
+        let last = applied.last().map_or(0, |r| r.txg);
+        let mut msg = format!(
+            "replayed {} intent-log records (txgs {first}..{last}) on top of committed txg {}",
+            applied.len(),
+            self.committed_txg
+        );
+        if self.resumed() {
+            msg.push_str(&format!(
+                "; resumed an interrupted replay after the {} records of {} (logged after txg {}) an earlier import had \
+                 committed",
+                self.start,
+                c.records.len(),
+                self.progress.claim_txg
+            ));
+        }
+        if self.shorter() {
+            msg.push_str(&format!(
+                "; the log now ends after {} records, but an earlier import had replayed {}: changes logged after \
+                 those may not have been replayed",
+                c.records.len(),
+                self.progress.replayed
+            ));
+        }
+        if c.stopped_early {
+            msg.push_str(&format!(
+                "; the log ended early ({}): changes logged after that point were not replayed",
+                c.end
+            ));
+        }
+        if self.progress.skipped > 0 {
+            let first = self.progress.first_skipped.as_deref().unwrap_or("?");
+            msg.push_str(&format!(
+                "; {} could not be applied before the interruption, first: {first}",
+                self.progress.skipped
+            ));
+        }
+        if !self.failed.is_empty() {
+            msg.push_str(&format!("; {} could not be applied, first: {}", self.failed.len(), self.failed[0]));
+        }
+        Some(msg)
+    }
 }

@@ -193,14 +193,14 @@ fn dead_lists_of_clones_and_promoted_clones_match_the_walks() {
     pool.export().unwrap();
 }
 
-/// A pool an older tarn wrote (MOS version 4: no dead lists) imports; its snapshots are
+/// A pool an older tarn wrote (MOS version 5: no dead lists) imports; its snapshots are
 /// destroyed by the walk, and each new snapshot starts a list that the next root (version
-/// 5) keeps.
+/// 6) keeps.
 #[test]
 fn a_pool_without_dead_lists_is_imported_and_its_snapshots_destroyed_by_the_walk() {
     let dir = tempfile::tempdir().unwrap();
     let (pool, img) = new_pool(dir.path());
-    pool.write_root_version_for_test(4);
+    pool.write_root_version_for_test(tarn_pool::MOS_VERSION - 1);
     let mut rng = StdRng::seed_from_u64(21);
     let mut model = Model::new();
     let mut snaps: BTreeMap<String, Model> = BTreeMap::new();
@@ -213,7 +213,7 @@ fn a_pool_without_dead_lists_is_imported_and_its_snapshots_destroyed_by_the_walk
     }
     churn(&ds, &mut model, &mut rng);
     drop(ds);
-    let pool = check_across_import(pool, &img, &snaps, &model, "version 4 root");
+    let pool = check_across_import(pool, &img, &snaps, &model, "version 5 root");
     // No list is known yet: nothing to compare, and destroys walk.
     assert_eq!(pool.verify_dead_lists().unwrap(), 0);
     pool.destroy_snapshot("tank/db@old1").unwrap();

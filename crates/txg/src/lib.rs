@@ -298,6 +298,26 @@ impl TxgEngine {
         self.tell_dirty();
     }
 
+    /// Replaces a hold's estimate (`hold(estimated)`) by the dirty bytes the change really
+    /// added, once the caller knows them (a write into a record already dirty in this txg
+    /// adds none; one into a larger record adds the whole record). Called while the hold
+    /// is still held, so the bytes are still the open txg's.
+    pub fn settle_dirty(&self, estimated: u64, actual: u64) {
+        if estimated == actual {
+            return;
+        }
+        {
+            let mut s = self.state.lock();
+            assert!(
+                s.dirty_open >= estimated,
+                "invariant broken: the open txg holds {} dirty bytes, less than a hold's estimate of {estimated}",
+                s.dirty_open
+            );
+            s.dirty_open = s.dirty_open - estimated + actual;
+        }
+        self.tell_dirty();
+    }
+
     /// The error that suspended the pool, if one did. Unlike `hold`, asking does not
     /// join (and so dirty) the open txg.
     pub fn suspended(&self) -> Option<SyncFailure> {

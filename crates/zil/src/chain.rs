@@ -19,6 +19,7 @@ use std::sync::atomic::Ordering;
 use tarn_zio::Extent;
 
 use crate::block::{self, BLOCK_HEADER};
+use crate::progress::{LogRoot, ReplayRoot};
 use crate::record::Record;
 use crate::{LogHead, Zil, ZilError, MAX_BLOCK};
 
@@ -201,7 +202,23 @@ impl Zil {
 
     /// For the root of syncing txg `txg`: where replay must start (the first block with a
     /// record newer than `txg`), and the blocks that become obsolete once `txg` commits.
-    pub fn head_for_txg(&self, txg: u64) -> Result<(LogHead, Vec<Extent>), ZilError> {
+    /// While import replays, that is the replayed chain with how far `txg` got; the txg
+    /// that ends replay names this chain and retires the replayed one (`progress`).
+    pub fn head_for_txg(&self, txg: u64) -> Result<LogRoot, ZilError> {
+        let retired = match self.replay_root(txg) {
+            ReplayRoot::Replaying(head, progress) => {
+                assert!(
+                    self.chain.lock().blocks.is_empty(),
+                    "invariant broken: nothing is logged until replay is committed (a root of txg {txg} names the \
+                     replayed chain)"
+                );
+                let root =
+                    LogRoot { head, replay: Some(progress), obsolete: Vec::new(), obsolete_indirect: Vec::new() };
+                return Ok(root);
+            }
+            ReplayRoot::Retire(source) => Some(source),
+            ReplayRoot::NoReplay => None,
+        };
         let mut chain = self.chain.lock();
         let next = self.next_extent(&mut chain)?;
         let mut obsolete = Vec::new();
@@ -213,6 +230,11 @@ impl Zil {
             Some(b) => LogHead { extent: b.extent, seq: b.seq },
             None => LogHead { extent: next, seq: chain.next_seq },
         };
-        Ok((head, obsolete))
+        let mut obsolete_indirect = Vec::new();
+        if let Some(source) = retired {
+            obsolete.extend(source.blocks);
+            obsolete_indirect = source.indirect;
+        }
+        Ok(LogRoot { head, replay: None, obsolete, obsolete_indirect })
     }
 }

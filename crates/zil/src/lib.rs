@@ -9,7 +9,9 @@
 //! block is written and the devices flushed); concurrent commits share log writes; the
 //! head of the chain is recorded in every txg's root, and replay applies exactly the
 //! records newer than the committed txg, in order, stopping at the first block that does
-//! not verify (a torn or never-written block ends the chain, it never corrupts it).
+//! not verify (a torn or never-written block ends the chain, it never corrupts it); the
+//! roots committed during replay keep the replayed chain and count the records they
+//! hold, so a crash during replay resumes after them (`progress`).
 //!
 //! Must never: drop a queued change before the txg that contains it is committed, or
 //! free a log block the committed root still points into.
@@ -49,6 +51,12 @@
 //! newer than that txg (`head_for_txg`); blocks before it become obsolete and are freed
 //! with that txg. When the txg commits, its queued changes are dropped (`txg_committed`).
 //!
+//! **Replay progress** (`progress.rs`). While import replays, every root names the
+//! replayed chain and records how many records its txg holds: a replayed change reaches
+//! `log`/`log_write` under its own txg hold, which note that txg as its record's instead
+//! of queueing it. The first txg at or after the one `finish_replay` names switches the
+//! root to this chain and frees the replayed one.
+//!
 //! **Replay** (`replay.rs`) relies on: blocks verify by checksum, pool guid and
 //! sequence number, so a torn or stale block ends the chain; a block written in place is
 //! flushed with the log block that points at it, so a pointer that does not verify means
@@ -59,6 +67,7 @@ mod block;
 mod chain;
 mod commit;
 pub mod policy;
+mod progress;
 mod queue;
 mod record;
 mod replay;
@@ -74,10 +83,12 @@ use tarn_zio::{Extent, Zio, ZioError};
 pub use block::{BlockError, BLOCK_HEADER};
 pub use commit::{SourceError, WriteData, WriteSource};
 pub use policy::{LogBias, Placement, BULK_IN_PLACE};
+pub use progress::{LogRoot, ReplayProgress, ReplaySource};
 pub use record::{Op, Record, RecordError, RECORD_HEADER};
 pub use replay::{read_chain, ChainEnd, Chained};
 
 use chain::Chain;
+use progress::Replaying;
 use queue::{Queue, Queued};
 use tickets::Tickets;
 
@@ -151,7 +162,10 @@ pub struct Zil {
     /// records already written (group commit).
     chain: Mutex<Chain>,
     tickets: Tickets,
+    /// Set while import replays a chain: changes are noted as the record's, not logged.
     replaying: AtomicBool,
+    /// The replay under way, until the txg that retires its chain (`progress`).
+    replay: Mutex<Option<Replaying>>,
     pub stats: ZilStats,
 }
 
@@ -166,19 +180,28 @@ impl Zil {
             chain: Mutex::new(Chain::new(first_seq)),
             tickets: Tickets::default(),
             replaying: AtomicBool::new(false),
+            replay: Mutex::new(None),
             stats: ZilStats::default(),
         }
     }
 
-    /// While replaying, changes are not logged again.
-    pub fn set_replaying(&self, on: bool) {
+    /// While replaying, changes are not logged again (`begin_replay`, `finish_replay`).
+    fn set_replaying(&self, on: bool) {
         self.replaying.store(on, Ordering::SeqCst);
     }
 
+    /// Whether import is replaying: every change must still reach `log`/`log_write`
+    /// (whatever the dataset's `sync`), which note the txg it joined as the record's.
+    pub fn is_replaying(&self) -> bool {
+        self.replaying.load(Ordering::Relaxed)
+    }
+
     /// Queues a change made in txg `txg` (called under the change's txg hold, so the
-    /// queue is in txg order).
+    /// queue is in txg order). While replaying, notes instead that the record being
+    /// replayed has a change in `txg`.
     pub fn log(&self, txg: u64, dataset: u64, op: Op) {
-        if self.replaying.load(Ordering::Relaxed) {
+        if self.is_replaying() {
+            self.note_replayed(txg, dataset, Some(&op));
             return;
         }
         self.enqueue(Queued::Ready(Record { txg, dataset, op }));
@@ -193,7 +216,8 @@ impl Zil {
     /// one entry per record, so each resolves to one block. Otherwise the bytes are
     /// copied into the log at commit, in entries of at most `MAX_WRITE_RECORD` bytes.
     pub fn log_write(&self, w: &LoggedWrite) {
-        if self.replaying.load(Ordering::Relaxed) {
+        if self.is_replaying() {
+            self.note_replayed(w.txg, w.dataset, None);
             return;
         }
         let LoggedWrite { txg, dataset, obj, offset, len, blksz, logbias } = *w;

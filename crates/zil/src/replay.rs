@@ -4,7 +4,8 @@
 //! records into the changes replay applies (an indirect write comes back as a plain write
 //! carrying the bytes read and verified from its block).
 //!
-//! Promises: the records returned are exactly those newer than the committed txg, in
+//! Promises: the records returned are exactly those newer than the txg given (the
+//! committed txg, or the one an interrupted replay began on: `ReplayProgress`), in
 //! chain order; the chain ends at the first block that does not verify, or at the first
 //! record that does not decode or indirect write whose block does not verify — that block
 //! was written just before its log block and flushed with it, so if it is bad the fsync
@@ -39,7 +40,9 @@ pub enum ChainEnd {
 
 /// What replay found on disk.
 pub struct Chained {
-    /// Records newer than the committed txg, in order; indirect writes come back as plain
+    /// The head it was read from (None: the root named no chain).
+    pub head: Option<LogHead>,
+    /// Records newer than the txg given, in order; indirect writes come back as plain
     /// writes carrying the bytes read (and verified) from their blocks.
     pub records: Vec<Record>,
     /// Every block of the chain that verified, to claim at import and free after replay.
@@ -59,6 +62,7 @@ pub struct Chained {
 impl Chained {
     pub fn empty() -> Chained {
         Chained {
+            head: None,
             records: Vec::new(),
             blocks: Vec::new(),
             indirect: Vec::new(),
@@ -69,10 +73,11 @@ impl Chained {
     }
 }
 
-/// Follows the chain from `head`, collecting records newer than `committed_txg` (see the
-/// module's promises for where it ends).
+/// Follows the chain from `head`, collecting records newer than `committed_txg` (the
+/// committed txg, or the one an interrupted replay began on; see the module's promises
+/// for where it ends).
 pub fn read_chain(zio: &Zio, pool_guid: u64, head: &LogHead, committed_txg: u64) -> Result<Chained, ZilError> {
-    let mut out = Chained { end_seq: head.seq, ..Chained::empty() };
+    let mut out = Chained { head: Some(*head), end_seq: head.seq, ..Chained::empty() };
     let mut at = head.extent;
     let mut seq = head.seq;
     loop {

@@ -46,9 +46,12 @@ impl Pool {
         ubs.dedup_by_key(|u| u.txg);
         let zio = Arc::new(Zio::new(vdevs));
         let (ub, mos, mos_bp) = newest_loadable(&zio, &ubs).map_err(|e| refuse(e.into()))?;
+        // A replay an earlier import began goes on with the records it began with: those
+        // newer than the txg it started from (the txgs since hold replayed changes).
+        let claim_txg = mos.zil_replay.as_ref().map_or(ub.txg, |p| p.claim_txg);
         let chained = match &mos.zil {
             Some(head) => {
-                Some(tarn_zil::read_chain(&zio, label.pool_guid, head, ub.txg).map_err(|e| refuse(e.into()))?)
+                Some(tarn_zil::read_chain(&zio, label.pool_guid, head, claim_txg).map_err(|e| refuse(e.into()))?)
             }
             None => None,
         };
@@ -74,7 +77,7 @@ impl Pool {
         // After the import walk (which reads past the caches) and before replay, so
         // replayed reads can already hit.
         pool.attach_caches(Some(ub.txg));
-        pool.replay_log(chained.unwrap_or_else(tarn_zil::Chained::empty), ub.txg)?;
+        pool.replay_log(chained, mos.zil_replay.clone(), ub.txg)?;
         if !missing_logs.is_empty() {
             pool.note_missing_logs(&missing_logs, was_exported, ub.txg);
         }

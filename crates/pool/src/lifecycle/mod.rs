@@ -15,7 +15,8 @@
 //! names. Then rebuild the free
 //! space from the tree (`claim`): the MOS, the log blocks, every block of every dataset;
 //! everything else is free. Mark the labels active (with the paths the devices were
-//! opened from), start the sync thread, replay the log and commit it, reclaim objects
+//! opened from), start the sync thread, replay the log (resuming where the root says an
+//! interrupted replay got) and commit it, reclaim objects
 //! that were unlinked but open when the pool went down, and start the resilver of the
 //! sides that missed txgs.
 //!
