@@ -4,7 +4,8 @@
 //! free; the root block (MOS), the intent log's blocks and the blocks its indirect
 //! writes point at are claimed, then every block of every dataset, found by walking its
 //! dnode table and each live object's tree (`tarn_objects::traverse`, data blocks not
-//! read), and of every snapshot (each block once: see `snapshots`). Every sector no
+//! read), and of every snapshot (each block once: see `snapshots`), and the chunks of
+//! every dead list (their entries are snapshots' blocks, claimed by those walks). Every sector no
 //! claimed byte touches is then free. Free space is derived from
 //! the tree, so the two cannot disagree: a crash cannot leak space or allocate it twice.
 //!
@@ -27,9 +28,10 @@ use tarn_zil::Chained;
 use tarn_zio::{BlockPtr, Zio};
 
 use crate::error::{ClaimError, ImportError, PoolError};
-use crate::mos::Mos;
+use crate::mos::{DeadListRecord, Mos, RecordError};
 use crate::pool::Pool;
-use crate::snapshots::{Origin, Snap};
+use crate::snapshots::deadlist::Chunk;
+use crate::snapshots::{DeadList, Origin, Snap};
 
 impl Pool {
     /// Claims the root block, the log's blocks and every dataset's blocks, opening each
@@ -57,8 +59,12 @@ impl Pool {
             let mut snaps = Vec::new();
             for s in &rec.snapshots {
                 let snap_meta = s.meta().map_err(bad_record)?.unwrap_or_else(empty_meta);
-                claim_tree(zio, &snap_meta, floor, false).map_err(|source| {
-                    refuse(ImportError::Metadata { dataset: format!("{dataset}@{}", s.name), source })
+                let snap_name = format!("{dataset}@{}", s.name);
+                claim_tree(zio, &snap_meta, floor, false)
+                    .map_err(|source| refuse(ImportError::Metadata { dataset: snap_name.clone(), source }))?;
+                let dead = claim_dead_list(zio, s.deadlist.as_ref()).map_err(|e| match e {
+                    DeadClaim::Record(source) => refuse(ImportError::Record { dataset: snap_name.clone(), source }),
+                    DeadClaim::Claim(source) => refuse(ImportError::Metadata { dataset: snap_name.clone(), source }),
                 })?;
                 floor = s.txg;
                 snaps.push(Snap {
@@ -72,11 +78,17 @@ impl Pool {
                     // A snapshot from before guids were kept gets one now (written with
                     // the next txg's root).
                     guid: if s.guid == 0 { crate::pool::random_guid() } else { s.guid },
+                    dead,
                 });
             }
             if !snaps.is_empty() {
                 self.inner.snaps.write().insert(rec.id, snaps);
             }
+            let head_dead = claim_dead_list(zio, rec.deadlist.as_ref()).map_err(|e| match e {
+                DeadClaim::Record(source) => refuse(ImportError::Record { dataset: dataset.clone(), source }),
+                DeadClaim::Claim(source) => refuse(ImportError::Metadata { dataset: dataset.clone(), source }),
+            })?;
+            self.inner.head_dead.lock().insert(rec.id, head_dead);
             let ds = self.add_dataset(
                 &rec.name,
                 rec.id,
@@ -96,6 +108,27 @@ impl Pool {
         }
         Ok(())
     }
+}
+
+enum DeadClaim {
+    Record(RecordError),
+    Claim(ClaimError),
+}
+
+/// Claims the chunks of a dead list the MOS records and returns the list (`None`: the
+/// root does not give it, as every root before dead lists: not known). The entries are
+/// not claimed here: each is a block a snapshot holds, claimed by its walk.
+fn claim_dead_list(zio: &Zio, rec: Option<&DeadListRecord>) -> Result<Option<DeadList>, DeadClaim> {
+    let Some(rec) = rec else { return Ok(None) };
+    let mut chunks = Vec::with_capacity(rec.chunks.len());
+    for c in &rec.chunks {
+        let bp = c.block().map_err(DeadClaim::Record)?;
+        zio.claim(&bp).map_err(|source| {
+            DeadClaim::Claim(ClaimError::OutsideDevice { vdev: bp.vdev, offset: bp.offset, source })
+        })?;
+        chunks.push(Chunk { bp, entries: c.entries, min_birth: c.min_birth, max_birth: c.max_birth, bytes: c.bytes });
+    }
+    Ok(Some(DeadList::stored(chunks)))
 }
 
 /// The dnode table of a dataset with nothing in it.

@@ -15,17 +15,19 @@
 //!   1. each dataset writes N's records (compressed, checksummed, packed into runs), then
 //!      its dirty indirect blocks bottom-up, then its dnode table; every block replaced
 //!      is freed (deferred) unless a snapshot still holds it (born at or before the
-//!      dataset's newest snapshot or origin: see `snapshots`);
+//!      dataset's newest snapshot or origin: see `snapshots`): then it goes on the
+//!      head's dead list;
 //!   2. every block of each dataset destroyed in N (born after its origin) is freed
 //!      (deferred), found by a walk of its tree (`tarn_objects::traverse`); then the
 //!      snapshots queued in N are taken (each records its dataset's root as N leaves
-//!      it) and destroyed (freeing what only they held: found by the command when the
-//!      next tree is a snapshot, else walked here);
+//!      it) and destroyed (freeing what only they held: read from the next tree's dead
+//!      list, or when that is not known found by the command when the next tree is a
+//!      snapshot, else walked here); each head's dead list writes its new entries;
 //!   3. the intent log gives the head its chain continues from, and the log blocks no
 //!      longer needed after N commits are freed (deferred); while import replays, the
 //!      head is the replayed chain's and the root records how far replay got in N, and
 //!      the txg that ends replay frees the replayed chain (`tarn_zil::ReplayProgress`);
-//!   4. the MOS (the pool's root: datasets, their dnode-table roots, device error
+//!   4. the MOS (the pool's root: datasets, their dnode-table roots and dead lists, device error
 //!      counters, the log head, the scan's record, the error log, the txgs mirror sides
 //!      missed) is written, and the previous MOS freed (deferred);
 //!   5. one flush of every device: every block N wrote is durable;
@@ -69,9 +71,11 @@ use tarn_zil::LogRoot;
 use tarn_zio::{BlockPtr, BlockType, CachePolicy, ChecksumKind, Compression, PendingBlock};
 
 use crate::error::{CommitError, PoolError};
-use crate::mos::{dnode_hex, DatasetRecord, Mos, OriginRecord, SnapRecord, MOS_VERSION};
+use crate::mos::{
+    dnode_hex, ChunkRecord, DatasetRecord, DeadListRecord, Mos, OriginRecord, SnapRecord, DEADLIST_VERSION,
+};
 use crate::pool::{now_secs, Destroyed, DsMeta, Frozen, Inner, Pool};
-use crate::snapshots::{self, FoundFrees, Origin, Snap, SnapOp};
+use crate::snapshots::{self, deadlist, DeadList, FoundFrees, HeadReset, Origin, Snap, SnapOp};
 
 impl SyncTarget for Inner {
     type Error = CommitError;
@@ -87,8 +91,9 @@ impl SyncTarget for Inner {
         }
         let destroyed = std::mem::take(&mut *self.destroy_queue.lock());
         let snap_ops = std::mem::take(&mut *self.snap_ops.lock());
+        let head_resets = std::mem::take(&mut *self.head_resets.lock());
         *self.frozen.lock() =
-            Some(Frozen { datasets, destroyed, next_dataset_id: *self.next_dataset_id.lock(), snap_ops });
+            Some(Frozen { datasets, destroyed, next_dataset_id: *self.next_dataset_id.lock(), snap_ops, head_resets });
     }
 
     fn sync(&self, txg: u64) -> Result<(), CommitError> {
@@ -109,17 +114,30 @@ impl Inner {
             let synced = ds.sync(txg).map_err(|source| CommitError::Dataset { dataset: name.clone(), source })?;
             // The txg's free list: zio's deferred frees, released only once this txg
             // has committed (step 7). A block born at or before the floor is still a
-            // snapshot's (ZFS's dead list): it stays allocated. An orphan (written for
-            // the intent log, never in a tree) is no snapshot's, whatever its birth: a
+            // snapshot's: it stays allocated, on the head's dead list. An orphan (written
+            // for the intent log, never in a tree) is no snapshot's, whatever its birth: a
             // block written late for a txg's record may be freed a txg or two later.
-            for bp in synced.freed.iter().filter(|bp| bp.birth > floor).chain(&synced.orphans) {
+            let mut heads = self.head_dead.lock();
+            let mut dead = heads.entry(meta.id).or_insert_with(|| Some(DeadList::default())).as_mut();
+            for bp in &synced.freed {
+                if bp.birth > floor {
+                    zio.free(bp);
+                } else if let Some(list) = dead.as_mut() {
+                    list.push(zio, *bp, txg)?;
+                }
+            }
+            for bp in &synced.orphans {
                 zio.free(bp);
             }
         }
         for gone in &frozen.destroyed {
             self.free_destroyed(gone);
         }
-        self.apply_snap_ops(txg, frozen);
+        self.reset_heads(&frozen.head_resets);
+        self.apply_snap_ops(txg, frozen)?;
+        for list in self.head_dead.lock().values_mut().flatten() {
+            list.flush(zio, txg)?;
+        }
         let log = self.retire_log(txg)?;
         let mos_bp = self.write_mos(txg, frozen, log)?;
         let covers = zio.write_mark();
@@ -152,9 +170,26 @@ impl Inner {
         snapshots::for_each_born_after(zio, &gone.meta, gone.floor, |bp| zio.free(bp));
     }
 
+    /// Resets the dead lists of heads replaced or gone in this txg (see `HeadReset`).
+    fn reset_heads(&self, resets: &[(u64, HeadReset)]) {
+        let mut heads = self.head_dead.lock();
+        for (id, reset) in resets {
+            if let Some(Some(old)) = heads.remove(id) {
+                old.free_chunks(&self.ctx.zio);
+            }
+            match reset {
+                HeadReset::Gone | HeadReset::Empty => {}
+                HeadReset::Unknown => {
+                    heads.insert(*id, None);
+                }
+            }
+        }
+    }
+
     /// Takes and destroys the snapshots queued in txg `txg`, after every dataset wrote
-    /// its part of it: a snapshot taken now is the root `txg` commits.
-    fn apply_snap_ops(&self, txg: u64, frozen: &mut Frozen) {
+    /// its part of it: a snapshot taken now is the root `txg` commits, and gets the
+    /// head's dead list (the head starts an empty one).
+    fn apply_snap_ops(&self, txg: u64, frozen: &mut Frozen) -> Result<(), CommitError> {
         let ops = std::mem::take(&mut frozen.snap_ops);
         for op in &ops {
             let head_of = |id: u64| frozen.datasets.iter().find(|(_, m, _)| m.id == id);
@@ -162,6 +197,14 @@ impl Inner {
                 SnapOp::Take { dataset, name, creation, guid } => {
                     // A dataset destroyed in the same txg has no snapshot to take.
                     let Some((_, _, ds)) = head_of(*dataset) else { continue };
+                    if let Some(Some(list)) = self.head_dead.lock().get_mut(dataset) {
+                        list.seal(&self.ctx.zio, txg)?;
+                    }
+                    let mut snaps = self.snaps.write();
+                    // Under `snaps` (then `head_dead`): a space count sees the list on
+                    // the head or on the new snapshot, never on neither.
+                    let old = self.head_dead.lock().insert(*dataset, Some(DeadList::default()));
+                    let dead = old.unwrap_or_else(|| Some(DeadList::default()));
                     let snap = Snap {
                         name: name.clone(),
                         txg,
@@ -171,15 +214,17 @@ impl Inner {
                         creation: *creation,
                         referenced: ds.used(),
                         guid: *guid,
+                        dead,
                     };
-                    self.snaps.write().entry(*dataset).or_default().push(snap);
+                    snaps.entry(*dataset).or_default().push(snap);
                 }
                 SnapOp::Destroy { dataset, name, found } => {
-                    self.destroy_snap(*dataset, name, found.as_ref(), head_of(*dataset))
+                    self.destroy_snap(txg, *dataset, name, found.as_ref(), head_of(*dataset))?
                 }
                 SnapOp::Promote { clone } => self.promote(*clone, &mut frozen.datasets),
             }
         }
+        Ok(())
     }
 
     /// `tarn promote` of dataset `clone_id` (origin O@S at txg t): O's snapshots up to S
@@ -233,34 +278,62 @@ impl Inner {
         }
     }
 
-    /// Frees the blocks only snapshot `name` of dataset `id` holds, and drops it: those
-    /// the command found (`found`) if the snapshot still lies between the same trees, else
-    /// found now by walking.
+    /// Frees the blocks only snapshot `name` of dataset `id` holds, and drops it. Through
+    /// the next tree's dead list when it is known (no walk: `deadlist::destroy_through`);
+    /// else those the command found (`found`) if the snapshot still lies between the same
+    /// trees, else found now by walking — and the next tree's list stays not known.
     fn destroy_snap(
         &self,
+        txg: u64,
         id: u64,
         name: &str,
         found: Option<&FoundFrees>,
         head: Option<&(String, DsMeta, Arc<Dataset>)>,
-    ) {
-        let Some((_, meta, ds)) = head else { return };
+    ) -> Result<(), CommitError> {
+        let Some((_, meta, ds)) = head else { return Ok(()) };
         let list = self.snaps.read().get(&id).cloned().unwrap_or_default();
-        let Some(i) = list.iter().position(|s| s.name == name) else { return };
+        let Some(i) = list.iter().position(|s| s.name == name) else { return Ok(()) };
         let prev = if i > 0 { list[i - 1].txg } else { meta.origin.as_ref().map_or(0, |o| o.txg) };
         let zio = &self.ctx.zio;
         let snap = &list[i];
-        let next_txg = list.get(i + 1).map(|n| n.txg);
-        match found.filter(|f| (f.prev, f.snap, Some(f.next)) == (prev, snap.txg, next_txg)) {
-            Some(f) => f.blocks.iter().for_each(|bp| zio.free(bp)),
+        let next_snap = list.get(i + 1);
+        let next_dead = match next_snap {
+            Some(n) => n.dead.clone(),
+            None => self.head_dead.lock().get(&id).cloned().unwrap_or_else(|| Some(DeadList::default())),
+        };
+        let new_next_dead = match next_dead {
+            Some(next) => deadlist::destroy_through(zio, next, prev, snap.dead.clone(), txg)?,
             None => {
-                let head_meta = ds.meta_dnode();
-                let next = list.get(i + 1).map_or(&head_meta, |n| &n.meta);
-                snapshots::for_each_unique(zio, &snap.meta, prev, snap.txg, next, |bp| zio.free(bp));
+                let next_txg = next_snap.map(|n| n.txg);
+                match found.filter(|f| (f.prev, f.snap, Some(f.next)) == (prev, snap.txg, next_txg)) {
+                    Some(f) => f.blocks.iter().for_each(|bp| zio.free(bp)),
+                    None => {
+                        let head_meta = ds.meta_dnode();
+                        let next = next_snap.map_or(&head_meta, |n| &n.meta);
+                        snapshots::for_each_unique(zio, &snap.meta, prev, snap.txg, next, |bp| zio.free(bp));
+                    }
+                }
+                snap.dead.iter().for_each(|d| d.free_chunks(zio));
+                None
+            }
+        };
+        // One change under `snaps` (then `head_dead`): a space count never sees the
+        // snapshot beside the list it was merged into.
+        let mut snaps = self.snaps.write();
+        match next_snap {
+            Some(n) => {
+                if let Some(s) = snaps.get_mut(&id).and_then(|v| v.iter_mut().find(|s| s.name == n.name)) {
+                    s.dead = new_next_dead;
+                }
+            }
+            None => {
+                self.head_dead.lock().insert(id, new_next_dead);
             }
         }
-        if let Some(v) = self.snaps.write().get_mut(&id) {
+        if let Some(v) = snaps.get_mut(&id) {
             v.retain(|s| s.name != name);
         }
+        Ok(())
     }
 
     /// What this txg's root says of the log; the log blocks it no longer needs (and the
@@ -304,6 +377,13 @@ impl Inner {
 
     fn build_mos(&self, frozen: &Frozen) -> Mos {
         let snaps = self.snaps.read();
+        let version = self.root_version.load(std::sync::atomic::Ordering::Relaxed);
+        let with_dead = version >= DEADLIST_VERSION;
+        let heads = self.head_dead.lock();
+        let head_dead = |id: u64| match heads.get(&id) {
+            Some(list) => list.as_ref().map(dead_record),
+            None => Some(DeadListRecord::default()),
+        };
         let datasets = frozen
             .datasets
             .iter()
@@ -315,14 +395,19 @@ impl Inner {
                 next_obj: ds.next_obj(),
                 unlinked: ds.unlinked_syncing(),
                 creation: meta.creation,
-                snapshots: snaps.get(&meta.id).map(|v| v.iter().map(snap_record).collect()).unwrap_or_default(),
+                snapshots: snaps
+                    .get(&meta.id)
+                    .map(|v| v.iter().map(|s| snap_record(s, with_dead)).collect())
+                    .unwrap_or_default(),
                 origin: meta.origin.as_ref().map(|o| OriginRecord {
                     dataset: o.dataset,
                     snapshot: o.snapshot.clone(),
                     txg: o.txg,
                 }),
+                deadlist: head_dead(meta.id).filter(|_| with_dead),
             })
             .collect();
+        drop(heads);
         drop(snaps);
         let errors = self
             .ctx
@@ -347,7 +432,7 @@ impl Inner {
             (log.current.iter().copied().collect(), log.last.iter().copied().collect())
         };
         Mos {
-            version: MOS_VERSION,
+            version,
             pool_name: self.name.clone(),
             pool_guid: self.guid,
             next_dataset_id: frozen.next_dataset_id,
@@ -365,7 +450,16 @@ impl Inner {
     }
 }
 
-fn snap_record(s: &Snap) -> SnapRecord {
+/// The MOS record of a dead list whose every entry is in a chunk.
+fn dead_record(list: &DeadList) -> DeadListRecord {
+    assert!(list.is_flushed(), "a dead list the MOS names has every entry in a chunk");
+    let chunks =
+        list.chunks.iter().map(|c| ChunkRecord::new(&c.bp, c.entries, c.min_birth, c.max_birth, c.bytes)).collect();
+    DeadListRecord { chunks }
+}
+
+/// `with_dead`: the root's version records dead lists.
+fn snap_record(s: &Snap, with_dead: bool) -> SnapRecord {
     SnapRecord {
         name: s.name.clone(),
         txg: s.txg,
@@ -376,6 +470,7 @@ fn snap_record(s: &Snap) -> SnapRecord {
         referenced: s.referenced.physical,
         logicalreferenced: s.referenced.logical,
         guid: s.guid,
+        deadlist: s.dead.as_ref().filter(|_| with_dead).map(dead_record),
     }
 }
 

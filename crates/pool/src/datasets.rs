@@ -181,6 +181,7 @@ impl Pool {
         let (meta, ds) = removed.ok_or_else(|| PoolError::NoSuchDataset(name.into()))?;
         let floor = meta.origin.as_ref().map_or(0, |o| o.txg);
         self.inner.destroy_queue.lock().push(Destroyed { meta: ds.meta_dnode(), floor });
+        self.inner.head_resets.lock().push((meta.id, crate::snapshots::HeadReset::Gone));
         drop(hold);
         self.sync()
     }

@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use tarn_objects::dnode::DnodeError;
 use tarn_objects::{Dnode, DNODE_SIZE};
+use tarn_zio::{BlockPtr, BLKPTR_SIZE};
 
 use crate::errlog::ErrKey;
 use crate::scrub::ScanRecord;
@@ -28,9 +29,14 @@ use crate::scrub::ScanRecord;
 /// references, so it must refuse such a root. Version 5 added `zil_replay`: while it is
 /// set, `zil` names a chain being replayed, whose records are those newer than its
 /// `claim_txg`, not the root's txg — a tarn that did not know it would skip records and
-/// apply others twice. Older roots are read as having an empty log, no scan, an empty
-/// error log, no side missing txgs, no snapshots and no replay under way.
-pub const MOS_VERSION: u32 = 5;
+/// apply others twice. Version 6 added dead lists (`deadlist` of a dataset and of a
+/// snapshot, FORMAT.md §12.2): a tarn that did not know them would count their chunks
+/// free and overwrite them. Older roots are read as having an empty log, no scan, an
+/// empty error log, no side missing txgs, no snapshots, no replay under way and dead
+/// lists not known (destroys that need one walk).
+pub const MOS_VERSION: u32 = 6;
+/// The first version with dead lists.
+pub const DEADLIST_VERSION: u32 = 6;
 const OLDEST_READABLE: u32 = 1;
 
 /// Why a block is not a pool root this build can read.
@@ -48,6 +54,8 @@ pub enum MosError {
 pub enum RecordError {
     #[error("dnode table root is not hex: {0}")]
     Hex(#[from] HexError),
+    #[error("dead-list chunk pointer: {0}")]
+    Chunk(String),
     #[error("dnode table root has {0} bytes")]
     Size(usize),
     #[error("dnode table root: {0}")]
@@ -120,6 +128,27 @@ pub struct DatasetRecord {
     /// The snapshot a clone was made from (version 4 on).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<OriginRecord>,
+    /// The head's dead list (version 6 on; absent: not known).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadlist: Option<DeadListRecord>,
+}
+
+/// A dead list: its chunks, oldest first (FORMAT.md §12.2).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct DeadListRecord {
+    pub chunks: Vec<ChunkRecord>,
+}
+
+/// One chunk of a dead list: its block pointer (hex), how many entries it holds and
+/// their oldest and newest birth txg.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ChunkRecord {
+    pub bp: String,
+    pub entries: u32,
+    pub min_birth: u64,
+    pub max_birth: u64,
+    /// Physical bytes of its entries.
+    pub bytes: u64,
 }
 
 /// One snapshot: the dataset's dnode-table root as txg `txg` committed it.
@@ -141,6 +170,9 @@ pub struct SnapRecord {
     /// import gives such a snapshot a new one.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub guid: u64,
+    /// Its dead list (version 6 on; absent: not known).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadlist: Option<DeadListRecord>,
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -180,7 +212,27 @@ impl DatasetRecord {
 pub fn dnode_hex(d: &Dnode) -> String {
     let mut raw = [0u8; DNODE_SIZE];
     d.encode(&mut raw);
+    hex(&raw)
+}
+
+fn hex(raw: &[u8]) -> String {
     raw.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl ChunkRecord {
+    pub fn new(bp: &BlockPtr, entries: u32, min_birth: u64, max_birth: u64, bytes: u64) -> ChunkRecord {
+        ChunkRecord { bp: hex(&bp.to_bytes()), entries, min_birth, max_birth, bytes }
+    }
+
+    /// The chunk's block pointer, or why the record does not give one.
+    pub fn block(&self) -> Result<BlockPtr, RecordError> {
+        let raw = from_hex(&self.bp)?;
+        match BlockPtr::decode(&raw) {
+            Ok(Some(bp)) if raw.len() == BLKPTR_SIZE => Ok(bp),
+            Ok(_) => Err(RecordError::Chunk(format!("{} bytes, not a block pointer", raw.len()))),
+            Err(e) => Err(RecordError::Chunk(e.to_string())),
+        }
+    }
 }
 
 /// Bytes of a hex string; works on bytes, so no input can split a character.
@@ -332,6 +384,7 @@ mod tests {
             creation: 0,
             snapshots: Vec::new(),
             origin: None,
+            deadlist: None,
         };
         assert_eq!(rec.meta().unwrap(), Some(d));
         rec.meta_dnode.truncate(10);

@@ -28,7 +28,7 @@ use crate::errlog::ErrLog;
 use crate::error::CommitError;
 use crate::history::History;
 use crate::scrub::ScanCtl;
-use crate::snapshots::{Origin, SnapOp, Snaps};
+use crate::snapshots::{HeadDead, HeadReset, Origin, SnapOp, Snaps};
 
 /// Local state of one dataset kept in the MOS.
 #[derive(Clone, Debug)]
@@ -50,6 +50,8 @@ pub(crate) struct Frozen {
     pub(crate) next_dataset_id: u64,
     /// Snapshots to take and destroy in the syncing txg, in the order asked.
     pub(crate) snap_ops: Vec<SnapOp>,
+    /// Heads whose dead list the syncing txg resets (before its snapshot changes).
+    pub(crate) head_resets: Vec<(u64, HeadReset)>,
 }
 
 /// A dnode-table root whose blocks the commit frees: those born after `floor` (the
@@ -79,6 +81,15 @@ pub(crate) struct Inner {
     pub(crate) snaps: RwLock<Snaps>,
     /// Snapshots to take or destroy in the open txg (frozen at quiesce).
     pub(crate) snap_ops: Mutex<Vec<SnapOp>>,
+    /// Each head's dead list (`snapshots::deadlist`), by dataset id. Changed only by the
+    /// sync thread.
+    pub(crate) head_dead: Mutex<HeadDead>,
+    /// Heads whose dead list the open txg resets: a head replaced by a rollback, a
+    /// receive or a destroy (frozen at quiesce).
+    pub(crate) head_resets: Mutex<Vec<(u64, HeadReset)>>,
+    /// The MOS version the commit writes: `MOS_VERSION`, or an older one a test asks for
+    /// to make a pool as an older tarn left it.
+    pub(crate) root_version: std::sync::atomic::AtomicU32,
     /// Serialises the checks and queueing of snapshot, clone and rollback commands, so
     /// two of them never both pass a check the other would fail.
     pub(crate) snap_lock: Mutex<()>,
@@ -228,6 +239,9 @@ impl Pool {
                 destroy_queue: Mutex::new(Vec::new()),
                 snaps: RwLock::new(BTreeMap::new()),
                 snap_ops: Mutex::new(Vec::new()),
+                head_dead: Mutex::new(BTreeMap::new()),
+                head_resets: Mutex::new(Vec::new()),
+                root_version: std::sync::atomic::AtomicU32::new(crate::mos::MOS_VERSION),
                 snap_lock: Mutex::new(()),
                 snap_open: Mutex::new(BTreeMap::new()),
                 frozen: Mutex::new(None),

@@ -21,7 +21,7 @@ use tarn_zio::Zio;
 
 use crate::error::PoolError;
 use crate::pool::{now_secs, Destroyed, Pool};
-use crate::snapshots::{Origin, Snap, SnapOp};
+use crate::snapshots::{HeadReset, Origin, Snap, SnapOp};
 
 /// The hidden dataset a receive into `TARGET` writes: `TARGET%recv`.
 pub const RECV_SUFFIX: &str = "%recv";
@@ -180,6 +180,12 @@ impl Pool {
                 let old = self.inner.datasets.write().remove(target);
                 let (meta, old) = old.ok_or_else(|| PoolError::NoSuchDataset(target.into()))?;
                 self.inner.destroy_queue.lock().push(Destroyed { meta: old.meta_dnode(), floor: base.txg });
+                // The received tree takes the target's place: the hidden dataset's list
+                // goes, and what the new head no longer holds of the base is not known
+                // (a destroy of the base walks).
+                let mut resets = self.inner.head_resets.lock();
+                resets.push((recv_meta.id, HeadReset::Gone));
+                resets.push((meta.id, HeadReset::Unknown));
                 (meta.id, meta.props, meta.creation, meta.origin)
             }
         };

@@ -113,6 +113,7 @@ fn snapshots_stay_frozen_while_the_head_changes_and_across_import() {
         let before = allocated(&pool);
         pool.destroy_snapshot(&frozen[victim].0).unwrap();
         assert!(allocated(&pool) <= before, "a destroy never allocates");
+        pool.verify_dead_lists().unwrap();
         frozen[victim].1.clear();
         for (name, want) in frozen.iter().filter(|(_, m)| !m.is_empty()) {
             assert_snapshot(&pool, name, want);
@@ -455,6 +456,8 @@ fn kill9_during_snapshot_create_and_destroy_leaves_a_consistent_pool() {
             read_tree(&pool.snapshot_dataset(name).unwrap()).unwrap();
         }
         read_tree(&pool.dataset("tank/db").unwrap()).unwrap();
+        // The dead lists the killed process left name exactly what the walks find.
+        pool.verify_dead_lists().unwrap_or_else(|e| panic!("iteration {iter}: {e}"));
         let scrub = pool.scrub().unwrap();
         assert_eq!(scrub.errors, 0, "iteration {iter}: {scrub:?}");
         pool.close().unwrap();

@@ -13,7 +13,7 @@
 
 use tarn_dataset::FsError;
 
-use super::{for_each_unique, split_snapshot_name, FoundFrees, Origin, Snap, SnapOp};
+use super::{for_each_unique, split_snapshot_name, FoundFrees, HeadReset, Origin, Snap, SnapOp};
 use crate::datasets::check_name;
 use crate::error::PoolError;
 use crate::pool::{now_secs, DsMeta, Pool};
@@ -97,7 +97,12 @@ impl Pool {
             let list = snaps.get(&meta.id)?;
             let i = list.iter().position(|s| s.name == snap.name)?;
             let prev = if i > 0 { list[i - 1].txg } else { meta.origin.as_ref().map_or(0, |o| o.txg) };
-            (prev, list.get(i + 1)?.clone())
+            let next = list.get(i + 1)?;
+            if next.dead.is_some() {
+                // The sync reads the next snapshot's dead list instead: nothing to walk.
+                return None;
+            }
+            (prev, next.clone())
         };
         let mut blocks = Vec::new();
         for_each_unique(&self.inner.ctx.zio, &snap.meta, prev, snap.txg, &next.meta, |bp| blocks.push(*bp));
@@ -187,6 +192,8 @@ impl Pool {
             return Err(PoolError::NoSuchDataset(ds));
         };
         self.inner.destroy_queue.lock().push(crate::pool::Destroyed { meta: head.meta_dnode(), floor: snap.txg });
+        // The head is the snapshot again: nothing the snapshot holds is dead.
+        self.inner.head_resets.lock().push((meta.id, HeadReset::Empty));
         let opened = self.add_dataset_at_snapshot(&ds, meta.id, meta.props, &snap, meta.creation, meta.origin);
         drop(hold);
         opened?;

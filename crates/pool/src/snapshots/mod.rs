@@ -9,20 +9,21 @@
 //!
 //! * **Freeing from a head**: a block the head no longer needs is freed only if it was
 //!   born after the head's *floor* — its newest snapshot's txg, or a clone's origin txg.
-//!   Otherwise a snapshot still holds it: it is left allocated (ZFS puts it on the
-//!   dead list). One comparison per freed block, in the sync thread.
+//!   Otherwise a snapshot still holds it: it stays allocated, on the head's dead list
+//!   (`deadlist`). One comparison per freed block, in the sync thread.
 //! * **Taking a snapshot** is queued in the open txg (all of `-r` under one hold, so in
 //!   one txg) and done by that txg's commit, after the dataset's blocks are written:
-//!   the snapshot records the root as the txg left it. Constant time: nothing is copied.
+//!   the snapshot records the root as the txg left it, and takes the head's dead list.
+//!   Constant time: nothing is copied.
 //! * **Destroying snapshot S** (previous snapshot P, or the clone's origin, else txg 0;
 //!   next N: the next snapshot or the head) frees exactly the blocks of S born after P
-//!   that N does not hold — ZFS's dead-list rule. The dead list is not stored: it is
-//!   found by walking N's blocks born after P (a block born at or before S's txg is
-//!   recorded and not descended: the whole subtree is S's too), then S's blocks born
-//!   after P, passing over what N holds. The walk costs the blocks changed since P.
-//!   When N is a snapshot (S is not the newest), the command walks before it queues the
-//!   destroy and the sync only frees what it found (`FoundFrees`): the txg does not wait
-//!   for seconds of reads on a busy disk. When N is the head, the sync walks.
+//!   that N does not hold — ZFS's dead-list rule: the entries of N's dead list born after
+//!   P, in the sync thread, no tree read (`deadlist::destroy_through`). When N's list is
+//!   not known (a pool from before dead lists), they are found by walking N's blocks born
+//!   after P (a block born at or before S's txg is recorded and not descended: the whole
+//!   subtree is S's too), then S's blocks born after P, passing over what N holds. When N
+//!   is a snapshot, the command walks before it queues the destroy and the sync only
+//!   frees what it found (`FoundFrees`); when N is the head, the sync walks.
 //! * **A clone**'s head is the snapshot's root; its floor is the origin's txg, so it
 //!   never frees a block the origin holds. A snapshot with clones is not destroyed.
 //! * **Rollback** to the newest snapshot drops the head: its blocks born after the
@@ -48,8 +49,9 @@
 //!
 //! Modules: this one (the records, names and lookups), `commands` (create, destroy,
 //! clone, promote, rollback: each queued in a txg and committed before it returns),
-//! `space` (listing and the space properties), `walks` (the born-after and
-//! only-this-snapshot walks the commit and the space counts share).
+//! `deadlist` (the stored dead lists), `space` (listing and the space properties),
+//! `walks` (the born-after and only-this-snapshot walks the commit and the space counts
+//! share), `verify` (the dead lists checked against the walks, for tests).
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -63,10 +65,28 @@ use crate::pool::{DsMeta, Pool};
 use crate::space::PoolSpace;
 
 mod commands;
+pub(crate) mod deadlist;
 mod space;
+mod verify;
 mod walks;
 
+pub(crate) use deadlist::DeadList;
 pub(crate) use walks::{for_each_born_after, for_each_unique};
+
+/// Each head's dead list by dataset id: an id not in it has an empty list; `None`: not
+/// known (see `deadlist`).
+pub(crate) type HeadDead = BTreeMap<u64, Option<DeadList>>;
+
+/// What becomes of a head's dead list when its head is replaced or goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum HeadReset {
+    /// The dataset is gone: its list's chunks are freed.
+    Gone,
+    /// The head is its newest snapshot again (rollback): nothing it holds is dead.
+    Empty,
+    /// The head was replaced by a tree this pool did not grow (receive): not known.
+    Unknown,
+}
 
 /// One snapshot of a dataset.
 #[derive(Clone, Debug)]
@@ -83,6 +103,8 @@ pub(crate) struct Snap {
     /// Names this snapshot's contents across pools: a received snapshot keeps the
     /// sender's, so an incremental stream finds its base by it.
     pub(crate) guid: u64,
+    /// The blocks of the snapshot before it that it does not hold (`None`: not known).
+    pub(crate) dead: Option<DeadList>,
 }
 
 /// Snapshots by dataset id, oldest first.

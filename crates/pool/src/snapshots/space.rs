@@ -1,6 +1,9 @@
 //! Snapshot listing and space: `tarn snap list` with each snapshot's `used` and
 //! `written`, and a dataset's `usedbysnapshots`, `written`, `usedbydataset` and the
-//! USED it is charged, counted on demand by the walks of `walks.rs`.
+//! USED it is charged, counted on demand: `used` and `usedbysnapshots` from the dead
+//! lists when they are known (each chunk's record gives its bytes; only a chunk with
+//! entries on both sides of the txg counted from is read), else, and the others always,
+//! by the walks of `walks.rs`.
 //!
 //! Owns: the space figures snapshots and origins change.
 //!
@@ -13,7 +16,7 @@ use std::sync::Arc;
 use tarn_dataset::Dataset;
 
 use super::walks::{for_each_born_after, for_each_unique, psize_sum};
-use super::{split_snapshot_name, SnapSpace, SnapshotInfo};
+use super::{split_snapshot_name, DeadList, Snap, SnapSpace, SnapshotInfo};
 use crate::error::PoolError;
 use crate::pool::{DsMeta, Pool};
 
@@ -44,13 +47,16 @@ impl Pool {
         // Shared: no block walked here is released for reuse meanwhile.
         let _reading = self.inner.ctx.reclaim.read();
         for (name, meta, head) in heads {
-            let list = self.inner.snaps.read().get(&meta.id).cloned().unwrap_or_default();
+            let (list, head_dead) = self.lists_of(meta.id);
             let head_meta = head.meta_dnode();
             let mut prev = meta.origin.as_ref().map_or(0, |o| o.txg);
             for (i, s) in list.iter().enumerate() {
-                let next = list.get(i + 1).map_or(&head_meta, |n| &n.meta);
+                let (next, next_dead) = list.get(i + 1).map_or((&head_meta, &head_dead), |n| (&n.meta, &n.dead));
                 if filter_snap.is_none_or(|f| f == s.name) {
-                    let used = psize_sum(|f| for_each_unique(zio, &s.meta, prev, s.txg, next, f));
+                    // What only S holds is the next tree's dead list born after P.
+                    let listed = next_dead.as_ref().and_then(|d| d.bytes_born_after(zio, prev).ok());
+                    let used =
+                        listed.unwrap_or_else(|| psize_sum(|f| for_each_unique(zio, &s.meta, prev, s.txg, next, f)));
                     let written = psize_sum(|f| for_each_born_after(zio, &s.meta, prev, f));
                     out.push(SnapshotInfo {
                         name: format!("{name}@{}", s.name),
@@ -91,20 +97,62 @@ impl Pool {
         space.usedbysnapshots + space.usedbydataset
     }
 
+    /// A dataset's snapshots and its head's dead list, read at one instant (the sync
+    /// thread changes both under `snaps`).
+    fn lists_of(&self, id: u64) -> (Vec<Snap>, Option<DeadList>) {
+        let snaps = self.inner.snaps.read();
+        let list = snaps.get(&id).cloned().unwrap_or_default();
+        let head = self.inner.head_dead.lock().get(&id).cloned().unwrap_or_else(|| Some(DeadList::default()));
+        (list, head)
+    }
+
+    /// Bytes only a dataset's snapshots hold, from the dead lists when every one is
+    /// known: each such block is on exactly one list (the one of the tree after the last
+    /// snapshot holding it), and entries born at or before the origin are the origin's.
+    pub(crate) fn usedbysnapshots_listed(
+        &self,
+        list: &[Snap],
+        head: Option<&DeadList>,
+        origin_txg: u64,
+    ) -> Option<u64> {
+        let zio = &self.inner.ctx.zio;
+        let mut sum = head?.bytes_born_after(zio, origin_txg).ok()?;
+        for s in list {
+            sum += s.dead.as_ref()?.bytes_born_after(zio, origin_txg).ok()?;
+        }
+        Some(sum)
+    }
+
+    /// Bytes only a dataset's snapshots hold, by the walks: each snapshot's blocks born
+    /// after the one before it that the head does not hold.
+    pub(crate) fn usedbysnapshots_walked(
+        &self,
+        list: &[Snap],
+        head_meta: &tarn_objects::Dnode,
+        origin_txg: u64,
+    ) -> u64 {
+        let zio = &self.inner.ctx.zio;
+        let mut prev = origin_txg;
+        let mut sum = 0;
+        for s in list {
+            sum += psize_sum(|f| for_each_unique(zio, &s.meta, prev, s.txg, head_meta, f));
+            prev = s.txg;
+        }
+        sum
+    }
+
     /// `snap_space`, with `written` left at 0 unless `count_written` (its walk is the
     /// head's changes since the newest snapshot, which USED does not need).
     fn walk_space(&self, meta: &DsMeta, head: &Dataset, count_written: bool) -> SnapSpace {
         let zio = &self.inner.ctx.zio;
         let _reading = self.inner.ctx.reclaim.read();
-        let list = self.inner.snaps.read().get(&meta.id).cloned().unwrap_or_default();
+        let (list, head_dead) = self.lists_of(meta.id);
         let head_meta = head.meta_dnode();
         let origin_txg = meta.origin.as_ref().map_or(0, |o| o.txg);
-        let mut prev = origin_txg;
-        let mut usedbysnapshots = 0;
-        for s in &list {
-            usedbysnapshots += psize_sum(|f| for_each_unique(zio, &s.meta, prev, s.txg, &head_meta, f));
-            prev = s.txg;
-        }
+        let usedbysnapshots = self
+            .usedbysnapshots_listed(&list, head_dead.as_ref(), origin_txg)
+            .unwrap_or_else(|| self.usedbysnapshots_walked(&list, &head_meta, origin_txg));
+        let prev = list.last().map_or(origin_txg, |s| s.txg);
         let written = if count_written { psize_sum(|f| for_each_born_after(zio, &head_meta, prev, f)) } else { 0 };
         let usedbydataset = if meta.origin.is_some() {
             psize_sum(|f| for_each_born_after(zio, &head_meta, origin_txg, f))

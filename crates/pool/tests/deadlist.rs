@@ -1,0 +1,383 @@
+//! Dead lists (snapshot destroy without a tree walk): the lists against the walks they
+//! replace (`Pool::verify_dead_lists`) across random writes, snapshots and destroys of any
+//! snapshot against a model; the allocated count against the import walk (a block freed
+//! while referenced, or leaked, shows there); a pool written before dead lists (MOS
+//! version 4) imported and its snapshots destroyed; and power cuts at every point of a
+//! write stream holding snapshot takes, destroys and dead-list updates.
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{noise, read_tree, Ev, OverlayDevice, RecDevice};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tarn_dataset::{Dataset, NewObject, ROOT_ID};
+use tarn_pool::{CreateOptions, ImportOptions, Pool, VdevSpec};
+use tarn_txg::TxgConfig;
+use tarn_vdev::{BlockDevice, LABEL_SIZE};
+
+type Model = BTreeMap<String, Vec<u8>>;
+
+fn write(ds: &Dataset, model: &mut Model, name: &str, off: u64, data: &[u8]) {
+    let ino = match ds.lookup(ROOT_ID, name.as_bytes()) {
+        Ok(a) => a.ino,
+        Err(_) => ds.create(ROOT_ID, name.as_bytes(), NewObject::File, 0o644, 0, 0).unwrap().ino,
+    };
+    ds.write(ino, off, data).unwrap();
+    let f = model.entry(name.to_string()).or_default();
+    let end = off as usize + data.len();
+    if f.len() < end {
+        f.resize(end, 0);
+    }
+    f[off as usize..end].copy_from_slice(data);
+}
+
+fn remove(ds: &Dataset, model: &mut Model, name: &str) {
+    ds.unlink(ROOT_ID, name.as_bytes()).unwrap();
+    model.remove(name);
+}
+
+/// A few random overwrites, new files and removals.
+fn churn(ds: &Dataset, model: &mut Model, rng: &mut StdRng) {
+    for _ in 0..rng.gen_range(2..6) {
+        let name = format!("f{}", rng.gen_range(0..6));
+        if rng.gen_range(0..8) == 0 && model.contains_key(&name) {
+            remove(ds, model, &name);
+        } else {
+            let off = rng.gen_range(0..40) * 16384;
+            let len = rng.gen_range(1..200_000);
+            write(ds, model, &name, off, &noise(rng.gen(), len));
+        }
+    }
+}
+
+fn allocated(pool: &Pool) -> u64 {
+    pool.sync().unwrap();
+    pool.status().allocated
+}
+
+fn new_pool(dir: &Path) -> (Pool, PathBuf) {
+    let img = dir.join("d0.img");
+    let opts = CreateOptions { size: Some(512 << 20), ..Default::default() };
+    let pool = Pool::create("tank", &[VdevSpec::Disk(img.clone())], &opts).unwrap();
+    pool.create_dataset("tank/db").unwrap();
+    (pool, img)
+}
+
+fn reimport(pool: Pool, img: &Path) -> Pool {
+    pool.export().unwrap();
+    Pool::import_paths(&[img.to_path_buf()], &ImportOptions::default()).unwrap()
+}
+
+/// The running pool's allocated bytes are what the import walk finds (a block freed while
+/// referenced, or leaked, shows as a difference), and every snapshot reads back.
+fn check_across_import(pool: Pool, img: &Path, snaps: &BTreeMap<String, Model>, head: &Model, why: &str) -> Pool {
+    let before = allocated(&pool);
+    let pool = reimport(pool, img);
+    let after = allocated(&pool);
+    assert!(
+        after.abs_diff(before) <= 64 << 10,
+        "{why}: running pool had {before} bytes allocated, import found {after}"
+    );
+    for (name, want) in snaps {
+        let got = read_tree(&pool.snapshot_dataset(name).unwrap()).unwrap();
+        assert!(got == *want, "{why}: {name} differs from the model");
+    }
+    assert!(read_tree(&pool.dataset("tank/db").unwrap()).unwrap() == *head, "{why}: head differs");
+    pool
+}
+
+/// Random writes, snapshots and destroys (oldest, middle, newest) against a model: after
+/// every step the dead lists name exactly the blocks the walks find, and across imports
+/// the allocated count is the import walk's. Then every snapshot is destroyed and the
+/// pool holds what the head alone holds.
+#[test]
+fn dead_lists_match_the_walks_across_random_snapshots_and_destroys() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut pool, img) = new_pool(dir.path());
+    let mut rng = StdRng::seed_from_u64(13);
+    let mut model = Model::new();
+    let mut snaps: BTreeMap<String, Model> = BTreeMap::new();
+    let mut order: Vec<String> = Vec::new();
+    let mut checked = 0;
+    for step in 0..40u64 {
+        let ds = pool.dataset("tank/db").unwrap();
+        churn(&ds, &mut model, &mut rng);
+        if rng.gen_bool(0.3) {
+            pool.sync().unwrap();
+            churn(&ds, &mut model, &mut rng);
+        }
+        if rng.gen_bool(0.6) || order.is_empty() {
+            let name = format!("tank/db@s{step}");
+            pool.create_snapshots(std::slice::from_ref(&name), false).unwrap();
+            snaps.insert(name.clone(), model.clone());
+            order.push(name);
+        }
+        // Writes in the same txg as a destroy: the head's list changes in it too.
+        churn(&ds, &mut model, &mut rng);
+        if order.len() > 3 || (rng.gen_bool(0.3) && !order.is_empty()) {
+            let victim = match rng.gen_range(0..3) {
+                0 => 0,
+                1 => order.len() - 1,
+                _ => rng.gen_range(0..order.len()),
+            };
+            let name = order.remove(victim);
+            let before = allocated(&pool);
+            pool.destroy_snapshot(&name).unwrap();
+            snaps.remove(&name);
+            assert!(allocated(&pool) <= before + (256 << 10), "step {step}: destroying {name} allocated space");
+        }
+        checked += pool.verify_dead_lists().unwrap_or_else(|e| panic!("step {step}: {e}"));
+        drop(ds);
+        if step % 8 == 7 {
+            pool = check_across_import(pool, &img, &snaps, &model, &format!("step {step}"));
+            checked += pool.verify_dead_lists().unwrap_or_else(|e| panic!("step {step}, imported: {e}"));
+        }
+    }
+    assert!(checked >= 40, "only {checked} snapshot lists compared");
+    let head_only = {
+        for name in order.drain(..).rev() {
+            pool.destroy_snapshot(&name).unwrap();
+        }
+        snaps.clear();
+        allocated(&pool)
+    };
+    let pool = check_across_import(pool, &img, &snaps, &model, "all destroyed");
+    assert!(allocated(&pool).abs_diff(head_only) <= 64 << 10);
+    let scrub = pool.scrub().unwrap();
+    assert_eq!(scrub.errors, 0, "{scrub:?}");
+    pool.export().unwrap();
+}
+
+/// A clone's and a promoted clone's lists match the walks too.
+#[test]
+fn dead_lists_of_clones_and_promoted_clones_match_the_walks() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pool, img) = new_pool(dir.path());
+    let mut rng = StdRng::seed_from_u64(5);
+    let mut model = Model::new();
+    let ds = pool.dataset("tank/db").unwrap();
+    churn(&ds, &mut model, &mut rng);
+    pool.create_snapshots(&["tank/db@a".into()], false).unwrap();
+    churn(&ds, &mut model, &mut rng);
+    pool.create_snapshots(&["tank/db@b".into()], false).unwrap();
+    churn(&ds, &mut model, &mut rng);
+    pool.clone_snapshot("tank/db@b", "tank/c", &[]).unwrap();
+    let clone = pool.dataset("tank/c").unwrap();
+    let mut cmodel = read_tree(&clone).unwrap();
+    churn(&clone, &mut cmodel, &mut rng);
+    pool.create_snapshots(&["tank/c@c1".into()], false).unwrap();
+    churn(&clone, &mut cmodel, &mut rng);
+    pool.create_snapshots(&["tank/c@c2".into()], false).unwrap();
+    churn(&clone, &mut cmodel, &mut rng);
+    assert!(pool.verify_dead_lists().unwrap() >= 4);
+    pool.promote("tank/c").unwrap();
+    churn(&clone, &mut cmodel, &mut rng);
+    churn(&ds, &mut model, &mut rng);
+    assert!(pool.verify_dead_lists().unwrap() >= 4);
+    pool.destroy_snapshot("tank/c@c1").unwrap();
+    pool.verify_dead_lists().unwrap();
+    drop((ds, clone));
+    pool.destroy_dataset("tank/db").unwrap();
+    pool.destroy_snapshot("tank/c@b").unwrap();
+    pool.destroy_snapshot("tank/c@a").unwrap();
+    pool.verify_dead_lists().unwrap();
+    let before = allocated(&pool);
+    let pool = reimport(pool, &img);
+    assert!(allocated(&pool).abs_diff(before) <= 64 << 10);
+    assert!(read_tree(&pool.dataset("tank/c").unwrap()).unwrap() == cmodel);
+    pool.verify_dead_lists().unwrap();
+    pool.export().unwrap();
+}
+
+/// A pool an older tarn wrote (MOS version 5: no dead lists) imports; its snapshots are
+/// destroyed by the walk, and each new snapshot starts a list that the next root (version
+/// 6) keeps.
+#[test]
+fn a_pool_without_dead_lists_is_imported_and_its_snapshots_destroyed_by_the_walk() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pool, img) = new_pool(dir.path());
+    pool.write_root_version_for_test(tarn_pool::MOS_VERSION - 1);
+    let mut rng = StdRng::seed_from_u64(21);
+    let mut model = Model::new();
+    let mut snaps: BTreeMap<String, Model> = BTreeMap::new();
+    let ds = pool.dataset("tank/db").unwrap();
+    for i in 0..4 {
+        churn(&ds, &mut model, &mut rng);
+        let name = format!("tank/db@old{i}");
+        pool.create_snapshots(std::slice::from_ref(&name), false).unwrap();
+        snaps.insert(name, model.clone());
+    }
+    churn(&ds, &mut model, &mut rng);
+    drop(ds);
+    let pool = check_across_import(pool, &img, &snaps, &model, "version 5 root");
+    // No list is known yet: nothing to compare, and destroys walk.
+    assert_eq!(pool.verify_dead_lists().unwrap(), 0);
+    pool.destroy_snapshot("tank/db@old1").unwrap();
+    snaps.remove("tank/db@old1");
+    let ds = pool.dataset("tank/db").unwrap();
+    churn(&ds, &mut model, &mut rng);
+    pool.create_snapshots(&["tank/db@new".into()], false).unwrap();
+    snaps.insert("tank/db@new".into(), model.clone());
+    churn(&ds, &mut model, &mut rng);
+    // The head's list started at the new snapshot: known, and right.
+    assert_eq!(pool.verify_dead_lists().unwrap(), 1);
+    drop(ds);
+    let pool = check_across_import(pool, &img, &snaps, &model, "after the upgrade");
+    assert_eq!(pool.verify_dead_lists().unwrap(), 1);
+    for name in ["tank/db@new", "tank/db@old3", "tank/db@old0", "tank/db@old2"] {
+        pool.destroy_snapshot(name).unwrap();
+        snaps.remove(name);
+        pool.verify_dead_lists().unwrap();
+    }
+    let pool = check_across_import(pool, &img, &snaps, &model, "all destroyed");
+    pool.export().unwrap();
+}
+
+// ---- power cuts ----
+
+/// Only explicit syncs (and the snapshot commands' own) commit.
+fn manual_txgs() -> TxgConfig {
+    TxgConfig { timeout: Duration::from_secs(3600), ..Default::default() }
+}
+
+fn base_image() -> Vec<u8> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("base.img");
+    let opts = CreateOptions { size: Some(96 << 20), txg: manual_txgs(), ..Default::default() };
+    let pool = Pool::create("tank", &[VdevSpec::Disk(path.clone())], &opts).unwrap();
+    pool.set_property("tank", "recordsize", "16K").unwrap();
+    pool.close().unwrap();
+    std::fs::read(&path).unwrap()
+}
+
+/// A committed state: the head's files, each snapshot's, and where its commit ended in
+/// the event stream.
+struct Committed {
+    head: Model,
+    snaps: BTreeMap<String, Model>,
+    end: usize,
+}
+
+/// Writes, snapshots and destroys of the oldest, a middle and the newest snapshot, each
+/// destroy in a txg that also frees head blocks (dead-list updates).
+fn record_workload(dev: &Arc<RecDevice>) -> Vec<Committed> {
+    let pool = Pool::import(vec![dev.clone() as Arc<dyn BlockDevice>], &ImportOptions { txg: manual_txgs() }).unwrap();
+    let ds = pool.dataset("tank").unwrap();
+    let mut rng = StdRng::seed_from_u64(99);
+    let mut model = Model::new();
+    let mut snaps: BTreeMap<String, Model> = BTreeMap::new();
+    let mut states = vec![Committed { head: Model::new(), snaps: BTreeMap::new(), end: dev.events() }];
+    let mut commit = |head: &Model, snaps: &BTreeMap<String, Model>| {
+        states.push(Committed { head: head.clone(), snaps: snaps.clone(), end: dev.events() });
+    };
+    for round in 0..6 {
+        churn(&ds, &mut model, &mut rng);
+        pool.sync().unwrap();
+        commit(&model, &snaps);
+        let name = format!("tank@r{round}");
+        pool.create_snapshots(std::slice::from_ref(&name), false).unwrap();
+        snaps.insert(name, model.clone());
+        commit(&model, &snaps);
+        churn(&ds, &mut model, &mut rng);
+        pool.sync().unwrap();
+        commit(&model, &snaps);
+        if round >= 2 {
+            let names: Vec<String> = snaps.keys().cloned().collect();
+            let victim = names[[0, names.len() / 2, names.len() - 1][round % 3]].clone();
+            // The head's writes join the destroy's txg.
+            churn(&ds, &mut model, &mut rng);
+            pool.destroy_snapshot(&victim).unwrap();
+            snaps.remove(&victim);
+            // The destroy's txg may not hold all the writes: commit the rest.
+            pool.sync().unwrap();
+            commit(&model, &snaps);
+        }
+    }
+    drop(ds);
+    pool.close().unwrap();
+    states
+}
+
+fn is_uberblock_write(off: u64, size: u64) -> bool {
+    let label1 = (size / LABEL_SIZE) * LABEL_SIZE - LABEL_SIZE;
+    let cfg = LABEL_SIZE - 192 * 1024;
+    (off >= cfg && off < LABEL_SIZE) || (off >= label1 + cfg && off < label1 + LABEL_SIZE)
+}
+
+/// Power cut after each prefix of the write stream (and with the writes since the last
+/// flush in a random subset): the image imports as one committed state, with its
+/// snapshots and their contents; the dead lists match the walks; every snapshot can then
+/// be destroyed through them, leaving exactly what the import walk counts (nothing freed
+/// twice, nothing leaked); and the pool scrubs clean.
+#[test]
+fn power_cuts_amid_snapshot_destroys_and_dead_list_updates_leave_a_consistent_pool() {
+    let base = Arc::new(base_image());
+    let size = base.len() as u64;
+    let log = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let dev = RecDevice::shared((*base).clone(), "rec", 0, log.clone());
+    let states = record_workload(&dev);
+    drop(dev);
+    let events: Vec<(usize, Ev)> = log.lock().clone();
+    let n = events.len();
+    let state_of: Vec<usize> = (0..n).map(|i| states.iter().position(|s| s.end > i).unwrap_or(states.len())).collect();
+    let flushes: Vec<usize> = (0..n).filter(|&i| matches!(events[i].1, Ev::Flush)).collect();
+    let mut rng = StdRng::seed_from_u64(3);
+    let mut cuts: Vec<(String, Vec<usize>)> = Vec::new();
+    // Cut at every flush and just before it (everything of the txg written, nothing
+    // flushed), and a random subset of each flush interval's writes.
+    let mut start = 0;
+    for &f in &flushes {
+        cuts.push((format!("after flush {f}"), (0..=f).collect()));
+        cuts.push((format!("before flush {f}"), (0..f).collect()));
+        let mut subset: Vec<usize> = (0..start).collect();
+        subset.extend((start..f).filter(|_| rng.gen_bool(0.5)));
+        cuts.push((format!("subset of {start}..{f}"), subset));
+        start = f + 1;
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (what, applied) in &cuts {
+        let img = Arc::new(OverlayDevice::new(base.clone(), "cut"));
+        let mut newest = 0;
+        for &i in applied {
+            if let Ev::Write { off, data } = &events[i].1 {
+                img.write_at(data, *off).unwrap();
+                if is_uberblock_write(*off, size) {
+                    newest = newest.max(state_of[i]);
+                }
+            }
+        }
+        let want = &states[newest];
+        let dev = || vec![img.clone() as Arc<dyn BlockDevice>];
+        let pool = Pool::import(dev(), &ImportOptions { txg: manual_txgs() })
+            .unwrap_or_else(|e| panic!("{what}: import failed: {e}"));
+        let names: Vec<String> =
+            pool.snapshot_names("tank").unwrap().into_iter().map(|s| format!("tank@{s}")).collect();
+        assert_eq!(names, want.snaps.keys().cloned().collect::<Vec<_>>(), "{what}: snapshots of state {newest}");
+        for (name, files) in &want.snaps {
+            assert!(read_tree(&pool.snapshot_dataset(name).unwrap()).unwrap() == *files, "{what}: {name} differs");
+        }
+        assert!(read_tree(&pool.dataset("tank").unwrap()).unwrap() == want.head, "{what}: head differs");
+        pool.verify_dead_lists().unwrap_or_else(|e| panic!("{what}: {e}"));
+        let scrub = pool.scrub().unwrap();
+        assert_eq!(scrub.errors, 0, "{what}: {scrub:?}");
+        for name in &names {
+            pool.destroy_snapshot(name).unwrap();
+        }
+        let running = allocated(&pool);
+        pool.close().unwrap();
+        let pool = Pool::import(dev(), &ImportOptions { txg: manual_txgs() }).unwrap();
+        let walked = allocated(&pool);
+        assert!(
+            walked.abs_diff(running) <= 64 << 10,
+            "{what}: after destroying every snapshot the pool had {running} bytes allocated, the import walk found {walked}"
+        );
+        assert!(read_tree(&pool.dataset("tank").unwrap()).unwrap() == want.head, "{what}: head differs after");
+        pool.close().unwrap();
+        seen.insert(newest);
+    }
+    assert!(seen.len() >= states.len() / 2, "the cuts landed in only {} of {} states", seen.len(), states.len());
+}
