@@ -68,7 +68,7 @@ use tarn_dataset::{Dataset, FsError};
 use tarn_txg::SyncTarget;
 use tarn_vdev::Uberblock;
 use tarn_zil::LogRoot;
-use tarn_zio::{BlockPtr, BlockType, CachePolicy, ChecksumKind, Compression, PendingBlock};
+use tarn_zio::{BlockPtr, PendingBlock};
 
 use crate::error::{CommitError, PoolError};
 use crate::mos::{
@@ -357,17 +357,7 @@ impl Inner {
         mos.zil_replay = log.replay;
         mos.history = self.history.for_root(txg);
         let mos = mos.encode();
-        let block = PendingBlock {
-            data: &mos,
-            compression: Compression::Lz4,
-            checksum: ChecksumKind::Xxh3,
-            level: 0,
-            block_type: BlockType::Mos,
-            cache: CachePolicy::None,
-            page: None,
-            objset: None,
-            stored: None,
-        };
+        let block = PendingBlock::pool_metadata(&mos);
         let bp = zio.write_blocks(std::slice::from_ref(&block), txg)?[0];
         if let Some(old) = self.mos_bp.lock().replace(bp) {
             zio.free(&old);

@@ -11,29 +11,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{noise, read_tree, Ev, OverlayDevice, RecDevice};
+use common::{noise, read_tree, write, Ev, Model, OverlayDevice, RecDevice};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tarn_dataset::{Dataset, NewObject, ROOT_ID};
+use tarn_dataset::{Dataset, ROOT_ID};
 use tarn_pool::{CreateOptions, ImportOptions, Pool, VdevSpec};
 use tarn_txg::TxgConfig;
 use tarn_vdev::{BlockDevice, LABEL_SIZE};
-
-type Model = BTreeMap<String, Vec<u8>>;
-
-fn write(ds: &Dataset, model: &mut Model, name: &str, off: u64, data: &[u8]) {
-    let ino = match ds.lookup(ROOT_ID, name.as_bytes()) {
-        Ok(a) => a.ino,
-        Err(_) => ds.create(ROOT_ID, name.as_bytes(), NewObject::File, 0o644, 0, 0).unwrap().ino,
-    };
-    ds.write(ino, off, data).unwrap();
-    let f = model.entry(name.to_string()).or_default();
-    let end = off as usize + data.len();
-    if f.len() < end {
-        f.resize(end, 0);
-    }
-    f[off as usize..end].copy_from_slice(data);
-}
 
 fn remove(ds: &Dataset, model: &mut Model, name: &str) {
     ds.unlink(ROOT_ID, name.as_bytes()).unwrap();

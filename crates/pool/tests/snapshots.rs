@@ -10,11 +10,9 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use common::{noise, read_tree};
+use common::{noise, read_tree, write, Model};
 use tarn_dataset::{Dataset, FsError, NewObject, SetAttr, ROOT_ID};
 use tarn_pool::{CreateOptions, ImportOptions, Pool, PoolError, VdevSpec};
-
-type Model = BTreeMap<String, Vec<u8>>;
 
 fn new_pool(dir: &Path) -> (Pool, PathBuf) {
     let img = dir.join("d0.img");
@@ -32,22 +30,6 @@ fn reimport(pool: Pool, img: &Path) -> Pool {
 fn allocated(pool: &Pool) -> u64 {
     pool.sync().unwrap();
     pool.status().allocated
-}
-
-/// Writes `data` at `off` of file `name` in the root directory, creating it, and in the
-/// model.
-fn write(ds: &Dataset, model: &mut Model, name: &str, off: u64, data: &[u8]) {
-    let ino = match ds.lookup(ROOT_ID, name.as_bytes()) {
-        Ok(a) => a.ino,
-        Err(_) => ds.create(ROOT_ID, name.as_bytes(), NewObject::File, 0o644, 0, 0).unwrap().ino,
-    };
-    ds.write(ino, off, data).unwrap();
-    let f = model.entry(name.to_string()).or_default();
-    let end = off as usize + data.len();
-    if f.len() < end {
-        f.resize(end, 0);
-    }
-    f[off as usize..end].copy_from_slice(data);
 }
 
 fn truncate(ds: &Dataset, model: &mut Model, name: &str, size: u64) {

@@ -328,7 +328,7 @@ mod tests {
 
     use tarn_vdev::{BlockDevice, FileDevice, Leaf, TopVdev, Uberblock, VdevTree};
 
-    use crate::{BlockType, CachePolicy, ChecksumKind, Compression, PendingBlock, Zio};
+    use crate::{PendingBlock, Zio};
 
     /// A pipeline over one 8 MiB image file, everything free.
     fn zio(dir: &tempfile::TempDir) -> Zio {
@@ -342,17 +342,7 @@ mod tests {
 
     fn write_one(zio: &Zio, txg: u64) -> crate::BlockPtr {
         let data = vec![3u8; 4096];
-        let block = PendingBlock {
-            data: &data,
-            compression: Compression::Lz4,
-            checksum: ChecksumKind::Xxh3,
-            level: 0,
-            block_type: BlockType::Mos,
-            cache: CachePolicy::None,
-            page: None,
-            objset: None,
-            stored: None,
-        };
+        let block = PendingBlock::pool_metadata(&data);
         zio.write_blocks(&[block], txg).unwrap()[0]
     }
 

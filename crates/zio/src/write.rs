@@ -70,6 +70,24 @@ pub struct PendingBlock<'a> {
     pub stored: Option<StoredAs>,
 }
 
+impl<'a> PendingBlock<'a> {
+    /// A block of the pool's own metadata (the MOS, and what it names: dead-list chunks):
+    /// lz4, xxh3, not kept in the ARC, of no dataset.
+    pub fn pool_metadata(data: &'a [u8]) -> PendingBlock<'a> {
+        PendingBlock {
+            data,
+            compression: Compression::Lz4,
+            checksum: ChecksumKind::Xxh3,
+            level: 0,
+            block_type: BlockType::Mos,
+            cache: CachePolicy::None,
+            page: None,
+            objset: None,
+            stored: None,
+        }
+    }
+}
+
 /// How the bytes of an already stored block were made: their codec and logical size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StoredAs {

@@ -29,10 +29,7 @@
 //!
 //! Must never: run outside the sync thread (it writes and frees blocks of the syncing
 //! txg), or hold a list's entries in memory beyond one chunk.
-use tarn_zio::{
-    Access, BlockPtr, BlockType, CachePolicy, ChecksumKind, Compression, PendingBlock, ReadKind, Zio, ZioError,
-    BLKPTR_SIZE,
-};
+use tarn_zio::{Access, BlockPtr, CachePolicy, PendingBlock, ReadKind, Zio, ZioError, BLKPTR_SIZE};
 
 /// Entries in one chunk: 8 bytes of header and 2040 pointers fill 128 KiB.
 pub(crate) const CHUNK_ENTRIES: usize = 2040;
@@ -184,18 +181,7 @@ fn write_chunk(zio: &Zio, entries: &[BlockPtr], txg: u64) -> Result<Chunk, ZioEr
     for bp in entries {
         data.extend_from_slice(&bp.to_bytes());
     }
-    let block = PendingBlock {
-        data: &data,
-        compression: Compression::Lz4,
-        checksum: ChecksumKind::Xxh3,
-        level: 0,
-        // The pool's own metadata, as the MOS that names it.
-        block_type: BlockType::Mos,
-        cache: CachePolicy::None,
-        page: None,
-        objset: None,
-        stored: None,
-    };
+    let block = PendingBlock::pool_metadata(&data);
     let bp = zio.write_blocks(std::slice::from_ref(&block), txg)?[0];
     let births = entries.iter().map(|e| e.birth);
     Ok(Chunk {

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use tarn_dataset::{Dataset, FileKind, ROOT_ID};
+use tarn_dataset::{Dataset, FileKind, NewObject, ROOT_ID};
 use tarn_vdev::BlockDevice;
 
 /// Deterministic incompressible bytes (xorshift), distinct per seed.
@@ -196,6 +196,25 @@ impl BlockDevice for RecDevice {
     fn path(&self) -> &Path {
         self.inner.path()
     }
+}
+
+/// A dataset's files as a test expects them: name → bytes.
+pub type Model = BTreeMap<String, Vec<u8>>;
+
+/// Writes `data` at `off` of file `name` in the root directory, creating it, and in the
+/// model.
+pub fn write(ds: &Dataset, model: &mut Model, name: &str, off: u64, data: &[u8]) {
+    let ino = match ds.lookup(ROOT_ID, name.as_bytes()) {
+        Ok(a) => a.ino,
+        Err(_) => ds.create(ROOT_ID, name.as_bytes(), NewObject::File, 0o644, 0, 0).unwrap().ino,
+    };
+    ds.write(ino, off, data).unwrap();
+    let f = model.entry(name.to_string()).or_default();
+    let end = off as usize + data.len();
+    if f.len() < end {
+        f.resize(end, 0);
+    }
+    f[off as usize..end].copy_from_slice(data);
 }
 
 /// Every regular file under `dir` (recursively, as "sub/name"), with its whole content.
