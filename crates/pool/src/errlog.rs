@@ -17,7 +17,8 @@
 //! Promises: an object is named by its path (`tank/db:/dir/file`, found by following
 //! its parent links and looking its name up in each directory), or by its number when
 //! it has no path any more (`tank/db:<0x1f>`, unlinked); the pool's own root block is
-//! `<metadata>:<0x0>`; listing never changes the pool.
+//! `<metadata>:<0x0>`; a dead list's chunk is named by its tree (`tank/db@s1:<dead
+//! list>`, `tank/db:<dead list>` for the head's); listing never changes the pool.
 //!
 //! Must never: hold the log's lock while reading a block, or walk without the reclaim
 //! lock (a block it looks at could be freed and reused under it).
@@ -41,7 +42,17 @@ pub enum ErrKey {
     Unresolved { vdev: u16, offset: u64, birth: u64 },
 }
 
+/// The object number an error-log entry gives a dead-list chunk (no object has it: object
+/// numbers stay far below), so the log keeps its one entry shape (FORMAT.md §12).
+pub(crate) const DEAD_LIST_OBJECT: u64 = u64::MAX;
+
 impl ErrKey {
+    /// A chunk of the dead list of dataset `dataset`'s tree `tree` (0: the head, else the
+    /// snapshot's txg), in `blkid`.
+    pub(crate) fn dead_list(dataset: u64, tree: u64) -> ErrKey {
+        ErrKey::Block { dataset, object: DEAD_LIST_OBJECT, level: 0, blkid: tree }
+    }
+
     fn of_pointer(bp: &BlockPtr) -> ErrKey {
         ErrKey::Unresolved { vdev: bp.vdev, offset: bp.offset, birth: bp.birth }
     }
@@ -126,6 +137,24 @@ struct Resolver {
     found: BTreeMap<ErrKey, Option<ErrKey>>,
 }
 
+impl Resolver {
+    /// Places the unresolved blocks that are chunks of dataset `id`'s dead lists (a
+    /// destroy's read of a chunk fails outside any walk).
+    fn dead_lists(&mut self, inner: &Inner, id: u64) {
+        let snaps = inner.snaps.read();
+        let heads = inner.head_dead.lock();
+        let head = heads.get(&id).and_then(Option::as_ref).map(|l| (0, l));
+        let lists = snaps.get(&id).into_iter().flatten().filter_map(|s| s.dead.as_ref().map(|l| (s.txg, l)));
+        for (tree, list) in head.into_iter().chain(lists) {
+            for c in &list.chunks {
+                if let Some(key) = self.wanted.remove(&(c.bp.vdev, c.bp.offset, c.bp.birth)) {
+                    self.found.insert(key, Some(ErrKey::dead_list(id, tree)));
+                }
+            }
+        }
+    }
+}
+
 impl traverse::Visitor for Resolver {
     fn block(&mut self, v: &Visit<'_>) -> Flow {
         if let Some(key) = self.wanted.remove(&(v.bp.vdev, v.bp.offset, v.bp.birth)) {
@@ -157,9 +186,19 @@ impl Pool {
         let keys = self.inner.errlog.lock().all();
         let sets: BTreeMap<u64, (String, Arc<Dataset>)> =
             self.inner.datasets.read().iter().map(|(name, (meta, ds))| (meta.id, (name.clone(), ds.clone()))).collect();
+        let snap_names: BTreeMap<(u64, u64), String> = self
+            .inner
+            .snaps
+            .read()
+            .iter()
+            .flat_map(|(id, list)| list.iter().map(move |s| ((*id, s.txg), s.name.clone())))
+            .collect();
         let names: BTreeSet<String> = keys
             .iter()
             .filter_map(|k| match *k {
+                ErrKey::Block { dataset, object: DEAD_LIST_OBJECT, blkid: tree, .. } => {
+                    Some(describe_dead_list(&sets, &snap_names, dataset, tree))
+                }
                 ErrKey::Block { dataset, object, .. } => Some(describe(&sets, dataset, object)),
                 ErrKey::Unresolved { .. } => None,
             })
@@ -199,6 +238,7 @@ impl Pool {
                 r.dataset = id;
                 let meta = ds.meta_dnode();
                 traverse::walk(zio, Start::ObjSet(&meta), Options::default(), &mut r);
+                r.dead_lists(&self.inner, id);
             }
         }
         // What the walk did not find is no longer pointed to.
@@ -206,6 +246,22 @@ impl Pool {
             r.found.insert(key, None);
         }
         self.inner.errlog.lock().resolve(&r.found);
+    }
+}
+
+/// The name `status -v` shows for a chunk of the dead list of tree `tree` (0: the head,
+/// else a snapshot's txg) of dataset `dataset`.
+fn describe_dead_list(
+    sets: &BTreeMap<u64, (String, Arc<Dataset>)>,
+    snap_names: &BTreeMap<(u64, u64), String>,
+    dataset: u64,
+    tree: u64,
+) -> String {
+    let name = sets.get(&dataset).map_or_else(|| format!("<{dataset:#x}>"), |(name, _)| name.clone());
+    match (tree, snap_names.get(&(dataset, tree))) {
+        (0, _) => format!("{name}:<dead list>"),
+        (_, Some(snap)) => format!("{name}@{snap}:<dead list>"),
+        (_, None) => format!("{name}@<txg {tree}>:<dead list>"),
     }
 }
 

@@ -6,7 +6,10 @@
 //! what is born by its newest snapshot that existed when the scan started (or its
 //! origin), each snapshot over what is born by the one before it (or the origin): a
 //! snapshot's blocks no head holds any more are scanned (and resilvered) too, and a
-//! snapshot taken during the scan is walked after the head. Inside a tree, the dnode
+//! snapshot taken during the scan is walked after the head. Each tree's dead-list
+//! chunks (pool blocks like any other, FORMAT.md §12.2) are scanned just before the tree
+//! itself, with no bookmark inside them: a slice does not pause among a list's chunks (a
+//! list of N chunks costs N reads of 128 KiB at most). Inside a tree, the dnode
 //! table and the objects it describes are walked depth first
 //! (a table block, then the objects in it, in order), and each object's blocks in record
 //! order. A slice stops only before a block of an object (not of the table), and its
@@ -33,10 +36,12 @@ use tarn_objects::tree::span;
 use tarn_objects::{Dnode, DNODE_SIZE};
 use tarn_vdev::iostat::now_ns;
 use tarn_vdev::TopVdev;
+use tarn_zio::BlockPtr;
 
 use crate::errlog::ErrKey;
 use crate::pool::Inner;
 use crate::scrub::{Bookmark, ScanKind, ScanPace, ScanRecord};
+use crate::snapshots::deadlist::Chunk;
 
 /// How long a slice holds the reclaim lock (and so may hold up a commit's last step).
 pub(crate) const SLICE: Duration = Duration::from_millis(100);
@@ -144,7 +149,7 @@ pub(crate) fn scan_slice(inner: &Inner, record: &mut ScanRecord, pacer: &mut Pac
             continue;
         }
         v.dataset = id;
-        for (key, meta, floor) in trees(inner, id, &ds, origin_txg, v.record.max_txg) {
+        for Tree { key, meta, floor, chunks } in trees(inner, id, &ds, origin_txg, v.record.max_txg) {
             if from.is_some_and(|b| (id, key) < (b.dataset, b.snapshot)) {
                 continue;
             }
@@ -154,6 +159,10 @@ pub(crate) fn scan_slice(inner: &Inner, record: &mut ScanRecord, pacer: &mut Pac
                 .filter(|b| (b.dataset, b.snapshot) == (id, key) && (b.object, b.blkid) != (0, 0))
                 .map(|b| (b.object, b.blkid));
             v.per_block = (u64::from(meta.blksz) / DNODE_SIZE as u64).max(1);
+            if v.from.is_none() {
+                // Not resuming inside this tree: its list was not scanned yet.
+                v.dead_list(&chunks);
+            }
             let walked = traverse::walk(&inner.ctx.zio, Start::ObjSet(&meta), opts, &mut v);
             if walked == Walked::Stopped {
                 let at = v.paused.expect("the scan stops a walk only to pause it");
@@ -164,17 +173,36 @@ pub(crate) fn scan_slice(inner: &Inner, record: &mut ScanRecord, pacer: &mut Pac
     SliceEnd::Done
 }
 
-/// The trees of dataset `id` in walk order, each as (bookmark key, dnode-table root,
-/// floor: blocks born at or before it are another tree's). The head's floor counts only
-/// snapshots taken by `scan_txg` (the scan's `max_txg`), so it stays the same from slice
-/// to slice; a destroy only lowers a floor, which walks more, never less.
-fn trees(inner: &Inner, id: u64, head: &Dataset, origin_txg: u64, scan_txg: u64) -> Vec<(u64, Dnode, u64)> {
-    let snaps = inner.snaps.read().get(&id).cloned().unwrap_or_default();
+/// One tree of a dataset as the scan walks it.
+struct Tree {
+    /// Bookmark key: 0 for the head, else the snapshot's txg.
+    key: u64,
+    /// Its dnode-table root.
+    meta: Dnode,
+    /// Blocks born at or before it are another tree's.
+    floor: u64,
+    /// The chunks of its dead list (empty when it has none or it is not known).
+    chunks: Vec<Chunk>,
+}
+
+/// The trees of dataset `id` in walk order. The head's floor counts only snapshots
+/// taken by `scan_txg` (the scan's `max_txg`), so it stays the same from slice to slice;
+/// a destroy only lowers a floor, which walks more, never less. The lists are read under
+/// `snaps` (then `head_dead`), as the sync thread changes them: the chunks named are on
+/// disk, and the reclaim lock the caller holds keeps them there for the slice.
+fn trees(inner: &Inner, id: u64, head: &Dataset, origin_txg: u64, scan_txg: u64) -> Vec<Tree> {
+    let snaps_guard = inner.snaps.read();
+    let snaps = snaps_guard.get(&id).map(Vec::as_slice).unwrap_or_default();
+    let head_chunks = match inner.head_dead.lock().get(&id) {
+        Some(Some(list)) => list.chunks.clone(),
+        _ => Vec::new(),
+    };
     let head_floor = snaps.iter().filter(|s| s.txg <= scan_txg).map(|s| s.txg).max().unwrap_or(0).max(origin_txg);
-    let mut out = vec![(0, head.meta_dnode(), head_floor)];
+    let mut out = vec![Tree { key: 0, meta: head.meta_dnode(), floor: head_floor, chunks: head_chunks }];
     let mut prev = origin_txg;
     for s in snaps {
-        out.push((s.txg, s.meta, prev));
+        let chunks = s.dead.as_ref().map(|d| d.chunks.clone()).unwrap_or_default();
+        out.push(Tree { key: s.txg, meta: s.meta.clone(), floor: prev, chunks });
         prev = s.txg;
     }
     out
@@ -261,6 +289,49 @@ impl ScanVisitor<'_> {
                 !data || self.record.in_missed_range(b.bp.birth)
             }
         }
+    }
+
+    /// Scans the chunks of the current tree's dead list: each copy verified and a bad
+    /// one rewritten (scrub), copied to the sides that missed its birth (resilver).
+    fn dead_list(&mut self, chunks: &[Chunk]) {
+        for chunk in chunks {
+            self.dead_list_chunk(&chunk.bp);
+        }
+    }
+
+    fn dead_list_chunk(&mut self, bp: &BlockPtr) {
+        let psize = u64::from(bp.psize);
+        self.record.examined += psize;
+        self.record.blocks += 1;
+        let zio = &self.inner.ctx.zio;
+        let top = &zio.vdevs.tops[usize::from(bp.vdev)];
+        match self.record.kind {
+            ScanKind::Scrub => {
+                self.pacer.before_io(top, psize);
+                match zio.read_all_copies(bp) {
+                    Ok(read) => {
+                        self.record.bad_copies += u64::from(read.bad_copies);
+                        self.record.repaired += u64::from(read.bad_copies) * psize;
+                    }
+                    Err(_) => self.dead_list_failed(bp),
+                }
+            }
+            ScanKind::Resilver if self.record.in_missed_range(bp.birth) => {
+                self.pacer.before_io(top, psize);
+                match zio.resilver_block(bp) {
+                    Ok(sides) => self.record.repaired += u64::from(sides) * psize,
+                    Err(_) => self.dead_list_failed(bp),
+                }
+            }
+            // Born before any side left: every side has it.
+            ScanKind::Resilver => {}
+        }
+    }
+
+    /// A chunk with no good copy: logged as the current tree's dead list.
+    fn dead_list_failed(&mut self, bp: &BlockPtr) {
+        self.inner.log_error(ErrKey::dead_list(self.dataset, self.snapshot), bp);
+        self.record.errors += 1;
     }
 
     /// A block with no good copy: into the error log, and counted once.

@@ -3,7 +3,10 @@
 //! snapshot against a model; the allocated count against the import walk (a block freed
 //! while referenced, or leaked, shows there); a pool written before dead lists (MOS
 //! version 4) imported and its snapshots destroyed; and power cuts at every point of a
-//! write stream holding snapshot takes, destroys and dead-list updates.
+//! write stream holding snapshot takes, destroys and dead-list updates. Scrub and
+//! resilver reach the lists' chunks: a damaged chunk is repaired from the other mirror
+//! side, or named as its snapshot's dead list on a lone device; a returning side gets the
+//! chunks written while it was away.
 mod common;
 
 use std::collections::BTreeMap;
@@ -11,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::image::flip;
 use common::{noise, read_tree, write, Ev, Model, OverlayDevice, RecDevice};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -218,6 +222,145 @@ fn a_pool_without_dead_lists_is_imported_and_its_snapshots_destroyed_by_the_walk
         pool.verify_dead_lists().unwrap();
     }
     let pool = check_across_import(pool, &img, &snaps, &model, "all destroyed");
+    pool.export().unwrap();
+}
+
+// ---- scrub and resilver ----
+
+/// Writes a file, snapshots it as `@a`, overwrites it (the old blocks go on the head's
+/// dead list) and snapshots `@b`, which takes that list: `@b`'s list has chunks.
+fn snapshots_with_a_dead_list(pool: &Pool, ds_name: &str) -> Model {
+    let ds = pool.dataset(ds_name).unwrap();
+    let mut model = Model::new();
+    write(&ds, &mut model, "f", 0, &noise(1, 600_000));
+    pool.create_snapshots(&[format!("{ds_name}@a")], false).unwrap();
+    write(&ds, &mut model, "f", 0, &noise(2, 600_000));
+    pool.sync().unwrap();
+    pool.create_snapshots(&[format!("{ds_name}@b")], false).unwrap();
+    write(&ds, &mut model, "g", 0, &noise(3, 200_000));
+    model
+}
+
+/// Damages every chunk of a tree's dead list in image `img` (chunks are `(vdev, offset,
+/// psize)`, on the pool's one top-level vdev).
+fn damage_chunks(img: &Path, chunks: &[(u16, u64, u32)]) {
+    for &(_, offset, psize) in chunks {
+        flip(img, tarn_vdev::DATA_START + offset + u64::from(psize) / 2);
+    }
+}
+
+fn mirror_pool(dir: &Path) -> (PathBuf, PathBuf, Pool) {
+    let (a, b) = (dir.join("a.img"), dir.join("b.img"));
+    let opts = CreateOptions { size: Some(128 << 20), ..Default::default() };
+    let pool = Pool::create("tank", &[VdevSpec::Mirror(vec![a.clone(), b.clone()])], &opts).unwrap();
+    pool.create_dataset("tank/db").unwrap();
+    (a, b, pool)
+}
+
+fn import_paths(paths: &[PathBuf]) -> Pool {
+    Pool::import_paths(paths, &ImportOptions::default()).unwrap_or_else(|e| panic!("import failed: {e}"))
+}
+
+/// A chunk damaged on one side of a mirror: the scrub finds the bad copy and rewrites it
+/// from the other side, so the chunk survives the other side's damage next.
+#[test]
+fn scrub_repairs_a_dead_list_chunk_from_the_other_mirror_side() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b, pool) = mirror_pool(dir.path());
+    let model = snapshots_with_a_dead_list(&pool, "tank/db");
+    let chunks = pool.dead_list_chunks_for_test("tank/db@b");
+    assert!(!chunks.is_empty(), "@b took the head's dead list");
+    pool.export().unwrap();
+
+    damage_chunks(&a, &chunks);
+    let pool = import_paths(&[a.clone(), b.clone()]);
+    let scrub = pool.scrub().unwrap();
+    assert_eq!(scrub.errors, 0, "{scrub:?}");
+    assert_eq!(scrub.checksum_errors_seen, chunks.len() as u64, "the scrub read every chunk's copies: {scrub:?}");
+    pool.export().unwrap();
+
+    damage_chunks(&b, &chunks);
+    let pool = import_paths(&[a, b]);
+    pool.verify_dead_lists().unwrap();
+    let scrub = pool.scrub().unwrap();
+    assert_eq!(scrub.errors, 0, "side a was repaired: {scrub:?}");
+    assert!(read_tree(&pool.dataset("tank/db").unwrap()).unwrap() == model);
+    pool.destroy_snapshot("tank/db@a").unwrap();
+    pool.verify_dead_lists().unwrap();
+    pool.export().unwrap();
+}
+
+/// A chunk damaged on a lone device: the scrub counts it and names it as its snapshot's
+/// dead list. Destroying the snapshot whose destroy reads it goes through (the chunk's
+/// entries stay allocated until the next import, which frees them), nothing else is
+/// harmed, and after that import the pool holds what the walk counts and scrubs clean.
+#[test]
+fn scrub_names_a_damaged_dead_list_chunk_on_a_lone_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pool, img) = new_pool(dir.path());
+    let model = snapshots_with_a_dead_list(&pool, "tank/db");
+    let b_model = {
+        let mut m = model.clone();
+        m.remove("g");
+        m
+    };
+    let chunks = pool.dead_list_chunks_for_test("tank/db@b");
+    assert!(!chunks.is_empty());
+    pool.export().unwrap();
+
+    damage_chunks(&img, &chunks);
+    let pool = Pool::import_paths(&[img.clone()], &ImportOptions::default()).unwrap();
+    let scrub = pool.scrub().unwrap();
+    assert_eq!(scrub.errors, chunks.len() as u64, "{scrub:?}");
+    assert_eq!(pool.error_files(), vec!["tank/db@b:<dead list>".to_string()]);
+    assert!(pool.verify_dead_lists().is_err(), "the list does not read");
+    // Destroying @a reads @b's list (the blocks only @a holds).
+    pool.destroy_snapshot("tank/db@a").unwrap();
+    assert!(read_tree(&pool.snapshot_dataset("tank/db@b").unwrap()).unwrap() == b_model);
+    assert!(read_tree(&pool.dataset("tank/db").unwrap()).unwrap() == model);
+    // @b's own list is not known any more; the head's (against @b) still is.
+    assert_eq!(pool.verify_dead_lists().unwrap(), 1);
+    let mut snaps = BTreeMap::new();
+    snaps.insert("tank/db@b".to_string(), b_model);
+    // The import frees the entries of the chunk that did not read (only @a held them);
+    // from then on the running count is the walk's.
+    let leaked = allocated(&pool);
+    let pool = reimport(pool, &img);
+    assert!(allocated(&pool) < leaked, "the import freed what only @a held");
+    let pool = check_across_import(pool, &img, &snaps, &model, "after the destroy");
+    let scrub = pool.scrub().unwrap();
+    assert_eq!(scrub.errors, 0, "the damaged chunk was freed: {scrub:?}");
+    pool.destroy_snapshot("tank/db@b").unwrap();
+    let pool = check_across_import(pool, &img, &BTreeMap::new(), &model, "all destroyed");
+    pool.export().unwrap();
+}
+
+/// Chunks written while a mirror side was away are copied to it by the resilver: with
+/// the other side's chunks damaged afterwards, every list still reads.
+#[test]
+fn resilver_copies_dead_list_chunks_to_a_returning_side() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b, pool) = mirror_pool(dir.path());
+    pool.export().unwrap();
+    let pool = import_paths(std::slice::from_ref(&a));
+    assert_eq!(pool.status().state, "DEGRADED");
+    let model = snapshots_with_a_dead_list(&pool, "tank/db");
+    let chunks = pool.dead_list_chunks_for_test("tank/db@b");
+    assert!(!chunks.is_empty());
+    pool.export().unwrap();
+
+    let pool = import_paths(&[a.clone(), b.clone()]);
+    let end = pool.scan_wait().expect("a resilver ran");
+    assert_eq!((end.kind, end.errors), (tarn_pool::ScanKind::Resilver, 0), "{end:?}");
+    pool.export().unwrap();
+
+    damage_chunks(&a, &chunks);
+    let pool = import_paths(&[a, b]);
+    // The scrub first (a read of a damaged copy repairs it from the other side too).
+    let scrub = pool.scrub().unwrap();
+    assert_eq!((scrub.errors, scrub.checksum_errors_seen), (0, chunks.len() as u64), "{scrub:?}");
+    pool.verify_dead_lists().unwrap();
+    assert!(read_tree(&pool.dataset("tank/db").unwrap()).unwrap() == model);
     pool.export().unwrap();
 }
 

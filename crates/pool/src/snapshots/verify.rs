@@ -95,4 +95,19 @@ impl Pool {
         assert!((crate::mos::DEADLIST_VERSION - 1..=crate::mos::MOS_VERSION).contains(&version));
         self.inner.root_version.store(version, std::sync::atomic::Ordering::Relaxed);
     }
+
+    /// Where the chunks of a tree's dead list lie — `(vdev, device offset, psize)` each —
+    /// for tests that damage one: `tree` is a snapshot (`POOL/DS@NAME`) or a head. Empty
+    /// when the list has no chunk or is not known.
+    #[doc(hidden)]
+    pub fn dead_list_chunks_for_test(&self, tree: &str) -> Vec<(u16, u64, u32)> {
+        self.sync().expect("sync");
+        let list = if tree.contains('@') {
+            self.find_snapshot(tree).expect("a snapshot").2.dead
+        } else {
+            let id = self.inner.datasets.read().get(tree).expect("a dataset").0.id;
+            self.inner.head_dead.lock().get(&id).cloned().flatten()
+        };
+        list.iter().flat_map(|l| &l.chunks).map(|c| (c.bp.vdev, c.bp.offset, c.bp.psize)).collect()
+    }
 }
