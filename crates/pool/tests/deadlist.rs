@@ -6,7 +6,8 @@
 //! write stream holding snapshot takes, destroys and dead-list updates. Scrub and
 //! resilver reach the lists' chunks: a damaged chunk is repaired from the other mirror
 //! side, or named as its snapshot's dead list on a lone device; a returning side gets the
-//! chunks written while it was away.
+//! chunks written while it was away. In a pool ENOSPC hit because a snapshot holds its
+//! data, rollback and snapshot destroy work and give the space back.
 mod common;
 
 use std::collections::BTreeMap;
@@ -361,6 +362,74 @@ fn resilver_copies_dead_list_chunks_to_a_returning_side() {
     assert_eq!((scrub.errors, scrub.checksum_errors_seen), (0, chunks.len() as u64), "{scrub:?}");
     pool.verify_dead_lists().unwrap();
     assert!(read_tree(&pool.dataset("tank/db").unwrap()).unwrap() == model);
+    pool.export().unwrap();
+}
+
+// ---- a full pool ----
+
+/// Writes 1 MiB files `PREFIX0`, `PREFIX1`, … until the pool refuses one with ENOSPC;
+/// returns how many it took in full.
+fn fill(ds: &Dataset, model: &mut Model, prefix: &str, seed: u64) -> u64 {
+    for i in 0.. {
+        let name = format!("{prefix}{i}");
+        let ino = ds.create(ROOT_ID, name.as_bytes(), tarn_dataset::NewObject::File, 0o644, 0, 0).unwrap().ino;
+        match ds.write(ino, 0, &noise(seed + i, 1 << 20)) {
+            Ok(_) => {
+                model.insert(name, noise(seed + i, 1 << 20));
+            }
+            Err(tarn_dataset::FsError::NoSpace) => {
+                ds.unlink(ROOT_ID, name.as_bytes()).unwrap();
+                return i;
+            }
+            Err(e) => panic!("{name}: {e}"),
+        }
+    }
+    unreachable!()
+}
+
+/// A pool that ENOSPC hit because a snapshot holds most of its data: rollback and
+/// snapshot destroy still work (the slop reserve writers cannot use is there for
+/// them), the destroy gives the space back, and writes succeed again.
+#[test]
+fn rollback_and_snapshot_destroy_work_in_a_pool_full_because_of_a_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("d0.img");
+    let opts = CreateOptions { size: Some(96 << 20), ..Default::default() };
+    let pool = Pool::create("tank", &[VdevSpec::Disk(img.clone())], &opts).unwrap();
+    pool.create_dataset("tank/db").unwrap();
+    let ds = pool.dataset("tank/db").unwrap();
+    let mut model = Model::new();
+    let old = fill(&ds, &mut model, "old", 0);
+    assert!(old >= 60, "only {old} MiB fit");
+    pool.create_snapshots(&["tank/db@full".into()], false).unwrap();
+    let at_snapshot = model.clone();
+    for name in at_snapshot.keys() {
+        remove(&ds, &mut model, name);
+    }
+    pool.sync().unwrap();
+    // The snapshot holds every removed block: still full.
+    let new = fill(&ds, &mut model, "new", 1000);
+    assert!(new <= 2, "{new} MiB fit after removing what the snapshot holds");
+    drop(ds);
+
+    pool.rollback("tank/db@full").unwrap_or_else(|e| panic!("rollback in a full pool: {e}"));
+    let ds = pool.dataset("tank/db").unwrap();
+    assert!(read_tree(&ds).unwrap() == at_snapshot, "the head is the snapshot again");
+    let mut model = at_snapshot;
+    for name in model.clone().keys() {
+        remove(&ds, &mut model, name);
+    }
+    pool.sync().unwrap();
+    assert!(pool.available() < 4 << 20, "still full: {} bytes available", pool.available());
+
+    pool.destroy_snapshot("tank/db@full").unwrap_or_else(|e| panic!("destroy in a full pool: {e}"));
+    pool.sync().unwrap();
+    assert!(pool.available() >= old << 20, "the destroy gave the space back: {} available", pool.available());
+    let again = fill(&ds, &mut model, "again", 2000);
+    assert!(again + 2 >= old, "{again} MiB fit again, {old} at first");
+    drop(ds);
+    let pool = check_across_import(pool, &img, &BTreeMap::new(), &model, "refilled");
+    assert_eq!(pool.scrub().unwrap().errors, 0);
     pool.export().unwrap();
 }
 
