@@ -310,7 +310,7 @@ fn scrub_names_a_damaged_dead_list_chunk_on_a_lone_device() {
     pool.export().unwrap();
 
     damage_chunks(&img, &chunks);
-    let pool = Pool::import_paths(&[img.clone()], &ImportOptions::default()).unwrap();
+    let pool = import_paths(std::slice::from_ref(&img));
     let scrub = pool.scrub().unwrap();
     assert_eq!(scrub.errors, chunks.len() as u64, "{scrub:?}");
     assert_eq!(pool.error_files(), vec!["tank/db@b:<dead list>".to_string()]);
