@@ -179,8 +179,10 @@ impl Inner {
             }
             match reset {
                 HeadReset::Gone | HeadReset::Empty => {}
-                HeadReset::Unknown => {
-                    heads.insert(*id, None);
+                HeadReset::TakeFrom(from) => {
+                    // A dataset with no entry has a known, empty list.
+                    let taken = heads.remove(from).unwrap_or_else(|| Some(DeadList::default()));
+                    heads.insert(*id, taken);
                 }
             }
         }

@@ -180,12 +180,11 @@ impl Pool {
                 let old = self.inner.datasets.write().remove(target);
                 let (meta, old) = old.ok_or_else(|| PoolError::NoSuchDataset(target.into()))?;
                 self.inner.destroy_queue.lock().push(Destroyed { meta: old.meta_dnode(), floor: base.txg });
-                // The received tree takes the target's place: the hidden dataset's list
-                // goes, and what the new head no longer holds of the base is not known
-                // (a destroy of the base walks).
-                let mut resets = self.inner.head_resets.lock();
-                resets.push((recv_meta.id, HeadReset::Gone));
-                resets.push((meta.id, HeadReset::Unknown));
+                // The received tree takes the target's place, and with it the hidden
+                // clone's dead list: the base's blocks the stream freed or overwrote
+                // (born at or before the base, the clone's floor), as a local write
+                // would have listed them. The snapshot taken below takes the list.
+                self.inner.head_resets.lock().push((meta.id, HeadReset::TakeFrom(recv_meta.id)));
                 (meta.id, meta.props, meta.creation, meta.origin)
             }
         };

@@ -16,7 +16,7 @@
 //! chunk's pointer, count and birth range. Memory: at most one partly filled chunk per
 //! head between commits, and one chunk at a time while a destroy reads; never a whole
 //! list. A list can be *not known* (`None`): a pool written before dead lists existed,
-//! or a receive that replaced a head; a destroy whose next tree's list is not known
+//! or a chunk that did not read; a destroy whose next tree's list is not known
 //! walks as before (`walks::for_each_unique`), and its result is not known either —
 //! each new snapshot starts its head on a known list again.
 //!

@@ -84,8 +84,11 @@ pub(crate) enum HeadReset {
     Gone,
     /// The head is its newest snapshot again (rollback): nothing it holds is dead.
     Empty,
-    /// The head was replaced by a tree this pool did not grow (receive): not known.
-    Unknown,
+    /// The head was replaced by the tree of dataset `from` (an incremental receive's
+    /// hidden clone of the base, whose floor was the base's txg like this head's): that
+    /// dataset's list — the base's blocks the received tree stopped using — becomes
+    /// this head's, for the snapshot the receive takes next.
+    TakeFrom(u64),
 }
 
 /// One snapshot of a dataset.
