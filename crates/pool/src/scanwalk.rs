@@ -8,8 +8,9 @@
 //! snapshot's blocks no head holds any more are scanned (and resilvered) too, and a
 //! snapshot taken during the scan is walked after the head. Each tree's dead-list
 //! chunks (pool blocks like any other, FORMAT.md §12.2) are scanned just before the tree
-//! itself, with no bookmark inside them: a slice does not pause among a list's chunks (a
-//! list of N chunks costs N reads of 128 KiB at most). Inside a tree, the dnode
+//! itself; a slice may pause among them (bookmark object 0, `blkid` = the chunks done:
+//! the list's order is stable but for a destroy of the snapshot before it, after which
+//! the resumed scan may pass over or reread a few chunks). Inside a tree, the dnode
 //! table and the objects it describes are walked depth first
 //! (a table block, then the objects in it, in order), and each object's blocks in record
 //! order. A slice stops only before a block of an object (not of the table), and its
@@ -136,6 +137,7 @@ pub(crate) fn scan_slice(inner: &Inner, record: &mut ScanRecord, pacer: &mut Pac
         floor: 0,
         from: None,
         per_block: 1,
+        top_level: 0,
         paused: None,
     };
     if from.is_none() {
@@ -155,13 +157,16 @@ pub(crate) fn scan_slice(inner: &Inner, record: &mut ScanRecord, pacer: &mut Pac
             }
             v.snapshot = key;
             v.floor = floor;
-            v.from = from
-                .filter(|b| (b.dataset, b.snapshot) == (id, key) && (b.object, b.blkid) != (0, 0))
-                .map(|b| (b.object, b.blkid));
+            let resume = from.filter(|b| (b.dataset, b.snapshot) == (id, key));
+            // Resuming among the tree's objects: its list was scanned; at object 0, in
+            // its list after `blkid` chunks; else from the start.
+            v.from = resume.filter(|b| b.object != 0).map(|b| (b.object, b.blkid));
             v.per_block = (u64::from(meta.blksz) / DNODE_SIZE as u64).max(1);
             if v.from.is_none() {
-                // Not resuming inside this tree: its list was not scanned yet.
-                v.dead_list(&chunks);
+                let done = resume.map_or(0, |b| b.blkid);
+                if let Some(at) = v.dead_list(&chunks, done) {
+                    return SliceEnd::Paused(at);
+                }
             }
             let walked = traverse::walk(&inner.ctx.zio, Start::ObjSet(&meta), opts, &mut v);
             if walked == Walked::Stopped {
@@ -234,6 +239,8 @@ struct ScanVisitor<'a> {
     from: Option<(u64, u64)>,
     /// Dnodes per dnode-table block.
     per_block: u64,
+    /// The level of the root block of the object being walked.
+    top_level: u8,
     paused: Option<Bookmark>,
 }
 
@@ -291,12 +298,20 @@ impl ScanVisitor<'_> {
         }
     }
 
-    /// Scans the chunks of the current tree's dead list: each copy verified and a bad
-    /// one rewritten (scrub), copied to the sides that missed its birth (resilver).
-    fn dead_list(&mut self, chunks: &[Chunk]) {
-        for chunk in chunks {
+    /// Scans the chunks of the current tree's dead list after the first `done`: each
+    /// copy verified and a bad one rewritten (scrub), copied to the sides that missed
+    /// its birth (resilver). Returns where it paused, if the slice ended among them (at
+    /// least one chunk read first, so every slice makes progress).
+    fn dead_list(&mut self, chunks: &[Chunk], done: u64) -> Option<Bookmark> {
+        let start = usize::try_from(done).unwrap_or(usize::MAX);
+        for (i, chunk) in chunks.iter().enumerate().skip(start) {
+            if i > start && self.should_pause() {
+                let at = Bookmark { dataset: self.dataset, snapshot: self.snapshot, object: 0, blkid: i as u64 };
+                return Some(at);
+            }
             self.dead_list_chunk(&chunk.bp);
         }
+        None
     }
 
     fn dead_list_chunk(&mut self, bp: &BlockPtr) {
@@ -354,7 +369,11 @@ impl traverse::Visitor for ScanVisitor<'_> {
             return Flow::Skip;
         }
         if let Place::Object { object, first, .. } = place {
-            if self.should_pause() {
+            // Never before the first child of an indirect block: the bookmark would be
+            // the parent's first record too, and the resumed walk would count the
+            // parent (examined before the pause) again.
+            let first_child = b.level < self.top_level && first % span(b.level + 1) == 0;
+            if !first_child && self.should_pause() {
                 self.paused = Some(Bookmark { dataset: self.dataset, snapshot: self.snapshot, object, blkid: first });
                 return Flow::Stop;
             }
@@ -405,6 +424,11 @@ impl traverse::Visitor for ScanVisitor<'_> {
             self.record.examined += psize;
             self.record.blocks += 1;
         }
+        Flow::Continue
+    }
+
+    fn object(&mut self, _id: u64, dnode: &Dnode) -> Flow {
+        self.top_level = dnode.nlevels.saturating_sub(1);
         Flow::Continue
     }
 

@@ -72,7 +72,8 @@ pub enum ScanState {
 
 /// A position in the scan's walk order: every block before it was examined. Datasets
 /// go by id (the pool's root block comes before them all), within a dataset its head
-/// and then its snapshots by txg, objects by number, and an object's blocks by the
+/// and then its snapshots by txg; in a tree, its dead list's chunks first (`object` 0,
+/// `blkid` the chunks done), then objects by number, and an object's blocks by the
 /// first record under them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Bookmark {

@@ -365,6 +365,44 @@ fn resilver_copies_dead_list_chunks_to_a_returning_side() {
     pool.export().unwrap();
 }
 
+/// A list of several chunks scrubbed slowly (about one chunk a slice): slices pause
+/// among its chunks (bookmark object 0) and resume after them, and the scrub counts each
+/// block once, as a foreground one does.
+#[test]
+fn a_slow_scrub_pauses_among_a_dead_lists_chunks_and_counts_each_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pool, _img) = new_pool(dir.path());
+    pool.set_property("tank/db", "recordsize", "4K").unwrap();
+    let ds = pool.dataset("tank/db").unwrap();
+    let mut model = Model::new();
+    // Compressible records: many blocks, few bytes to scan.
+    write(&ds, &mut model, "f", 0, &common::pattern(1, 2100 * 4096));
+    pool.create_snapshots(&["tank/db@a".into()], false).unwrap();
+    write(&ds, &mut model, "f", 0, &common::pattern(2, 2100 * 4096));
+    pool.create_snapshots(&["tank/db@b".into()], false).unwrap();
+    drop(ds);
+    let chunks = pool.dead_list_chunks_for_test("tank/db@b");
+    assert!(chunks.len() >= 2, "{chunks:?}");
+    let full = pool.scrub().unwrap();
+
+    // Slower than a chunk per slice.
+    let largest = chunks.iter().map(|c| u64::from(c.2)).max().unwrap();
+    pool.scrub_start_with(tarn_pool::ScanPace { yield_to_demand: false, bytes_per_sec: largest * 5 }).unwrap();
+    let mut paused_in_list = 0;
+    while let Some(s) = pool.scan_wait_for(Duration::from_millis(5)) {
+        if s.record.bookmark.is_some_and(|b| b.object == 0 && b.blkid > 0) {
+            paused_in_list += 1;
+        }
+        if !s.running {
+            break;
+        }
+    }
+    let end = pool.scan_wait().unwrap();
+    assert!(paused_in_list > 0, "no slice ended among the chunks: {end:?}");
+    assert_eq!((end.errors, end.blocks), (0, full.blocks), "every block counted once: {end:?} vs {full:?}");
+    pool.export().unwrap();
+}
+
 // ---- a full pool ----
 
 /// Writes 1 MiB files `PREFIX0`, `PREFIX1`, … until the pool refuses one with ENOSPC;
