@@ -48,24 +48,6 @@ fn content(i: u64) -> Vec<u8> {
     format!("file {i}\n").into_bytes()
 }
 
-fn split(pool: &Pool) -> String {
-    let a = pool.stats().arc;
-    format!(
-        "rss {} MiB: accounted {} MiB (blocks {}, dirty {}, headers {}, decoded {} + {}, hot {}); outside it {} MiB \
-         live, {} MiB the allocator's slack",
-        a.rss / MIB,
-        a.accounted_size / MIB,
-        a.size / MIB,
-        a.dirty_size / MIB,
-        a.headers_size / MIB,
-        a.decoded_indirect_size / MIB,
-        a.decoded_objects_size / MIB,
-        a.hot_copies_size / MIB,
-        a.heap_other_size / MIB,
-        a.allocator_slack_size / MIB
-    )
-}
-
 /// A jemalloc heap profile, when asked for (`TARN_MEMORY_DUMP`, with `prof:true`).
 fn dump_profile(when: &str) {
     let Ok(prefix) = std::env::var("TARN_MEMORY_DUMP") else { return };
@@ -134,13 +116,13 @@ fn per_file_state_is_given_back_when_arc_max_shrinks() {
     let created = started.elapsed();
     read_files(&ds, &made);
     let read = started.elapsed() - created;
-    let before = split(&pool);
+    let before = common::memory_split(&pool);
     dump_profile("before");
 
     pool.set_arc_max(SHRUNK);
     // jemalloc's background threads return what its 200 ms decay frees meanwhile.
     std::thread::sleep(Duration::from_millis(1500));
-    let after = split(&pool);
+    let after = common::memory_split(&pool);
     dump_profile("after");
     eprintln!(
         "{n} files created in {created:.1?}, read in {read:.1?}\nbefore the shrink: {before}\nafter the shrink to {} MiB: \
