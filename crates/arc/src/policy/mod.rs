@@ -41,7 +41,8 @@
 //! Promises: the resident bytes never exceed the budget after any call returns; a block
 //! is keyed by its physical identity, so a rewritten page never serves a stale version
 //! (the page index only decides placement); the history and ghosts are bounded by the
-//! number of cached blocks.
+//! number of cached blocks; each block is charged its bookkeeping (`DATA_HEADER_BYTES`)
+//! beside its bytes, and tables that emptied give their room back (`compact`).
 //!
 //! Must never: touch metadata (the ARC lists own it), hold bytes that were not verified
 //! (callers insert verified bytes only), or be needed for correctness.
