@@ -82,7 +82,7 @@ fn rss_stays_within_arc_max_plus_the_fixed_overhead_while_writing_eight_times_th
                 let phase = usize::from(fsyncing.load(Ordering::Relaxed));
                 let peak = &mut peaks[phase];
                 if rss > peak.0 {
-                    *peak = (rss, common::memory_line(rss, &pool.stats().arc));
+                    *peak = (rss, common::memory_line(rss, &pool.stats()));
                 }
                 std::thread::sleep(Duration::from_millis(10));
             }

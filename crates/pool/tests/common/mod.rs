@@ -285,13 +285,14 @@ pub fn find_all(hay: &[u8], needle: &[u8]) -> Vec<usize> {
 /// budget accounts for and its parts, and the rest split into live allocations and the
 /// allocator's slack.
 pub fn memory_split(pool: &tarn_pool::Pool) -> String {
-    let a = pool.stats().arc;
-    memory_line(a.rss, &a)
+    let stats = pool.stats();
+    memory_line(stats.arc.rss, &stats)
 }
 
 /// `memory_split`'s line for an RSS sampled apart from the statistics.
-pub fn memory_line(rss: u64, a: &tarn_arc::ArcSnapshot) -> String {
+pub fn memory_line(rss: u64, stats: &tarn_pool::PoolStats) -> String {
     const MIB: u64 = 1 << 20;
+    let a = &stats.arc;
     format!(
         "rss {} MiB: accounted {} MiB (blocks {}, dirty {}, headers {}, decoded {} + {}, hot {}); outside it {} MiB \
          live, {} MiB the allocator's slack",
