@@ -13,6 +13,7 @@
 # RSS split into live allocations outside the budget and the allocator's slack) and memory.png
 # (RSS over time with the budget line and the stated bound arc_max + 64 MiB: dirty data is
 # inside the budget) into OUT_DIR.
+# DATA_GIB 0 skips the four data phases (the files alone: memory per file, issue #11).
 # Usage: bash bench/memory.sh [DATA_GIB] [FILES] [OUT_DIR]   (root; after scripts/setup.sh
 #        and lab/setup.sh — the plot uses lab/.venv's matplotlib)
 #   defaults: 20 GiB, 1,000,000 files, bench/out/memory; ARC_MAX (256M) and SHRINK_TO (64M)
@@ -84,21 +85,23 @@ sample &
 sampler=$!
 phase() { echo "$1" > "$work/phase"; echo "bench/memory.sh: $1 ($(( $(date +%s) - t0 )) s)"; }
 
-phase write
-per_file=$(( data_gib * 1024 / 4 ))
-fio --name=write --directory="$work/mnt" --rw=write --bs=1M --size="${per_file}M" --numjobs=4 \
-    --buffer_compress_percentage=50 --refill_buffers --end_fsync=1 --group_reporting > "$out/write-fio.txt"
-echo "bench/memory.sh: write phase: $(grep -m1 -o 'WRITE: bw=[^ ]* [^ ]*' "$out/write-fio.txt")"
-phase randwrite
-fio --name=write --directory="$work/mnt" --rw=randwrite --bs=16k --size="${per_file}M" --numjobs=4 \
-    --fsync=1 --buffer_compress_percentage=50 --refill_buffers --time_based --runtime=20 \
-    --group_reporting > "$out/randwrite-fio.txt"
-echo "bench/memory.sh: randwrite phase: $(grep -m1 -o 'write: IOPS=[^ ]* BW=[^ ]* [^ ]*' "$out/randwrite-fio.txt")"
-phase randread
-fio --name=write --directory="$work/mnt" --rw=randread --bs=16k --size="${per_file}M" --numjobs=4 \
-    --time_based --runtime=$(( 30 + data_gib * 3 )) --group_reporting >/dev/null
-phase seqread
-cat "$work/mnt"/write.* > /dev/null
+if [ "$data_gib" -gt 0 ]; then
+    phase write
+    per_file=$(( data_gib * 1024 / 4 ))
+    fio --name=write --directory="$work/mnt" --rw=write --bs=1M --size="${per_file}M" --numjobs=4 \
+        --buffer_compress_percentage=50 --refill_buffers --end_fsync=1 --group_reporting > "$out/write-fio.txt"
+    echo "bench/memory.sh: write phase: $(grep -m1 -o 'WRITE: bw=[^ ]* [^ ]*' "$out/write-fio.txt")"
+    phase randwrite
+    fio --name=write --directory="$work/mnt" --rw=randwrite --bs=16k --size="${per_file}M" --numjobs=4 \
+        --fsync=1 --buffer_compress_percentage=50 --refill_buffers --time_based --runtime=20 \
+        --group_reporting > "$out/randwrite-fio.txt"
+    echo "bench/memory.sh: randwrite phase: $(grep -m1 -o 'write: IOPS=[^ ]* BW=[^ ]* [^ ]*' "$out/randwrite-fio.txt")"
+    phase randread
+    fio --name=write --directory="$work/mnt" --rw=randread --bs=16k --size="${per_file}M" --numjobs=4 \
+        --time_based --runtime=$(( 30 + data_gib * 3 )) --group_reporting >/dev/null
+    phase seqread
+    cat "$work/mnt"/write.* > /dev/null
+fi
 phase files
 "$py" - "$work/mnt/files" "$files" <<'EOF'
 import os, sys

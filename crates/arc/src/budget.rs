@@ -64,9 +64,8 @@ impl Inner {
         self.lists.t1_bytes + self.lists.t2_bytes
     }
 
-    /// What the data policy holds within the budget: its blocks. (Its bookkeeping is not
-    /// counted: the policy's hit ratios, `tests/trace_fixture.rs`, are held at a budget
-    /// of block bytes; its ghosts are capped at 1/32 of its budget.)
+    /// What the data policy holds within the budget: its blocks and their bookkeeping
+    /// (`policy::DATA_HEADER_BYTES` a block, and its ghosts).
     fn data_held(&self) -> u64 {
         self.data.bytes()
     }
@@ -147,6 +146,11 @@ impl ArcCache {
         let dropped = self.decoded.lock().evict_to(bytes / DECODED_SHARE, &self.decoded_bytes);
         drop(dropped);
         self.evict_to_budget();
+        // What left the lists and the data policy leaves no room behind in their tables
+        // (a shrink is rare: the rehash is not on any I/O path).
+        let mut g = self.inner.lock();
+        g.lists.compact();
+        g.data.compact();
     }
 
     /// Sets the bytes held for the hot copies (their share of the budget).

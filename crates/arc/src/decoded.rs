@@ -85,6 +85,7 @@ impl Clock {
             bytes.fetch_sub(size, Ordering::Relaxed);
             dropped.push(block);
         }
+        crate::compact::compact(&mut self.ring);
         dropped
     }
 }

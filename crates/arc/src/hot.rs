@@ -83,6 +83,7 @@ impl HotCopies {
             let Some((_, b)) = l.0.pop_front() else { break };
             l.1 -= b.len() as u64;
         }
+        crate::compact::compact(&mut l.0);
     }
 
     pub fn size(&self) -> u64 {

@@ -36,13 +36,15 @@
 //! making room), `lookup` (the read and insert paths), `policy` (the data policy: `frequency`, `eviction`), `sink`
 //! (where evicted blocks go: the L2ARC's feed), `decoded` (decoded indirect blocks under
 //! their CLOCK), `hot` (the decompressed copies), `stats` (counters and the snapshot),
-//! `memory` (the process's memory as the OS sees it), `access` (read kinds and pages).
+//! `memory` (the process's memory as the OS sees it), `access` (read kinds and pages),
+//! `compact` (tables that emptied give their room back).
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
 mod access;
 mod budget;
+pub mod compact;
 mod decoded;
 mod hot;
 #[cfg(feature = "jemalloc")]
@@ -66,6 +68,7 @@ pub use memory::{
     allocated_bytes, release_memory, resident_bytes, set_alloc_size, set_allocated_bytes, set_memory_release,
 };
 use policy::DataCache;
+pub use policy::DATA_HEADER_BYTES;
 use sink::SinkSlot;
 pub use sink::{Departing, EvictSink};
 pub use stats::{ArcSnapshot, Counters};

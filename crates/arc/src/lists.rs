@@ -292,6 +292,17 @@ impl Lists {
         (list, l.pop_front().expect("a non-empty list"))
     }
 
+    /// Gives back the room of lists the budget no longer fills (after a shrink).
+    pub(crate) fn compact(&mut self) {
+        use crate::compact::compact;
+        for list in [&mut self.t1, &mut self.t2] {
+            compact(list);
+        }
+        for ghosts in [&mut self.b1, &mut self.b2] {
+            compact(ghosts);
+        }
+    }
+
     /// Ghosts remember at most `c` bytes each side: |T1|+|B1| <= c, total <= 2c; and their
     /// headers take at most 1/GHOST_HEADER_SHARE of the budget.
     pub(crate) fn trim_ghosts(&mut self) {

@@ -94,8 +94,8 @@ pub struct ArcSnapshot {
     pub kind_hits: [u64; READ_KINDS],
     #[serde(default)]
     pub kind_misses: [u64; READ_KINDS],
-    /// Bookkeeping of the blocks in the ARC lists and of their ghosts (see
-    /// `ENTRY_HEADER_BYTES`).
+    /// Bookkeeping of the cached blocks and of their ghosts: the ARC lists' (see
+    /// `ENTRY_HEADER_BYTES`) and the data policy's (`DATA_HEADER_BYTES` a block).
     #[serde(default)]
     pub headers_size: u64,
     /// Decoded indirect blocks (ZFS's dbuf cache), within the budget.
@@ -168,11 +168,11 @@ impl ArcCache {
         let decoded_objects_size = self.objects_bytes.load(Ordering::Relaxed);
         let g = self.inner.lock();
         let (l, d) = (&g.lists, &g.data);
-        let headers_size = l.headers();
+        let headers_size = l.headers() + d.header_bytes();
         let c = &self.counters;
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let (window_ghosts, main_ghosts) = d.ghost_bytes();
-        let size = l.t1_bytes + l.t2_bytes + d.bytes();
+        let size = l.t1_bytes + l.t2_bytes + d.block_bytes();
         ArcSnapshot {
             hits: get(&c.hits),
             misses: get(&c.misses),
@@ -199,7 +199,7 @@ impl ArcCache {
             ghost_frequency_size: l.b2_bytes + main_ghosts,
             compressed_size: size,
             logical_size: l.logical_bytes + d.logical_bytes,
-            data_size: l.data_bytes + d.bytes(),
+            data_size: l.data_bytes + d.block_bytes(),
             metadata_size: l.metadata_bytes,
             blocks: (l.t1.len() + l.t2.len() + d.blocks()) as u64,
             kind_hits: c.kind_hits.values(),

@@ -95,12 +95,17 @@ fn random_point_selects_under_a_buffer_pool() {
 }
 
 /// The default policy's hit ratios on the fixtures when they were recorded (a change may
-/// raise them here; one that lowers them fails).
-const TPCC_64: f64 = 0.695;
-const TPCC_32: f64 = 0.420;
-const SRP_32: f64 = 0.453;
-const SRP_64: f64 = 0.566;
-const TPCC9_RESTORE_48: f64 = 0.512;
-const TPCC9_RESTORE_64: f64 = 0.631;
+/// raise them here; one that lowers them fails). Recorded again when the policy's own
+/// bookkeeping (`DATA_HEADER_BYTES`, ~575 bytes a block) began to be charged to the
+/// budget, as the ARC lists' headers always were (issue #11: uncharged, 200,000 small
+/// files held ~90 MiB beyond `arc_max`): the same budget holds ~5 % fewer 16 KiB pages.
+/// Before, at a budget of block bytes alone: 0.695, 0.420, 0.453, 0.566, 0.512, 0.631.
+/// The comparisons at equal memory (against LRU, and ARC which pays its headers) hold.
+const TPCC_64: f64 = 0.674;
+const TPCC_32: f64 = 0.405;
+const SRP_32: f64 = 0.448;
+const SRP_64: f64 = 0.556;
+const TPCC9_RESTORE_48: f64 = 0.500;
+const TPCC9_RESTORE_64: f64 = 0.602;
 /// The measured run's demand reads in `tpcc9-restore-eq64` (about 120 s of it).
 const RESTORE_RUN_READS: u64 = 45_000;

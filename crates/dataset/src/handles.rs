@@ -32,6 +32,8 @@ impl Dataset {
             };
             if last {
                 opens.remove(&ino);
+                // The table follows the files open now, not the most ever open at once.
+                tarn_arc::compact::compact(&mut *opens);
             }
             last
         };

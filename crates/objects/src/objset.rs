@@ -202,6 +202,9 @@ impl ObjSet {
                     }
                 }
             }
+            // Objects that left (now or since the table was biggest) leave no room behind
+            // in it (issue #11).
+            tarn_arc::compact::compact(&mut *cache);
         }
         drop(evicted); // freed outside the locks
     }

@@ -36,24 +36,6 @@ fn fill(buf: &mut [u8], seed: u64) {
     }
 }
 
-fn split(pool: &Pool) -> String {
-    let a = pool.stats().arc;
-    format!(
-        "rss {} MiB: accounted {} MiB (blocks {}, dirty {}, headers {}, decoded {} + {}, hot {}); outside it {} MiB \
-         live, {} MiB the allocator's slack",
-        a.rss / MIB,
-        a.accounted_size / MIB,
-        a.size / MIB,
-        a.dirty_size / MIB,
-        a.headers_size / MIB,
-        a.decoded_indirect_size / MIB,
-        a.decoded_objects_size / MIB,
-        a.hot_copies_size / MIB,
-        a.heap_other_size / MIB,
-        a.allocator_slack_size / MIB
-    )
-}
-
 #[test]
 fn rss_falls_within_the_new_budget_after_arc_max_shrinks() {
     tarn_pool::set_alloc_size(tarn_arc::jemalloc::slot_size);
@@ -93,12 +75,12 @@ fn rss_falls_within_the_new_budget_after_arc_max_shrinks() {
     for &f in &files {
         ds.read(f, 0, &mut small).unwrap();
     }
-    let before = split(&pool);
+    let before = common::memory_split(&pool);
 
     pool.set_arc_max(SHRUNK);
     // jemalloc's background threads return what its 200 ms decay frees meanwhile.
     std::thread::sleep(Duration::from_millis(1500));
-    let after = split(&pool);
+    let after = common::memory_split(&pool);
     eprintln!("before the shrink: {before}\nafter the shrink to {} MiB: {after}", SHRUNK / MIB);
     let a = pool.stats().arc;
     assert!(a.accounted_size <= SHRUNK, "accounted over the new budget: {after}");

@@ -82,25 +82,7 @@ fn rss_stays_within_arc_max_plus_the_fixed_overhead_while_writing_eight_times_th
                 let phase = usize::from(fsyncing.load(Ordering::Relaxed));
                 let peak = &mut peaks[phase];
                 if rss > peak.0 {
-                    let s = pool.stats();
-                    let a = &s.arc;
-                    *peak = (
-                        rss,
-                        format!(
-                            "rss {} MiB: accounted {} MiB (blocks {}, dirty {}, headers {}, decoded {} + {}, hot {}); \
-                             outside it {} MiB live, {} MiB the allocator's slack",
-                            rss / MIB,
-                            a.accounted_size / MIB,
-                            a.size / MIB,
-                            a.dirty_size / MIB,
-                            a.headers_size / MIB,
-                            a.decoded_indirect_size / MIB,
-                            a.decoded_objects_size / MIB,
-                            a.hot_copies_size / MIB,
-                            a.heap_other_size / MIB,
-                            a.allocator_slack_size / MIB
-                        ),
-                    );
+                    *peak = (rss, common::memory_line(rss, &pool.stats()));
                 }
                 std::thread::sleep(Duration::from_millis(10));
             }

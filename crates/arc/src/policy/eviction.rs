@@ -5,8 +5,8 @@
 //!
 //! Owns: the lists, the byte counts per area, the ghosts and the unread read-ahead list.
 //!
-//! Promises: after `balance` the resident bytes are within the budget (asserted in debug
-//! builds); ghosts' bookkeeping stays under `GHOST_HEADER_SHARE` of the budget.
+//! Promises: after `balance` the resident bytes and their bookkeeping are within the
+//! budget (asserted in debug builds); ghosts' bookkeeping stays under `GHOST_HEADER_SHARE` of the budget.
 //!
 //! Must never: do I/O (the sink only queues), or keep a block whose key it forgot.
 
@@ -53,6 +53,7 @@ impl DataCache {
     /// Removes a block from wherever it is.
     pub(super) fn take(&mut self, key: &BlockKey) -> Option<Entry> {
         let e = self.entries.remove(key)?;
+        self.left_since_compact += 1;
         let size = e.charge;
         match e.region {
             Region::Window => {

@@ -23,13 +23,19 @@ impl DataCache {
     pub(super) fn count_read(&mut self, ident: Ident) {
         let f = self.history.remove(&ident).unwrap_or(0);
         self.history.insert(ident, (f + 1).min(MAX_FREQ));
-        let limit = (self.entries.len() * HISTORY_PER_ENTRY).max(HISTORY_MIN);
-        while self.history.len() > limit {
-            self.history.pop_front();
-        }
+        self.trim_history();
         self.reads_since_aging += 1;
         if self.reads_since_aging >= AGE_READS_PER_ENTRY * (self.entries.len().max(HISTORY_MIN) as u64) {
             self.age();
+        }
+    }
+
+    /// Forgets the least recently read pages beyond the history's bound (it follows the
+    /// cached blocks down: a shrink leaves no history of blocks that are gone).
+    pub(super) fn trim_history(&mut self) {
+        let limit = (self.entries.len() * HISTORY_PER_ENTRY).max(HISTORY_MIN);
+        while self.history.len() > limit {
+            self.history.pop_front();
         }
     }
 

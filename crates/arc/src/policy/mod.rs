@@ -41,7 +41,8 @@
 //! Promises: the resident bytes never exceed the budget after any call returns; a block
 //! is keyed by its physical identity, so a rewritten page never serves a stale version
 //! (the page index only decides placement); the history and ghosts are bounded by the
-//! number of cached blocks.
+//! number of cached blocks; each block is charged its bookkeeping (`DATA_HEADER_BYTES`)
+//! beside its bytes, and tables that emptied give their room back (`compact`).
 //!
 //! Must never: touch metadata (the ARC lists own it), hold bytes that were not verified
 //! (callers insert verified bytes only), or be needed for correctness.
@@ -55,6 +56,7 @@ use std::sync::Arc;
 
 use hashlink::LinkedHashMap;
 
+use crate::compact::compact;
 use crate::memory::charged_bytes;
 use crate::sink::SinkSlot;
 use crate::{BlockKey, PageId};
@@ -78,10 +80,36 @@ const HISTORY_PER_ENTRY: usize = 4;
 const HISTORY_MIN: usize = 4096;
 /// Every this many demand reads per cached block, all read counts halve.
 const AGE_READS_PER_ENTRY: u64 = 16;
+/// The tables are looked at for compaction at most once per this many blocks leaving.
+const COMPACT_EVERY_MIN: usize = 4096;
 /// Read-ahead blocks evicted unread that are remembered (for read-ahead's judgement).
 const UNREAD_REMEMBERED: usize = 4096;
 /// Bytes a remembered page (a ghost) takes: its list node, links and table slot.
 const REMEMBERED_BYTES: u64 = (size_of::<Ident>() + 8 + 2 * 8 + 8 + 16) as u64;
+
+/// A list node's allocation: its payload and two links, in the allocator's 16-byte steps.
+const fn node_bytes(payload: usize) -> usize {
+    (payload + 2 * 8).div_ceil(16) * 16
+}
+
+/// A table slot of `slot` bytes and its control byte, counted 3/2: a hash table is
+/// between 7/16 and 7/8 full (compacted when far emptier, `crate::compact`).
+const fn table_bytes(slot: usize) -> usize {
+    (slot + 1) * 3 / 2
+}
+
+/// What the policy's bookkeeping of one cached block takes, charged to the budget beside
+/// its bytes as the ARC lists charge `ENTRY_HEADER_BYTES` (ZFS its `arc_buf_hdr_t`): its
+/// entry, its page's slot, its node in the window or main, and the `HISTORY_PER_ENTRY`
+/// page read counts the history keeps per cached block. Without it a tiny file's block
+/// (tens of bytes) cost ten times that uncharged, and 200,000 files held ~90 MiB beyond
+/// `arc_max` (issue #11, `crates/pool/tests/memory_files.rs`).
+pub const DATA_HEADER_BYTES: u64 = (table_bytes(size_of::<BlockKey>() + size_of::<Entry>())
+    + table_bytes(size_of::<PageId>() + size_of::<BlockKey>())
+    + node_bytes(size_of::<BlockKey>())
+    + table_bytes(8)
+    + HISTORY_PER_ENTRY * (node_bytes(size_of::<Ident>() + 1) + table_bytes(8)))
+    as u64;
 /// The ghosts' bookkeeping may take at most this fraction of the data's budget (small
 /// blocks would otherwise make a budget's worth of ghosts cost real memory).
 const GHOST_HEADER_SHARE: u64 = 32;
@@ -108,7 +136,8 @@ enum Region {
 
 pub(crate) struct Entry {
     pub(crate) bytes: Arc<[u8]>,
-    /// What the budget charges for `bytes` (`memory::charged_bytes`), fixed at insert.
+    /// What the budget charges for `bytes` (`memory::charged_bytes`) and the entry's
+    /// bookkeeping (`DATA_HEADER_BYTES`), fixed at insert.
     pub(crate) charge: u64,
     pub(crate) lsize: u32,
     ident: Ident,
@@ -175,6 +204,9 @@ pub(crate) struct DataCache {
     main_ghost_bytes: u64,
     /// Read-ahead blocks evicted before anyone read them.
     unread_evicted: LinkedHashMap<BlockKey, ()>,
+    /// Blocks that left since the tables were last looked at for compaction
+    /// (`maybe_compact`).
+    left_since_compact: usize,
     pub(crate) ghost_hits: GhostHits,
     /// Where evicted blocks are offered (the L2ARC's feed).
     sink: SinkSlot,
@@ -196,8 +228,20 @@ impl DataCache {
         self.budget * WINDOW_MAX_PER_MILLE / 1000
     }
 
+    /// Everything the policy holds within its budget: its blocks and their headers (each
+    /// entry is charged both, so the window's and main's shares count them too).
     pub(crate) fn bytes(&self) -> u64 {
         self.window_bytes + self.main_bytes
+    }
+
+    /// The headers' part of `bytes` (`DATA_HEADER_BYTES` a cached block).
+    pub(crate) fn header_bytes(&self) -> u64 {
+        self.entries.len() as u64 * DATA_HEADER_BYTES
+    }
+
+    /// The blocks' part of `bytes`.
+    pub(crate) fn block_bytes(&self) -> u64 {
+        self.bytes() - self.header_bytes()
     }
 
     pub(crate) fn blocks(&self) -> usize {
@@ -232,6 +276,7 @@ impl DataCache {
         // The ghosts' bound follows the budget down.
         eviction::trim_ghosts(&mut self.window_ghosts, &mut self.window_ghost_bytes, budget);
         eviction::trim_ghosts(&mut self.main_ghosts, &mut self.main_ghost_bytes, budget);
+        self.maybe_compact();
         ev
     }
 
@@ -269,7 +314,7 @@ impl DataCache {
         page: Option<PageId>,
         prefetched: bool,
     ) -> Evicted {
-        let size = charged_bytes(bytes.len());
+        let size = charged_bytes(bytes.len()) + DATA_HEADER_BYTES;
         if size > self.budget || self.entries.contains_key(&key) {
             return Evicted::default();
         }
@@ -284,12 +329,41 @@ impl DataCache {
             Region::Window => Region::Window,
         };
         self.place(key, Entry { bytes, charge: size, lsize, ident, region, prefetched });
-        self.balance()
+        let ev = self.balance();
+        self.maybe_compact();
+        ev
     }
 
     /// Forgets a block whose space was freed.
     pub(crate) fn remove(&mut self, key: &BlockKey) {
         self.take(key);
+        self.maybe_compact();
+    }
+
+    /// Looks at the tables once as many blocks have left as are cached (at least
+    /// `COMPACT_EVERY_MIN`): amortized, a few comparisons per block that left.
+    fn maybe_compact(&mut self) {
+        if self.left_since_compact >= self.entries.len().max(COMPACT_EVERY_MIN) {
+            self.compact();
+        }
+    }
+
+    /// Gives back the room of every table the cached blocks no longer fill (after a
+    /// shrink, or when small blocks gave way to large ones): entries, lists, histories and
+    /// ghosts whose blocks left keep no memory (issue #11).
+    pub(crate) fn compact(&mut self) {
+        self.left_since_compact = 0;
+        self.trim_history();
+        compact(&mut self.entries);
+        compact(&mut self.pages);
+        compact(&mut self.window);
+        for list in &mut self.main {
+            compact(list);
+        }
+        compact(&mut self.history);
+        compact(&mut self.window_ghosts);
+        compact(&mut self.main_ghosts);
+        compact(&mut self.unread_evicted);
     }
 }
 

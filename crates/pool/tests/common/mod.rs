@@ -280,3 +280,31 @@ pub fn find_all(hay: &[u8], needle: &[u8]) -> Vec<usize> {
     }
     hits
 }
+
+/// Where the process's memory is, one line (the memory tests' report): RSS, what the
+/// budget accounts for and its parts, and the rest split into live allocations and the
+/// allocator's slack.
+pub fn memory_split(pool: &tarn_pool::Pool) -> String {
+    let stats = pool.stats();
+    memory_line(stats.arc.rss, &stats)
+}
+
+/// `memory_split`'s line for an RSS sampled apart from the statistics.
+pub fn memory_line(rss: u64, stats: &tarn_pool::PoolStats) -> String {
+    const MIB: u64 = 1 << 20;
+    let a = &stats.arc;
+    format!(
+        "rss {} MiB: accounted {} MiB (blocks {}, dirty {}, headers {}, decoded {} + {}, hot {}); outside it {} MiB \
+         live, {} MiB the allocator's slack",
+        rss / MIB,
+        a.accounted_size / MIB,
+        a.size / MIB,
+        a.dirty_size / MIB,
+        a.headers_size / MIB,
+        a.decoded_indirect_size / MIB,
+        a.decoded_objects_size / MIB,
+        a.hot_copies_size / MIB,
+        a.heap_other_size / MIB,
+        a.allocator_slack_size / MIB
+    )
+}
