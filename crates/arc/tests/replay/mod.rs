@@ -17,7 +17,7 @@ use std::io::{Read, Write};
 use std::sync::Arc;
 
 use hashlink::LinkedHashMap;
-use tarn_arc::{Access, ArcCache, BlockKey, Class, DataPolicy, PageId, ReadKind};
+use tarn_arc::{Access, ArcCache, BlockKey, Class, DataPolicy, HotCopies, Outside, PageId, ReadKind};
 
 /// What a trace line says happened to a block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -154,6 +154,49 @@ impl Cache for Tarn {
                 false
             }
         }
+    }
+}
+
+/// tarn's cache with the hot copies as the io pipeline kept them before issue #17's fix:
+/// a fixed share of the budget (1/16) held for them whatever they held, and a
+/// decompressed copy made at every ARC hit of a compressed block, looked in first. (Now a
+/// whole-record reader gets no copy, and copies are charged what they hold: `Tarn`.)
+pub struct TarnReservedCopies {
+    tarn: Tarn,
+    copies: HotCopies,
+    /// The copies' cache, apart from `tarn`'s: their share is charged there as a whole.
+    _copies_owner: ArcCache,
+    pub copy_hits: u64,
+}
+
+impl TarnReservedCopies {
+    pub fn new(budget: u64) -> TarnReservedCopies {
+        let tarn = Tarn::new(budget, DataPolicy::SecondLevel);
+        tarn.arc.charge(Outside::Objects, budget / 16);
+        let owner = ArcCache::new(budget);
+        let copies = owner.hot_copies(budget / 16);
+        TarnReservedCopies { tarn, copies, _copies_owner: owner, copy_hits: 0 }
+    }
+}
+
+impl Cache for TarnReservedCopies {
+    fn name(&self) -> String {
+        "tarn, second-level policy, copies at every hit in a reserved 1/16 (before #17's fix)".into()
+    }
+
+    fn event(&mut self, e: &Event) -> bool {
+        let Op::Read(kind) = e.op else { return self.tarn.event(e) };
+        let mut out = vec![0u8; e.lsize as usize];
+        if self.copies.copy_out(&e.key, &mut out) {
+            self.copy_hits += 1;
+            return true;
+        }
+        let hit = self.tarn.event(e);
+        // A compressed block (stored smaller than its logical size) read again while cached.
+        if hit && kind.is_data() && e.psize < e.lsize {
+            self.copies.insert(e.key, &out);
+        }
+        hit
     }
 }
 
