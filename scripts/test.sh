@@ -22,8 +22,8 @@ cargo clippy --workspace --all-targets -- -D warnings > "$logs/clippy.log" 2>&1
 clippy_rc=$?
 [ "$clippy_rc" -ne 0 ] && { grep -E '^(error|warning)' -A 8 "$logs/clippy.log" | head -300; echo "lint: cargo clippy FAILED"; }
 
-echo "== cargo test --release --workspace"
-cargo test --release --workspace 2>&1 | tee "$logs/cargo.log"
+echo "== cargo test --release --workspace --no-fail-fast"
+cargo test --release --workspace --no-fail-fast 2>&1 | tee "$logs/cargo.log"
 cargo_rc=${PIPESTATUS[0]}
 echo "== compiler warnings in the test build"
 bash scripts/check-warnings.sh "$logs/cargo.log"

@@ -72,6 +72,41 @@ pub fn release_memory() {
     }
 }
 
+/// How many bytes of free pages the process's allocator holds for reuse, if the binary
+/// said (`set_free_page_bytes`).
+static FREE_PAGE_BYTES: std::sync::OnceLock<fn() -> Option<u64>> = std::sync::OnceLock::new();
+
+/// Sets, once, how to read the bytes of free pages the allocator holds until their decay
+/// gives them back (jemalloc's dirty pages): with it, `release_free_pages_over` bounds them.
+pub fn set_free_page_bytes(free: fn() -> Option<u64>) {
+    let _ = FREE_PAGE_BYTES.set(free);
+}
+
+/// The free pages the allocator may hold between two commits before they are given back
+/// at once rather than left to their decay. Why a bound and not only the decay: the
+/// decay keeps what was freed over its last interval (200 ms), so what it holds grows with
+/// the write rate — a fast machine writing 8× `arc_max` peaked 50–77 MiB of them, over the
+/// fixed overhead's share (docs/design/memory.md). 16 MiB: a few txgs' worth of small
+/// frees, so a commit rarely pays for a purge.
+pub const FREE_PAGES_KEPT: u64 = 16 << 20;
+
+/// Gives the allocator's free pages back to the OS when more than `kept` bytes of them
+/// wait for their decay (called after each commit). Returns the bytes given back (0 when
+/// under `kept`, or when the binary gave no way to read or release them). Reads allocator
+/// statistics: not for a hot path.
+pub fn release_free_pages_over(kept: u64) -> u64 {
+    let (Some(free), Some(release)) = (FREE_PAGE_BYTES.get(), MEMORY_RELEASE.get()) else {
+        return 0;
+    };
+    match free() {
+        Some(bytes) if bytes > kept => {
+            release();
+            bytes
+        }
+        _ => 0,
+    }
+}
+
 /// The process's resident memory in bytes, from /proc/self/statm (0 if it cannot be
 /// read).
 pub fn resident_bytes() -> u64 {

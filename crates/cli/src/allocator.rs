@@ -23,49 +23,19 @@
 //! 90/86 MiB/s). The one arena's lock is rarely taken: each thread's cache serves most
 //! allocations.
 //!
-//! Owns: the global allocator and its options. Promises: freed memory goes back to the OS
-//! within about 200 ms of decay (a purge at once after a shrink). Must never: start a
-//! thread before the mount daemon forks — background threads are started by the daemon
-//! itself (`start_background_threads`), after its fork.
+//! A commit gives the free pages back at once when more than 16 MiB of them wait for their
+//! decay (`tarn_arc::release_free_pages_over`): what the decay holds grows with the write
+//! rate, and a fast machine writing 8× `arc_max` held 50–77 MiB of them.
+//!
+//! Owns: choosing jemalloc as the global allocator (its options are
+//! `tarn_arc::jemalloc::OPTIONS`, shared with the memory tests). Promises: freed memory goes
+//! back to the OS within about 200 ms of decay (at once after a shrink, or past 16 MiB at a
+//! commit). Must never: start a thread before the mount daemon forks — background threads
+//! are started by the daemon itself (`start_background_threads`), after its fork.
 
-use tarn_arc::jemalloc::{allocated, purge, slot_size};
+tarn_arc::jemalloc_global_allocator!();
 
-#[global_allocator]
-static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
-
-/// jemalloc's options, read at its first allocation: one arena (memory freed by one
-/// thread is reused by the others), freed pages go back to the OS within 200 ms (dirty
-/// decay), without the lazy "muzzy" stage in between.
-#[allow(non_upper_case_globals)]
-#[export_name = "_rjem_malloc_conf"]
-pub static malloc_conf: &[u8] = b"narenas:1,dirty_decay_ms:200,muzzy_decay_ms:0\0";
-
-/// Tells the engine how to give free memory back and how big a slot jemalloc hands out
-/// for a request, so the ARC charges a block what it occupies (called first thing in
-/// `main`, before any pool is opened).
-pub fn install() {
-    // `stats.allocated` lets `tarn stats arc` tell live allocations outside the budget
-    // from the allocator's slack.
-    tarn_pool::set_memory_release(purge);
-    tarn_pool::set_alloc_size(slot_size);
-    tarn_pool::set_allocated_bytes(allocated);
-}
-
-/// Starts jemalloc's background threads, which purge decayed pages while the process is
-/// idle. Only in a process that will not fork again (the mount daemon, after its fork).
-pub fn start_background_threads() {
-    let mut on = true;
-    // SAFETY: a NUL-terminated name and a bool-sized new value, as this control takes.
-    unsafe {
-        tikv_jemalloc_sys::mallctl(
-            c"background_thread".as_ptr(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            (&mut on as *mut bool).cast(),
-            std::mem::size_of::<bool>(),
-        );
-    }
-}
+pub use tarn_arc::jemalloc::{install, start_background_threads};
 
 #[cfg(test)]
 mod tests {

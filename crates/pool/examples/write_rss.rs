@@ -27,12 +27,7 @@ use tarn_arc::jemalloc;
 use tarn_dataset::{NewObject, ROOT_ID};
 use tarn_pool::{CreateOptions, Pool, VdevSpec};
 
-#[global_allocator]
-static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
-
-#[allow(non_upper_case_globals)]
-#[export_name = "_rjem_malloc_conf"]
-pub static malloc_conf: &[u8] = b"narenas:1,dirty_decay_ms:200,muzzy_decay_ms:0,background_thread:true\0";
+tarn_arc::jemalloc_global_allocator!();
 
 const MIB: u64 = 1 << 20;
 /// The mount daemon's default under bench/memory.sh: a 256 MiB ARC (and `dirty_max` at
@@ -87,8 +82,8 @@ fn total_bytes() -> u64 {
 }
 
 fn main() {
-    tarn_pool::set_alloc_size(jemalloc::slot_size);
-    tarn_pool::set_allocated_bytes(jemalloc::allocated);
+    tarn_arc::jemalloc::install();
+    tarn_arc::jemalloc::start_background_threads();
     let dir = tempfile::tempdir_in(std::env::var("TARN_BENCH_DIR").unwrap_or_else(|_| "/var/tmp".into())).unwrap();
     let opts = CreateOptions { size: Some(8 << 30), ..Default::default() };
     let pool = Arc::new(Pool::create("tank", &[VdevSpec::Disk(dir.path().join("d0.img"))], &opts).unwrap());

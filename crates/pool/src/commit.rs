@@ -101,7 +101,12 @@ impl SyncTarget for Inner {
             return Err(e);
         }
         let mut frozen = self.frozen.lock().take().expect("quiesce ran before sync");
-        self.write_txg(txg, &mut frozen)
+        self.write_txg(txg, &mut frozen)?;
+        // The txg's records were freed as it wrote them: past a few MiB of them, the
+        // allocator gives the pages back now rather than at the end of their decay, so
+        // what it holds does not grow with the write rate (docs/design/memory.md).
+        tarn_arc::release_free_pages_over(tarn_arc::FREE_PAGES_KEPT);
+        Ok(())
     }
 }
 

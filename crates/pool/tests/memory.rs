@@ -15,12 +15,7 @@ use tarn_dataset::{Dataset, NewObject, ROOT_ID};
 use tarn_pool::{CreateOptions, Pool, VdevSpec};
 use tarn_txg::TxgConfig;
 
-#[global_allocator]
-static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
-
-#[allow(non_upper_case_globals)]
-#[export_name = "_rjem_malloc_conf"]
-pub static malloc_conf: &[u8] = b"narenas:1,dirty_decay_ms:200,muzzy_decay_ms:0,background_thread:true\0";
+tarn_arc::jemalloc_global_allocator!();
 
 /// The ARC's budget for the run.
 const ARC_MAX: u64 = 64 << 20;
@@ -33,13 +28,6 @@ const PAGE: usize = 16384;
 /// The sparse file spans this many 16 KiB records (4 TiB): random pages land in
 /// different indirect blocks, so nearly every page written makes its own.
 const SPARSE_RECORDS: u64 = 1 << 28;
-
-/// jemalloc's slot for a request, as the `tarn` binary tells the engine.
-fn slot_size(len: usize) -> usize {
-    // SAFETY: nallocx computes a size class; it allocates nothing and takes no pointer.
-    let slot = unsafe { tikv_jemalloc_sys::nallocx(len.max(1), 0) };
-    slot.max(len)
-}
 
 struct Rng(u64);
 impl Rng {
@@ -105,7 +93,8 @@ fn create_files(ds: &Dataset, pool: &Pool, files: u64, peak: &mut Peak) -> Vec<u
 
 #[test]
 fn rss_stays_within_arc_max_plus_a_fixed_overhead_under_millions_of_metadata_blocks() {
-    tarn_pool::set_alloc_size(slot_size);
+    tarn_arc::jemalloc::install();
+    tarn_arc::jemalloc::start_background_threads();
     let dir = tempfile::tempdir_in(std::env::var("TARN_BENCH_DIR").unwrap_or_else(|_| "/var/tmp".into())).unwrap();
     let opts = CreateOptions {
         size: Some(64 << 30), // sparse

@@ -19,12 +19,7 @@ use std::time::{Duration, Instant};
 use tarn_dataset::{Dataset, NewObject, ROOT_ID};
 use tarn_pool::{CreateOptions, Pool, VdevSpec};
 
-#[global_allocator]
-static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
-
-#[allow(non_upper_case_globals)]
-#[export_name = "_rjem_malloc_conf"]
-pub static malloc_conf: &[u8] = b"narenas:1,dirty_decay_ms:200,muzzy_decay_ms:0,background_thread:true\0";
+tarn_arc::jemalloc_global_allocator!();
 
 const MIB: u64 = 1 << 20;
 const ARC_MAX: u64 = 256 * MIB;
@@ -99,9 +94,8 @@ fn read_files(ds: &Dataset, made: &[(u64, u64)]) {
 
 #[test]
 fn per_file_state_is_given_back_when_arc_max_shrinks() {
-    tarn_pool::set_alloc_size(tarn_arc::jemalloc::slot_size);
-    tarn_pool::set_allocated_bytes(tarn_arc::jemalloc::allocated);
-    tarn_pool::set_memory_release(tarn_arc::jemalloc::purge);
+    tarn_arc::jemalloc::install();
+    tarn_arc::jemalloc::start_background_threads();
     let dir = tempfile::tempdir_in(std::env::var("TARN_BENCH_DIR").unwrap_or_else(|_| "/var/tmp".into())).unwrap();
     let opts = CreateOptions { size: Some(4 << 30), ..Default::default() };
     let pool = Pool::create("tank", &[VdevSpec::Disk(dir.path().join("d0.img"))], &opts).unwrap();

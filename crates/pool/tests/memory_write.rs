@@ -18,12 +18,7 @@ use std::time::Duration;
 use tarn_dataset::{NewObject, ROOT_ID};
 use tarn_pool::{CreateOptions, Pool, VdevSpec};
 
-#[global_allocator]
-static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
-
-#[allow(non_upper_case_globals)]
-#[export_name = "_rjem_malloc_conf"]
-pub static malloc_conf: &[u8] = b"narenas:1,dirty_decay_ms:200,muzzy_decay_ms:0,background_thread:true\0";
+tarn_arc::jemalloc_global_allocator!();
 
 const MIB: u64 = 1 << 20;
 /// The ARC's budget for the run; `dirty_max` follows at its default share (a half).
@@ -50,8 +45,8 @@ fn fill(buf: &mut [u8], seed: u64) {
 fn rss_stays_within_arc_max_plus_the_fixed_overhead_while_writing_eight_times_the_budget() {
     // As the `tarn` binary does: blocks charged their slot; the peak's report splits
     // what the budget does not account for.
-    tarn_pool::set_alloc_size(tarn_arc::jemalloc::slot_size);
-    tarn_pool::set_allocated_bytes(tarn_arc::jemalloc::allocated);
+    tarn_arc::jemalloc::install();
+    tarn_arc::jemalloc::start_background_threads();
     let dir = tempfile::tempdir_in(std::env::var("TARN_BENCH_DIR").unwrap_or_else(|_| "/var/tmp".into())).unwrap();
     let opts = CreateOptions { size: Some(4 << 30), ..Default::default() };
     let pool = Arc::new(Pool::create("tank", &[VdevSpec::Disk(dir.path().join("d0.img"))], &opts).unwrap());
@@ -62,7 +57,9 @@ fn rss_stays_within_arc_max_plus_the_fixed_overhead_while_writing_eight_times_th
     assert!(dirty_max <= ARC_MAX / 2, "dirty_max {dirty_max} is not within its share of arc_max");
     let ds = Arc::new(pool.dataset("tank").unwrap());
     // While the writers write and through their closing fsyncs alike: the stated bound,
-    // `arc_max` + 64 MiB (peaks seen while writing: 96–108 MiB against 128). An fsync
+    // `arc_max` + 64 MiB (peaks seen while writing: 89–90 MiB against 128, eight runs; before
+    // a commit gave back free pages past `tarn_arc::FREE_PAGES_KEPT`, 112–142 — the allocator
+    // held 34–77 MiB of pages freed within its 200 ms decay, more on a faster machine). An fsync
     // that finds its file's records in a txg that began syncing writes them anew in place
     // (ZFS's dmu_sync_late_arrival) rather than copying them into log records, and a
     // commit holds at most a batch of copied data (`tarn_zil::COMMIT_BATCH_BYTES`): before
