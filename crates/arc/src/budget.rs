@@ -3,11 +3,11 @@
 //! Owns: `Inner` (everything behind the cache's one lock: the ARC lists and the data
 //! policy), the split of the budget between them (data gets what the rest leaves), making
 //! room for an insert, and the memory the budget covers beside cached blocks (the hot
-//! copies' reserve, decoded indirect blocks and objects: `charge`, `set_reserved`; the
-//! txgs' dirty data: `set_dirty`).
+//! copies as they grow, decoded indirect blocks and objects: `charge`; the txgs' dirty
+//! data: `set_dirty`).
 //!
 //! Promises: after an insert, a charge or a shrink (`set_max`) returns, the blocks,
-//! headers, reserve and decoded metadata fit `arc_max` (unless the objects' owner's
+//! headers, hot copies and decoded metadata fit `arc_max` (unless the objects' owner's
 //! pinned ones alone are over it); metadata is evicted last while all of it is under
 //! its limit (`Lists::meta_limit`, 75 %).
 //!
@@ -47,7 +47,7 @@ pub enum DataPolicy {
 /// Everything behind the cache's one lock.
 ///
 /// One budget (`lists.c`, arc_max) covers both parts and what lies outside them (headers,
-/// the hot copies' reserve, decoded metadata). Metadata is preferred as ZFS's
+/// the hot copies, decoded metadata). Metadata is preferred as ZFS's
 /// arc_meta_limit says: while all metadata is under `meta_limit`, room for it is taken
 /// from data first; beyond it, metadata makes room from its own lists. Data gets what is
 /// left (`rebudget_data`).
@@ -70,10 +70,10 @@ impl Inner {
         self.data.bytes()
     }
 
-    /// Everything but the data policy: the lists' blocks and headers, the reserve, the
-    /// dirty data, and `outside` (decoded metadata).
+    /// Everything but the data policy: the lists' blocks and headers, the dirty data, and
+    /// `outside` (decoded metadata, hot copies).
     fn beside_data(&self, outside: u64) -> u64 {
-        self.lists_bytes() + self.lists.headers() + self.lists.reserved + self.lists.dirty + outside
+        self.lists_bytes() + self.lists.headers() + self.lists.dirty + outside
     }
 
     /// Gives data what the rest leaves of the budget (less `incoming` bytes about to be
@@ -117,7 +117,7 @@ impl Inner {
         let mut ev = Evicted::default();
         ev.blocks += self.lists.evict_until(false, outside, |l| {
             l.metadata_bytes + outside <= l.meta_limit()
-                || l.t1_bytes + l.t2_bytes + l.headers() + l.reserved + l.dirty + outside + held <= l.c
+                || l.t1_bytes + l.t2_bytes + l.headers() + l.dirty + outside + held <= l.c
         });
         ev += self.rebudget_data(outside, 0);
         ev
@@ -129,9 +129,12 @@ impl Inner {
 }
 
 impl ArcCache {
-    /// Bytes held outside the lists that the budget covers (decoded metadata).
+    /// Bytes held outside the lists that the budget covers (decoded metadata, the hot
+    /// copies as they are now).
     pub(crate) fn outside(&self) -> u64 {
-        self.decoded_bytes.load(Ordering::Relaxed) + self.objects_bytes.load(Ordering::Relaxed)
+        self.decoded_bytes.load(Ordering::Relaxed)
+            + self.objects_bytes.load(Ordering::Relaxed)
+            + self.hot_bytes.load(Ordering::Relaxed)
     }
 
     /// Changes the budget at run time; shrinking evicts at once (decoded indirect blocks
@@ -153,14 +156,9 @@ impl ArcCache {
         g.data.compact();
     }
 
-    /// Sets the bytes held for the hot copies (their share of the budget).
-    pub fn set_reserved(&self, bytes: u64) {
-        self.inner.lock().lists.reserved = bytes;
-        self.evict_to_budget();
-    }
-
-    /// Evicts blocks until everything the budget covers fits in it.
-    pub(crate) fn evict_to_budget(&self) {
+    /// Evicts blocks until everything the budget covers fits in it (after the hot copies
+    /// grew: `HotCopies::insert` returns true).
+    pub fn evict_to_budget(&self) {
         let outside = self.outside();
         let mut g = self.inner.lock();
         let ev = g.make_room(0, false, outside);

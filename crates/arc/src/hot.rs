@@ -1,42 +1,60 @@
-//! The hot copies: decompressed copies of the blocks read again while cached.
+//! The hot copies: decompressed copies of blocks read in parts again while cached.
 //!
-//! Owns: the copies in LRU order under their own byte budget (a reserved share of
-//! `arc_max`, set by their owner, the pipeline) and their hit counter.
+//! Why only then. A reader that takes a whole record into its own buffer — a database's
+//! buffer pool reading with O_DIRECT, the kernel's page cache over a FUSE mount — holds
+//! the decompressed page itself afterwards; a copy here would be a second one, taking
+//! the room of compressed blocks the reader does not hold (issue #17: under a 64 MiB
+//! buffer pool with a 64 MiB ARC, copies served 2% of the hits while their 4 MiB share
+//! was kept from data). A reader of parts of a record (small buffered reads, the
+//! engine's own readers) comes back for the next part: a copy saves decompressing the
+//! record again. The caller says which (`zio::HotCopy`).
 //!
-//! Promises: the copies never exceed their budget after any call returns; a copy is keyed
-//! by its block's identity, so a rewritten block never hits a stale copy.
+//! Owns: the copies in LRU order under their own byte budget (at most a share of
+//! `arc_max`, set by their owner, the pipeline), their hit counter, and the count of
+//! their bytes that the ARC's budget covers (shared with the `ArcCache` that made them).
 //!
-//! Must never: copy a block larger than its whole budget, or hold bytes the cache would
-//! not (callers copy in verified, decompressed blocks only).
+//! Promises: the copies never exceed their budget after any call returns; the ARC's
+//! count of their bytes is updated under their lock, so it is never behind by more than
+//! the call in progress; a copy is keyed by its block's identity, so a rewritten block
+//! never hits a stale copy.
+//!
+//! Must never: copy a block larger than its whole budget, evict ARC blocks itself (the
+//! caller does, `ArcCache::evict_to_budget`, when `insert` says the copies grew), or hold
+//! bytes the cache would not (callers copy in verified, decompressed blocks only).
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use hashlink::LinkedHashMap;
 use parking_lot::Mutex;
 
-use crate::BlockKey;
+use crate::{ArcCache, BlockKey};
 
 type HotList = LinkedHashMap<BlockKey, Arc<[u8]>>;
 
-/// A bounded set of hot decompressed copies: blocks read again while in the ARC are
-/// kept decompressed too, so the hottest records cost a copy instead of a decompression.
-/// Plain LRU under its own byte budget; counted in the ARC's stats.
+/// A bounded set of hot decompressed copies (see the module comment for which blocks
+/// get one). Plain LRU under its own byte budget; counted in the ARC's stats and budget.
 pub struct HotCopies {
     /// The copies in LRU order, and their total bytes.
     lists: Mutex<(HotList, u64)>,
     max: AtomicU64,
+    /// The total, as the ARC's budget counts it (`ArcCache::outside`).
+    held: Arc<AtomicU64>,
     pub hits: AtomicU64,
 }
 
-impl HotCopies {
-    pub fn new(max_bytes: u64) -> HotCopies {
+impl ArcCache {
+    /// Hot copies of at most `max_bytes`, whose bytes this cache's budget covers.
+    pub fn hot_copies(&self, max_bytes: u64) -> HotCopies {
         HotCopies {
             lists: Mutex::new((LinkedHashMap::new(), 0)),
             max: AtomicU64::new(max_bytes),
+            held: self.hot_bytes.clone(),
             hits: AtomicU64::new(0),
         }
     }
+}
 
+impl HotCopies {
     /// Copies the decompressed block into `out` if it is here.
     pub fn copy_out(&self, key: &BlockKey, out: &mut [u8]) -> bool {
         let mut l = self.lists.lock();
@@ -51,28 +69,34 @@ impl HotCopies {
         }
     }
 
-    pub fn insert(&self, key: BlockKey, bytes: &[u8]) {
+    /// Keeps a copy of `bytes`. Returns whether the copies now hold more than before: the
+    /// caller then makes room in the ARC (`ArcCache::evict_to_budget`).
+    pub fn insert(&self, key: BlockKey, bytes: &[u8]) -> bool {
         let max = self.max.load(Ordering::Relaxed);
         let size = bytes.len() as u64;
         if size > max {
-            return;
+            return false;
         }
         let mut l = self.lists.lock();
         if l.0.contains_key(&key) {
-            return;
+            return false;
         }
+        let before = l.1;
         while l.1 + size > max {
             let Some((_, b)) = l.0.pop_front() else { break };
             l.1 -= b.len() as u64;
         }
         l.0.insert(key, Arc::from(bytes));
         l.1 += size;
+        self.held.store(l.1, Ordering::Relaxed);
+        l.1 > before
     }
 
     pub fn remove(&self, key: &BlockKey) {
         let mut l = self.lists.lock();
         if let Some(b) = l.0.remove(key) {
             l.1 -= b.len() as u64;
+            self.held.store(l.1, Ordering::Relaxed);
         }
     }
 
@@ -83,6 +107,7 @@ impl HotCopies {
             let Some((_, b)) = l.0.pop_front() else { break };
             l.1 -= b.len() as u64;
         }
+        self.held.store(l.1, Ordering::Relaxed);
         crate::compact::compact(&mut l.0);
     }
 

@@ -5,11 +5,11 @@
 //! their ghosts B1/B2 (keys only, of blocks recently evicted from T1/T2) — and the target
 //! `p` for T1's share, which ghost hits steer: a hit in B1 says "recency deserved more
 //! room", a hit in B2 says "frequency did". Counters in the spirit of ZFS's arcstats.
-//! Beside it, `HotCopies`: a small LRU of decompressed copies of the blocks read again
-//! while cached, under its own share of `arc_max`.
+//! Beside it, `HotCopies`: a small LRU of decompressed copies of blocks read in parts
+//! again while cached, under its own share of `arc_max` and charged as they grow.
 //!
 //! The budget covers more than the cached blocks (as ZFS's `arc_size` counts headers,
-//! dbufs and dnodes): the lists' own headers, the hot copies' share (reserved), the
+//! dbufs and dnodes): the lists' own headers, the hot copies (what they hold), the
 //! decoded indirect blocks (`keep_decoded`, ZFS's dbuf cache: a CLOCK under its share,
 //! each entry dropped at will since its block can be read again) and the decoded objects
 //! their owner reports (`charge`, ZFS's dnode cache), and the txgs' dirty data
@@ -20,8 +20,9 @@
 //! Metadata is evicted last while all metadata (cached and decoded) is under
 //! `META_LIMIT_QUARTERS` of the budget, like ZFS's `arc_meta_limit`.
 //!
-//! Promises: the blocks, headers, reserved hot share, decoded metadata and dirty data
-//! never exceed `arc_max` after an insert, a charge, a growth of dirty data or a shrink
+//! Promises: the blocks, headers, hot copies, decoded metadata and dirty data never
+//! exceed `arc_max` after an insert, a charge, a growth of dirty data, of the hot copies
+//! (`evict_to_budget`) or a shrink
 //! (`set_max`) returns, whichever policy keeps the data (unless what cannot be evicted —
 //! the objects' owner's pinned ones, dirty data — is over it alone); a one-time scan only cycles through T1 and leaves the frequently used
 //! set in T2 alone; a block is keyed by its identity (vdev, offset, birth txg), so a
@@ -112,6 +113,8 @@ pub struct ArcCache {
     decoded_bytes: AtomicU64,
     /// Decoded objects, as their owner charges them.
     objects_bytes: AtomicU64,
+    /// What the hot copies made by `hot_copies` hold (they keep it up to date).
+    hot_bytes: std::sync::Arc<AtomicU64>,
     /// `Lists::c`, readable without the lock.
     max_bytes: AtomicU64,
 }
@@ -140,6 +143,7 @@ impl ArcCache {
             decoded: Mutex::new(Clock::default()),
             decoded_bytes: AtomicU64::new(0),
             objects_bytes: AtomicU64::new(0),
+            hot_bytes: std::sync::Arc::default(),
             max_bytes: AtomicU64::new(max_bytes),
         }
     }

@@ -103,9 +103,6 @@ pub(crate) struct Lists {
     /// Metadata bytes in T1 and T2 (the rest of each list is data).
     pub(crate) t1_meta: u64,
     pub(crate) t2_meta: u64,
-    /// Bytes held for the hot copies (their whole share: they fill it quickly and are
-    /// filled on the read path, where no eviction may run).
-    pub(crate) reserved: u64,
     /// Dirty bytes of the open and syncing txgs (`ArcCache::set_dirty`): held inside the
     /// budget as ZFS's arc_size counts anonymous dirty buffers, so cached blocks make room
     /// for them and the DBA has one number.
@@ -227,12 +224,12 @@ impl Lists {
         self.c / 4 * META_LIMIT_QUARTERS
     }
 
-    /// Evicts until `incoming` more bytes fit beside the headers, the reserved share, the
-    /// dirty data, `outside` (decoded metadata) and `data` (what the data policy holds). Returns how
+    /// Evicts until `incoming` more bytes fit beside the headers, the dirty data,
+    /// `outside` (decoded metadata and hot copies) and `data` (what the data policy holds). Returns how
     /// many were evicted.
     pub(crate) fn make_room(&mut self, incoming: u64, after_b2_hit: bool, outside: u64, data: u64) -> u64 {
         self.evict_until(after_b2_hit, outside, |l| {
-            l.t1_bytes + l.t2_bytes + l.headers() + l.reserved + l.dirty + outside + data + incoming <= l.c
+            l.t1_bytes + l.t2_bytes + l.headers() + l.dirty + outside + data + incoming <= l.c
         })
     }
 

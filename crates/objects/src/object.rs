@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
-use tarn_zio::{Access, BlockPtr, CachePolicy, PageId, ReadKind, Residency, StoredAs, Zio, ZioError};
+use tarn_zio::{Access, BlockPtr, CachePolicy, HotCopy, PageId, ReadKind, Residency, StoredAs, Zio, ZioError};
 
 use crate::changes::Changes;
 use crate::dir::Entries;
@@ -277,10 +277,18 @@ impl ObjGuard<'_> {
         drop(self);
         for (bp, page, in_rec, at, n) in disk_reads {
             if in_rec == 0 && n == bp.lsize as usize {
-                zio.read_cached(&bp, &mut buf[at..at + n], policy, Access::page(ReadKind::Demand, page))?;
+                // The reader takes the whole record and holds it: no second copy here.
+                zio.read_cached(
+                    &bp,
+                    &mut buf[at..at + n],
+                    policy,
+                    HotCopy::Skip,
+                    Access::page(ReadKind::Demand, page),
+                )?;
             } else {
+                // A part: the reader will likely want the rest, kept decompressed.
                 let mut rec = vec![0u8; bp.lsize as usize];
-                zio.read_cached(&bp, &mut rec, policy, Access::page(ReadKind::Demand, page))?;
+                zio.read_cached(&bp, &mut rec, policy, HotCopy::Keep, Access::page(ReadKind::Demand, page))?;
                 let avail = rec.len().saturating_sub(in_rec).min(n);
                 buf[at..at + avail].copy_from_slice(&rec[in_rec..in_rec + avail]);
                 buf[at + avail..at + n].fill(0);

@@ -79,3 +79,53 @@ fn a_smaller_arc_max_evicts_cached_data_and_metadata_down_to_the_new_budget() {
     let a = pool.stats().arc;
     assert!(a.accounted_size <= SHRUNK, "accounted bytes over the new budget after more reads: {a:?}");
 }
+
+/// A reader of whole records (a database's buffer pool over O_DIRECT, the kernel's page
+/// cache over FUSE) holds each page it read: the ARC keeps no decompressed copy of it,
+/// and the budget a fixed share for such copies used to hold (1/16) goes to compressed
+/// records (issue #17). Reading in parts still makes copies, charged as they grow, and
+/// the budget holds.
+#[test]
+fn whole_record_readers_leave_the_whole_budget_to_compressed_records() {
+    const BUDGET: u64 = 4 << 20;
+    const RECORDS: u64 = 1024; // about 8.5 MiB compressed: twice the budget
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let opts = CreateOptions { size: Some(256 << 20), ..Default::default() };
+    let pool = Pool::create("whole", &[VdevSpec::Disk(dir.path().join("d0.img"))], &opts).unwrap();
+    pool.set_property("whole", "recordsize", "16K").unwrap();
+    pool.set_arc_max(BUDGET);
+    let ds = pool.dataset("whole").unwrap();
+    let data = ds.create(ROOT_ID, b"table.ibd", NewObject::File, 0o644, 0, 0).unwrap().ino;
+    for p in 0..RECORDS {
+        ds.write(data, p * PAGE as u64, &page(p)).unwrap();
+    }
+    pool.sync().unwrap();
+    let mut buf = vec![0u8; PAGE];
+    for _ in 0..2 {
+        for p in 0..RECORDS {
+            ds.read(data, p * PAGE as u64, &mut buf).unwrap();
+            assert!(buf == page(p), "page {p}");
+        }
+    }
+    let a = pool.stats().arc;
+    assert_eq!((a.hot_copies_size, a.hot_copy_hits), (0, 0), "no copy of a whole record: {a:?}");
+    assert!(a.frequency_size + a.recency_size > 0 && a.hits > 0, "{a:?}");
+    // Everything but the copies: blocks, headers, decoded metadata, dirty data.
+    let held = a.accounted_size - a.hot_copies_size;
+    assert!(held >= BUDGET - BUDGET / 32, "the budget is left unused ({held} of {BUDGET}): {a:?}");
+    assert!(a.accounted_size <= BUDGET, "{a:?}");
+
+    // In parts: the later parts of a record come from its copy, inside the budget.
+    let mut part = vec![0u8; PAGE / 4];
+    for p in (0..RECORDS).step_by(3) {
+        for q in 0..4 {
+            let at = p * PAGE as u64 + (q * PAGE / 4) as u64;
+            ds.read(data, at, &mut part).unwrap();
+            assert!(part[..] == page(p)[q * PAGE / 4..(q + 1) * PAGE / 4], "page {p} part {q}");
+        }
+    }
+    let a = pool.stats().arc;
+    assert!(a.hot_copy_hits > 0 && a.hot_copies_size > 0, "{a:?}");
+    assert!(a.hot_copies_size <= BUDGET / 16, "{a:?}");
+    assert!(a.accounted_size <= BUDGET, "accounted bytes over the budget with copies: {a:?}");
+}

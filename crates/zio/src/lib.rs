@@ -37,7 +37,7 @@ pub use codec::{ChecksumKind, Compression, DecompressError};
 pub use error::ZioError;
 pub use extent::Extent;
 pub use pipeline::{WriteMark, Zio, ZioStats, HOT_SHARE};
-pub use read::{CopiesRead, FAILED_READS_MAX};
+pub use read::{CopiesRead, HotCopy, FAILED_READS_MAX};
 pub use tarn_arc::{Access, PageId, ReadKind, Residency};
 pub use tarn_vdev::IoClass;
 pub use write::{CachePolicy, PendingBlock, StoredAs};

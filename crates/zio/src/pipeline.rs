@@ -23,7 +23,8 @@ use crate::read::arc_key;
 use crate::trace::{open_trace, Event, TraceFile};
 use crate::{BlockPtr, ZioError};
 
-/// The decompressed copies get this fraction of the ARC's budget (held within it).
+/// The decompressed copies may take at most this fraction of the ARC's budget (charged
+/// within it as they grow: `HotCopies`).
 pub const HOT_SHARE: u64 = 16;
 
 #[derive(Default)]
@@ -91,14 +92,16 @@ impl Zio {
         let budget = ArcCache::default_max();
         let maps = Slots::new(vdevs.tops.iter().map(|t| Mutex::new(SpaceMap::new(t.asize, t.ashift))).collect());
         let free = Slots::new(vdevs.tops.iter().map(|_| AtomicU64::new(0)).collect());
+        let arc = ArcCache::new(budget);
+        let hot = arc.hot_copies(budget / HOT_SHARE);
         Zio {
             vdevs,
             maps,
             free,
             next_top: AtomicUsize::new(0),
             stats: ZioStats::default(),
-            arc: ArcCache::new(budget),
-            hot: HotCopies::new(budget / HOT_SHARE),
+            arc,
+            hot,
             trace: open_trace(),
             prefetch: Mutex::new(None),
             writes_done: AtomicU64::new(0),
@@ -115,11 +118,11 @@ impl Zio {
         self
     }
 
-    /// Sets the memory budget of the caches (`arc_max`): the ARC's blocks, the hot copies'
-    /// share (held within it) and the decoded metadata. Shrinking evicts at once.
+    /// Sets the memory budget of the caches (`arc_max`): the ARC's blocks, the hot copies
+    /// (at most their share, charged as they grow) and the decoded metadata. Shrinking
+    /// evicts at once.
     pub fn set_cache_budget(&self, bytes: u64) {
         self.hot.set_max(bytes / HOT_SHARE);
-        self.arc.set_reserved(bytes / HOT_SHARE);
         self.arc.set_max(bytes);
     }
 

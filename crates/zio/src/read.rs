@@ -1,7 +1,9 @@
 //! The read path: a block pointer becomes the block's verified logical bytes.
 //!
 //! Theory of operation. `read_cached` (every demand read: a 16 KiB page) looks in order
-//! at the hot decompressed copies (one copy out), the ARC (one decompression), then the
+//! at the hot decompressed copies (one copy out; only for a reader of parts of a record,
+//! `HotCopy::Keep` — a whole-record reader holds the page itself and takes neither their
+//! lock nor a copy), the ARC (one decompression), then the
 //! device: the sector span is read into a per-thread scratch buffer, the physical bytes
 //! are checked against the pointer's checksum (a mirror tries its sides until one
 //! verifies, and rewrites the bad ones), kept in the ARC if the cache policy admits the
@@ -28,6 +30,18 @@ use tarn_vdev::{IoClass, ReadMode, VdevError};
 
 use crate::trace::{refine, Event, Outcome};
 use crate::{BlockPtr, BlockType, CachePolicy, Compression, Zio, ZioError};
+
+/// Whether a read of a compressed block leaves a decompressed copy in the hot copies
+/// (`tarn_arc::HotCopies`) when the ARC serves it, and looks there first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HotCopy {
+    /// The reader takes parts of the record (it will likely come back for the rest), or
+    /// reads the engine's own blocks: keep a copy of a block read again while cached.
+    Keep,
+    /// The reader takes the whole record into its own buffer and holds it (a database's
+    /// buffer pool with O_DIRECT, the kernel's page cache over FUSE): no copy here.
+    Skip,
+}
 
 thread_local! {
     /// Per-thread buffer for the physical bytes of a read: reused, so a 16 KiB page read
@@ -92,7 +106,7 @@ impl Zio {
 
     /// Reads and verifies a block into `out` (exactly `lsize` bytes), through the ARC.
     pub fn read_into(&self, bp: &BlockPtr, out: &mut [u8], access: Access) -> Result<(), ZioError> {
-        self.read_cached(bp, out, CachePolicy::All, access)
+        self.read_cached(bp, out, CachePolicy::All, HotCopy::Keep, access)
     }
 
     /// The block's stored bytes (`psize` of them, compressed as on disk), verified
@@ -159,18 +173,21 @@ impl Zio {
         std::mem::take(&mut *self.failed_reads.lock())
     }
 
-    /// Like `read_into`, leaving the block in the ARC only if `policy` admits it.
+    /// Like `read_into`, leaving the block in the ARC only if `policy` admits it, and a
+    /// decompressed copy of it only if `hot` says so.
     pub fn read_cached(
         &self,
         bp: &BlockPtr,
         out: &mut [u8],
         policy: CachePolicy,
+        hot: HotCopy,
         access: Access,
     ) -> Result<(), ZioError> {
         self.check_bounds(bp)?;
         let access = refine(access, bp.block_type);
         let key = arc_key(bp);
-        if bp.compression != Compression::Off && self.hot.copy_out(&key, out) {
+        let copies = hot == HotCopy::Keep && bp.compression != Compression::Off;
+        if copies && self.hot.copy_out(&key, out) {
             self.arc.note_hot_hit(access.kind);
             self.trace_event(Event::Read(Outcome::HotCopy), bp, access);
             return Ok(());
@@ -178,8 +195,9 @@ impl Zio {
         if let Some(phys) = self.arc.get(&key, access) {
             self.trace_event(Event::Read(Outcome::Arc), bp, access);
             decompress(bp, &phys, out)?;
-            if bp.compression != Compression::Off {
-                self.hot.insert(key, out); // read again while cached: keep it ready
+            // Read again while cached: keep it ready, within the ARC's budget.
+            if copies && self.hot.insert(key, out) {
+                self.arc.evict_to_budget();
             }
             return Ok(());
         }

@@ -17,7 +17,7 @@ use std::io::{Read, Write};
 use std::sync::Arc;
 
 use hashlink::LinkedHashMap;
-use tarn_arc::{Access, ArcCache, BlockKey, Class, DataPolicy, PageId, ReadKind};
+use tarn_arc::{Access, ArcCache, BlockKey, Class, DataPolicy, HotCopies, Outside, PageId, ReadKind};
 
 /// What a trace line says happened to a block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -154,6 +154,77 @@ impl Cache for Tarn {
                 false
             }
         }
+    }
+}
+
+/// tarn's cache as the io pipeline drives it at equal memory under a buffer pool, with
+/// the parts of the budget that are not cached records: decoded metadata (a fixed
+/// charge), the txgs' dirty data (a recorded series, one value per slice of the measured
+/// demand reads) and, as before issue #17's fix, the hot copies (`copies`: a fixed 1/16
+/// of the budget held for them, a decompressed copy made at every ARC hit of a compressed
+/// block and looked in first; now a whole-record reader gets none and costs nothing).
+pub struct Pipeline {
+    tarn: Tarn,
+    copies: Option<(HotCopies, ArcCache)>,
+    dirty: &'static [u64],
+    /// Demand reads so far, those before the measured window, and the window's.
+    reads: u64,
+    skip: u64,
+    window: u64,
+    pub copy_hits: u64,
+}
+
+impl Pipeline {
+    pub fn new(budget: u64, decoded: u64, dirty: &'static [u64], copies: bool, skip: u64, window: u64) -> Pipeline {
+        let tarn = Tarn::new(budget, DataPolicy::SecondLevel);
+        tarn.arc.charge(Outside::Objects, decoded);
+        let copies = copies.then(|| {
+            // Their whole share is held; the copies' own count is charged to a cache apart.
+            tarn.arc.charge(Outside::Objects, budget / 16);
+            let owner = ArcCache::new(budget);
+            (owner.hot_copies(budget / 16), owner)
+        });
+        Pipeline { tarn, copies, dirty, reads: 0, skip, window, copy_hits: 0 }
+    }
+
+    pub fn data_bytes(&self) -> u64 {
+        self.tarn.arc.snapshot().data_size
+    }
+
+    /// The dirty data at this demand read: the series spread over the measured window
+    /// (none before it).
+    fn follow_dirty(&mut self) {
+        if !self.dirty.is_empty() && self.reads >= self.skip {
+            let n = self.dirty.len() as u64;
+            let i = ((self.reads - self.skip) * n / self.window.max(1)).min(n - 1);
+            self.tarn.arc.set_dirty(self.dirty[i as usize]);
+        }
+        self.reads += 1;
+    }
+}
+
+impl Cache for Pipeline {
+    fn name(&self) -> String {
+        let copies = if self.copies.is_some() { "copies in a reserved 1/16" } else { "no copies" };
+        format!("tarn, second-level policy, {copies}, decoded metadata and dirty data beside")
+    }
+
+    fn event(&mut self, e: &Event) -> bool {
+        if e.is_demand() {
+            self.follow_dirty();
+        }
+        let (Op::Read(kind), Some((copies, _))) = (e.op, &self.copies) else { return self.tarn.event(e) };
+        let mut out = vec![0u8; e.lsize as usize];
+        if copies.copy_out(&e.key, &mut out) {
+            self.copy_hits += 1;
+            return true;
+        }
+        let hit = self.tarn.event(e);
+        // A compressed block (stored smaller than its logical size) read again while cached.
+        if hit && kind.is_data() && e.psize < e.lsize {
+            copies.insert(e.key, &out);
+        }
+        hit
     }
 }
 

@@ -29,7 +29,7 @@
 //!
 //! Must never: run outside the sync thread (it writes and frees blocks of the syncing
 //! txg), or hold a list's entries in memory beyond one chunk.
-use tarn_zio::{Access, BlockPtr, CachePolicy, PendingBlock, ReadKind, Zio, ZioError, BLKPTR_SIZE};
+use tarn_zio::{Access, BlockPtr, CachePolicy, HotCopy, PendingBlock, ReadKind, Zio, ZioError, BLKPTR_SIZE};
 
 /// Entries in one chunk: 8 bytes of header and 2040 pointers fill 128 KiB.
 pub(crate) const CHUNK_ENTRIES: usize = 2040;
@@ -196,7 +196,7 @@ fn write_chunk(zio: &Zio, entries: &[BlockPtr], txg: u64) -> Result<Chunk, ZioEr
 /// The entries of `chunk`, checked against its record.
 pub(crate) fn read_chunk(zio: &Zio, chunk: &Chunk) -> Result<Vec<BlockPtr>, ChunkError> {
     let mut data = vec![0u8; chunk.bp.lsize as usize];
-    zio.read_cached(&chunk.bp, &mut data, CachePolicy::None, Access::of(ReadKind::Pool))?;
+    zio.read_cached(&chunk.bp, &mut data, CachePolicy::None, HotCopy::Keep, Access::of(ReadKind::Pool))?;
     decode_chunk(&data, chunk.entries)
 }
 
