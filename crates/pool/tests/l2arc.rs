@@ -1,6 +1,6 @@
 //! The L2ARC through the pool: no wrong data under churn with a tiny ARC and a cache
 //! device (every read against a `Vec<u8>` model), corruption on the cache device (misses
-//! counted, right bytes), blank, foreign and missing cache devices at import (the pool
+//! counted, right bytes), blank, shrunken, foreign and missing cache devices at import (the pool
 //! imports ONLINE, the device is initialised or shown UNAVAIL), and a warm cache right
 //! after export and import.
 mod common;
@@ -265,6 +265,24 @@ fn blank_foreign_and_missing_cache_devices_never_stop_an_import() {
     assert_eq!(status.caches[0].note.as_deref(), Some("initialised: blank device"), "{:?}", status.caches);
     let ds = pool.dataset("tank/db").unwrap();
     read_all_and_settle(&pool, &ds, ino, &model);
+    drop(ds);
+    pool.export().unwrap();
+
+    // The new host's device is smaller than the one the cache was written on: its ring
+    // would run past the end, so the cache starts afresh on what there is.
+    std::fs::OpenOptions::new().write(true).open(&cache).unwrap().set_len(32 << 20).unwrap();
+    let pool = import();
+    let status = pool.status();
+    assert_eq!(status.state, "ONLINE");
+    assert_eq!(status.caches[0].note.as_deref(), Some("initialised: device smaller than its cache"));
+    pool.set_arc_max(TINY_ARC);
+    let ds = pool.dataset("tank/db").unwrap();
+    read_all_and_settle(&pool, &ds, ino, &model);
+    let hits = l2(&pool, "hits");
+    for p in 0..PAGES {
+        read_page(&ds, ino, &model, p);
+    }
+    assert!(l2(&pool, "hits") > hits, "the re-initialised smaller device serves reads again");
     drop(ds);
     pool.export().unwrap();
 
