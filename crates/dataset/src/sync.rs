@@ -13,8 +13,8 @@
 //! (the pool frees what `sync` returns), or hold an object lock across a log commit.
 use std::sync::atomic::Ordering;
 
-use tarn_objects::{EarlyData, ObjError, SyncPolicy, SyncResult};
-use tarn_zil::{Placement, SourceError, WriteData, WriteSource};
+use tarn_objects::{EarlyData, EarlyWant, ObjError, SyncPolicy, SyncResult};
+use tarn_zil::{Placement, SourceError, WantedData, WriteData, WriteSource};
 
 use crate::{Dataset, FsError, SyncMode};
 
@@ -81,11 +81,23 @@ impl WriteSource for Dataset {
         placement: Placement,
     ) -> Result<WriteData, SourceError> {
         let in_place = placement == Placement::InPlace;
-        Ok(match self.os.write_early(ino, txg, off, len, in_place, self.sync_policy())? {
-            EarlyData::InPlace { block_offset, bp } => WriteData::InPlace { block_offset, bp },
-            EarlyData::Copied(data) => WriteData::Copied(data),
-            EarlyData::Committed => WriteData::Committed,
-        })
+        Ok(write_data_of(self.os.write_early(ino, txg, off, len, in_place, self.sync_policy())?))
+    }
+
+    /// The records a bulk fsync writes in place go to the devices together.
+    fn write_data_many(&self, wanted: &[WantedData]) -> Result<Vec<WriteData>, SourceError> {
+        let wants: Vec<EarlyWant> = wanted
+            .iter()
+            .map(|w| EarlyWant {
+                id: w.obj,
+                txg: w.txg,
+                off: w.offset,
+                len: w.len,
+                may_write_in_place: w.placement == Placement::InPlace,
+            })
+            .collect();
+        let answers = self.os.write_early_many(&wants, self.sync_policy())?;
+        Ok(answers.into_iter().map(write_data_of).collect())
     }
 
     /// A txg that is no longer open is waited for until it commits (an fsync holds no
@@ -97,5 +109,13 @@ impl WriteSource for Dataset {
             engine.wait_synced(txg)?;
         }
         Ok(())
+    }
+}
+
+fn write_data_of(early: EarlyData) -> WriteData {
+    match early {
+        EarlyData::InPlace { block_offset, bp } => WriteData::InPlace { block_offset, bp },
+        EarlyData::Copied(data) => WriteData::Copied(data),
+        EarlyData::Committed => WriteData::Committed,
     }
 }

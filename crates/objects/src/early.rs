@@ -23,9 +23,10 @@
 //! free a block (orphans go back to the caller through `SyncResult`).
 use std::sync::Arc;
 
+use tarn_txg::TxgHold;
 use tarn_zio::{Access, BlockPtr, BlockType, CachePolicy, IoClass, PageId, PendingBlock, ReadKind, Zio, ZioError};
 
-use crate::object::{ObjState, Record, Source};
+use crate::object::{ObjState, Object, Record, Source};
 use crate::objset::{ObjSet, SyncPolicy};
 use crate::ObjError;
 
@@ -58,6 +59,37 @@ enum LogData {
     Committed,
 }
 
+/// One write the intent log wants the data of: bytes [off, off + len) (within one
+/// record) of object `id`, written in txg `txg`; `may_write_in_place` as in `write_early`.
+#[derive(Clone, Copy, Debug)]
+pub struct EarlyWant {
+    pub id: u64,
+    pub txg: u64,
+    pub off: u64,
+    pub len: u64,
+    pub may_write_in_place: bool,
+}
+
+/// What one wanted write comes to before any record is written in place: its answer, or
+/// the record to write with the hold that keeps its txg open until the block is noted.
+enum Prepared<'a> {
+    Done(EarlyData),
+    Write(InPlaceRecord<'a>),
+}
+
+/// A record of the open txg to be written in place for the log.
+struct InPlaceRecord<'a> {
+    obj: Arc<Object>,
+    blkid: u64,
+    block_offset: u64,
+    rec: Record,
+    page: PageId,
+    txg: u64,
+    /// Keeps `txg` open, so the record is still that txg's when its block is noted for
+    /// adoption (released only after `set_early_block`).
+    _open: TxgHold<'a>,
+}
+
 impl ObjSet {
     /// The data of bytes [off, off + len) (within one record) of object `id`, written in
     /// txg `txg`, for the intent log. With `may_write_in_place` and `txg` still open, the
@@ -72,10 +104,55 @@ impl ObjSet {
         may_write_in_place: bool,
         policy: SyncPolicy,
     ) -> Result<EarlyData, ObjError> {
+        let want = EarlyWant { id, txg, off, len, may_write_in_place };
+        Ok(self.write_early_many(&[want], policy)?.pop().expect("one answer per wanted write"))
+    }
+
+    /// `write_early` for several writes at once, answered in order. The records they
+    /// write in place are written together, in one run on the devices where they fit:
+    /// a bulk fsync of a database file's pages costs a device write per `max_io` of them
+    /// rather than one per page. Fails as a whole (the log then commits a txg instead).
+    pub fn write_early_many(&self, wants: &[EarlyWant], policy: SyncPolicy) -> Result<Vec<EarlyData>, ObjError> {
+        let mut answers: Vec<Option<EarlyData>> = Vec::with_capacity(wants.len());
+        let mut records: Vec<InPlaceRecord> = Vec::new();
+        // (answer, record) pairs: two writes into one record share its block.
+        let mut waiting: Vec<(usize, usize)> = Vec::new();
+        for want in wants {
+            match self.prepare_early(*want, policy)? {
+                Prepared::Done(data) => answers.push(Some(data)),
+                Prepared::Write(r) => {
+                    let at = match records.iter().position(|q| Arc::ptr_eq(&q.rec, &r.rec)) {
+                        Some(at) => at,
+                        None => {
+                            records.push(r);
+                            records.len() - 1
+                        }
+                    };
+                    waiting.push((answers.len(), at));
+                    answers.push(None);
+                }
+            }
+        }
+        let bps = write_in_place(&self.ctx().zio, &records, policy)?;
+        for (r, bp) in records.iter().zip(&bps) {
+            r.obj.lock().set_early_block(r.blkid, &r.rec, *bp);
+        }
+        for (answer, at) in waiting {
+            answers[answer] = Some(EarlyData::InPlace { block_offset: records[at].block_offset, bp: bps[at] });
+        }
+        drop(records); // the holds go only now that every block is noted for adoption
+        Ok(answers.into_iter().map(|a| a.expect("every wanted write answered")).collect())
+    }
+
+    /// Finds what the log gets for one wanted write: an answer at once (committed, copied
+    /// bytes, the block its txg or an earlier fsync wrote, a late block written now), or
+    /// the open record to write in place.
+    fn prepare_early(&self, want: EarlyWant, policy: SyncPolicy) -> Result<Prepared<'_>, ObjError> {
+        let EarlyWant { id, txg, off, len, may_write_in_place } = want;
         let obj = match self.get_including_freed(id) {
             Ok(obj) => obj,
             // Never created in a committed txg and already gone: nothing to replay it on.
-            Err(ObjError::NoObject(_)) => return Ok(EarlyData::Committed),
+            Err(ObjError::NoObject(_)) => return Ok(Prepared::Done(EarlyData::Committed)),
             Err(e) => return Err(e),
         };
         let ctx = self.ctx();
@@ -84,27 +161,27 @@ impl ObjSet {
         let hold = if may_write_in_place { ctx.txg.try_hold_open(txg) } else { None };
         let wanted = Wanted { txg, off, len, in_place: may_write_in_place, held_open: hold.is_some() };
         let mut st = obj.lock();
-        let (blkid, block_offset, rec) = match st.log_data(&ctx.zio, ctx.txg.synced(), wanted)? {
-            LogData::Committed => return Ok(EarlyData::Committed),
-            LogData::Bytes(data) => return Ok(EarlyData::Copied(data)),
-            LogData::Synced { block_offset, bp } => return Ok(EarlyData::InPlace { block_offset, bp }),
+        let done = match st.log_data(&ctx.zio, ctx.txg.synced(), wanted)? {
+            LogData::Committed => EarlyData::Committed,
+            LogData::Bytes(data) => EarlyData::Copied(data),
+            LogData::Synced { block_offset, bp } => EarlyData::InPlace { block_offset, bp },
             LogData::Late { block_offset, rec } => {
                 drop(st);
                 drop(hold);
                 let bp = self.write_late(&rec, txg, policy)?;
-                return Ok(EarlyData::InPlace { block_offset, bp });
+                EarlyData::InPlace { block_offset, bp }
             }
-            LogData::Record { blkid, block_offset, rec } => (blkid, block_offset, rec),
+            LogData::Record { blkid, block_offset, rec } => {
+                if let Some(bp) = st.early_block(blkid, &rec) {
+                    return Ok(Prepared::Done(EarlyData::InPlace { block_offset, bp }));
+                }
+                let page = st.page(blkid);
+                drop(st); // readers and writers of the file go on while the block is written
+                let open = hold.expect("an open record is only handed out to a caller holding its txg");
+                return Ok(Prepared::Write(InPlaceRecord { obj, blkid, block_offset, rec, page, txg, _open: open }));
+            }
         };
-        if let Some(bp) = st.early_block(blkid, &rec) {
-            return Ok(EarlyData::InPlace { block_offset, bp });
-        }
-        let page = st.page(blkid);
-        drop(st); // readers and writers of the file go on while the block is written
-        let bp = write_record(&ctx.zio, &rec, page, txg, policy)?;
-        obj.lock().set_early_block(blkid, &rec, bp);
-        drop(hold);
-        Ok(EarlyData::InPlace { block_offset, bp })
+        Ok(Prepared::Done(done))
     }
 
     /// Writes `rec`, record of txg `txg` (no longer open), as a block of its own for the
@@ -141,21 +218,28 @@ struct Wanted {
     held_open: bool,
 }
 
-/// Writes one data record as a block born in `txg`.
-fn write_record(zio: &Zio, rec: &Record, page: PageId, txg: u64, policy: SyncPolicy) -> Result<BlockPtr, ZioError> {
-    let block = PendingBlock {
-        data: rec,
-        compression: policy.compression,
-        checksum: policy.checksum,
-        level: 0,
-        block_type: BlockType::Data,
-        cache: policy.cache,
-        page: Some(page),
-        objset: Some(page.objset),
-        stored: None,
-    };
-    // The fsync that asked waits for this write: it goes ahead of the txg's writes.
-    Ok(zio.write_blocks_as(&[block], txg, IoClass::SyncWrite)?.pop().expect("one block written"))
+/// Writes the open txg's records `records` in place, together (one run on the devices
+/// where they fit), as blocks born in that txg.
+fn write_in_place(zio: &Zio, records: &[InPlaceRecord], policy: SyncPolicy) -> Result<Vec<BlockPtr>, ZioError> {
+    let Some(txg) = records.first().map(|r| r.txg) else { return Ok(Vec::new()) };
+    // Every record is held open in its txg, and only one txg is open at a time.
+    assert!(records.iter().all(|r| r.txg == txg), "records written in place belong to the one open txg");
+    let blocks: Vec<PendingBlock> = records
+        .iter()
+        .map(|r| PendingBlock {
+            data: &r.rec,
+            compression: policy.compression,
+            checksum: policy.checksum,
+            level: 0,
+            block_type: BlockType::Data,
+            cache: policy.cache,
+            page: Some(r.page),
+            objset: Some(r.page.objset),
+            stored: None,
+        })
+        .collect();
+    // The fsync that asked waits for these writes: they go ahead of the txg's writes.
+    zio.write_blocks_as(&blocks, txg, IoClass::SyncWrite)
 }
 
 impl ObjState {

@@ -35,7 +35,7 @@ mod zfetch;
 
 pub use dir::{DirEntry, Entries};
 pub use dnode::{Dnode, ObjType, Timespec, DNODE_SIZE};
-pub use early::EarlyData;
+pub use early::{EarlyData, EarlyWant};
 pub use metadata::AttrChange;
 pub use object::{FreshObject, ObjGuard, ObjState, Object};
 pub use objset::{ObjSet, SyncPolicy, SyncResult};

@@ -206,6 +206,47 @@ fn every_acknowledged_large_write_survives_any_cut() {
     acknowledged_bytes_survive_cuts("latency", 65536, 3, 40);
 }
 
+/// A database's page flush: pages scattered over a file, then one fsync of more than the
+/// bulk size. Its pages go in place together, in one run — as few device writes as the
+/// vdev's max_io allows, and the log block — not one per page; each is logged as a pointer.
+#[test]
+fn a_bulk_fsync_writes_its_pages_in_place_together_not_one_device_write_each() {
+    const PAGES: u64 = 32; // 512 KiB of incompressible pages: twice the bulk size
+    let dir = tempfile::tempdir().unwrap();
+    let dev = MemDevice::new(fresh_image(dir.path()));
+    // No txg closes during the test, so every page is still in the open txg at fsync.
+    let cfg = TxgConfig {
+        timeout: Duration::from_secs(600),
+        dirty_max: 64 << 20,
+        dirty_sync: 32 << 20,
+        ..Default::default()
+    };
+    let pool = Pool::import(vec![dev.clone() as Arc<dyn BlockDevice>], &ImportOptions { txg: cfg }).unwrap();
+    let ds = pool.dataset("tank").unwrap();
+    let data = ds.create(ROOT_ID, b"data", NewObject::File, 0o644, 0, 0).unwrap();
+    for p in 0..PAGES {
+        ds.write(data.ino, p * 5 * 16384, &common::noise(p, 16384)).unwrap();
+    }
+    let (events_before, indirect_before) = (dev.events_len(), pool.stats().zil["indirect_records"]);
+    ds.fsync(data.ino).unwrap();
+    let device_writes =
+        dev.events.lock().unwrap()[events_before..].iter().filter(|e| matches!(e, Event::Write(..))).count();
+    assert_eq!(pool.stats().zil["indirect_records"] - indirect_before, PAGES, "every page logged as a pointer");
+    // The run is cut into pieces of the vdev's max_io; one more write is the log block.
+    let most = (PAGES * 16384).div_ceil(tarn_vdev::DEFAULT_MAX_IO) as usize + 1;
+    assert!(
+        device_writes <= most,
+        "{device_writes} device writes for one bulk fsync of {PAGES} pages (at most {most})"
+    );
+    for p in 0..PAGES {
+        let mut page = vec![0u8; 16384];
+        ds.read(data.ino, p * 5 * 16384, &mut page).unwrap();
+        assert!(page == common::noise(p, 16384), "page {p} reads back");
+    }
+    drop(ds);
+    pool.export().unwrap();
+}
+
 fn acknowledged_bytes_survive_cuts(logbias: &str, page_len: usize, fsync_every: u64, txg_ms: u64) {
     let dir = tempfile::tempdir().unwrap();
     let initial = fresh_image(dir.path());

@@ -43,6 +43,16 @@ pub enum WriteData {
     Committed,
 }
 
+/// One queued write whose data a commit asks the layer above for (`write_data_many`).
+#[derive(Clone, Copy, Debug)]
+pub struct WantedData {
+    pub txg: u64,
+    pub obj: u64,
+    pub offset: u64,
+    pub len: u64,
+    pub placement: Placement,
+}
+
 /// An error of the layer above while it fetched or wrote a write's data.
 pub type SourceError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -58,6 +68,13 @@ pub trait WriteSource {
         len: u64,
         placement: Placement,
     ) -> Result<WriteData, SourceError>;
+
+    /// The data of several queued writes, answered in order. A source that writes records
+    /// in place writes those of one call together (a bulk fsync's pages in one device
+    /// write rather than one each); the default asks `write_data` for each.
+    fn write_data_many(&self, wanted: &[WantedData]) -> Result<Vec<WriteData>, SourceError> {
+        wanted.iter().map(|w| self.write_data(w.txg, w.obj, w.offset, w.len, w.placement)).collect()
+    }
 
     /// Returns once txg `txg` is committed if it is no longer open (quiescing or
     /// syncing); at once while it is open. A bulk commit calls it before taking its
@@ -212,7 +229,9 @@ impl Zil {
     /// `COMMIT_BATCH_BYTES` of copied data or `items` ends: writes become a copy of their
     /// bytes or a pointer to their record written in place, as the log policy says
     /// (`copied`: the file data the whole commit would copy as queued); writes of
-    /// committed txgs are dropped.
+    /// committed txgs are dropped. Consecutive writes are asked for together, as many as
+    /// the batch could still hold copied, so their records written in place share device
+    /// writes.
     fn resolve_batch(
         &self,
         items: &mut Peekable<IntoIter<(u64, Queued)>>,
@@ -222,34 +241,68 @@ impl Zil {
         let log_device = self.zio.has_log_device();
         let mut out = Resolved { records: Vec::new(), in_place_vdevs: Vec::new() };
         let mut held = 0;
+        let mut writes: Vec<(u64, u64, WantedData)> = Vec::new();
         while held < COMMIT_BATCH_BYTES {
             let Some((seq, item)) = items.next() else { break };
-            let record = match item {
-                Queued::Ready(r) => r,
+            let mut wanted_bytes = match item {
+                Queued::Ready(r) => {
+                    out.records.push((seq, r));
+                    continue;
+                }
                 Queued::Write { txg, dataset, obj, offset, len, placement } => {
                     let placement = policy::at_commit(placement, copied, log_device);
-                    let data = source.write_data(txg, obj, offset, len, placement).map_err(ZilError::Source)?;
-                    let op = match data {
-                        WriteData::InPlace { block_offset, bp } => {
-                            if !out.in_place_vdevs.contains(&bp.vdev) {
-                                out.in_place_vdevs.push(bp.vdev);
-                            }
-                            self.stats.indirect_records.fetch_add(1, Ordering::Relaxed);
-                            Op::WriteIndirect { obj, offset, len, block_offset, bp }
-                        }
-                        WriteData::Copied(data) => {
-                            held += data.len();
-                            push_copied(&mut out.records, seq, txg, dataset, obj, offset, data);
-                            continue;
-                        }
-                        WriteData::Committed => continue,
-                    };
-                    Record { txg, dataset, op }
+                    writes.push((seq, dataset, WantedData { txg, obj, offset, len, placement }));
+                    len as usize
                 }
             };
-            out.records.push((seq, record));
+            // A write's copy is at most its length: the batch's bound holds for the group.
+            while let Some((_, Queued::Write { len, .. })) = items.peek() {
+                if held + wanted_bytes + *len as usize > COMMIT_BATCH_BYTES {
+                    break;
+                }
+                let Some((seq, Queued::Write { txg, dataset, obj, offset, len, placement })) = items.next() else {
+                    unreachable!("the item just peeked is a write")
+                };
+                let placement = policy::at_commit(placement, copied, log_device);
+                writes.push((seq, dataset, WantedData { txg, obj, offset, len, placement }));
+                wanted_bytes += len as usize;
+            }
+            held += self.resolve_writes(&mut writes, source, &mut out)?;
         }
         Ok(out)
+    }
+
+    /// Asks `source` for the data of `writes` (drained) at once and adds their records to
+    /// `out`; returns the bytes copied.
+    fn resolve_writes(
+        &self,
+        writes: &mut Vec<(u64, u64, WantedData)>,
+        source: &dyn WriteSource,
+        out: &mut Resolved,
+    ) -> Result<usize, ZilError> {
+        let wanted: Vec<WantedData> = writes.iter().map(|(_, _, w)| *w).collect();
+        let answers = source.write_data_many(&wanted).map_err(ZilError::Source)?;
+        assert_eq!(answers.len(), wanted.len(), "the source answers every write it is asked for");
+        let mut copied = 0;
+        for ((seq, dataset, w), data) in writes.drain(..).zip(answers) {
+            let WantedData { txg, obj, offset, len, .. } = w;
+            match data {
+                WriteData::InPlace { block_offset, bp } => {
+                    if !out.in_place_vdevs.contains(&bp.vdev) {
+                        out.in_place_vdevs.push(bp.vdev);
+                    }
+                    self.stats.indirect_records.fetch_add(1, Ordering::Relaxed);
+                    let op = Op::WriteIndirect { obj, offset, len, block_offset, bp };
+                    out.records.push((seq, Record { txg, dataset, op }));
+                }
+                WriteData::Copied(data) => {
+                    copied += data.len();
+                    push_copied(&mut out.records, seq, txg, dataset, obj, offset, data);
+                }
+                WriteData::Committed => {}
+            }
+        }
+        Ok(copied)
     }
 }
 

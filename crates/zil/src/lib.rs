@@ -82,7 +82,7 @@ use serde::{Deserialize, Serialize};
 use tarn_zio::{Extent, Zio, ZioError};
 
 pub use block::{BlockError, BLOCK_HEADER};
-pub use commit::{SourceError, WriteData, WriteSource, COMMIT_BATCH_BYTES};
+pub use commit::{SourceError, WantedData, WriteData, WriteSource, COMMIT_BATCH_BYTES};
 pub use policy::{LogBias, Placement, BULK_IN_PLACE};
 pub use progress::{LogRoot, ReplayProgress, ReplaySource};
 pub use record::{Op, Record, RecordError, RECORD_HEADER};
