@@ -77,6 +77,49 @@ enum Prepared<'a> {
     Write(InPlaceRecord<'a>),
 }
 
+/// Record bytes written in place in one go (`write_early_many`): a run's worth, so one
+/// chunk is a few device writes and holds the open txg only while they last.
+const IN_PLACE_CHUNK_BYTES: usize = 1 << 20;
+
+/// Records to write in place together, and the answers waiting for their blocks.
+#[derive(Default)]
+struct InPlaceChunk<'a> {
+    records: Vec<InPlaceRecord<'a>>,
+    /// (answer, record) pairs: two writes into one record share its block.
+    waiting: Vec<(usize, usize)>,
+    bytes: usize,
+}
+
+impl<'a> InPlaceChunk<'a> {
+    fn add(&mut self, answer: usize, r: InPlaceRecord<'a>) {
+        let same = |q: &InPlaceRecord| q.blkid == r.blkid && Arc::ptr_eq(&q.obj, &r.obj) && Arc::ptr_eq(&q.rec, &r.rec);
+        let at = match self.records.iter().position(same) {
+            Some(at) => at,
+            None => {
+                self.bytes += r.rec.len();
+                self.records.push(r);
+                self.records.len() - 1
+            }
+        };
+        self.waiting.push((answer, at));
+    }
+
+    /// Writes the records, notes each block for adoption, answers the waiting writes,
+    /// then lets the holds go (the chunk is empty again).
+    fn write(&mut self, zio: &Zio, policy: SyncPolicy, answers: &mut [Option<EarlyData>]) -> Result<(), ObjError> {
+        let bps = write_in_place(zio, &self.records, policy)?;
+        for (r, bp) in self.records.iter().zip(&bps) {
+            r.obj.lock().set_early_block(r.blkid, &r.rec, *bp);
+        }
+        for (answer, at) in self.waiting.drain(..) {
+            answers[answer] = Some(EarlyData::InPlace { block_offset: self.records[at].block_offset, bp: bps[at] });
+        }
+        self.records.clear(); // the holds go only now that every block is noted for adoption
+        self.bytes = 0;
+        Ok(())
+    }
+}
+
 /// A record of the open txg to be written in place for the log.
 struct InPlaceRecord<'a> {
     obj: Arc<Object>,
@@ -111,36 +154,28 @@ impl ObjSet {
     /// `write_early` for several writes at once, answered in order. The records they
     /// write in place are written together, in one run on the devices where they fit:
     /// a bulk fsync of a database file's pages costs a device write per `max_io` of them
-    /// rather than one per page. Fails as a whole (the log then commits a txg instead).
+    /// rather than one per page. They go in chunks of about `IN_PLACE_CHUNK_BYTES`, each
+    /// noted for adoption and its holds released before the next is prepared, so the open
+    /// txg is never kept from closing for longer than one chunk's write. Fails as a whole
+    /// (the log then commits a txg instead); a chunk whose write failed part-way leaves
+    /// the blocks already placed allocated until the next import rebuilds the space maps,
+    /// as a failed single write always did its block.
     pub fn write_early_many(&self, wants: &[EarlyWant], policy: SyncPolicy) -> Result<Vec<EarlyData>, ObjError> {
         let mut answers: Vec<Option<EarlyData>> = Vec::with_capacity(wants.len());
-        let mut records: Vec<InPlaceRecord> = Vec::new();
-        // (answer, record) pairs: two writes into one record share its block.
-        let mut waiting: Vec<(usize, usize)> = Vec::new();
+        let mut chunk = InPlaceChunk::default();
         for want in wants {
             match self.prepare_early(*want, policy)? {
                 Prepared::Done(data) => answers.push(Some(data)),
                 Prepared::Write(r) => {
-                    let at = match records.iter().position(|q| Arc::ptr_eq(&q.rec, &r.rec)) {
-                        Some(at) => at,
-                        None => {
-                            records.push(r);
-                            records.len() - 1
-                        }
-                    };
-                    waiting.push((answers.len(), at));
+                    chunk.add(answers.len(), r);
                     answers.push(None);
+                    if chunk.bytes >= IN_PLACE_CHUNK_BYTES {
+                        chunk.write(&self.ctx().zio, policy, &mut answers)?;
+                    }
                 }
             }
         }
-        let bps = write_in_place(&self.ctx().zio, &records, policy)?;
-        for (r, bp) in records.iter().zip(&bps) {
-            r.obj.lock().set_early_block(r.blkid, &r.rec, *bp);
-        }
-        for (answer, at) in waiting {
-            answers[answer] = Some(EarlyData::InPlace { block_offset: records[at].block_offset, bp: bps[at] });
-        }
-        drop(records); // the holds go only now that every block is noted for adoption
+        chunk.write(&self.ctx().zio, policy, &mut answers)?;
         Ok(answers.into_iter().map(|a| a.expect("every wanted write answered")).collect())
     }
 
