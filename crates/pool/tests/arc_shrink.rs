@@ -5,6 +5,8 @@
 //! metadata's old share must still evict down to the new budget — the data too.
 mod common;
 
+use std::sync::Arc;
+
 use tarn_dataset::{Dataset, NewObject, ROOT_ID};
 use tarn_pool::{CreateOptions, Pool, VdevSpec};
 
@@ -20,6 +22,22 @@ fn page(p: u64) -> Vec<u8> {
     let mut bytes = common::noise(p, PAGE / 2);
     bytes.resize(PAGE, 0);
     bytes
+}
+
+/// A pool named `name` of `size` bytes with 16 KiB records and `arc_max`, whose
+/// `table.ibd` holds `pages` pages (`page`); the temporary directory keeps its image.
+fn pool_with_table(name: &str, size: u64, arc_max: u64, pages: u64) -> (tempfile::TempDir, Pool, Arc<Dataset>, u64) {
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let opts = CreateOptions { size: Some(size), ..Default::default() };
+    let pool = Pool::create(name, &[VdevSpec::Disk(dir.path().join("d0.img"))], &opts).unwrap();
+    pool.set_property(name, "recordsize", "16K").unwrap();
+    pool.set_arc_max(arc_max);
+    let ds = pool.dataset(name).unwrap();
+    let data = ds.create(ROOT_ID, b"table.ibd", NewObject::File, 0o644, 0, 0).unwrap().ino;
+    for p in 0..pages {
+        ds.write(data, p * PAGE as u64, &page(p)).unwrap();
+    }
+    (dir, pool, ds, data)
 }
 
 fn create_and_read_files(ds: &Dataset) {
@@ -41,17 +59,7 @@ fn create_and_read_files(ds: &Dataset) {
 
 #[test]
 fn a_smaller_arc_max_evicts_cached_data_and_metadata_down_to_the_new_budget() {
-    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
-    let opts = CreateOptions { size: Some(1 << 30), ..Default::default() };
-    let pool = Pool::create("shrink", &[VdevSpec::Disk(dir.path().join("d0.img"))], &opts).unwrap();
-    pool.set_property("shrink", "recordsize", "16K").unwrap();
-    pool.set_arc_max(ARC_MAX);
-    let ds = pool.dataset("shrink").unwrap();
-
-    let data = ds.create(ROOT_ID, b"table.ibd", NewObject::File, 0o644, 0, 0).unwrap().ino;
-    for p in 0..PAGES {
-        ds.write(data, p * PAGE as u64, &page(p)).unwrap();
-    }
+    let (_dir, pool, ds, data) = pool_with_table("shrink", 1 << 30, ARC_MAX, PAGES);
     create_and_read_files(&ds);
     pool.sync().unwrap();
     // Every page read twice, so the data policy admits them to its main area.
@@ -89,16 +97,7 @@ fn a_smaller_arc_max_evicts_cached_data_and_metadata_down_to_the_new_budget() {
 fn whole_record_readers_leave_the_whole_budget_to_compressed_records() {
     const BUDGET: u64 = 4 << 20;
     const RECORDS: u64 = 1024; // about 8.5 MiB compressed: twice the budget
-    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
-    let opts = CreateOptions { size: Some(256 << 20), ..Default::default() };
-    let pool = Pool::create("whole", &[VdevSpec::Disk(dir.path().join("d0.img"))], &opts).unwrap();
-    pool.set_property("whole", "recordsize", "16K").unwrap();
-    pool.set_arc_max(BUDGET);
-    let ds = pool.dataset("whole").unwrap();
-    let data = ds.create(ROOT_ID, b"table.ibd", NewObject::File, 0o644, 0, 0).unwrap().ino;
-    for p in 0..RECORDS {
-        ds.write(data, p * PAGE as u64, &page(p)).unwrap();
-    }
+    let (_dir, pool, ds, data) = pool_with_table("whole", 256 << 20, BUDGET, RECORDS);
     pool.sync().unwrap();
     let mut buf = vec![0u8; PAGE];
     for _ in 0..2 {
