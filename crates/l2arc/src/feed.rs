@@ -50,6 +50,11 @@ const ROUND: Duration = Duration::from_millis(1000 / ROUNDS_PER_SEC);
 /// Largest chunk (one device write): large enough for sequential throughput, small
 /// enough that a crash loses little.
 pub const CHUNK_MAX: u64 = 1 << 20;
+/// Data a worker waits for (up to one round from its chunk's first block) before it
+/// writes a chunk. A trickle of evictions would otherwise make a chunk of a few blocks
+/// each — many small device writes, and a ring summary (24 bytes of header RAM) per few
+/// blocks. Waiting costs nothing when the feed is behind: the queue is not dry then.
+pub const CHUNK_MIN: u64 = 256 << 10;
 /// Helpers a device's worker may start while the queue is over half full.
 const HELPERS_MAX: usize = 3;
 /// Blocks the queue holds at most, whatever their size.
@@ -328,8 +333,11 @@ fn count_kinds(c: &crate::Counters, batch: &[Pending]) {
 }
 
 /// Fills `batch` from the queue, starting with `first`, up to one chunk; leaves out
-/// blocks some device already holds (in this version).
+/// blocks some device already holds (in this version). While the chunk is under
+/// `CHUNK_MIN` and the queue is dry, waits for more blocks, up to one round from `first`
+/// (not once the cache is stopping).
 fn gather(shared: &Shared, first: Pending, batch: &mut Vec<Pending>) {
+    let deadline = Instant::now() + ROUND;
     let mut data = 0u64;
     let mut next = Some(first);
     while let Some(p) = next.take() {
@@ -349,8 +357,18 @@ fn gather(shared: &Shared, first: Pending, batch: &mut Vec<Pending>) {
             data += len;
             batch.push(p);
         }
-        next = shared.queue.rx.try_recv().ok();
+        next = shared.queue.rx.try_recv().ok().or_else(|| wait_for_more(shared, data, deadline));
     }
+}
+
+/// The next queued block, waited for until `deadline` while a chunk of `data` bytes is
+/// under `CHUNK_MIN`; `None` when the chunk should be written now.
+fn wait_for_more(shared: &Shared, data: u64, deadline: Instant) -> Option<Pending> {
+    if data >= CHUNK_MIN || shared.stopping.load(Ordering::Relaxed) {
+        return None;
+    }
+    let left = deadline.checked_duration_since(Instant::now())?;
+    shared.queue.rx.recv_timeout(left).ok()
 }
 
 /// Starts a helper for `dev` while the queue is more than half full.

@@ -276,6 +276,31 @@ fn wrong_bytes_in_entries_a_rebuild_restored_are_misses_that_never_drop_the_devi
 }
 
 #[test]
+fn a_trickle_of_evictions_is_written_in_few_large_chunks_not_one_per_block() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = image(dir.path(), "cache.img", 64 << 20);
+    let l2 = L2Arc::open(POOL, &spec(&path));
+    let sink = l2.start(true);
+    let keys: Vec<BlockKey> = (0..300).map(key).collect();
+    let started = Instant::now();
+    for k in &keys {
+        // One block a millisecond: the queue is dry between blocks, as under TPC-C.
+        evict(&sink, *k, 5000);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    wait_drained(&l2);
+    let s = l2.snapshot();
+    assert_eq!(s.written_blocks, 300);
+    // A chunk is written when it holds 256 KiB or a round (1/8 s) after its first
+    // block: at most one per round that passed, and far fewer than one per block.
+    let rounds = started.elapsed().as_millis() as u64 / (1000 / tarn_l2arc::ROUNDS_PER_SEC) + 2;
+    assert!(s.writes <= rounds.min(300 / 8), "{} chunk writes for 300 blocks in {rounds} rounds", s.writes);
+    for k in &keys {
+        assert_eq!(read(&l2, k, 5000).as_deref(), Some(&bytes_of(k, 5000)[..]), "{k:?}");
+    }
+}
+
+#[test]
 fn index_ram_per_block_stays_under_48_bytes_at_every_fill() {
     let dir = tempfile::tempdir().unwrap();
     // Entries are inserted through a real device so the figure is the one status shows.
