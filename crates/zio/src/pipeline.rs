@@ -33,6 +33,9 @@ pub struct ZioStats {
     pub logical_bytes_written: AtomicU64,
     pub physical_bytes_written: AtomicU64,
     pub runs_written: AtomicU64,
+    /// Stored bytes of the blocks written, by block type (`BlockType as usize - 1`): where
+    /// a transaction's write bytes go (records, or the tree and dnodes above them).
+    pub written_bytes_by_type: [AtomicU64; 5],
     pub blocks_read: AtomicU64,
     /// Stored bytes of the blocks read from the devices.
     pub physical_bytes_read: AtomicU64,
