@@ -99,6 +99,8 @@ def describe_load(dataset: dict) -> str:
                 f"back from a tar archive in {dataset.get('tar_seconds', 0):,.0f} s")
     else:
         text = f"sysbench prepare on the paced disk in {dataset.get('prepare_seconds', 0):,.0f} s"
+    if "settle_seconds" in dataset:
+        text += f", then VACUUM ANALYZE and CHECKPOINT in {dataset['settle_seconds']:,.0f} s"
     tables = dataset.get("table_bytes") or {}
     if tables:
         names = {TPCC_LIKE: "TPC-C-like", "oltp": "sysbench"}

@@ -5,7 +5,7 @@ import json
 import pytest
 from rich.console import Console
 
-from tarn_lab import runner, scenario
+from tarn_lab import humanize, runner, scenario
 from tarn_lab.scenario import ScenarioError
 from conftest import leftovers
 
@@ -37,6 +37,9 @@ def test_a_postgresql_scenario_runs_end_to_end(real_machine, tmp_path):
     assert "--db-driver=pgsql" in r["settings"]["sysbench_argv"]
     assert set(r["engine_cache"]) == {"pg_blks_read", "pg_blks_hit"}
     assert r["device_totals"]["data"]["writes"] > 0
+    # The load's aftermath (hint bits, visibility map) is written before the measured run.
+    assert r["dataset"]["tables_vacuumed"] == TINY_PG["workload"]["tables"], r["dataset"]
+    assert "VACUUM ANALYZE and CHECKPOINT" in humanize.describe_load(r["dataset"])
 
 
 def test_an_unknown_database_engine_is_refused_by_name():
