@@ -107,9 +107,9 @@ class PrivatePostgres:
         CHECKPOINT. The first reads of freshly loaded rows set their hint bits and the
         visibility map, dirtying every page of the tables; left to the measured run, those
         writes are the run's largest part on a stack that writes back within seconds
-        (tarn, ZFS: a txg) and are not written at all on one that keeps them in its page
-        cache past the run (ext4's 30 s writeback), so the stacks would not be compared
-        on the workload. The checkpoint makes them durable on every stack first."""
+        (tarn, ZFS: a txg) and largely deferred past the run on one that keeps them in its
+        page cache (ext4's 30 s writeback), so the stacks would not be compared on the
+        workload. The checkpoint makes them durable on every stack first."""
         self.sql("VACUUM ANALYZE", timeout=24 * 3600)
         self.sql("CHECKPOINT", timeout=24 * 3600)
         return self.tables_vacuumed()

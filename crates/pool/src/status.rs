@@ -283,16 +283,12 @@ impl Pool {
                     ("logical_bytes_written".to_string(), get(&s.logical_bytes_written)),
                     ("physical_bytes_written".to_string(), get(&s.physical_bytes_written)),
                     ("runs_written".to_string(), get(&s.runs_written)),
-                    ("written_bytes_data".to_string(), get(&s.written_bytes_by_type[0])),
-                    ("written_bytes_indirect".to_string(), get(&s.written_bytes_by_type[1])),
-                    ("written_bytes_dnodes".to_string(), get(&s.written_bytes_by_type[2])),
-                    ("written_bytes_directory".to_string(), get(&s.written_bytes_by_type[3])),
-                    ("written_bytes_mos".to_string(), get(&s.written_bytes_by_type[4])),
                     ("blocks_read".to_string(), get(&s.blocks_read)),
                     ("physical_bytes_read".to_string(), get(&s.physical_bytes_read)),
                     ("device_bytes_read".to_string(), get(&s.device_bytes_read)),
                     ("checksum_errors".to_string(), get(&s.checksum_errors)),
                 ])
+                .chain(tarn_zio::BlockType::ALL.map(|t| (format!("written_bytes_{}", t.name()), s.written_bytes(t))))
                 .chain(per_kind_reads(s))
                 .collect(),
         }

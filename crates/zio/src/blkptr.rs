@@ -25,6 +25,20 @@ pub enum BlockType {
 }
 
 impl BlockType {
+    pub const ALL: [BlockType; 5] =
+        [BlockType::Data, BlockType::Indirect, BlockType::Dnodes, BlockType::Directory, BlockType::Mos];
+
+    /// The type's name in counters (`written_bytes_<name>`).
+    pub fn name(self) -> &'static str {
+        match self {
+            BlockType::Data => "data",
+            BlockType::Indirect => "indirect",
+            BlockType::Dnodes => "dnodes",
+            BlockType::Directory => "directory",
+            BlockType::Mos => "mos",
+        }
+    }
+
     fn from_u8(v: u8) -> Option<BlockType> {
         Some(match v {
             1 => BlockType::Data,

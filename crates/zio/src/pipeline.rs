@@ -21,7 +21,7 @@ use tarn_vdev::{Slots, TopVdev, Uberblock, VdevError, VdevTree};
 
 use crate::read::arc_key;
 use crate::trace::{open_trace, Event, TraceFile};
-use crate::{BlockPtr, ZioError};
+use crate::{BlockPtr, BlockType, ZioError};
 
 /// The decompressed copies may take at most this fraction of the ARC's budget (charged
 /// within it as they grow: `HotCopies`).
@@ -33,9 +33,9 @@ pub struct ZioStats {
     pub logical_bytes_written: AtomicU64,
     pub physical_bytes_written: AtomicU64,
     pub runs_written: AtomicU64,
-    /// Stored bytes of the blocks written, by block type (`BlockType as usize - 1`): where
-    /// a transaction's write bytes go (records, or the tree and dnodes above them).
-    pub written_bytes_by_type: [AtomicU64; 5],
+    /// Stored bytes of the blocks written, by block type (`written_bytes`): where a
+    /// transaction's write bytes go (records, or the tree and dnodes above them).
+    written_bytes_by_type: [AtomicU64; BlockType::ALL.len()],
     pub blocks_read: AtomicU64,
     /// Stored bytes of the blocks read from the devices.
     pub physical_bytes_read: AtomicU64,
@@ -45,6 +45,17 @@ pub struct ZioStats {
     /// Device reads and the bytes they transferred, by read kind.
     pub kind_reads: PerKind,
     pub kind_read_bytes: PerKind,
+}
+
+impl ZioStats {
+    /// Stored bytes written so far in blocks of type `t`.
+    pub fn written_bytes(&self, t: BlockType) -> u64 {
+        self.written_bytes_by_type[t as usize - 1].load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn note_written(&self, t: BlockType, stored: u64) {
+        self.written_bytes_by_type[t as usize - 1].fetch_add(stored, Ordering::Relaxed);
+    }
 }
 
 /// A point in the stream of completed device writes (block runs and extents). A full

@@ -218,7 +218,7 @@ impl Zio {
             );
         }
         self.stats.logical_bytes_written.fetch_add(u64::from(block.lsize()), Ordering::Relaxed);
-        self.stats.written_bytes_by_type[bp.block_type as usize - 1].fetch_add(psize as u64, Ordering::Relaxed);
+        self.stats.note_written(bp.block_type, psize as u64);
         Ok(bp)
     }
 
