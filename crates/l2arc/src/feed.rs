@@ -285,12 +285,18 @@ pub(crate) fn run_worker(shared: Arc<Shared>, dev: usize, helper: bool) {
             }
             std::thread::sleep(wait.max(Duration::from_millis(1)));
         }
-        if let Ok(n) = d.write_chunk(&batch, &mut buf) {
-            shared.counters.write_bytes.fetch_add(n, Ordering::Relaxed);
-            shared.counters.writes.fetch_add(1, Ordering::Relaxed);
-            shared.counters.written_blocks.fetch_add(batch.len() as u64, Ordering::Relaxed);
-            count_kinds(&shared.counters, &batch);
-            drop_freed(&shared, &d, &batch);
+        match d.write_chunk(&batch, &mut buf) {
+            Ok(Some(n)) => {
+                shared.counters.write_bytes.fetch_add(n, Ordering::Relaxed);
+                shared.counters.writes.fetch_add(1, Ordering::Relaxed);
+                shared.counters.written_blocks.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                count_kinds(&shared.counters, &batch);
+                drop_freed(&shared, &d, &batch);
+            }
+            // The device failed, was dropped or left while the chunk was gathered (its
+            // worker may sit in the queue's wait as that happens): the blocks go back to
+            // the queue for a device that takes writes.
+            Ok(None) | Err(_) => batch.drain(..).for_each(|p| requeue(&shared, p)),
         }
         batch.clear();
     }
@@ -348,16 +354,24 @@ fn gather(shared: &Shared, first: Pending, batch: &mut Vec<Pending>) {
         } else if !shared.devs.iter().any(|d| d.index.get(&p.key).is_some()) {
             if CacheDev::chunk_len(batch.len() + 1, data + len) > CHUNK_MAX {
                 // Does not fit this chunk: back to the queue for the next one.
-                shared.queue.backlog.fetch_add(len, Ordering::Relaxed);
-                if shared.queue.tx.try_send(p).is_err() {
-                    shared.queue.backlog.fetch_sub(len, Ordering::Relaxed);
-                }
+                requeue(shared, p);
                 return;
             }
             data += len;
             batch.push(p);
         }
         next = shared.queue.rx.try_recv().ok().or_else(|| wait_for_more(shared, data, deadline));
+    }
+}
+
+/// Puts a block taken from the queue back at its end (a full queue leaves it out, as
+/// a feed that is behind does).
+fn requeue(shared: &Shared, p: Pending) {
+    let len = p.bytes.len() as u64;
+    shared.queue.backlog.fetch_add(len, Ordering::Relaxed);
+    if shared.queue.tx.try_send(p).is_err() {
+        shared.queue.backlog.fetch_sub(len, Ordering::Relaxed);
+        shared.counters.feed_behind.fetch_add(1, Ordering::Relaxed);
     }
 }
 

@@ -113,11 +113,16 @@ impl CacheDev {
 
     /// Writes `blocks` as one chunk (the caller keeps them under `CHUNK_MAX` with
     /// `chunk_len`) and indexes them. `buf` is reused between calls. Returns the bytes
-    /// written; an I/O error drops the device.
-    pub fn write_chunk(&self, blocks: &[Pending], buf: &mut Vec<u8>) -> Result<u64, std::io::Error> {
-        let (Some(dev), Some(g)) = (&self.dev, &self.geometry) else { return Ok(0) };
+    /// written, or `None` when the device takes no writes any more (faulted, unavailable
+    /// or leaving): the blocks are still the caller's to place. An I/O error drops the
+    /// device.
+    pub fn write_chunk(&self, blocks: &[Pending], buf: &mut Vec<u8>) -> Result<Option<u64>, std::io::Error> {
+        let (Some(dev), Some(g)) = (&self.dev, &self.geometry) else { return Ok(None) };
         // Held until the blocks are indexed: `leave` empties the index after it.
-        let Some(_io) = self.begin_io() else { return Ok(0) };
+        let Some(_io) = self.begin_io() else { return Ok(None) };
+        if !self.usable() {
+            return Ok(None);
+        }
         let table = (LogHeader::table_len(blocks.len()) as u64).next_multiple_of(BLOCK_ALIGN);
         let mut entries = Vec::with_capacity(blocks.len());
         let mut at = table;
@@ -161,7 +166,7 @@ impl CacheDev {
             self.index.insert(&e.key, (abs + e.at as u64) / BLOCK_ALIGN);
         }
         self.sweep_if_due();
-        Ok(len)
+        Ok(Some(len))
     }
 
     /// Takes the ring's next span of `len` bytes; returns its absolute position and the
