@@ -1,24 +1,36 @@
 #!/usr/bin/env bash
 # Mount benchmark, tarn against ext4 in one run. Each gets an equal image file: ext4 on
 # a loop device over one, a tarn pool (dataset recordsize=16K, compression=lz4, mounted
-# with FUSE) on the other. On each:
+# with FUSE) on the other. On each, and on tarn once per FUSE transport asked:
 #   1. fio 16 KiB random writes with an fsync after each (--fsync=1): fsync latency p50/p99
-#   2. a private MariaDB (small buffer pool, data >= 4x it, O_DIRECT): sysbench
+#   2. fio 16 KiB random reads with O_DIRECT, 4 jobs: IOPS
+#   3. a private MariaDB (small buffer pool, data >= 4x it, O_DIRECT): sysbench
 #      oltp_read_write then oltp_read_only, 8 threads
-# and prints one table with the ratios tarn/ext4.
-# Usage: bash bench/mount.sh [--time SECS] [--long] [--work DIR]   (root; scripts/setup.sh first)
+# and prints one table with the ratios tarn/ext4, a column per transport.
+# Usage: bash bench/mount.sh [--time SECS] [--long] [--transport dev|uring|both] [--work DIR]
+#   (root; scripts/setup.sh first)
 #   --time SECS  seconds per fio and sysbench run (default 15); --long = 120
+#   --transport  the FUSE transports to measure tarn on (default both; uring falls back to
+#                dev where the kernel refuses it, and the table says which one served)
 # Cleans up what it made (its mariadbd, the tarn daemon, the ext4 mount, the loop
 # device), each by its own pid or path, also when interrupted.
 set -euo pipefail
 secs=15
 work=""
+transports="dev uring"
 while [ $# -gt 0 ]; do
     case "$1" in
         --time) secs=$2; shift 2 ;;
         --long) secs=120; shift ;;
         --work) work=$2; shift 2 ;;
-        *) echo "usage: $0 [--time SECS] [--long] [--work DIR]" >&2; exit 2 ;;
+        --transport)
+            case "$2" in
+                dev|uring) transports=$2 ;;
+                both) transports="dev uring" ;;
+                *) echo "$0: --transport takes dev, uring or both, not '$2'" >&2; exit 2 ;;
+            esac
+            shift 2 ;;
+        *) echo "usage: $0 [--time SECS] [--long] [--transport dev|uring|both] [--work DIR]" >&2; exit 2 ;;
     esac
 done
 [ "$(id -u)" = 0 ] || { echo "bench/mount.sh: run as root (loop devices, mounts)" >&2; exit 1; }
@@ -59,11 +71,25 @@ setup_ext4() {
     mount "$loop" "$work/ext4"
 }
 
+# A fresh pool on a fresh image per transport, so each starts from the same state.
 setup_tarn() {
+    local transport=$1
+    mountpoint -q "$work/tarn" && "$tarn" umount "$work/tarn"
+    if "$tarn" pool list 2>/dev/null | grep -qw "$pool"; then "$tarn" pool destroy -f "$pool" >/dev/null; fi
+    rm -f "$work/tarn.img"
     "$tarn" pool create "$pool" "$work/tarn.img" --size "$img_size" >/dev/null
     "$tarn" ds create -o recordsize=16K -o compression=lz4 "$pool/db"
     mkdir -p "$work/tarn"
-    "$tarn" mount "$pool/db" "$work/tarn"
+    "$tarn" mount --transport "$transport" "$pool/db" "$work/tarn"
+}
+
+# The transport the mount really uses (uring may have fallen back to dev).
+transport_in_use() {
+    "$tarn" stats fuse "$pool" --json | python3 -c '
+import json, sys
+mounts = json.load(sys.stdin)
+mounts = mounts.get("mounts", mounts) if isinstance(mounts, dict) else mounts
+print(",".join(sorted({m["transport"] for m in mounts})) or "?")'
 }
 
 # fio: prints "p50_us p99_us iops" of the fsync latency.
@@ -78,6 +104,16 @@ j = json.load(open(sys.argv[1]))["jobs"][0]
 p = j["sync"]["lat_ns"]["percentile"]
 print(f'{p["50.000000"]/1000:.1f} {p["99.000000"]/1000:.1f} {j["write"]["iops"]:.0f}')
 EOF
+}
+
+# fio: prints the IOPS of 16 KiB random reads with O_DIRECT from 4 jobs.
+fio_randread() {
+    local dir=$1
+    fio --name=randread --directory="$dir" --size=256M --numjobs=4 --rw=randread --bs=16k --direct=1 \
+        --ioengine=psync --runtime="$secs" --time_based --group_reporting --output-format=json >"$work/fio.json"
+    rm -f "$dir"/randread.*
+    python3 -c 'import json, sys; print(f"{json.load(open(sys.argv[1]))[\"jobs\"][0][\"read\"][\"iops\"]:.0f}")' \
+        "$work/fio.json"
 }
 
 start_mariadb() {
@@ -120,20 +156,42 @@ oltp() {
     echo "$rw $ro $mib"
 }
 
-echo "bench/mount.sh: ${secs}s per run, $threads threads, buffer pool $bp, $tables x $rows rows; work dir $work" >&2
-setup_ext4
-setup_tarn
-echo "fio fsync: ext4" >&2; read -r e_p50 e_p99 e_iops < <(fio_fsync "$work/ext4")
-echo "fio fsync: tarn" >&2; read -r t_p50 t_p99 t_iops < <(fio_fsync "$work/tarn")
-echo "sysbench: ext4" >&2; read -r e_rw e_ro e_mib < <(oltp "$work/ext4")
-echo "sysbench: tarn" >&2; read -r t_rw t_ro t_mib < <(oltp "$work/tarn")
+# One column of results: "p50 p99 fsync_iops randread_iops rw_tps ro_tps data_mib".
+measure() {
+    local dir=$1 label=$2
+    local p50 p99 iops rr rw ro mib
+    echo "fio fsync: $label" >&2; read -r p50 p99 iops < <(fio_fsync "$dir")
+    echo "fio randread: $label" >&2; rr=$(fio_randread "$dir")
+    echo "sysbench: $label" >&2; read -r rw ro mib < <(oltp "$dir")
+    echo "$p50 $p99 $iops $rr $rw $ro $mib"
+}
 
-ratio() { python3 -c "print(f'{$2/$1:.2f}')" "" 2>/dev/null || echo "?"; }
-printf '\n%-36s %12s %12s %10s\n' "metric" "ext4" "tarn" "tarn/ext4"
-row() { printf '%-36s %12s %12s %10s\n' "$1" "$2" "$3" "$(ratio "$2" "$3")"; }
-row "fio 16k randwrite fsync p50 (us)" "$e_p50" "$t_p50"
-row "fio 16k randwrite fsync p99 (us)" "$e_p99" "$t_p99"
-row "fio 16k randwrite+fsync IOPS" "$e_iops" "$t_iops"
-row "sysbench oltp_read_write tps" "$e_rw" "$t_rw"
-row "sysbench oltp_read_only tps" "$e_ro" "$t_ro"
-printf '%-36s %12s %12s\n' "sbtest data (MiB), buffer pool $bp" "$e_mib" "$t_mib"
+echo "bench/mount.sh: ${secs}s per run, $threads threads, buffer pool $bp, $tables x $rows rows;" \
+     "tarn over: $transports; work dir $work" >&2
+setup_ext4
+declare -A col
+col[ext4]=$(measure "$work/ext4" ext4)
+names=(ext4)
+for t in $transports; do
+    setup_tarn "$t"
+    used=$(transport_in_use)
+    name="tarn-$t"
+    [ "$used" = "$t" ] || name="tarn-$t(served:$used)"
+    col[$name]=$(measure "$work/tarn" "$name")
+    names+=("$name")
+done
+
+python3 - "${names[@]}" <<EOF
+import sys
+names = sys.argv[1:]
+cols = {$(for n in "${names[@]}"; do printf '"%s": "%s".split(), ' "$n" "${col[$n]}"; done)}
+metrics = ["fio 16k randwrite fsync p50 (us)", "fio 16k randwrite fsync p99 (us)", "fio 16k randwrite+fsync IOPS",
+           "fio 16k randread O_DIRECT IOPS", "sysbench oltp_read_write tps", "sysbench oltp_read_only tps",
+           "sbtest data (MiB), buffer pool $bp"]
+head = f"{'metric':<36}" + "".join(f"{n:>14}" for n in names) + "".join(f"{n + '/ext4':>20}" for n in names[1:])
+print("\n" + head)
+for i, m in enumerate(metrics):
+    vals = [cols[n][i] for n in names]
+    ratios = [f"{float(cols[n][i]) / float(cols['ext4'][i]):.2f}" if float(cols['ext4'][i]) else "?" for n in names[1:]]
+    print(f"{m:<36}" + "".join(f"{v:>14}" for v in vals) + "".join(f"{r:>20}" for r in ratios))
+EOF

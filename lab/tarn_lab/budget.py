@@ -82,19 +82,27 @@ def _amount(value, total: int | None, what: str) -> int:
 
 @dataclass(frozen=True)
 class Given:
-    """The memory one stack is given: its database's buffer pool and, on ZFS and tarn,
-    the ARC (None on a stack that has none)."""
+    """The memory one stack is given: its database's buffer pool, on ZFS and tarn the ARC
+    (None on a stack that has none), and the kernel page cache its database server may
+    fill (None: not capped; see cage.py)."""
     buffer_pool: int
     arc: int | None
     rule: str = ""
+    page_cache: int | None = None
 
     @property
     def total(self) -> int:
-        return self.buffer_pool + (self.arc or 0)
+        return self.buffer_pool + (self.arc or 0) + (self.page_cache or 0)
 
     def record(self, variants: list[str]) -> dict:
         return {"variants": variants, "buffer_pool_bytes": self.buffer_pool, "arc_bytes": self.arc,
-                "total_bytes": self.total, "rule": self.rule}
+                "page_cache_bytes": self.page_cache, "total_bytes": self.total, "rule": self.rule}
+
+
+def page_cache_of(scenario: dict) -> int | None:
+    """database.page_cache: the page cache every stack's database server may fill."""
+    raw = scenario.get("database", {}).get("page_cache")
+    return parse_size(raw) if raw is not None else None
 
 
 def mib(n: int) -> str:
@@ -103,11 +111,22 @@ def mib(n: int) -> str:
 
 def as_stated(spec: dict, scenario: dict, ram_bytes: int) -> Given:
     """The articles' rule: what the stack says (else the scenario's database.buffer_pool,
-    else the defaults). With [memory] total, shares resolve against it, a ZFS or tarn stack
-    that gives only its buffer pool gets the rest of the total as ARC, and one that gives
-    only its ARC gets the rest as buffer pool — unless the scenario names one buffer pool."""
+    else the defaults). With [memory] total, shares resolve against it (less the page
+    cache, which every stack gets alike), a ZFS or tarn stack that gives only its buffer
+    pool gets the rest of the total as ARC, and one that gives only its ARC gets the rest as
+    buffer pool — unless the scenario names one buffer pool."""
+    given = _stated(spec, scenario, ram_bytes)
+    return Given(given.buffer_pool, given.arc, given.rule, page_cache_of(scenario))
+
+
+def _stated(spec: dict, scenario: dict, ram_bytes: int) -> Given:
     name = spec["name"]
     total = _memory_total(scenario)
+    if total is not None and page_cache_of(scenario):
+        total -= page_cache_of(scenario)
+        if total <= 0:
+            raise BudgetError(f"memory.total {scenario['memory']['total']} leaves nothing beside "
+                              f"database.page_cache {scenario['database']['page_cache']}")
     db_pool = scenario.get("database", {}).get("buffer_pool")
     bp_raw, arc_raw = spec.get("buffer_pool"), _arc_raw(spec)
     has_arc = spec["fs"] in ARC_STACKS
@@ -182,15 +201,17 @@ def at_equal_memory(spec: dict, scenario: dict, total: int, ram_bytes: int) -> G
     """The "equal" rule: a stack without an ARC gets the whole total as buffer pool; ZFS
     and tarn keep their buffer pool and get the rest as ARC."""
     stated = as_stated(spec, scenario, ram_bytes)
+    pc = stated.page_cache
     if spec["fs"] not in ARC_STACKS:
-        return Given(total, None, f"equal memory: buffer pool = {mib(total)}, the others' buffer pool + ARC")
+        pool = total - (pc or 0)
+        return Given(pool, None, f"equal memory: buffer pool = {mib(pool)}, the others' buffer pool + ARC", pc)
     if stated.total == total:
-        return Given(stated.buffer_pool, stated.arc, f"equal memory: {mib(total)} as the stack splits it")
-    if stated.buffer_pool >= total:
+        return Given(stated.buffer_pool, stated.arc, f"equal memory: {mib(total)} as the stack splits it", pc)
+    if stated.buffer_pool + (pc or 0) >= total:
         raise BudgetError(f"stack {spec['name']!r}: its buffer pool {mib(stated.buffer_pool)} leaves no ARC "
                           f"in the equal total {mib(total)}")
-    return Given(stated.buffer_pool, total - stated.buffer_pool,
-                 f"equal memory: ARC = {mib(total)} total − buffer pool")
+    return Given(stated.buffer_pool, total - stated.buffer_pool - (pc or 0),
+                 f"equal memory: ARC = {mib(total)} total − buffer pool", pc)
 
 
 def variants_of(scenario: dict) -> list[str]:
@@ -345,9 +366,17 @@ def check_caches(stacks: list[dict], dataset_bytes: dict[str, int], measured: bo
     return bad
 
 
-def uncapped_caches(stacks: list[dict]) -> list[str]:
-    """Caches the lab cannot cap, said beside the 4× check: btrfs with compression reads
-    compressed extents through the kernel's page cache even with O_DIRECT."""
+def uncapped_caches(stacks: list[dict], scenario: dict | None = None) -> list[str]:
+    """Caches left uncapped, said beside the 4× check: without database.page_cache, a
+    PostgreSQL server's page cache (it reads through it), and btrfs with compression (it
+    reads compressed extents through the page cache even with O_DIRECT)."""
+    scenario = scenario or {}
+    if page_cache_of(scenario):
+        return []
+    fix = "; database.page_cache caps it"
+    if scenario.get("database", {}).get("engine") == "postgresql":
+        return [f"{s['name']}: PostgreSQL reads through the kernel's page cache, which is not capped: its "
+                "cache is shared_buffers plus free RAM" + fix for s in stacks]
     return [f"{s['name']}: btrfs reads compressed extents through the kernel's page cache even with "
-            "O_DIRECT, and the lab does not cap the page cache: its cache is the buffer pool plus free RAM"
+            "O_DIRECT, and the page cache is not capped: its cache is the buffer pool plus free RAM" + fix
             for s in stacks if s["fs"] == "btrfs" and s.get("compression", "zstd") != "off"]

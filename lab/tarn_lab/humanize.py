@@ -72,6 +72,8 @@ def describe_database(scenario: dict, versions: dict | None = None) -> str:
         text += f" ({version.split(' for ')[0].split('Ver ')[-1]})"
     if db.get("buffer_pool"):
         text += f", {cache} {human_bytes(parse_size(db['buffer_pool']))}"
+    if db.get("page_cache"):
+        text += f", its kernel page cache capped at {human_bytes(parse_size(db['page_cache']))} (a memory cgroup)"
     return text
 
 

@@ -48,6 +48,8 @@ class PrivateMariaDB:
         self.socket = socket_path(rundir)
         self.settings = {**BASE_SETTINGS, **settings}
         self.pid: int | None = None
+        # A memory cgroup the server runs in (cage.py), when its page cache is capped.
+        self.cage = None
 
     def config_text(self) -> str:
         lines = ["[mariadbd]", f"datadir={self.datadir}", f"socket={self.socket}",
@@ -73,7 +75,8 @@ class PrivateMariaDB:
             run(["mariadb-install-db", f"--defaults-file={self.config_path}", "--user=root",
                  "--auth-root-authentication-method=socket", "--skip-test-db"], timeout=600)
         log = open(self.rundir / "mariadbd.out", "ab")
-        proc = subprocess.Popen(["mariadbd", f"--defaults-file={self.config_path}"],
+        argv = ["mariadbd", f"--defaults-file={self.config_path}"]
+        proc = subprocess.Popen(self.cage.command(argv) if self.cage else argv,
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         self.pid = proc.pid
         teardown.push(f"stop mariadbd pid {proc.pid}", self.stop)

@@ -50,6 +50,8 @@ class PrivatePostgres:
         self.socket = rundir  # libpq takes a socket directory as the host
         self.settings = {**BASE_SETTINGS, **settings}
         self.pid: int | None = None
+        # A memory cgroup the server runs in (cage.py), when its page cache is capped.
+        self.cage = None
 
     def sysbench_args(self) -> list[str]:
         return ["--db-driver=pgsql", f"--pgsql-host={self.rundir}", "--pgsql-user=postgres", "--pgsql-db=sbtest"]
@@ -69,6 +71,11 @@ class PrivatePostgres:
         for k, v in self.settings.items():
             argv += ["-c", f"{k}={v}"]
         log = open(self.rundir / "postgres.log", "ab")
+        if self.cage:
+            # Joins the cage as root, then drops to the postgres user (setpriv execs it).
+            argv = self.cage.command(["setpriv", f"--reuid={user['user']}", f"--regid={user['group']}",
+                                      "--init-groups", "--", *argv])
+            user = {}
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, **user)
         self.pid = proc.pid
         teardown.push(f"stop postgres pid {proc.pid}", self.stop)

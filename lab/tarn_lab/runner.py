@@ -35,6 +35,7 @@ from .analysis import steadiness
 from . import budget, datasets
 from . import progress as progress_mod
 from . import sizes as sizes_mod
+from .cage import PROCESS_ALLOWANCE, MemoryCage
 from .cleanup import Teardown
 from .devices import (REPO_ROOT, PacerMissing, counters_delta, pacer_binary, read_fresh_pacer_stats,
                       read_pacer_stats)
@@ -288,13 +289,26 @@ def database_settings(scenario: dict, spec: dict, stack) -> dict:
 def start_database(scenario, spec, stack, workdir, teardown, initialize: bool = True):
     if scenario.get("database", {}).get("engine") == "postgresql":
         db = PrivatePostgres(stack.mountpoint / "pgdata", workdir / "postgres", postgres_settings(scenario, spec, stack))
+        db.cage = database_cage(spec, teardown)
         db.start(teardown, initialize=initialize)
         return db
     datadir = stack.mountpoint / datasets.DATADIR
     db = PrivateMariaDB(datadir, workdir / "mariadb", database_settings(scenario, spec, stack))
+    db.cage = database_cage(spec, teardown)
     db.start(teardown, initialize=initialize)
     db.sql("CREATE DATABASE IF NOT EXISTS sbtest")
     return db
+
+
+def database_cage(spec: dict, teardown: Teardown) -> MemoryCage | None:
+    """The server's memory cgroup when the scenario caps its page cache (database.page_cache):
+    buffer pool + page cache + the processes' allowance. The server keeps it across its
+    restarts; its teardown, pushed first, removes it after the server stops."""
+    given = spec.get("memory") or {}
+    page_cache = given.get("page_cache_bytes")
+    if not page_cache:
+        return None
+    return MemoryCage.create(spec["name"], given["buffer_pool_bytes"] + page_cache + PROCESS_ALLOWANCE, teardown)
 
 
 def postgres_settings(scenario: dict, spec: dict, stack) -> dict:
@@ -490,7 +504,9 @@ def run_workload(scenario, spec, stack, db, workload, repeat, rundir, progress: 
         "sizes": sizes_mod.measure(stack, db.datadir),
         # Each cache holder's resident memory over the run (mariadbd: the buffer pool; the
         # tarn daemon or zfs-fuse: the ARC), beside what the stack was given.
-        "memory": {"rss": sampler.memory, "pids": sampler.processes},
+        "memory": {"rss": sampler.memory, "pids": sampler.processes,
+                   # The server's cgroup at the run's end (database.page_cache): its page cache.
+                   "db_cage": db.cage.usage() if getattr(db, "cage", None) else None},
     }
     result["steadiness"] = steadiness(result)
     return result

@@ -54,7 +54,7 @@ SCHEMA = {
     "memory": {"total": SIZE, "variants": list},
     "disk": {"size": SIZE, "iops": INT, "bandwidth": SIZE, "max_io": SIZE, "latency_us": INT},
     "fast_disk": {"size": SIZE},
-    "database": {"engine": STR, "buffer_pool": SIZE, "settings": TABLE},
+    "database": {"engine": STR, "buffer_pool": SIZE, "page_cache": SIZE, "settings": TABLE},
     "workload": {"threads": INT, "duration": INT, "tables": INT, "table_size": INT,
                  "warehouses": INT, "items": INT, "customers": INT, "random_points": INT,
                  "warmup": INT, "scrub": BOOL, "restart": INT, "long": INT,
@@ -180,10 +180,10 @@ def _check_caches(scenario: dict, origin: str) -> list[str]:
     bad = budget.check_caches(scenario["stacks"], dataset_estimates(scenario))
     if bad and scenario["size_class"] != "quick" and scenario.get("cache_check", "refuse") == "refuse":
         raise ScenarioError(f"{origin}: at {scenario['size_class']} sizes every dataset must be at least "
-                            f"{budget.DATASET_OVER_CACHE}× each stack's buffer pool + ARC, but {budget.summary(bad)} "
+                            f"{budget.DATASET_OVER_CACHE}× each stack's buffer pool + ARC + page cache, but {budget.summary(bad)} "
                             "(shrink the caches or grow the dataset; cache_check = \"warn\" runs it anyway)")
     scenario["cache_checks"] = [c.record() for c in bad]
-    return budget.uncapped_caches(scenario["stacks"])
+    return budget.uncapped_caches(scenario["stacks"], scenario)
 
 
 def cache_warning(checks: list[budget.CacheCheck]) -> str | None:

@@ -157,6 +157,31 @@ def test_btrfs_page_cache_is_said_to_be_uncapped():
     assert any("b: btrfs reads compressed extents through the kernel's page cache" in w for w in s["warnings"])
 
 
+def test_a_capped_page_cache_counts_in_every_stacks_caches_and_silences_the_uncapped_warning():
+    btrfs = {"name": "b", "fs": "btrfs", "compression": "zstd"}
+    s = sc.validate(scenario([EXT4, TARN, btrfs], database={"buffer_pool": "32M", "page_cache": "16M"}))
+    mem = {st["name"]: st["memory"] for st in s["stacks"]}
+    assert mem["ext4"]["page_cache_bytes"] == 16 * MiB and mem["ext4"]["total_bytes"] == 48 * MiB
+    assert mem["tarn"]["total_bytes"] == (32 + 64 + 16) * MiB
+    assert not any("page cache" in w for w in s["warnings"])
+
+
+def test_an_uncapped_postgresql_page_cache_is_said_for_every_stack():
+    pg = {"engine": "postgresql", "buffer_pool": "32M"}
+    s = sc.validate(scenario([EXT4, TARN], database=pg))
+    said = [w for w in s["warnings"] if "PostgreSQL reads through the kernel's page cache" in w]
+    assert len(said) == 2 and all("database.page_cache caps it" in w for w in said)
+
+
+def test_equal_memory_keeps_the_page_cache_alike_and_gives_ext4_the_rest_as_buffer_pool():
+    s = sc.validate(scenario([EXT4, TARN], memory={"variants": ["equal"]},
+                             database={"buffer_pool": "32M", "page_cache": "16M"}))
+    assert given(s) == {"ext4": (96, None, ["equal"]), "tarn": (32, 64, ["equal"])}
+    assert {st["memory"]["total_bytes"] for st in s["stacks"]} == {112 * MiB}
+    with pytest.raises(ScenarioError, match="leaves nothing beside database.page_cache"):
+        sc.validate(scenario([EXT4, TARN], memory={"total": "16M"}, database={"page_cache": "16M"}))
+
+
 def test_a_share_must_be_a_number():
     with pytest.raises(BudgetError, match="share 'lots%' is not a number followed by %"):
         budget.parse_share("lots%")

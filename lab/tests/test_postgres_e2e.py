@@ -1,18 +1,19 @@
 """PostgreSQL where asked: a tiny scenario with database.engine = "postgresql" on ext4, run
 for real (pacer -> loop -> mkfs -> private postgres -> sysbench pgsql), numbers read back."""
 import json
+import os
 
 import pytest
 from rich.console import Console
 
-from tarn_lab import humanize, runner, scenario
+from tarn_lab import cage, humanize, runner, scenario
 from tarn_lab.scenario import ScenarioError
 from conftest import leftovers
 
 TINY_PG = {
     "name": "e2e-pg", "workloads": ["oltp_read_write"],
     "disk": {"size": "1G", "iops": 2000, "bandwidth": "32M", "max_io": "16K"},
-    "database": {"engine": "postgresql", "buffer_pool": "16M"},
+    "database": {"engine": "postgresql", "buffer_pool": "16M", "page_cache": "16M"},
     "workload": {"threads": 2, "duration": 5, "tables": 1, "table_size": 10000},
     "stacks": [{"name": "ext4", "fs": "ext4"}],
 }
@@ -40,6 +41,13 @@ def test_a_postgresql_scenario_runs_end_to_end(real_machine, tmp_path):
     # The load's aftermath (hint bits, visibility map) is written before the measured run.
     assert r["dataset"]["tables_vacuumed"] == TINY_PG["workload"]["tables"], r["dataset"]
     assert "VACUUM ANALYZE and CHECKPOINT" in humanize.describe_load(r["dataset"])
+    # The server ran in its memory cage (its shared buffers are charged there), and the
+    # cage is gone with it.
+    caged = r["memory"]["db_cage"]
+    assert caged["limit_bytes"] == (16 + 16) * 2**20 + cage.PROCESS_ALLOWANCE, caged
+    assert caged["shmem_bytes"] > 0, caged
+    parent = cage.find_controller().parent
+    assert not list(parent.glob(f"tarn-lab-{os.getpid()}-*"))
 
 
 def test_an_unknown_database_engine_is_refused_by_name():

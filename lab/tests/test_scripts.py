@@ -105,3 +105,10 @@ def test_lab_test_sh_fails_when_pytest_collects_nothing():
                            "tests/test_sizes.py"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "FAILURE: pytest collected no tests (exit 5)" in proc.stderr
+
+
+def test_the_mount_benchmark_refuses_an_unknown_transport_by_name():
+    bench = Path(__file__).resolve().parents[2] / "bench" / "mount.sh"
+    proc = subprocess.run(["bash", str(bench), "--transport", "pigeon"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "--transport takes dev, uring or both, not 'pigeon'" in proc.stderr
