@@ -364,9 +364,13 @@ fn gather(shared: &Shared, first: Pending, batch: &mut Vec<Pending>) {
     }
 }
 
-/// Puts a block taken from the queue back at its end (a full queue leaves it out, as
-/// a feed that is behind does).
+/// Puts a block taken from the queue back at its end. It is left out, as by a feed that
+/// is behind, when the queue is full or no device takes writes (it would only hold RAM).
 fn requeue(shared: &Shared, p: Pending) {
+    if !shared.devs.iter().any(|d| d.feed_ready()) {
+        shared.counters.feed_behind.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
     let len = p.bytes.len() as u64;
     shared.queue.backlog.fetch_add(len, Ordering::Relaxed);
     if shared.queue.tx.try_send(p).is_err() {
