@@ -4,11 +4,14 @@ cache it fills is capped like the caches the lab sizes (buffer pool, ARC).
 Why: PostgreSQL reads through the page cache, and so does btrfs with compression even
 under O_DIRECT. Uncapped, their cache is the machine's free RAM (gigabytes here), the
 dataset fits in it and a run measures RAM, not the disk — the 4× rule cannot hold.
-`database.page_cache` caps it: the server and every process it forks run in a cgroup of
-buffer pool + page cache + PROCESS_ALLOWANCE (backends' own memory). Reclaim inside the
-cgroup takes the page cache first (shared buffers are shared memory, which has no swap
-to go to), so what the server caches in the kernel stays near `page_cache`. tarn's FUSE
-pages and ext4's pages are charged alike: to the process that reads them.
+`database.page_cache` caps it: the server and every process it forks run in a cgroup
+limited, for the measured parts (warm-up and run: `tighten`), to buffer pool + page cache
++ PROCESS_ALLOWANCE (backends' own memory). Reclaim inside the cgroup takes the page
+cache first (shared buffers are shared memory, which has no swap to go to), so what the
+server caches in the kernel stays near `page_cache`. tarn's FUSE pages and ext4's pages
+are charged alike: to the process that reads them. The load runs uncapped: PostgreSQL's
+index builds take maintenance_work_mem (64 MiB) per table at once, which the allowance
+for a run's backends does not hold (the OOM killer ended them when it did).
 
 Owns: finding the memory controller (cgroup v2, or v1's memory hierarchy), creating the
 cgroup with its limit, the command that starts a process inside it, reading its usage,
@@ -78,14 +81,22 @@ class MemoryCage:
         path = c.parent / f"tarn-lab-{os.getpid()}-{name}"
         try:
             path.mkdir()
-            (path / ("memory.max" if c.v2 else "memory.limit_in_bytes")).write_text(f"{limit_bytes}\n")
         except OSError as exc:
-            _remove(path)
             raise CageError(f"cannot create the memory cgroup {path} ({exc}): the lab caps the database's "
                             "page cache as root; run it as root, or remove database.page_cache") from None
         cage = cls(path, c.v2, limit_bytes)
         teardown.push(f"remove memory cgroup {path}", cage.remove)
         return cage
+
+    def tighten(self) -> None:
+        """Sets the limit (before a measured part; the kernel reclaims down to it)."""
+        knob = self.path / ("memory.max" if self.v2 else "memory.limit_in_bytes")
+        try:
+            knob.write_text(f"{self.limit_bytes}\n")
+        except OSError as exc:
+            raise CageError(f"cannot lower the database server's memory cgroup {self.path} to "
+                            f"{self.limit_bytes >> 20} MiB ({exc}): it holds more than that besides its page cache; "
+                            "give database.page_cache or the buffer pool more room") from None
 
     def command(self, argv: list[str]) -> list[str]:
         """argv started inside the cage: a shell joins it, then becomes argv."""
@@ -103,9 +114,10 @@ class MemoryCage:
             peak = _number(self.path / "memory.max_usage_in_bytes")
             file_bytes = stat.get("cache", 0)
         shmem = stat.get("shmem", 0)
+        events = _stat(self.path / ("memory.events" if self.v2 else "memory.oom_control"))
         return {"limit_bytes": self.limit_bytes, "peak_bytes": peak,
                 "page_cache_bytes": max(file_bytes - shmem, 0), "shmem_bytes": shmem,
-                "anon_bytes": stat.get("anon" if self.v2 else "rss", 0)}
+                "anon_bytes": stat.get("anon" if self.v2 else "rss", 0), "oom_kills": events.get("oom_kill", 0)}
 
     def remove(self) -> None:
         """Removes the cgroup once its processes are gone (their pages move to the parent)."""
@@ -135,7 +147,9 @@ def _remove(path: Path, seconds: float = 30) -> None:
 
 
 def _stat(path: Path) -> dict[str, int]:
-    out = {}
+    out: dict[str, int] = {}
+    if not path.exists():
+        return out
     for line in path.read_text().splitlines():
         key, _, value = line.partition(" ")
         if value.strip().isdigit():

@@ -439,6 +439,8 @@ def run_workload(scenario, spec, stack, db, workload, repeat, rundir, progress: 
     argv = run_argv(workload, db.sysbench_args(), params)
     duration = int(params.get("duration", 30))
     drop_caches()
+    if getattr(db, "cage", None):
+        db.cage.tighten()  # the page cache cap holds from here (the load ran uncapped)
     warmup = warm_up({**scenario, "workload": params}, spec, db, workload, progress)
     before = db.status_counters(db.CACHE_COUNTERS)
     engine_before = _engine_stats(stack)

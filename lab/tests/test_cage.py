@@ -32,6 +32,8 @@ def test_a_cage_is_made_with_its_limit_and_removed_by_its_teardown(tmp_path):
     with Teardown() as teardown:
         c = MemoryCage.create("ext4", 96 * MiB, teardown, Controller(tmp_path, v2=True))
         assert c.path.name == f"tarn-lab-{os.getpid()}-ext4"
+        assert not (c.path / "memory.max").exists(), "no limit while the data loads"
+        c.tighten()
         assert (c.path / "memory.max").read_text() == f"{96 * MiB}\n"
         argv = c.command(["postgres", "-D", "/data"])
         assert argv[:3] == ["sh", "-c", 'echo $$ > "$0" && exec "$@"']
@@ -44,8 +46,9 @@ def test_usage_is_the_page_cache_without_the_shared_buffers(tmp_path):
     v1 = MemoryCage(tmp_path, v2=False, limit_bytes=100)
     (tmp_path / "memory.stat").write_text("cache 50000\nrss 7000\nshmem 20000\nmapped_file 1\n")
     (tmp_path / "memory.max_usage_in_bytes").write_text("90000\n")
+    (tmp_path / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n")
     assert v1.usage() == {"limit_bytes": 100, "peak_bytes": 90000, "page_cache_bytes": 30000, "shmem_bytes": 20000,
-                          "anon_bytes": 7000}
+                          "anon_bytes": 7000, "oom_kills": 2}
     v2 = MemoryCage(tmp_path, v2=True, limit_bytes=100)
     (tmp_path / "memory.stat").write_text("anon 7000\nfile 50000\nshmem 20000\n")
     assert v2.usage()["page_cache_bytes"] == 30000 and v2.usage()["peak_bytes"] is None
@@ -65,6 +68,7 @@ def test_a_file_read_inside_a_cage_is_cached_only_up_to_its_limit(tmp_path):
         os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
     with Teardown() as teardown:
         c = MemoryCage.create("probe", 32 * MiB, teardown)
+        c.tighten()
         subprocess.run(c.command(["cat", str(big)]), stdout=subprocess.DEVNULL, check=True)
         used = c.usage()
         assert used["peak_bytes"] is None or used["peak_bytes"] <= 32 * MiB, used
