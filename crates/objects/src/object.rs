@@ -6,8 +6,9 @@
 //! own handle, `FreshObject`), and the read path.
 //!
 //! Promises: a read returns what the last write left (open records, then syncing ones,
-//! then the tree), reading disk with the object unlocked; taking a second object lock
-//! stops loudly (an always-on assert) instead of risking a deadlock.
+//! then the tree), reading disk — records and the indirect blocks above them — with the
+//! object unlocked; taking a second object lock stops loudly (an always-on assert)
+//! instead of risking a deadlock.
 //!
 //! Must never: hand out its state without the lock, or read a block the tree pointed to
 //! without holding the reclaim lock (the block could be freed and reused under it).
@@ -26,7 +27,7 @@ use tarn_zio::{Access, BlockPtr, CachePolicy, HotCopy, PageId, ReadKind, Residen
 use crate::changes::Changes;
 use crate::dir::Entries;
 use crate::dnode::Dnode;
-use crate::tree::BlockTree;
+use crate::tree::{self, BlockTree, InMemory};
 use crate::zfetch::{Fate, Zfetch, ZfetchEvent};
 use crate::Ctx;
 
@@ -261,7 +262,7 @@ impl ObjGuard<'_> {
             let blkid = pos / blksz;
             let in_rec = (pos % blksz) as usize;
             let n = (blksz as usize - in_rec).min(len - done);
-            match self.source(zio, blkid)? {
+            match self.source_unlocked_io(ctx, blkid)? {
                 Source::Mem(r) if !r.is_empty() => buf[done..done + n].copy_from_slice(&r[in_rec..in_rec + n]),
                 Source::Disk(bp) => disk_reads.push((bp, self.page(blkid), in_rec, done, n)),
                 _ => buf[done..done + n].fill(0),
@@ -297,6 +298,35 @@ impl ObjGuard<'_> {
         Ok(len)
     }
 }
+
+impl ObjGuard<'_> {
+    /// Where record `blkid` is, as `source` says, but an indirect block on the way that is
+    /// not in memory is read with the object unlocked (under the reclaim lock, so the block
+    /// cannot be freed and reused meanwhile): other readers and writers of the file go on
+    /// during the device read. What the tree looks like once relocked decides; a path that
+    /// keeps changing under these reads is finally read under the lock.
+    fn source_unlocked_io(&mut self, ctx: &Ctx, blkid: u64) -> Result<Source, ZioError> {
+        for _ in 0..UNLOCKED_INDIRECT_READS {
+            if let Some(s) = ObjState::changed(&self.open, blkid).or_else(|| ObjState::changed(&self.syncing, blkid)) {
+                return Ok(s);
+            }
+            let bp = match self.tree.lookup_in_memory(blkid) {
+                InMemory::Found(p) => return Ok(p.map_or(Source::Hole, Source::Disk)),
+                InMemory::Unloaded { bp, .. } => bp,
+            };
+            let objset = self.tree.objset();
+            let reclaim = ctx.reclaim.read_recursive();
+            let block = MutexGuard::unlocked(&mut self.state, || tree::read_block(&ctx.zio, bp, objset));
+            drop(reclaim);
+            self.tree.adopt(blkid, &block?);
+        }
+        self.source(&ctx.zio, blkid)
+    }
+}
+
+/// Indirect blocks a read may fetch with its object unlocked before it reads under the
+/// lock: one per level of the deepest tree, and then some for a path that changed.
+const UNLOCKED_INDIRECT_READS: usize = 8;
 
 impl ObjState {
     pub(crate) fn blksz(&self) -> u64 {
@@ -336,33 +366,32 @@ impl ObjState {
     }
 
     pub(crate) fn source(&mut self, zio: &Zio, blkid: u64) -> Result<Source, ZioError> {
-        if let Some(r) = self.open.records.get(&blkid) {
-            return Ok(Source::Mem(r.clone()));
+        match Self::changed(&self.open, blkid) {
+            Some(s) => Ok(s),
+            None => self.source_below_open(zio, blkid),
         }
-        if let Some(s) = self.open.stored.get(&blkid) {
-            return Ok(Source::Mem(s.logical()));
-        }
-        if self.open.truncate_blocks.is_some_and(|t| blkid >= t) {
-            return Ok(Source::Hole);
-        }
-        self.source_below_open(zio, blkid)
     }
 
     /// Where record `blkid` is as the syncing (or last synced) txg sees it.
     pub(crate) fn source_below_open(&mut self, zio: &Zio, blkid: u64) -> Result<Source, ZioError> {
-        if let Some(r) = self.syncing.records.get(&blkid) {
-            return Ok(Source::Mem(r.clone()));
-        }
-        if let Some(s) = self.syncing.stored.get(&blkid) {
-            return Ok(Source::Mem(s.logical()));
-        }
-        if self.syncing.truncate_blocks.is_some_and(|t| blkid >= t) {
-            return Ok(Source::Hole);
+        if let Some(s) = Self::changed(&self.syncing, blkid) {
+            return Ok(s);
         }
         Ok(match self.tree.get(zio, blkid)? {
             Some(bp) => Source::Disk(bp),
             None => Source::Hole,
         })
+    }
+
+    /// Record `blkid` as one txg's changes have it; `None` when they leave it alone.
+    fn changed(changes: &Changes, blkid: u64) -> Option<Source> {
+        if let Some(r) = changes.records.get(&blkid) {
+            return Some(Source::Mem(r.clone()));
+        }
+        if let Some(s) = changes.stored.get(&blkid) {
+            return Some(Source::Mem(s.logical()));
+        }
+        changes.truncate_blocks.is_some_and(|t| blkid >= t).then_some(Source::Hole)
     }
 
     /// The whole record `blkid` as bytes of the current block size (zeros for a hole);

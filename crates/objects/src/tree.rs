@@ -94,9 +94,17 @@ fn slot_of(idx: u64) -> usize {
     (idx & (FANOUT - 1)) as usize
 }
 
+/// Where record `blkid`'s pointer is, as far as memory knows (`BlockTree::lookup_in_memory`).
+pub(crate) enum InMemory {
+    /// The pointer (`None`: a hole).
+    Found(Option<BlockPtr>),
+    /// Indirect block (`level`, `idx`) above it must be read first; it is at `bp`.
+    Unloaded { level: u8, idx: u64, bp: BlockPtr },
+}
+
 /// Reads and decodes the indirect block at `bp` (of dataset `objset`) and hands it to the
 /// ARC's decoded cache.
-fn read_block(zio: &Zio, bp: BlockPtr, objset: Option<u64>) -> Result<Shared, ZioError> {
+pub(crate) fn read_block(zio: &Zio, bp: BlockPtr, objset: Option<u64>) -> Result<Shared, ZioError> {
     let access = objset.map_or(Access::of(ReadKind::Indirect), |o| Access::in_objset(ReadKind::Indirect, o));
     let bytes = zio.read(&bp, access)?;
     let ptrs = decode_indirect(&bytes)?.into_boxed_slice();
@@ -211,6 +219,78 @@ impl BlockTree {
             Node::Clean(w) => w.upgrade()?.get().ptrs[slot],
             Node::Dirty(d) => d.peek(slot),
         }
+    }
+
+    /// The pointer of record `blkid` if every indirect block above it is in memory; else
+    /// where the highest one that is not lies on disk. No I/O: a reader reads that block
+    /// with its object unlocked and gives it to `adopt`. Walks as `child` does, top down,
+    /// after a first look at the level-1 block (a warm read needs no more).
+    pub(crate) fn lookup_in_memory(&self, blkid: u64) -> InMemory {
+        if blkid >= self.capacity() {
+            return InMemory::Found(None);
+        }
+        if self.nlevels == 1 {
+            return InMemory::Found(self.root);
+        }
+        if let Some(p) = self.known(1, blkid >> PTR_SHIFT, slot_of(blkid)) {
+            return InMemory::Found(p);
+        }
+        // The pointer to the block at `level` on the way down.
+        let mut ptr = self.root;
+        for level in (1..self.nlevels).rev() {
+            let idx = blkid >> (PTR_SHIFT * level as u32);
+            match self.known(level, idx, slot_of(blkid >> (PTR_SHIFT * (level as u32 - 1)))) {
+                Some(p) => ptr = p,
+                None => {
+                    // A dirty block whose base the cache dropped is read from its base.
+                    let at = match self.ind.get(&(level, idx)) {
+                        Some(Node::Dirty(d)) => d.base,
+                        _ => ptr,
+                    };
+                    return at.map_or(InMemory::Found(None), |bp| InMemory::Unloaded { level, idx, bp });
+                }
+            }
+            if ptr.is_none() {
+                return InMemory::Found(None);
+            }
+        }
+        InMemory::Found(ptr)
+    }
+
+    /// The pointer in `slot` of indirect block (level, idx) if that block is in memory
+    /// (`Some(None)`: a hole); `None` when it would have to be read.
+    fn known(&self, level: u8, idx: u64, slot: usize) -> Option<Option<BlockPtr>> {
+        match self.ind.get(&(level, idx))? {
+            Node::Clean(w) => Some(w.upgrade()?.get().ptrs[slot]),
+            Node::Dirty(d) => match (d.changes.get(&(slot as u16)), d.base) {
+                (Some(p), _) => Some(*p),
+                (None, None) => Some(None), // a new block: a hole where nothing was set
+                (None, Some(_)) => Some(d.base_cache.upgrade()?.get().ptrs[slot]),
+            },
+        }
+    }
+
+    /// Takes in `block`, read without the object's lock after `lookup_in_memory` of
+    /// `blkid` named it, if the tree still wants that very block there (a write or a sync
+    /// meanwhile may have changed the path: then it is left to the cache).
+    pub(crate) fn adopt(&mut self, blkid: u64, block: &Shared) {
+        let InMemory::Unloaded { level, idx, bp } = self.lookup_in_memory(blkid) else { return };
+        if bp != block.get().disk {
+            return;
+        }
+        match self.ind.get_mut(&(level, idx)) {
+            // The lookup named a dirty block's base: the pointers it had on disk.
+            Some(Node::Dirty(d)) => d.base_cache = Arc::downgrade(block),
+            _ => {
+                self.ind.insert((level, idx), Node::Clean(Arc::downgrade(block)));
+                self.sweep_if_grown();
+            }
+        }
+    }
+
+    /// The dataset whose object this tree is.
+    pub(crate) fn objset(&self) -> Option<u64> {
+        self.objset
     }
 
     /// The pointer in slot `slot` of indirect block (level, idx); `None` for a hole (or

@@ -21,6 +21,9 @@ struct GatedDevice {
     /// Also hold writes (not only flushes) while the gate is closed.
     gate_writes: AtomicBool,
     waiting_writes: AtomicUsize,
+    /// Also hold reads while the gate is closed.
+    gate_reads: AtomicBool,
+    waiting_reads: AtomicUsize,
 }
 
 impl GatedDevice {
@@ -28,30 +31,46 @@ impl GatedDevice {
         *self.closed.lock().unwrap() = closed;
         self.opened.notify_all();
     }
-}
 
-impl BlockDevice for GatedDevice {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        if self.gate_writes.load(Ordering::SeqCst) {
-            self.waiting_writes.fetch_add(1, Ordering::SeqCst);
-            let mut closed = self.closed.lock().unwrap();
-            while *closed {
-                closed = self.opened.wait(closed).unwrap();
-            }
-            self.waiting_writes.fetch_sub(1, Ordering::SeqCst);
+    fn new(img: &Path) -> GatedDevice {
+        GatedDevice {
+            inner: FileDevice::open(img).unwrap(),
+            closed: Mutex::new(false),
+            opened: Condvar::new(),
+            waiting_flushes: AtomicUsize::new(0),
+            gate_writes: AtomicBool::new(false),
+            waiting_writes: AtomicUsize::new(0),
+            gate_reads: AtomicBool::new(false),
+            waiting_reads: AtomicUsize::new(0),
         }
-        self.inner.write_at(buf, offset)
     }
-    fn flush(&self) -> std::io::Result<()> {
-        self.waiting_flushes.fetch_add(1, Ordering::SeqCst);
+
+    /// Waits while the gate is closed, counted in `waiting`.
+    fn pass(&self, waiting: &AtomicUsize) {
+        waiting.fetch_add(1, Ordering::SeqCst);
         let mut closed = self.closed.lock().unwrap();
         while *closed {
             closed = self.opened.wait(closed).unwrap();
         }
-        self.waiting_flushes.fetch_sub(1, Ordering::SeqCst);
+        waiting.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl BlockDevice for GatedDevice {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        if self.gate_reads.load(Ordering::SeqCst) {
+            self.pass(&self.waiting_reads);
+        }
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        if self.gate_writes.load(Ordering::SeqCst) {
+            self.pass(&self.waiting_writes);
+        }
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.pass(&self.waiting_flushes);
         self.inner.flush()
     }
     fn size(&self) -> u64 {
@@ -66,14 +85,7 @@ fn gated_pool(dir: &Path, txg: TxgConfig) -> (Pool, Arc<GatedDevice>, PathBuf) {
     let img = dir.join("d0.img");
     let opts = CreateOptions { size: Some(256 << 20), ..Default::default() };
     Pool::create("tank", &[VdevSpec::Disk(img.clone())], &opts).unwrap().export().unwrap();
-    let dev = Arc::new(GatedDevice {
-        inner: FileDevice::open(&img).unwrap(),
-        closed: Mutex::new(false),
-        opened: Condvar::new(),
-        waiting_flushes: AtomicUsize::new(0),
-        gate_writes: AtomicBool::new(false),
-        waiting_writes: AtomicUsize::new(0),
-    });
+    let dev = Arc::new(GatedDevice::new(&img));
     let pool = Pool::import(vec![dev.clone() as Arc<dyn BlockDevice>], &ImportOptions { txg }).unwrap();
     (pool, dev, img)
 }
@@ -166,6 +178,128 @@ fn a_writer_waits_only_once_dirty_data_passes_its_limit() {
     let mut buf = vec![0u8; 16 << 20];
     assert_eq!(ds.read(f.ino, 0, &mut buf).unwrap(), 16 << 20);
     assert!(buf.iter().all(|&x| x == 7));
+}
+
+/// An indirect block read from the device is read with the file unlocked: another reader
+/// of the same file, whose blocks are in memory, is served meanwhile (a big table's
+/// readers are not queued behind one cold lookup).
+#[test]
+fn a_reader_is_served_while_another_reads_an_indirect_block_of_the_same_file() {
+    const REC: u64 = 4096;
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("d0.img");
+    let opts = CreateOptions { size: Some(64 << 20), ..Default::default() };
+    let pool = Pool::create("tank", &[VdevSpec::Disk(img.clone())], &opts).unwrap();
+    pool.set_property("tank", "recordsize", "4K").unwrap();
+    let ds = pool.dataset("tank").unwrap();
+    let f = ds.create(ROOT_ID, b"f", NewObject::File, 0o644, 0, 0).unwrap().ino;
+    // 600 records: two level-1 blocks (512 pointers each) under a top one.
+    for r in 0..600u64 {
+        ds.write(f, r * REC, &[r as u8; REC as usize]).unwrap();
+    }
+    drop(ds);
+    pool.export().unwrap();
+    // Imported cold (the import walk leaves no indirect block cached).
+    let dev = Arc::new(GatedDevice::new(&img));
+    let pool = Pool::import(vec![dev.clone() as Arc<dyn BlockDevice>], &ImportOptions::default()).unwrap();
+    let ds = pool.dataset("tank").unwrap();
+    let read = move |ds: &tarn_dataset::Dataset, r: u64| {
+        let mut buf = vec![0u8; REC as usize];
+        ds.read(f, r * REC, &mut buf).unwrap();
+        assert!(buf.iter().all(|&b| b == r as u8), "record {r}");
+    };
+    read(&ds, 0); // record 0, the top block and the first level-1 block are now in memory
+
+    dev.gate_reads.store(true, Ordering::SeqCst);
+    dev.set_closed(true);
+    let far = {
+        let ds = ds.clone();
+        std::thread::spawn(move || read(&ds, 599)) // needs the second level-1 block
+    };
+    wait_until("the reader of record 599 waits on the device", || dev.waiting_reads.load(Ordering::SeqCst) > 0);
+    let (done, served) = mpsc::channel();
+    {
+        let ds = ds.clone();
+        std::thread::spawn(move || {
+            read(&ds, 0);
+            done.send(()).unwrap();
+        });
+    }
+    let near = served.recv_timeout(Duration::from_secs(10));
+    let far_was_waiting = !far.is_finished();
+    dev.set_closed(false);
+    assert!(near.is_ok(), "the reader of record 0 waited for the other reader's device read");
+    assert!(far_was_waiting, "record 599's reader was held at the device meanwhile");
+    far.join().unwrap();
+    served.recv_timeout(Duration::from_secs(10)).ok();
+}
+
+/// Readers of one file under a writer rewriting it across frequent txgs, with an ARC so
+/// small that indirect blocks are dropped and read again all the time (with the file
+/// unlocked, while its tree changes): every record read is one whole version of that
+/// record, never older than the last one acknowledged before the read began.
+#[test]
+fn readers_see_whole_current_records_while_the_tree_changes_under_their_indirect_reads() {
+    use std::sync::atomic::AtomicU64;
+    const REC: usize = 4096;
+    const RECORDS: u64 = 2000;
+    fn record(r: u64, version: u64) -> Vec<u8> {
+        let mut b = vec![(r + version) as u8; REC];
+        b[..8].copy_from_slice(&r.to_le_bytes());
+        b[8..16].copy_from_slice(&version.to_le_bytes());
+        b
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = TxgConfig { timeout: Duration::from_millis(20), ..Default::default() };
+    let opts = CreateOptions { size: Some(128 << 20), txg: cfg, ..Default::default() };
+    let pool = Pool::create("tank", &[VdevSpec::Disk(dir.path().join("d0.img"))], &opts).unwrap();
+    pool.set_property("tank", "recordsize", "4K").unwrap();
+    let ds = pool.dataset("tank").unwrap();
+    let f = ds.create(ROOT_ID, b"f", NewObject::File, 0o644, 0, 0).unwrap().ino;
+    for r in 0..RECORDS {
+        ds.write(f, r * REC as u64, &record(r, 0)).unwrap();
+    }
+    pool.sync().unwrap();
+    pool.set_arc_max(1 << 20);
+    let pool = Arc::new(pool);
+    let acked: Arc<Vec<AtomicU64>> = Arc::new((0..RECORDS).map(|_| AtomicU64::new(0)).collect());
+    let writing = Arc::new(AtomicBool::new(true));
+    let readers: Vec<_> = (0..3u64)
+        .map(|t| {
+            let (ds, acked, writing) = (ds.clone(), acked.clone(), writing.clone());
+            std::thread::spawn(move || {
+                let (mut x, mut reads) = (t + 7, 0u64);
+                let mut buf = vec![0u8; REC];
+                while writing.load(Ordering::SeqCst) || reads < 200 {
+                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    let r = (x >> 33) % RECORDS;
+                    let floor = acked[r as usize].load(Ordering::SeqCst);
+                    ds.read(f, r * REC as u64, &mut buf).unwrap();
+                    let version = u64::from_le_bytes(buf[8..16].try_into().unwrap());
+                    assert_eq!(buf, record(r, version), "record {r} read whole and as itself");
+                    assert!(version >= floor, "record {r}: version {version} read after {floor} was acknowledged");
+                    reads += 1;
+                }
+                reads
+            })
+        })
+        .collect();
+    let mut x = 99u64;
+    for version in 1..=3000u64 {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let r = (x >> 33) % RECORDS;
+        ds.write(f, r * REC as u64, &record(r, version)).unwrap();
+        acked[r as usize].fetch_max(version, Ordering::SeqCst);
+        if version % 50 == 0 {
+            pool.sync().unwrap(); // the tree is rewritten: new indirect blocks, old ones freed
+        }
+    }
+    writing.store(false, Ordering::SeqCst);
+    let reads: u64 = readers.into_iter().map(|r| r.join().unwrap()).sum();
+    let arc = pool.stats().arc.fields();
+    let looked_up = |name: &str| arc.iter().find(|(k, _)| *k == name).map_or(0, |&(_, v)| v);
+    let indirect = looked_up("hits_indirect") + looked_up("misses_indirect");
+    assert!(indirect > 100, "the readers read indirect blocks again and again: {indirect} in {reads} reads");
 }
 
 #[test]
