@@ -97,6 +97,14 @@ class MemoryCage:
             raise CageError(f"cannot lower the database server's memory cgroup {self.path} to "
                             f"{self.limit_bytes >> 20} MiB ({exc}): it holds more than that besides its page cache; "
                             "give database.page_cache or the buffer pool more room") from None
+        # The peak then counts from here, not from the uncapped load (where the kernel
+        # lets it be reset; otherwise usage() reports the peak since the cage was made).
+        peak = self.path / ("memory.peak" if self.v2 else "memory.max_usage_in_bytes")
+        try:
+            if peak.exists():
+                peak.write_text("0\n")
+        except OSError:
+            pass
 
     def command(self, argv: list[str]) -> list[str]:
         """argv started inside the cage: a shell joins it, then becomes argv."""
