@@ -138,7 +138,7 @@ impl Filesystem for FuserFront {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // Each of these is an optimisation the kernel may refuse; keep its choice then.
         let _ = config.set_max_write(ops::MAX_WRITE);
-        let _ = config.set_max_readahead(ops::MAX_WRITE);
+        let _ = config.set_max_readahead(self.core.kernel_readahead());
         let _ = config.set_max_background(ops::MAX_BACKGROUND);
         // Lookups and listings in one directory run in parallel (the dataset serialises
         // namespace changes itself); async direct I/O keeps O_DIRECT requests in flight.

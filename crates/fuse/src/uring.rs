@@ -254,9 +254,10 @@ fn write_dev(fd: i32, bytes: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
-/// Reads the kernel's INIT and answers it, asking for io_uring when `uring`: whether the
+/// Reads the kernel's INIT and answers it, asking for io_uring when `uring` and for
+/// `readahead` bytes of kernel read-ahead at most: whether the
 /// connection now accepts ring entries.
-fn handshake(fd: i32, uring: bool) -> io::Result<bool> {
+fn handshake(fd: i32, uring: bool, readahead: u32) -> io::Result<bool> {
     let mut buf = vec![0u8; DEV_BUF];
     let proto = |e: Errno| io::Error::other(format!("FUSE INIT: errno {}", e.code()));
     let n = read_dev(fd, &mut buf)?.ok_or_else(|| io::Error::other("FUSE connection ended before INIT"))?;
@@ -266,7 +267,7 @@ fn handshake(fd: i32, uring: bool) -> io::Result<bool> {
     }
     let init = wire::InitIn::decode(&buf[IN_HEADER..tail]).map_err(proto)?;
     let mut out = [0u8; OUT_HEADER + 64];
-    match wire::init_reply(&init, uring, &mut out[OUT_HEADER..]) {
+    match wire::init_reply(&init, uring, readahead, &mut out[OUT_HEADER..]) {
         Ok((len, flags)) => {
             let total = OUT_HEADER + len;
             out[..OUT_HEADER].copy_from_slice(&wire::out_header(h.unique, None, total as u32));
@@ -593,7 +594,7 @@ pub fn start(
 /// The session of a mount made on `dev`: INIT, the rings, the threads.
 fn serve_mounted(fs: Arc<TarnFs>, dev: Arc<OwnedFd>, mountpoint: &Path, threads: usize) -> io::Result<UringSession> {
     // The hook answers INIT as a server would on a kernel without the capability.
-    let offered = handshake(dev.as_raw_fd(), !refusal_forced("init"))?;
+    let offered = handshake(dev.as_raw_fd(), !refusal_forced("init"), fs.kernel_readahead())?;
     let mut refused = (!offered).then(|| "the kernel did not offer it at FUSE INIT".to_string());
     let ended = Arc::new(AtomicBool::new(false));
     let mut counts = TransportCounts::default();

@@ -38,7 +38,7 @@ impl InitIn {
 /// The INIT answer of a session tarn runs itself: the same choices fuser's front end
 /// makes (`FuserFront::init`), plus FUSE_OVER_IO_URING when `uring`. Returns the reply
 /// length and the flags granted.
-pub fn init_reply(init: &InitIn, uring: bool, out: &mut [u8]) -> Result<(usize, u64), Errno> {
+pub fn init_reply(init: &InitIn, uring: bool, readahead: u32, out: &mut [u8]) -> Result<(usize, u64), Errno> {
     if init.major != MAJOR || init.minor < 36 {
         // FUSE_INIT_EXT (flags2) and everything after it need 7.36.
         return Err(Errno::EPROTO);
@@ -49,7 +49,7 @@ pub fn init_reply(init: &InitIn, uring: bool, out: &mut [u8]) -> Result<(usize, 
     let mut o = Out::new(out);
     o.u32(MAJOR)?;
     o.u32(MINOR)?;
-    o.u32(init.max_readahead.min(MAX_WRITE))?;
+    o.u32(init.max_readahead.min(readahead))?;
     o.u32(flags as u32)?;
     o.u16(MAX_BACKGROUND)?;
     o.u16(MAX_BACKGROUND * 3 / 4)?; // congestion threshold, the kernel's default ratio

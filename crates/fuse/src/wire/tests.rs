@@ -52,10 +52,10 @@ fn init_asks_for_io_uring_only_when_told_and_offered() {
     op[16..20].copy_from_slice(&((OVER_IO_URING >> 32) as u32).to_ne_bytes());
     let init = InitIn::decode(&op).expect("decode");
     let mut out = [0u8; 64];
-    let (len, flags) = init_reply(&init, true, &mut out).expect("reply");
+    let (len, flags) = init_reply(&init, true, 1 << 20, &mut out).expect("reply");
     assert_eq!(len, 64);
     assert!(flags & OVER_IO_URING != 0);
-    let (_, flags) = init_reply(&init, false, &mut out).expect("reply");
+    let (_, flags) = init_reply(&init, false, 1 << 20, &mut out).expect("reply");
     assert!(flags & OVER_IO_URING == 0);
-    assert!(init_reply(&init, true, &mut [0u8; 10]).is_err());
+    assert!(init_reply(&init, true, 1 << 20, &mut [0u8; 10]).is_err());
 }
