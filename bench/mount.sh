@@ -112,8 +112,10 @@ fio_randread() {
     fio --name=randread --directory="$dir" --size=256M --numjobs=4 --rw=randread --bs=16k --direct=1 \
         --ioengine=psync --runtime="$secs" --time_based --group_reporting --output-format=json >"$work/fio.json"
     rm -f "$dir"/randread.*
-    python3 -c 'import json, sys; print(f"{json.load(open(sys.argv[1]))[\"jobs\"][0][\"read\"][\"iops\"]:.0f}")' \
-        "$work/fio.json"
+    python3 - "$work/fio.json" <<'EOF'
+import json, sys
+print(f'{json.load(open(sys.argv[1]))["jobs"][0]["read"]["iops"]:.0f}')
+EOF
 }
 
 start_mariadb() {
@@ -139,7 +141,8 @@ sb() {
         --tables="$tables" --table-size="$rows" --threads="$threads" --time="$secs" "${@:2}"
 }
 
-# sysbench on a fresh MariaDB in DIR: prints "rw_tps ro_tps data_mib".
+# sysbench on a fresh MariaDB in DIR: sets o_rw, o_ro (TPS) and o_mib. Runs in this
+# shell (not a subshell), so the cleanup trap knows mariadbd's pid.
 oltp() {
     local dir=$1
     start_mariadb "$dir/data"
@@ -149,35 +152,34 @@ oltp() {
     mib=$(du -sm "$dir/data/sbtest" | cut -f1)
     # Restart so both runs start from a cold buffer pool.
     stop_mariadb; start_mariadb "$dir/data"
-    local rw ro
-    rw=$(sb oltp_read_write run | awk '/transactions:/ {gsub(/\(/,"",$3); print $3}')
-    ro=$(sb oltp_read_only run | awk '/transactions:/ {gsub(/\(/,"",$3); print $3}')
+    o_rw=$(sb oltp_read_write run | awk '/transactions:/ {gsub(/\(/,"",$3); print $3}')
+    o_ro=$(sb oltp_read_only run | awk '/transactions:/ {gsub(/\(/,"",$3); print $3}')
     stop_mariadb
-    echo "$rw $ro $mib"
+    o_mib=$mib
 }
 
-# One column of results: "p50 p99 fsync_iops randread_iops rw_tps ro_tps data_mib".
+# One column of results in col[LABEL]: "p50 p99 fsync_iops randread_iops rw_tps ro_tps data_mib".
 measure() {
     local dir=$1 label=$2
-    local p50 p99 iops rr rw ro mib
+    local p50 p99 iops rr
     echo "fio fsync: $label" >&2; read -r p50 p99 iops < <(fio_fsync "$dir")
     echo "fio randread: $label" >&2; rr=$(fio_randread "$dir")
-    echo "sysbench: $label" >&2; read -r rw ro mib < <(oltp "$dir")
-    echo "$p50 $p99 $iops $rr $rw $ro $mib"
+    echo "sysbench: $label" >&2; oltp "$dir"
+    col[$label]="$p50 $p99 $iops $rr $o_rw $o_ro $o_mib"
 }
 
 echo "bench/mount.sh: ${secs}s per run, $threads threads, buffer pool $bp, $tables x $rows rows;" \
      "tarn over: $transports; work dir $work" >&2
 setup_ext4
 declare -A col
-col[ext4]=$(measure "$work/ext4" ext4)
+measure "$work/ext4" ext4
 names=(ext4)
 for t in $transports; do
     setup_tarn "$t"
     used=$(transport_in_use)
     name="tarn-$t"
     [ "$used" = "$t" ] || name="tarn-$t(served:$used)"
-    col[$name]=$(measure "$work/tarn" "$name")
+    measure "$work/tarn" "$name"
     names+=("$name")
 done
 
