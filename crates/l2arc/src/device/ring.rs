@@ -156,7 +156,7 @@ impl CacheDev {
             count: blocks.len() as u32,
         };
         head.encode(&entries, buf);
-        if let Err(e) = dev.write_at(buf, g.start + abs % g.size()) {
+        if let Err(e) = write_data_then_log_block(dev.as_ref(), buf, table, g.start + abs % g.size()) {
             self.counters.io_errors.fetch_add(1, Ordering::Relaxed);
             self.fault(format!("dropped after a write error: {e}"));
             return Err(e);
@@ -268,4 +268,18 @@ pub(crate) fn initialise(dev: &dyn BlockDevice, pool_guid: u64, dev_guid: u64) -
     dev.write_at(&h.encode(), 0)?;
     dev.flush()?;
     Ok(h)
+}
+
+/// Writes a chunk laid out in `buf` at `at`: its blocks first, then the 4 KiB that hold
+/// its log block (`table` bytes of header and entries), as ZFS commits a log block after
+/// its buffers. A write cut short (the process killed mid-way: Linux ends a buffered
+/// write between pages once a fatal signal is pending) then leaves an earlier lap's log
+/// block there, which the rebuild's walk refuses, instead of a log block naming bytes
+/// that never reached the device.
+fn write_data_then_log_block(dev: &dyn BlockDevice, buf: &[u8], table: u64, at: u64) -> std::io::Result<()> {
+    let head = (table.next_multiple_of(CHUNK_ALIGN) as usize).min(buf.len());
+    if head < buf.len() {
+        dev.write_at(&buf[head..], at + head as u64)?;
+    }
+    dev.write_at(&buf[..head], at)
 }
