@@ -28,7 +28,7 @@ use crate::changes::Changes;
 use crate::dir::Entries;
 use crate::dnode::Dnode;
 use crate::tree::{self, BlockTree, InMemory};
-use crate::zfetch::{Fate, Zfetch, ZfetchEvent};
+use crate::zfetch::{Ahead, Fate, Zfetch, ZfetchEvent};
 use crate::Ctx;
 
 /// A record's content in a txg's changes; an empty vector is a hole (zeros, no block).
@@ -271,7 +271,9 @@ impl ObjGuard<'_> {
         }
         if policy == CachePolicy::All && len > 0 {
             let (first, last) = (off / blksz, (off + len as u64 - 1) / blksz);
-            self.read_ahead(zio, first, last)?;
+            if let Some(ahead) = self.plan_read_ahead(zio, first, last) {
+                self.read_ahead(ctx, ahead)?;
+            }
         }
         // Hold off the release of freed blocks while we read blocks the tree pointed to.
         let _reclaim = ctx.reclaim.read_recursive();
@@ -305,6 +307,21 @@ impl ObjGuard<'_> {
     /// cannot be freed and reused meanwhile): other readers and writers of the file go on
     /// during the device read. What the tree looks like once relocked decides; a path that
     /// keeps changing under these reads is finally read under the lock.
+    /// Asks the ARC to read records `ahead` in the background. Their pointers are found
+    /// as a demand read's are: an indirect block not in memory is read with the object
+    /// unlocked, so a stream crossing into a cold part of a big file never holds the
+    /// file's other readers behind that device read.
+    fn read_ahead(&mut self, ctx: &Ctx, ahead: Ahead) -> Result<(), ZioError> {
+        let mut blocks = Vec::new();
+        for blkid in ahead.from..ahead.to {
+            if let Source::Disk(bp) = self.source_unlocked_io(ctx, blkid)? {
+                blocks.push((bp, self.page(blkid)));
+            }
+        }
+        ctx.zio.prefetch(&blocks);
+        Ok(())
+    }
+
     fn source_unlocked_io(&mut self, ctx: &Ctx, blkid: u64) -> Result<Source, ZioError> {
         for _ in 0..UNLOCKED_INDIRECT_READS {
             if let Some(s) = ObjState::changed(&self.open, blkid).or_else(|| ObjState::changed(&self.syncing, blkid)) {
@@ -410,8 +427,9 @@ impl ObjState {
     }
 
     /// Sequential read-ahead (ZFS's zfetch, `zfetch.rs`): a read of records [first, last]
-    /// may ask for the next records to be read into the ARC.
-    fn read_ahead(&mut self, zio: &Zio, first: u64, last: u64) -> Result<(), ZioError> {
+    /// may call for the next records to be read into the ARC (`ObjGuard::read_ahead`
+    /// asks for them). No I/O here: only the residency of records already known.
+    fn plan_read_ahead(&mut self, zio: &Zio, first: u64, last: u64) -> Option<Ahead> {
         let records = self.dnode.size.div_ceil(self.blksz());
         let mut zfetch = std::mem::take(&mut self.zfetch);
         let fate = |blkid: u64| match self.tree.peek(blkid) {
@@ -434,14 +452,6 @@ impl ObjState {
             None => 0,
         };
         self.zfetch = zfetch;
-        let Some(ahead) = ahead else { return Ok(()) };
-        let mut blocks = Vec::new();
-        for blkid in ahead.from..ahead.to {
-            if let Source::Disk(bp) = self.source(zio, blkid)? {
-                blocks.push((bp, self.page(blkid)));
-            }
-        }
-        zio.prefetch(&blocks);
-        Ok(())
+        ahead
     }
 }

@@ -234,6 +234,64 @@ fn a_reader_is_served_while_another_reads_an_indirect_block_of_the_same_file() {
     served.recv_timeout(Duration::from_secs(10)).ok();
 }
 
+/// A sequential reader whose read-ahead needs an indirect block from the device reads it
+/// with the file unlocked too: another reader of the same file is served meanwhile.
+#[test]
+fn a_reader_is_served_while_a_stream_reads_ahead_into_a_cold_indirect_block() {
+    const REC: u64 = 4096;
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("d0.img");
+    let opts = CreateOptions { size: Some(64 << 20), ..Default::default() };
+    let pool = Pool::create("tank", &[VdevSpec::Disk(img.clone())], &opts).unwrap();
+    pool.set_property("tank", "recordsize", "4K").unwrap();
+    let ds = pool.dataset("tank").unwrap();
+    let f = ds.create(ROOT_ID, b"f", NewObject::File, 0o644, 0, 0).unwrap().ino;
+    // 600 records: two level-1 blocks (512 pointers each) under a top one.
+    for r in 0..600u64 {
+        ds.write(f, r * REC, &[r as u8; REC as usize]).unwrap();
+    }
+    drop(ds);
+    pool.export().unwrap();
+    let dev = Arc::new(GatedDevice::new(&img));
+    let pool = Pool::import(vec![dev.clone() as Arc<dyn BlockDevice>], &ImportOptions::default()).unwrap();
+    let ds = pool.dataset("tank").unwrap();
+    let read = move |ds: &tarn_dataset::Dataset, r: u64| {
+        let mut buf = vec![0u8; REC as usize];
+        ds.read(f, r * REC, &mut buf).unwrap();
+        assert!(buf.iter().all(|&b| b == r as u8), "record {r}");
+    };
+    // Records 0 and 480..512 cached, read backwards (no stream); the second level-1
+    // block stays on the device.
+    read(&ds, 0);
+    for r in (480..512u64).rev() {
+        read(&ds, r);
+    }
+
+    dev.gate_reads.store(true, Ordering::SeqCst);
+    dev.set_closed(true);
+    let stream = {
+        let ds = ds.clone();
+        // In order from the cache: read-ahead starts and reaches past record 511.
+        std::thread::spawn(move || (480..512u64).for_each(|r| read(&ds, r)))
+    };
+    wait_until("the stream's read-ahead waits on the device", || dev.waiting_reads.load(Ordering::SeqCst) > 0);
+    let (done, served) = mpsc::channel();
+    {
+        let ds = ds.clone();
+        std::thread::spawn(move || {
+            read(&ds, 0);
+            done.send(()).unwrap();
+        });
+    }
+    let other = served.recv_timeout(Duration::from_secs(10));
+    let stream_was_waiting = !stream.is_finished();
+    dev.set_closed(false);
+    assert!(other.is_ok(), "the reader of record 0 waited for the stream's read-ahead device read");
+    assert!(stream_was_waiting, "the stream was held at the device meanwhile");
+    stream.join().unwrap();
+    served.recv_timeout(Duration::from_secs(10)).ok();
+}
+
 /// Readers of one file under a writer rewriting it across frequent txgs, with an ARC so
 /// small that indirect blocks are dropped and read again all the time (with the file
 /// unlocked, while its tree changes): every record read is one whole version of that
