@@ -7,17 +7,23 @@
 #   3. a private MariaDB (small buffer pool, data >= 4x it, O_DIRECT): sysbench
 #      oltp_read_write then oltp_read_only, 8 threads
 # and prints one table with the ratios tarn/ext4, a column per transport.
-# Usage: bash bench/mount.sh [--time SECS] [--long] [--transport dev|uring|both] [--work DIR]
+# Usage: bash bench/mount.sh [--time SECS] [--long] [--transport dev|uring|both]
+#                            [--settings recommended|same] [--work DIR]
 #   (root; scripts/setup.sh first)
 #   --time SECS  seconds per fio and sysbench run (default 15); --long = 120
 #   --transport  the FUSE transports to measure tarn on (default both; uring falls back to
 #                dev where the kernel refuses it, and the table says which one served)
+#   --settings   recommended (default): each stack as the README and the lab set it up —
+#                on tarn innodb_doublewrite=0 and atime=off (a page write is applied whole,
+#                so InnoDB's second copy buys nothing), on ext4 the doublewrite buffer
+#                stays on (ext4 can tear a 16 KiB page); same: both with MariaDB's defaults
 # Cleans up what it made (its mariadbd, the tarn daemon, the ext4 mount, the loop
 # device), each by its own pid or path, also when interrupted.
 set -euo pipefail
 secs=15
 work=""
 transports="dev uring"
+settings=recommended
 while [ $# -gt 0 ]; do
     case "$1" in
         --time) secs=$2; shift 2 ;;
@@ -30,7 +36,14 @@ while [ $# -gt 0 ]; do
                 *) echo "$0: --transport takes dev, uring or both, not '$2'" >&2; exit 2 ;;
             esac
             shift 2 ;;
-        *) echo "usage: $0 [--time SECS] [--long] [--transport dev|uring|both] [--work DIR]" >&2; exit 2 ;;
+        --settings)
+            case "$2" in
+                recommended|same) settings=$2 ;;
+                *) echo "$0: --settings takes recommended or same, not '$2'" >&2; exit 2 ;;
+            esac
+            shift 2 ;;
+        *) echo "usage: $0 [--time SECS] [--long] [--transport dev|uring|both] [--settings recommended|same] [--work DIR]" >&2
+           exit 2 ;;
     esac
 done
 [ "$(id -u)" = 0 ] || { echo "bench/mount.sh: run as root (loop devices, mounts)" >&2; exit 1; }
@@ -78,7 +91,9 @@ setup_tarn() {
     if "$tarn" pool list 2>/dev/null | grep -qw "$pool"; then "$tarn" pool destroy -f "$pool" >/dev/null; fi
     rm -f "$work/tarn.img"
     "$tarn" pool create "$pool" "$work/tarn.img" --size "$img_size" >/dev/null
-    "$tarn" ds create -o recordsize=16K -o compression=lz4 "$pool/db"
+    local atime=()
+    [ "$settings" = recommended ] && atime=(-o atime=off)
+    "$tarn" ds create -o recordsize=16K -o compression=lz4 "${atime[@]}" "$pool/db"
     mkdir -p "$work/tarn"
     "$tarn" mount --transport "$transport" "$pool/db" "$work/tarn"
 }
@@ -118,13 +133,14 @@ print(f'{json.load(open(sys.argv[1]))["jobs"][0]["read"]["iops"]:.0f}')
 EOF
 }
 
+# start_mariadb DATADIR [DOUBLEWRITE]: DOUBLEWRITE 0 or 1 (default 1, MariaDB's own).
 start_mariadb() {
-    local datadir=$1
+    local datadir=$1 doublewrite=${2:-1}
     mariadb-install-db --no-defaults --datadir="$datadir" --user=root \
         --auth-root-authentication-method=normal --skip-test-db >/dev/null
     mariadbd --no-defaults --datadir="$datadir" --socket="$work/sock" --skip-networking --user=root \
         --innodb-buffer-pool-size="$bp" --innodb-log-file-size=64M --innodb-flush-method=O_DIRECT \
-        --pid-file="$work/m.pid" >"$work/mariadbd.log" 2>&1 &
+        --innodb-doublewrite="$doublewrite" --pid-file="$work/m.pid" >"$work/mariadbd.log" 2>&1 &
     mysqld_pid=$!
     for _ in $(seq 120); do mariadb --socket="$work/sock" -uroot -e "SELECT 1" >/dev/null 2>&1 && return; sleep 1; done
     echo "mariadbd did not start; log:" >&2; cat "$work/mariadbd.log" >&2; exit 1
@@ -142,16 +158,17 @@ sb() {
 }
 
 # sysbench on a fresh MariaDB in DIR: sets o_rw, o_ro (TPS) and o_mib. Runs in this
-# shell (not a subshell), so the cleanup trap knows mariadbd's pid.
+# shell (not a subshell), so the cleanup trap knows mariadbd's pid. DOUBLEWRITE as for
+# start_mariadb.
 oltp() {
-    local dir=$1
-    start_mariadb "$dir/data"
+    local dir=$1 dw=$2
+    start_mariadb "$dir/data" "$dw"
     mariadb --socket="$work/sock" -uroot -e "CREATE DATABASE sbtest"
     sb oltp_read_write --threads=4 prepare >/dev/null
     local mib
     mib=$(du -sm "$dir/data/sbtest" | cut -f1)
     # Restart so both runs start from a cold buffer pool.
-    stop_mariadb; start_mariadb "$dir/data"
+    stop_mariadb; start_mariadb "$dir/data" "$dw"
     o_rw=$(sb oltp_read_write run | awk '/transactions:/ {gsub(/\(/,"",$3); print $3}')
     o_ro=$(sb oltp_read_only run | awk '/transactions:/ {gsub(/\(/,"",$3); print $3}')
     stop_mariadb
@@ -159,27 +176,31 @@ oltp() {
 }
 
 # One column of results in col[LABEL]: "p50 p99 fsync_iops randread_iops rw_tps ro_tps data_mib".
+# DOUBLEWRITE as for start_mariadb.
 measure() {
-    local dir=$1 label=$2
+    local dir=$1 label=$2 dw=$3
     local p50 p99 iops rr
     echo "fio fsync: $label" >&2; read -r p50 p99 iops < <(fio_fsync "$dir")
     echo "fio randread: $label" >&2; rr=$(fio_randread "$dir")
-    echo "sysbench: $label" >&2; oltp "$dir"
+    echo "sysbench: $label" >&2; oltp "$dir" "$dw"
     col[$label]="$p50 $p99 $iops $rr $o_rw $o_ro $o_mib"
 }
 
 echo "bench/mount.sh: ${secs}s per run, $threads threads, buffer pool $bp, $tables x $rows rows;" \
-     "tarn over: $transports; work dir $work" >&2
+     "tarn over: $transports; settings $settings; work dir $work" >&2
+# The doublewrite buffer on tarn: off as the README recommends, or MariaDB's default.
+tarn_dw=0
+[ "$settings" = same ] && tarn_dw=1
 setup_ext4
 declare -A col
-measure "$work/ext4" ext4
+measure "$work/ext4" ext4 1
 names=(ext4)
 for t in $transports; do
     setup_tarn "$t"
     used=$(transport_in_use)
     name="tarn-$t"
     [ "$used" = "$t" ] || name="tarn-$t(served:$used)"
-    measure "$work/tarn" "$name"
+    measure "$work/tarn" "$name" "$tarn_dw"
     names+=("$name")
 done
 
@@ -190,6 +211,8 @@ cols = {$(for n in "${names[@]}"; do printf '"%s": "%s".split(), ' "$n" "${col[$
 metrics = ["fio 16k randwrite fsync p50 (us)", "fio 16k randwrite fsync p99 (us)", "fio 16k randwrite+fsync IOPS",
            "fio 16k randread O_DIRECT IOPS", "sysbench oltp_read_write tps", "sysbench oltp_read_only tps",
            "sbtest data (MiB), buffer pool $bp"]
+print("\nsettings: $settings" + (" (tarn: innodb_doublewrite=0, atime=off; ext4: doublewrite on)"
+                                  if "$settings" == "recommended" else " (MariaDB's defaults on every stack)"))
 head = f"{'metric':<36}" + "".join(f"{n:>14}" for n in names) + "".join(f"{n + '/ext4':>20}" for n in names[1:])
 print("\n" + head)
 for i, m in enumerate(metrics):

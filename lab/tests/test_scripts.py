@@ -112,3 +112,10 @@ def test_the_mount_benchmark_refuses_an_unknown_transport_by_name():
     proc = subprocess.run(["bash", str(bench), "--transport", "pigeon"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "--transport takes dev, uring or both, not 'pigeon'" in proc.stderr
+
+
+def test_the_mount_benchmark_refuses_unknown_settings_by_name():
+    bench = Path(__file__).resolve().parents[2] / "bench" / "mount.sh"
+    proc = subprocess.run(["bash", str(bench), "--settings", "tuned"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "--settings takes recommended or same, not 'tuned'" in proc.stderr
