@@ -21,15 +21,7 @@ use common::Env;
 /// Page `n` as version `v` wrote it: incompressible, so 32 MiB of pages cannot sit in a
 /// 16 MiB ARC.
 fn page_v(n: u64, v: u64) -> Vec<u8> {
-    let mut x = (n.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ v.wrapping_mul(0xD1B5_4A32_D192_ED03)) | 1;
-    (0..16384)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    common::page_v(n, v, 16384)
 }
 
 fn page(n: u64) -> Vec<u8> {

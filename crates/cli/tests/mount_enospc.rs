@@ -8,22 +8,10 @@ use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::Path;
 
-use common::Env;
+// `noise`: incompressible, so lz4 cannot make the pool look bigger.
+use common::{noise, Env};
 
 const CHUNK: usize = 1 << 20;
-
-/// Incompressible bytes (a xorshift stream), so lz4 cannot make the pool look bigger.
-fn noise(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 fn write_synced(path: &Path, data: &[u8]) {
     let mut f = File::create(path).expect("create");

@@ -16,15 +16,7 @@ const PAGES: u64 = 4096;
 
 /// Page `n`: incompressible, so each is one record of its own size on the device.
 fn page(n: u64) -> Vec<u8> {
-    let mut x = n.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..PAGE)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    common::page_v(n, 0, PAGE as usize)
 }
 
 /// A counter of `tarn stats <group> tank --json`.

@@ -114,16 +114,8 @@ fn a_killed_reader_does_not_hang_and_unmount_and_kill_9_end_cleanly() {
 }
 
 /// Page `n` as version `v` wrote it (incompressible, different in every 4 KiB).
-fn page_v(n: u64, v: u64) -> [u8; 16384] {
-    let mut x = (n.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ v.wrapping_mul(0xD1B5_4A32_D192_ED03)) | 1;
-    let mut p = [0u8; 16384];
-    for b in p.iter_mut() {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        *b = x as u8;
-    }
-    p
+fn page_v(n: u64, v: u64) -> Vec<u8> {
+    common::page_v(n, v, 16384)
 }
 
 /// Per page: the last version whose write returned, and the last one started. One
@@ -168,7 +160,7 @@ fn concurrent_overlapping_writes_and_reads_on_the_rings_each_see_one_version_of_
     let f = Arc::new(open());
     let mut buf = AlignedPage::new();
     for n in 0..PAGES {
-        buf.0 = page_v(n, 0);
+        buf.0.copy_from_slice(&page_v(n, 0));
         f.write_all_at(&buf.0, n * 16384).expect("fill");
     }
     let model = Arc::new(Model(Mutex::new(vec![(0, 0); PAGES as usize])));
@@ -186,7 +178,7 @@ fn concurrent_overlapping_writes_and_reads_on_the_rings_each_see_one_version_of_
                 while !stop.load(Ordering::Relaxed) {
                     x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
                     let n = ((x >> 33) % (PAGES / 2)) * 2 + w;
-                    buf.0 = page_v(n, version);
+                    buf.0.copy_from_slice(&page_v(n, version));
                     model.set(n, |p| p.1 = version);
                     f.write_all_at(&buf.0, n * 16384).expect("write");
                     model.set(n, |p| p.0 = version);
@@ -241,7 +233,7 @@ fn concurrent_overlapping_writes_and_reads_on_the_rings_each_see_one_version_of_
     // At rest every page is its last acknowledged version, read back whole.
     for n in 0..PAGES {
         f.read_exact_at(&mut buf.0, n * 16384).expect("read at rest");
-        assert!(buf.0 == page_v(n, model.get(n).0), "page {n} is not its last written version");
+        assert!(page_v(n, model.get(n).0) == buf.0, "page {n} is not its last written version");
     }
     drop(f);
     m.umount();

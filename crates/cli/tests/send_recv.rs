@@ -10,7 +10,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::Env;
+use common::{noise, Env};
 
 fn tarn_cmd(env: &Env, args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_tarn"));
@@ -38,17 +38,6 @@ fn recv_from_file(env: &Env, args: &[&str], file: &str) -> (bool, String, String
 
 fn compressible(len: usize, seed: u8) -> Vec<u8> {
     (0..len).map(|i| b"a database page, mostly alike "[i % 30].wrapping_add(seed * (i % 7 == 0) as u8)).collect()
-}
-
-fn noise(len: usize, mut x: u64) -> Vec<u8> {
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 #[test]
@@ -135,7 +124,7 @@ fn a_receiver_killed_with_sigkill_resumes_from_its_token() {
     env.ok(&["pool", "create", "dst", dst_img.to_str().unwrap(), "--size", "1G"]);
     let m = env.mount("mnt", &[]);
     for i in 0..6u64 {
-        fs::write(m.p(&format!("f{i}")), noise(8 << 20, i + 1)).unwrap();
+        fs::write(m.p(&format!("f{i}")), noise(i + 1, 8 << 20)).unwrap();
     }
     env.ok(&["snap", "create", "tank/db@big"]);
     m.umount();
@@ -171,7 +160,7 @@ fn a_receiver_killed_with_sigkill_resumes_from_its_token() {
     assert!(out.contains("received dst/copy@big"), "{out}");
     for i in 0..6u64 {
         let got = env.tarn(&["cat", &format!("dst/copy:f{i}")]).stdout;
-        assert!(got == noise(8 << 20, i + 1), "f{i} differs after the resumed receive");
+        assert!(got == noise(i + 1, 8 << 20), "f{i} differs after the resumed receive");
     }
     let token_line = env.ok(&["get", "-H", "receive_resume_token", "dst/copy"]);
     assert!(token_line.contains("\t-\t") || token_line.trim_end().ends_with('-'), "{token_line}");

@@ -1,9 +1,13 @@
 //! The L2ARC engine on image files: feed, read, wrap, rebuild after reopen, blank and
 //! foreign devices, and the RAM its index takes per block.
+mod common;
+
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::{fail_all_when, Hooked, Io, Then};
 use tarn_arc::{BlockKey, Class, Departing, EvictSink};
 use tarn_l2arc::{CacheSpec, DevState, FreedBlock, L2Arc, PoolBlocks};
 
@@ -381,51 +385,18 @@ fn a_device_added_to_a_running_cache_is_fed_and_read_and_a_removed_one_is_let_go
     evict(&sink, key(7), 3000); // the sink has no device to feed: dropped, no panic
 }
 
-/// A device that starts failing every read and write when told (a cache device going bad
-/// or pulled mid-run).
-struct Failing {
-    inner: tarn_vdev::FileDevice,
-    failing: std::sync::atomic::AtomicBool,
-}
-
-impl tarn_vdev::BlockDevice for Failing {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        if self.failing.load(std::sync::atomic::Ordering::Relaxed) {
-            return Err(std::io::Error::other("injected read error"));
-        }
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        if self.failing.load(std::sync::atomic::Ordering::Relaxed) {
-            return Err(std::io::Error::other("injected write error"));
-        }
-        self.inner.write_at(buf, offset)
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
-    fn size(&self) -> u64 {
-        self.inner.size()
-    }
-    fn path(&self) -> &Path {
-        self.inner.path()
-    }
-}
-
 #[test]
 fn a_device_that_starts_failing_is_dropped_after_its_errors_and_costs_only_hits() {
     let dir = tempfile::tempdir().unwrap();
     let path = image(dir.path(), "failing.img", 64 << 20);
-    let dev = Arc::new(Failing {
-        inner: tarn_vdev::FileDevice::open(&path).unwrap(),
-        failing: std::sync::atomic::AtomicBool::new(false),
-    });
+    let failing = Arc::new(AtomicBool::new(false));
+    let dev = Arc::new(Hooked::new(tarn_vdev::FileDevice::open(&path).unwrap(), fail_all_when(&failing)));
     let l2 = L2Arc::open_devices(POOL, vec![(spec(&path)[0].clone(), dev.clone() as Arc<dyn tarn_vdev::BlockDevice>)]);
     let sink = l2.start(false);
     let keys: Vec<BlockKey> = (0..300).map(key).collect();
     feed_all(&l2, &sink, &keys, 4000);
     assert!(read(&l2, &keys[0], 4000).is_some());
-    dev.failing.store(true, std::sync::atomic::Ordering::Relaxed);
+    failing.store(true, Ordering::Relaxed);
     for k in &keys {
         assert_eq!(read(&l2, k, 4000), None, "a failing device serves nothing");
     }
@@ -500,35 +471,15 @@ impl PoolBlocks for OddFreed {
     }
 }
 
-/// A cache device whose writes take 300 ms (the feed's chunks are in flight a while).
-struct Slow(tarn_vdev::FileDevice);
-
-impl tarn_vdev::BlockDevice for Slow {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        self.0.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        if offset > 0 {
-            std::thread::sleep(Duration::from_millis(300));
-        }
-        self.0.write_at(buf, offset)
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        self.0.flush()
-    }
-    fn size(&self) -> u64 {
-        self.0.size()
-    }
-    fn path(&self) -> &Path {
-        self.0.path()
-    }
-}
-
 #[test]
 fn a_block_freed_while_it_waits_in_the_feed_queue_is_not_kept() {
     let dir = tempfile::tempdir().unwrap();
     let path = image(dir.path(), "queued.img", 64 << 20);
-    let dev = Arc::new(Slow(tarn_vdev::FileDevice::open(&path).unwrap()));
+    // A cache device whose chunk writes take 300 ms (the feed's chunks are in flight a while).
+    let dev = Arc::new(Hooked::new(tarn_vdev::FileDevice::open(&path).unwrap(), |io| match io {
+        Io::Write { offset, .. } if offset > 0 => Then::Delay(Duration::from_millis(300)),
+        _ => Then::Pass,
+    }));
     let l2 = L2Arc::open_devices(POOL, vec![(spec(&path)[0].clone(), dev as Arc<dyn tarn_vdev::BlockDevice>)]);
     assert!(l2.set_pool_blocks(Arc::new(OddFreed)));
     l2.tunables().set("l2arc_headroom", 64).unwrap();
@@ -555,60 +506,34 @@ fn a_block_freed_while_it_waits_in_the_feed_queue_is_not_kept() {
     drop(sink);
 }
 
-/// A cache device that cuts one write short, as a process killed during a large buffered
-/// write leaves it (Linux ends the write between pages): half its bytes reach the device,
-/// and every write after it is lost with the process.
-struct CutShort {
-    inner: tarn_vdev::FileDevice,
-    cut_next: std::sync::atomic::AtomicBool,
-    dead: std::sync::atomic::AtomicBool,
-}
-
-impl tarn_vdev::BlockDevice for CutShort {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        use std::sync::atomic::Ordering::SeqCst;
-        if self.dead.load(SeqCst) {
-            return Ok(());
-        }
-        if offset > 0 && self.cut_next.load(SeqCst) {
-            self.dead.store(true, SeqCst);
-            let half = (buf.len() / 2) / 4096 * 4096;
-            return self.inner.write_at(&buf[..half], offset);
-        }
-        self.inner.write_at(buf, offset)
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
-    fn size(&self) -> u64 {
-        self.inner.size()
-    }
-    fn path(&self) -> &Path {
-        self.inner.path()
-    }
-}
-
 #[test]
 fn a_chunk_write_cut_short_by_a_kill_leaves_no_entry_naming_bytes_that_are_not_there() {
     let dir = tempfile::tempdir().unwrap();
     let path = image(dir.path(), "cut.img", 64 << 20);
     let keys: Vec<BlockKey> = (0..100).map(key).collect();
     {
-        let dev = Arc::new(CutShort {
-            inner: tarn_vdev::FileDevice::open(&path).unwrap(),
-            cut_next: false.into(),
-            dead: false.into(),
-        });
+        // A cache device that cuts one write short, as a process killed during a large
+        // buffered write leaves it (Linux ends the write between pages): half its bytes
+        // reach the device, and every write after it is lost with the process.
+        let (cut_next, dead) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+        let dev = Arc::new(Hooked::new(tarn_vdev::FileDevice::open(&path).unwrap(), {
+            let (cut_next, dead) = (cut_next.clone(), dead.clone());
+            move |io| match io {
+                Io::Write { .. } if dead.load(Ordering::SeqCst) => Then::Keep(0),
+                Io::Write { offset, len } if offset > 0 && cut_next.load(Ordering::SeqCst) => {
+                    dead.store(true, Ordering::SeqCst);
+                    Then::Keep((len / 2) / 4096 * 4096)
+                }
+                _ => Then::Pass,
+            }
+        }));
         let l2 =
             L2Arc::open_devices(POOL, vec![(spec(&path)[0].clone(), dev.clone() as Arc<dyn tarn_vdev::BlockDevice>)]);
         let sink = l2.start(true);
         feed_all(&l2, &sink, &keys[..50], 3000);
-        dev.cut_next.store(true, std::sync::atomic::Ordering::SeqCst);
+        cut_next.store(true, Ordering::SeqCst);
         feed_all(&l2, &sink, &keys[50..], 3000);
-        assert!(dev.dead.load(std::sync::atomic::Ordering::SeqCst), "the second chunk's write was cut");
+        assert!(dead.load(Ordering::SeqCst), "the second chunk's write was cut");
     }
     let l2 = L2Arc::open(POOL, &spec(&path));
     let _sink = l2.start(true);

@@ -3,12 +3,17 @@
 //! on leaves without a wrong byte, its header zeroed, free to reuse; the config follows
 //! across export and import; bad input is refused by name and changes nothing.
 mod common;
+/// `Hooked`, the cache device that fails (slows, cuts short) its I/O when told: shared with
+/// the L2ARC's own tests.
+#[path = "../../l2arc/tests/common/mod.rs"]
+mod hooked;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use hooked::{fail_all_when, Hooked};
 use tarn_dataset::{Dataset, NewObject, ROOT_ID};
 use tarn_pool::{CreateOptions, DeviceClass, ImportOptions, Pool, PoolError, VdevSpec};
 use tarn_txg::TxgConfig;
@@ -254,53 +259,19 @@ fn secondarycache_none_and_metadata_keep_a_datasets_file_blocks_off_the_cache_an
     pool.export().unwrap();
 }
 
-/// A cache device that starts failing every read and write when told (going bad, or
-/// pulled out of the machine, mid-run).
-struct Failing {
-    inner: tarn_vdev::FileDevice,
-    failing: AtomicBool,
-}
-
-impl tarn_vdev::BlockDevice for Failing {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        if self.failing.load(Ordering::Relaxed) {
-            return Err(std::io::Error::other("injected read error"));
-        }
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        if self.failing.load(Ordering::Relaxed) {
-            return Err(std::io::Error::other("injected write error"));
-        }
-        self.inner.write_at(buf, offset)
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
-    fn size(&self) -> u64 {
-        self.inner.size()
-    }
-    fn path(&self) -> &Path {
-        self.inner.path()
-    }
-    fn release(&self) {
-        self.inner.release()
-    }
-}
-
 #[test]
 fn a_cache_device_failing_mid_run_is_dropped_the_pool_stays_online_and_reads_stay_right() {
     let dir = tempfile::tempdir().unwrap();
     let (pool, img, ino, model) = pool_without_cache(dir.path());
     let cache = dir.path().join("cache.img");
     std::fs::File::create(&cache).unwrap().set_len(64 * MB).unwrap();
-    let failing =
-        Arc::new(Failing { inner: tarn_vdev::FileDevice::open(&cache).unwrap(), failing: AtomicBool::new(false) });
-    pool.add_cache_devices(vec![failing.clone() as Arc<dyn tarn_vdev::BlockDevice>], false).unwrap();
+    let failing = Arc::new(AtomicBool::new(false));
+    let dev = Arc::new(Hooked::new(tarn_vdev::FileDevice::open(&cache).unwrap(), fail_all_when(&failing)));
+    pool.add_cache_devices(vec![dev.clone() as Arc<dyn tarn_vdev::BlockDevice>], false).unwrap();
     let ds = pool.dataset("tank/db").unwrap();
     read_all_twice(&pool, &ds, ino, &model);
     assert!(l2(&pool, "hits") > 0, "{:?}", pool.stats().l2arc);
-    failing.failing.store(true, Ordering::Relaxed);
+    failing.store(true, Ordering::Relaxed);
     read_all_twice(&pool, &ds, ino, &model);
     let status = pool.status();
     assert_eq!(status.state, "ONLINE", "a cache device never degrades the pool");

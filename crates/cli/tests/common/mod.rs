@@ -1,6 +1,7 @@
 //! Test harness for `tarn mount`: a private pool cache and run directory in a temp dir,
 //! the `tarn` binary, a guard that unmounts and stops its own daemon (by pid) even
-//! when a test fails, and the acknowledged-commits client of the database crash tests.
+//! when a test fails, the acknowledged-commits client of the database crash tests, and
+//! the incompressible pages and bytes the tests write.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -223,6 +224,27 @@ pub fn wait_gone(pid: u32, timeout: Duration) -> bool {
         }
     }
     false
+}
+
+/// `len` bytes of page `n` as version `v` wrote it: incompressible (a xorshift stream, so
+/// lz4 cannot shrink it: each page is a record of its own size on the device, and a file
+/// of them cannot sit in less ARC than its size), different per page and per version in
+/// every 4 KiB.
+pub fn page_v(n: u64, v: u64, len: usize) -> Vec<u8> {
+    let mut x = (n.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ v.wrapping_mul(0xD1B5_4A32_D192_ED03)) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// `len` incompressible bytes, distinct per `seed` (the stream of `page_v(seed, 0, len)`).
+pub fn noise(seed: u64, len: usize) -> Vec<u8> {
+    page_v(seed, 0, len)
 }
 
 /// A database client committing numbered rows one at a time (1, 2, 3, …) through
