@@ -471,6 +471,11 @@ class Memory:
     def total(self) -> int | None:
         return None if self.buffer_pool is None else self.buffer_pool + (self.arc or 0)
 
+    @property
+    def server_rss(self) -> int | None:
+        """The database server's peak RSS (mariadbd or postgres)."""
+        return self.rss_max.get("mariadbd", self.rss_max.get("postgres"))
+
     def split(self) -> str:
         """'112/16 MiB (metadata)' — buffer pool / ARC, as a DBA writes a split."""
         if self.buffer_pool is None:

@@ -228,7 +228,7 @@ def sweep_columns() -> list[tuple[str, object]]:
         ("IO units\n/txn", lambda sw, c: fmt_units(c)),
         ("ARC\nhits", lambda sw, c: analysis.pct(c.arc_hit) if c.arc_hit is not None else ""),
         ("BP\nhits", lambda sw, c: analysis.pct(c.buffer_pool_hit) if c.buffer_pool_hit is not None else ""),
-        ("mariadbd\nRSS MiB", lambda sw, c: rss(c, "mariadbd")),
+        ("database\nRSS MiB", lambda sw, c: mib(analysis.memory_of(c).server_rss)),
         ("daemon\nRSS MiB", lambda sw, c: rss(c, "tarn") or rss(c, "zfs-fuse")),
     ]
 
@@ -260,7 +260,7 @@ def memory_columns() -> list[tuple[str, object]]:
     return [
         ("stack", lambda c, m: c.stack),
         ("buffer pool\ngiven MiB", lambda c, m: mib(m.buffer_pool)),
-        ("mariadbd\nRSS max", lambda c, m: mib(m.rss_max.get("mariadbd", m.rss_max.get("postgres")))),
+        ("database\nRSS max", lambda c, m: mib(m.server_rss)),
         ("ARC\ngiven MiB", lambda c, m: mib(m.arc) if m.arc is not None else "—"),
         ("daemon\nRSS max", lambda c, m: mib(daemon(m)) if daemon(m) is not None else "—"),
         ("given\nin all", lambda c, m: mib(m.total)),

@@ -198,3 +198,11 @@ def test_the_split_chart_labels_stay_inside_and_off_the_title():
                 box = label.get_window_extent(renderer)
                 assert not (box.x0 < title.x1 and title.x0 < box.x1 and box.y0 < title.y1 and title.y0 < box.y1)
                 assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1 and box.y1 <= fig.bbox.y1
+
+
+def test_the_memory_table_names_the_database_server_column_for_postgresql_too():
+    m = analysis.Memory(buffer_pool=32 * MiB, arc=128 * MiB, rss_max={"postgres": 27 * MiB, "tarn": 197 * MiB})
+    cols = dict(report.memory_columns())
+    assert "database\nRSS max" in cols and not any(h.startswith("mariadbd") for h in cols)
+    assert cols["database\nRSS max"](None, m) == report.mib(27 * MiB)
+    assert cols["daemon\nRSS max"](None, m) == report.mib(197 * MiB)
