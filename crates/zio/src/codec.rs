@@ -167,6 +167,28 @@ mod tests {
         ));
     }
 
+    /// The lz4 decoder is built without `safe-decode` (faster) but keeps its bounds checks:
+    /// every truncation and every flipped byte of a real block is an error or a block of
+    /// the right size, never a panic or a write past the buffer.
+    #[test]
+    fn damaged_lz4_blocks_are_errors_not_panics() {
+        let data: Vec<u8> = (0..16384u32).map(|i| ((i * 31) % 251) as u8 ^ (i / 97) as u8).collect();
+        let block = Compression::Lz4.compress(&data).expect("compresses");
+        let mut out = vec![0u8; data.len()];
+        for cut in 0..block.len() {
+            let _ = Compression::Lz4.decompress(&block[..cut], &mut out);
+        }
+        for at in 0..block.len() {
+            for flip in [0x01u8, 0x80, 0xff] {
+                let mut bad = block.clone();
+                bad[at] ^= flip;
+                let _ = Compression::Lz4.decompress(&bad, &mut out);
+            }
+        }
+        Compression::Lz4.decompress(&block, &mut out).expect("the intact block");
+        assert_eq!(out, data);
+    }
+
     #[test]
     fn incompressible_data_is_left_raw() {
         let mut x = 0x12345678u32;
