@@ -24,12 +24,11 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use hashlink::LinkedHashMap;
 use parking_lot::Mutex;
 
-use crate::{ArcCache, BlockKey};
+use crate::{ArcCache, BlockKey, LinkedMap};
 
-type HotList = LinkedHashMap<BlockKey, Arc<[u8]>>;
+type HotList = LinkedMap<BlockKey, Arc<[u8]>>;
 
 /// A bounded set of hot decompressed copies (see the module comment for which blocks
 /// get one). Plain LRU under its own byte budget; counted in the ARC's stats and budget.
@@ -46,7 +45,7 @@ impl ArcCache {
     /// Hot copies of at most `max_bytes`, whose bytes this cache's budget covers.
     pub fn hot_copies(&self, max_bytes: u64) -> HotCopies {
         HotCopies {
-            lists: Mutex::new((LinkedHashMap::new(), 0)),
+            lists: Mutex::new((LinkedMap::default(), 0)),
             max: AtomicU64::new(max_bytes),
             held: self.hot_bytes.clone(),
             hits: AtomicU64::new(0),

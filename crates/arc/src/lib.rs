@@ -43,6 +43,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
+/// The cache's tables hash with foldhash, not std's SipHash: a hit looks a block up in
+/// several of them under the ARC's lock (the entry, its list, its page's read count), and
+/// SipHash's cost per lookup was the larger part of that. The keys are block addresses
+/// and page ids, seeded per table, not text an attacker picks.
+pub(crate) type Map<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+pub(crate) type LinkedMap<K, V> = hashlink::LinkedHashMap<K, V, foldhash::fast::RandomState>;
+
 mod access;
 mod budget;
 pub mod compact;

@@ -14,12 +14,10 @@
 //! block the caller did not verify.
 use std::sync::Arc;
 
-use hashlink::LinkedHashMap;
-
 use crate::lookup::Hit;
 use crate::memory::charged_bytes;
 use crate::sink::SinkSlot;
-use crate::{BlockKey, Class};
+use crate::{BlockKey, Class, LinkedMap};
 
 /// A cached block in T1 or T2.
 pub(crate) struct Entry {
@@ -83,10 +81,10 @@ pub(crate) enum GhostHit {
 
 #[derive(Default)]
 pub(crate) struct Lists {
-    pub(crate) t1: LinkedHashMap<BlockKey, Entry>,
-    pub(crate) t2: LinkedHashMap<BlockKey, Entry>,
-    pub(crate) b1: LinkedHashMap<BlockKey, Ghost>,
-    pub(crate) b2: LinkedHashMap<BlockKey, Ghost>,
+    pub(crate) t1: LinkedMap<BlockKey, Entry>,
+    pub(crate) t2: LinkedMap<BlockKey, Entry>,
+    pub(crate) b1: LinkedMap<BlockKey, Ghost>,
+    pub(crate) b2: LinkedMap<BlockKey, Ghost>,
     pub(crate) t1_bytes: u64,
     pub(crate) t2_bytes: u64,
     pub(crate) b1_bytes: u64,

@@ -11,8 +11,7 @@
 //! Must never: do I/O (the sink only queues), or keep a block whose key it forgot.
 
 use super::{DataCache, Entry, Evicted, Ident, Region, GHOST_HEADER_SHARE, REMEMBERED_BYTES, UNREAD_REMEMBERED};
-use crate::{BlockKey, Class};
-use hashlink::LinkedHashMap;
+use crate::{BlockKey, Class, LinkedMap};
 
 impl DataCache {
     /// A demand hit: to the window's MRU end, or up one list in main.
@@ -25,8 +24,12 @@ impl DataCache {
             Region::Main(old) => {
                 let new = self.history.get(&e.ident).copied().unwrap_or(0);
                 e.region = Region::Main(new);
-                self.main[old as usize].remove(key);
-                self.main[new as usize].insert(*key, ());
+                if new == old {
+                    self.main[old as usize].to_back(key);
+                } else {
+                    self.main[old as usize].remove(key);
+                    self.main[new as usize].insert(*key, ());
+                }
             }
         }
     }
@@ -180,7 +183,7 @@ impl DataCache {
 
 /// Forgets the oldest ghosts until they describe at most `budget` bytes and their
 /// bookkeeping takes at most 1/`GHOST_HEADER_SHARE` of it.
-pub(super) fn trim_ghosts(ghosts: &mut LinkedHashMap<Ident, u64>, bytes: &mut u64, budget: u64) {
+pub(super) fn trim_ghosts(ghosts: &mut LinkedMap<Ident, u64>, bytes: &mut u64, budget: u64) {
     let ghost_max = budget / GHOST_HEADER_SHARE;
     while *bytes > budget || ghosts.len() as u64 * REMEMBERED_BYTES > ghost_max {
         let Some((_, s)) = ghosts.pop_front() else { break };

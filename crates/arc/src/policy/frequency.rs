@@ -21,8 +21,17 @@ impl DataCache {
     }
 
     pub(super) fn count_read(&mut self, ident: Ident) {
-        let f = self.history.remove(&ident).unwrap_or(0);
-        self.history.insert(ident, (f + 1).min(MAX_FREQ));
+        // Counted and moved to the back in one lookup; a new page is inserted.
+        match self.history.entry(ident) {
+            hashlink::linked_hash_map::Entry::Occupied(mut seen) => {
+                let f = seen.get_mut();
+                *f = (*f + 1).min(MAX_FREQ);
+                seen.to_back();
+            }
+            hashlink::linked_hash_map::Entry::Vacant(new) => {
+                new.insert(1);
+            }
+        }
         self.trim_history();
         self.reads_since_aging += 1;
         if self.reads_since_aging >= AGE_READS_PER_ENTRY * (self.entries.len().max(HISTORY_MIN) as u64) {

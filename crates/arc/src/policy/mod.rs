@@ -50,16 +50,13 @@
 //! Modules: this one (the entries, the bookkeeping and the calls the ARC makes),
 //! `frequency` (page read counts, their aging, and the ghost hits that steer the window's
 //! share), `eviction` (where a block sits, admission to main, eviction and ghosts).
-use std::collections::HashMap;
 use std::mem::size_of;
 use std::sync::Arc;
-
-use hashlink::LinkedHashMap;
 
 use crate::compact::compact;
 use crate::memory::charged_bytes;
 use crate::sink::SinkSlot;
-use crate::{BlockKey, PageId};
+use crate::{BlockKey, LinkedMap, Map, PageId};
 
 mod eviction;
 mod frequency;
@@ -185,25 +182,25 @@ pub(crate) struct DataCache {
     budget: u64,
     /// The window's target share in bytes (adaptive).
     window_target: u64,
-    entries: HashMap<BlockKey, Entry>,
+    entries: Map<BlockKey, Entry>,
     /// The cached version of each page (a write of the page replaces it in place).
-    pages: HashMap<PageId, BlockKey>,
-    window: LinkedHashMap<BlockKey, ()>,
-    main: [LinkedHashMap<BlockKey, ()>; MAX_FREQ as usize + 1],
+    pages: Map<PageId, BlockKey>,
+    window: LinkedMap<BlockKey, ()>,
+    main: [LinkedMap<BlockKey, ()>; MAX_FREQ as usize + 1],
     pub(crate) window_bytes: u64,
     pub(crate) main_bytes: u64,
     pub(crate) logical_bytes: u64,
     /// Read counts of pages (cached or not), least recently read first.
-    history: LinkedHashMap<Ident, u8>,
+    history: LinkedMap<Ident, u8>,
     reads_since_aging: u64,
     /// Pages the window let go without admitting them, and pages main evicted, with
     /// their sizes.
-    window_ghosts: LinkedHashMap<Ident, u64>,
-    main_ghosts: LinkedHashMap<Ident, u64>,
+    window_ghosts: LinkedMap<Ident, u64>,
+    main_ghosts: LinkedMap<Ident, u64>,
     window_ghost_bytes: u64,
     main_ghost_bytes: u64,
     /// Read-ahead blocks evicted before anyone read them.
-    unread_evicted: LinkedHashMap<BlockKey, ()>,
+    unread_evicted: LinkedMap<BlockKey, ()>,
     /// Blocks that left since the tables were last looked at for compaction
     /// (`maybe_compact`).
     left_since_compact: usize,
