@@ -17,6 +17,10 @@
 #                on tarn innodb_doublewrite=0 and atime=off (a page write is applied whole,
 #                so InnoDB's second copy buys nothing), on ext4 the doublewrite buffer
 #                stays on (ext4 can tear a 16 KiB page); same: both with MariaDB's defaults
+#   --profile DIR  record each sysbench run with perf (whole system, call graphs) and write
+#                DIR/STACK-WORKLOAD.folded and .svg, flame graphs drawn by inferno
+#                (`cargo install inferno`), and DIR/STACK-WORKLOAD.top: the daemon's
+#                heaviest frames
 # Cleans up what it made (its mariadbd, the tarn daemon, the ext4 mount, the loop
 # device), each by its own pid or path, also when interrupted.
 set -euo pipefail
@@ -24,6 +28,7 @@ secs=15
 work=""
 transports="dev uring"
 settings=recommended
+profile=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --time) secs=$2; shift 2 ;;
@@ -36,13 +41,14 @@ while [ $# -gt 0 ]; do
                 *) echo "$0: --transport takes dev, uring or both, not '$2'" >&2; exit 2 ;;
             esac
             shift 2 ;;
+        --profile) profile=$2; shift 2 ;;
         --settings)
             case "$2" in
                 recommended|same) settings=$2 ;;
                 *) echo "$0: --settings takes recommended or same, not '$2'" >&2; exit 2 ;;
             esac
             shift 2 ;;
-        *) echo "usage: $0 [--time SECS] [--long] [--transport dev|uring|both] [--settings recommended|same] [--work DIR]" >&2
+        *) echo "usage: $0 [--time SECS] [--long] [--transport dev|uring|both] [--settings recommended|same] [--profile DIR] [--work DIR]" >&2
            exit 2 ;;
     esac
 done
@@ -50,6 +56,15 @@ done
 for t in fio sysbench mariadbd mariadb-install-db losetup mkfs.ext4 python3; do
     command -v "$t" >/dev/null || { echo "bench/mount.sh: $t is missing (run scripts/setup.sh)" >&2; exit 1; }
 done
+if [ -n "$profile" ]; then
+    for t in perf inferno-collapse-perf inferno-flamegraph; do
+        command -v "$t" >/dev/null || {
+            echo "bench/mount.sh: --profile needs $t (perf: apt-get install linux-perf; inferno: cargo install inferno)" >&2
+            exit 1
+        }
+    done
+    mkdir -p "$profile"
+fi
 here=$(cd "$(dirname "$0")/.." && pwd)
 tarn="$here/target/release/tarn"
 [ -n "$work" ] || work=$(mktemp -d /var/tmp/tarn-mount-bench.XXXXXX)
@@ -152,6 +167,39 @@ stop_mariadb() {
     mysqld_pid=""
 }
 
+# sb_run WORKLOAD LABEL: sysbench WORKLOAD's run, under perf when --profile is given;
+# prints sysbench's output.
+sb_run() {
+    local wl=$1 label=$2
+    [ -n "$profile" ] || { sb "$wl" run; return; }
+    local out="$profile/$label-$wl"
+    perf record -a -g --call-graph dwarf,16384 -F 199 -o "$out.data" -- sleep "$secs" >/dev/null 2>&1 &
+    local perf_pid=$!
+    sb "$wl" run
+    wait "$perf_pid" || true
+    perf script --no-inline -i "$out.data" 2>/dev/null | inferno-collapse-perf --all >"$out.folded"
+    inferno-flamegraph --title "$label: $wl (whole system)" <"$out.folded" >"$out.svg"
+    rm -f "$out.data"
+    # The daemon's share of the CPU, and its heaviest frames (inclusive).
+    python3 - "$out.folded" >"$out.top" <<'PY'
+import collections, sys
+total = daemon = 0
+frames = collections.Counter()
+for line in open(sys.argv[1]):
+    stack, n = line.rsplit(" ", 1)
+    n = int(n)
+    total += n
+    parts = stack.split(";")
+    if parts[0].startswith(("fuser-", "tarn-", "txg_sync", "vdev-write")):
+        daemon += n
+        for f in set(parts[1:]):
+            frames[f] += n
+print(f"daemon threads: {100 * daemon / max(total, 1):.1f}% of all samples")
+for f, n in frames.most_common(40):
+    print(f"{100 * n / max(daemon, 1):5.1f}%  {f[:140]}")
+PY
+}
+
 sb() {
     sysbench "$1" --db-driver=mysql --mysql-socket="$work/sock" --mysql-user=root --mysql-db=sbtest \
         --tables="$tables" --table-size="$rows" --threads="$threads" --time="$secs" "${@:2}"
@@ -159,9 +207,9 @@ sb() {
 
 # sysbench on a fresh MariaDB in DIR: sets o_rw, o_ro (TPS) and o_mib. Runs in this
 # shell (not a subshell), so the cleanup trap knows mariadbd's pid. DOUBLEWRITE as for
-# start_mariadb.
+# start_mariadb; LABEL names the profile files (--profile).
 oltp() {
-    local dir=$1 dw=$2
+    local dir=$1 dw=$2 label=$3
     start_mariadb "$dir/data" "$dw"
     mariadb --socket="$work/sock" -uroot -e "CREATE DATABASE sbtest"
     sb oltp_read_write --threads=4 prepare >/dev/null
@@ -169,8 +217,8 @@ oltp() {
     mib=$(du -sm "$dir/data/sbtest" | cut -f1)
     # Restart so both runs start from a cold buffer pool.
     stop_mariadb; start_mariadb "$dir/data" "$dw"
-    o_rw=$(sb oltp_read_write run | awk '/transactions:/ {gsub(/\(/,"",$3); print $3}')
-    o_ro=$(sb oltp_read_only run | awk '/transactions:/ {gsub(/\(/,"",$3); print $3}')
+    o_rw=$(sb_run oltp_read_write "$label" | awk '/transactions:/ {gsub(/\(/,"",$3); print $3}')
+    o_ro=$(sb_run oltp_read_only "$label" | awk '/transactions:/ {gsub(/\(/,"",$3); print $3}')
     stop_mariadb
     o_mib=$mib
 }
@@ -182,7 +230,7 @@ measure() {
     local p50 p99 iops rr
     echo "fio fsync: $label" >&2; read -r p50 p99 iops < <(fio_fsync "$dir")
     echo "fio randread: $label" >&2; rr=$(fio_randread "$dir")
-    echo "sysbench: $label" >&2; oltp "$dir" "$dw"
+    echo "sysbench: $label" >&2; oltp "$dir" "$dw" "$label"
     col[$label]="$p50 $p99 $iops $rr $o_rw $o_ro $o_mib"
 }
 
