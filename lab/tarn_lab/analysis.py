@@ -466,10 +466,17 @@ class Memory:
     primarycache: str | None = None
     buffer_pool_actual: int | None = None
     rss_max: dict = field(default_factory=dict)
+    # The server's kernel page cache, where the lab capped it (database.page_cache).
+    page_cache: int | None = None
 
     @property
     def total(self) -> int | None:
         return None if self.buffer_pool is None else self.buffer_pool + (self.arc or 0)
+
+    @property
+    def given_in_all(self) -> int | None:
+        """Everything the stack was given: `total` and the capped page cache."""
+        return None if self.total is None else self.total + (self.page_cache or 0)
 
     @property
     def server_rss(self) -> int | None:
@@ -505,7 +512,7 @@ def memory_of(cell: Cell) -> Memory:
             if "max_bytes" in s:
                 rss[role] = max(rss.get(role, 0), s["max_bytes"])
     return Memory(bp, arc, spec.get("primarycache", props.get("primarycache")),
-                  given.get("buffer_pool_actual_bytes"), rss)
+                  given.get("buffer_pool_actual_bytes"), rss, given.get("page_cache_bytes"))
 
 
 def has_rss(cells: dict) -> bool:

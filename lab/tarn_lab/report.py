@@ -263,9 +263,10 @@ def memory_columns() -> list[tuple[str, object]]:
         ("database\nRSS max", lambda c, m: mib(m.server_rss)),
         ("ARC\ngiven MiB", lambda c, m: mib(m.arc) if m.arc is not None else "—"),
         ("daemon\nRSS max", lambda c, m: mib(daemon(m)) if daemon(m) is not None else "—"),
-        ("given\nin all", lambda c, m: mib(m.total)),
+        ("page cache\ngiven MiB", lambda c, m: mib(m.page_cache) if m.page_cache is not None else "—"),
+        ("given\nin all", lambda c, m: mib(m.given_in_all)),
         ("RSS\nin all", lambda c, m: mib(total_rss(m))),
-        ("RSS /\ngiven", lambda c, m: fmt_ratio(analysis.ratio(total_rss(m), m.total))),
+        ("RSS /\ngiven", lambda c, m: fmt_ratio(analysis.ratio(total_rss(m), m.given_in_all))),
     ]
 
 

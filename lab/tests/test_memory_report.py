@@ -206,3 +206,17 @@ def test_the_memory_table_names_the_database_server_column_for_postgresql_too():
     assert "database\nRSS max" in cols and not any(h.startswith("mariadbd") for h in cols)
     assert cols["database\nRSS max"](None, m) == report.mib(27 * MiB)
     assert cols["daemon\nRSS max"](None, m) == report.mib(197 * MiB)
+
+
+def test_the_memory_table_counts_a_capped_page_cache_in_what_was_given():
+    """A PostgreSQL stack is given its page cache too (database.page_cache): the table's
+    "given in all" is the headline's "192 MiB each", not the buffer pool and ARC alone."""
+    m = analysis.Memory(buffer_pool=32 * MiB, arc=128 * MiB, page_cache=32 * MiB,
+                        rss_max={"postgres": 27 * MiB, "tarn": 197 * MiB})
+    cols = dict(report.memory_columns())
+    assert cols["page cache\ngiven MiB"](None, m) == report.mib(32 * MiB)
+    assert cols["given\nin all"](None, m) == report.mib(192 * MiB)
+    assert cols["RSS /\ngiven"](None, m) == report.fmt_ratio(224 / 192)
+    mariadb = analysis.Memory(buffer_pool=64 * MiB, arc=64 * MiB, rss_max={"mariadbd": 70 * MiB})
+    assert cols["page cache\ngiven MiB"](None, mariadb) == "—"
+    assert cols["given\nin all"](None, mariadb) == report.mib(128 * MiB)
