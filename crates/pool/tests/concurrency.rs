@@ -180,116 +180,98 @@ fn a_writer_waits_only_once_dirty_data_passes_its_limit() {
     assert!(buf.iter().all(|&x| x == 7));
 }
 
+/// A file of 600 4 KiB records — two level-1 blocks (512 pointers each) under a top one —
+/// imported cold (the import walk leaves no indirect block cached) on a device whose reads
+/// can be held at a gate. Record `r` holds the byte `r as u8`.
+struct ColdFile {
+    _dir: tempfile::TempDir,
+    _pool: Pool,
+    dev: Arc<GatedDevice>,
+    ds: Arc<tarn_dataset::Dataset>,
+    ino: u64,
+}
+
+const COLD_REC: u64 = 4096;
+
+impl ColdFile {
+    fn new() -> ColdFile {
+        let dir = tempfile::tempdir().unwrap();
+        let img = dir.path().join("d0.img");
+        let opts = CreateOptions { size: Some(64 << 20), ..Default::default() };
+        let pool = Pool::create("tank", &[VdevSpec::Disk(img.clone())], &opts).unwrap();
+        pool.set_property("tank", "recordsize", "4K").unwrap();
+        let ds = pool.dataset("tank").unwrap();
+        let ino = ds.create(ROOT_ID, b"f", NewObject::File, 0o644, 0, 0).unwrap().ino;
+        for r in 0..600u64 {
+            ds.write(ino, r * COLD_REC, &[r as u8; COLD_REC as usize]).unwrap();
+        }
+        drop(ds);
+        pool.export().unwrap();
+        let dev = Arc::new(GatedDevice::new(&img));
+        let pool = Pool::import(vec![dev.clone() as Arc<dyn BlockDevice>], &ImportOptions::default()).unwrap();
+        let ds = pool.dataset("tank").unwrap();
+        ColdFile { _dir: dir, _pool: pool, dev, ds, ino }
+    }
+
+    /// A reader of record `r` that checks its bytes.
+    fn reader(&self) -> impl Fn(u64) + Send + Clone + 'static {
+        let (ds, ino) = (self.ds.clone(), self.ino);
+        move |r| {
+            let mut buf = vec![0u8; COLD_REC as usize];
+            ds.read(ino, r * COLD_REC, &mut buf).unwrap();
+            assert!(buf.iter().all(|&b| b == r as u8), "record {r}");
+        }
+    }
+
+    /// With the device's reads gated, runs `held` until it waits on the device, then
+    /// reads record 0 (cached) on another thread: that read must be served while `held`
+    /// is still waiting.
+    fn record_0_is_served_while(&self, held: impl FnOnce() + Send + 'static, what: &str) {
+        self.dev.gate_reads.store(true, Ordering::SeqCst);
+        self.dev.set_closed(true);
+        let held = std::thread::spawn(held);
+        wait_until(&format!("{what} waits on the device"), || self.dev.waiting_reads.load(Ordering::SeqCst) > 0);
+        let (done, served) = mpsc::channel();
+        let read = self.reader();
+        std::thread::spawn(move || {
+            read(0);
+            done.send(()).unwrap();
+        });
+        let other = served.recv_timeout(Duration::from_secs(10));
+        let held_was_waiting = !held.is_finished();
+        self.dev.set_closed(false);
+        assert!(other.is_ok(), "the reader of record 0 waited for the device read of {what}");
+        assert!(held_was_waiting, "{what} was held at the device meanwhile");
+        held.join().unwrap();
+        served.recv_timeout(Duration::from_secs(10)).ok();
+    }
+}
+
 /// An indirect block read from the device is read with the file unlocked: another reader
 /// of the same file, whose blocks are in memory, is served meanwhile (a big table's
 /// readers are not queued behind one cold lookup).
 #[test]
 fn a_reader_is_served_while_another_reads_an_indirect_block_of_the_same_file() {
-    const REC: u64 = 4096;
-    let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join("d0.img");
-    let opts = CreateOptions { size: Some(64 << 20), ..Default::default() };
-    let pool = Pool::create("tank", &[VdevSpec::Disk(img.clone())], &opts).unwrap();
-    pool.set_property("tank", "recordsize", "4K").unwrap();
-    let ds = pool.dataset("tank").unwrap();
-    let f = ds.create(ROOT_ID, b"f", NewObject::File, 0o644, 0, 0).unwrap().ino;
-    // 600 records: two level-1 blocks (512 pointers each) under a top one.
-    for r in 0..600u64 {
-        ds.write(f, r * REC, &[r as u8; REC as usize]).unwrap();
-    }
-    drop(ds);
-    pool.export().unwrap();
-    // Imported cold (the import walk leaves no indirect block cached).
-    let dev = Arc::new(GatedDevice::new(&img));
-    let pool = Pool::import(vec![dev.clone() as Arc<dyn BlockDevice>], &ImportOptions::default()).unwrap();
-    let ds = pool.dataset("tank").unwrap();
-    let read = move |ds: &tarn_dataset::Dataset, r: u64| {
-        let mut buf = vec![0u8; REC as usize];
-        ds.read(f, r * REC, &mut buf).unwrap();
-        assert!(buf.iter().all(|&b| b == r as u8), "record {r}");
-    };
-    read(&ds, 0); // record 0, the top block and the first level-1 block are now in memory
-
-    dev.gate_reads.store(true, Ordering::SeqCst);
-    dev.set_closed(true);
-    let far = {
-        let ds = ds.clone();
-        std::thread::spawn(move || read(&ds, 599)) // needs the second level-1 block
-    };
-    wait_until("the reader of record 599 waits on the device", || dev.waiting_reads.load(Ordering::SeqCst) > 0);
-    let (done, served) = mpsc::channel();
-    {
-        let ds = ds.clone();
-        std::thread::spawn(move || {
-            read(&ds, 0);
-            done.send(()).unwrap();
-        });
-    }
-    let near = served.recv_timeout(Duration::from_secs(10));
-    let far_was_waiting = !far.is_finished();
-    dev.set_closed(false);
-    assert!(near.is_ok(), "the reader of record 0 waited for the other reader's device read");
-    assert!(far_was_waiting, "record 599's reader was held at the device meanwhile");
-    far.join().unwrap();
-    served.recv_timeout(Duration::from_secs(10)).ok();
+    let file = ColdFile::new();
+    let read = file.reader();
+    // Record 0, the top block and the first level-1 block are now in memory; record 599
+    // needs the second level-1 block.
+    read(0);
+    file.record_0_is_served_while(move || read(599), "the reader of record 599");
 }
 
 /// A sequential reader whose read-ahead needs an indirect block from the device reads it
 /// with the file unlocked too: another reader of the same file is served meanwhile.
 #[test]
 fn a_reader_is_served_while_a_stream_reads_ahead_into_a_cold_indirect_block() {
-    const REC: u64 = 4096;
-    let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join("d0.img");
-    let opts = CreateOptions { size: Some(64 << 20), ..Default::default() };
-    let pool = Pool::create("tank", &[VdevSpec::Disk(img.clone())], &opts).unwrap();
-    pool.set_property("tank", "recordsize", "4K").unwrap();
-    let ds = pool.dataset("tank").unwrap();
-    let f = ds.create(ROOT_ID, b"f", NewObject::File, 0o644, 0, 0).unwrap().ino;
-    // 600 records: two level-1 blocks (512 pointers each) under a top one.
-    for r in 0..600u64 {
-        ds.write(f, r * REC, &[r as u8; REC as usize]).unwrap();
-    }
-    drop(ds);
-    pool.export().unwrap();
-    let dev = Arc::new(GatedDevice::new(&img));
-    let pool = Pool::import(vec![dev.clone() as Arc<dyn BlockDevice>], &ImportOptions::default()).unwrap();
-    let ds = pool.dataset("tank").unwrap();
-    let read = move |ds: &tarn_dataset::Dataset, r: u64| {
-        let mut buf = vec![0u8; REC as usize];
-        ds.read(f, r * REC, &mut buf).unwrap();
-        assert!(buf.iter().all(|&b| b == r as u8), "record {r}");
-    };
+    let file = ColdFile::new();
+    let read = file.reader();
     // Records 0 and 480..512 cached, read backwards (no stream); the second level-1
     // block stays on the device.
-    read(&ds, 0);
-    for r in (480..512u64).rev() {
-        read(&ds, r);
-    }
-
-    dev.gate_reads.store(true, Ordering::SeqCst);
-    dev.set_closed(true);
-    let stream = {
-        let ds = ds.clone();
-        // In order from the cache: read-ahead starts and reaches past record 511.
-        std::thread::spawn(move || (480..512u64).for_each(|r| read(&ds, r)))
-    };
-    wait_until("the stream's read-ahead waits on the device", || dev.waiting_reads.load(Ordering::SeqCst) > 0);
-    let (done, served) = mpsc::channel();
-    {
-        let ds = ds.clone();
-        std::thread::spawn(move || {
-            read(&ds, 0);
-            done.send(()).unwrap();
-        });
-    }
-    let other = served.recv_timeout(Duration::from_secs(10));
-    let stream_was_waiting = !stream.is_finished();
-    dev.set_closed(false);
-    assert!(other.is_ok(), "the reader of record 0 waited for the stream's read-ahead device read");
-    assert!(stream_was_waiting, "the stream was held at the device meanwhile");
-    stream.join().unwrap();
-    served.recv_timeout(Duration::from_secs(10)).ok();
+    read(0);
+    (480..512u64).rev().for_each(&read);
+    // In order from the cache: read-ahead starts and reaches past record 511.
+    file.record_0_is_served_while(move || (480..512u64).for_each(read), "the stream's read-ahead");
 }
 
 /// Readers of one file under a writer rewriting it across frequent txgs, with an ARC so
