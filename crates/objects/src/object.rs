@@ -302,11 +302,6 @@ impl ObjGuard<'_> {
 }
 
 impl ObjGuard<'_> {
-    /// Where record `blkid` is, as `source` says, but an indirect block on the way that is
-    /// not in memory is read with the object unlocked (under the reclaim lock, so the block
-    /// cannot be freed and reused meanwhile): other readers and writers of the file go on
-    /// during the device read. What the tree looks like once relocked decides; a path that
-    /// keeps changing under these reads is finally read under the lock.
     /// Asks the ARC to read records `ahead` in the background. Their pointers are found
     /// as a demand read's are: an indirect block not in memory is read with the object
     /// unlocked, so a stream crossing into a cold part of a big file never holds the
@@ -322,6 +317,11 @@ impl ObjGuard<'_> {
         Ok(())
     }
 
+    /// Where record `blkid` is, as `source` says, but an indirect block on the way that is
+    /// not in memory is read with the object unlocked (under the reclaim lock, so the block
+    /// cannot be freed and reused meanwhile): other readers and writers of the file go on
+    /// during the device read. What the tree looks like once relocked decides; a path that
+    /// keeps changing under these reads is finally read under the lock.
     fn source_unlocked_io(&mut self, ctx: &Ctx, blkid: u64) -> Result<Source, ZioError> {
         for _ in 0..UNLOCKED_INDIRECT_READS {
             if let Some(s) = ObjState::changed(&self.open, blkid).or_else(|| ObjState::changed(&self.syncing, blkid)) {
