@@ -6,8 +6,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::{Mutex, RwLock};
-use tarn_objects::{Ctx, ObjSet};
+use parking_lot::Mutex;
+use tarn_objects::{Ctx, ObjSet, Reclaim};
 use tarn_txg::{SyncTarget, TxgConfig, TxgEngine};
 use tarn_vdev::{BlockDevice, FileDevice, Leaf, TopVdev, VdevTree};
 use tarn_zil::{Zil, BULK_IN_PLACE};
@@ -58,10 +58,8 @@ impl SyncTarget for Committer {
             zio.free_extent(e);
         }
         zio.flush().map_err(|e| failed(&e))?;
-        {
-            let _exclusive = self.ctx.reclaim.write();
-            zio.release_deferred();
-        }
+        self.ctx.reclaim.wait_for_readers();
+        zio.release_deferred();
         self.zil.txg_committed(txg);
         Ok(())
     }
@@ -95,7 +93,7 @@ impl TestPool {
         let zio = Arc::new(Zio::new(VdevTree::new(tops, ASHIFT)));
         zio.finish_load();
         let never = TxgConfig { timeout: Duration::from_secs(3600), ..Default::default() };
-        let ctx = Arc::new(Ctx { zio: zio.clone(), txg: Arc::new(TxgEngine::new(0, never)), reclaim: RwLock::new(()) });
+        let ctx = Arc::new(Ctx { zio: zio.clone(), txg: Arc::new(TxgEngine::new(0, never)), reclaim: Reclaim::new() });
         let zil = Arc::new(Zil::new(zio, 7, 1));
         let eff = Effective::from_values(|name| {
             let local = set.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string());

@@ -27,6 +27,7 @@ mod metadata;
 mod object;
 mod objset;
 mod receive;
+pub mod reclaim;
 #[cfg(test)]
 mod tests;
 pub mod traverse;
@@ -39,6 +40,7 @@ pub use early::{EarlyData, EarlyWant};
 pub use metadata::AttrChange;
 pub use object::{FreshObject, ObjGuard, ObjState, Object};
 pub use objset::{ObjSet, SyncPolicy, SyncResult};
+pub use reclaim::{Reading, Reclaim};
 
 use std::sync::Arc;
 
@@ -46,9 +48,9 @@ use std::sync::Arc;
 pub struct Ctx {
     pub zio: Arc<tarn_zio::Zio>,
     pub txg: Arc<tarn_txg::TxgEngine>,
-    /// Readers hold it shared while reading blocks a tree pointed to; the pool takes it
-    /// exclusively to release the blocks a committed txg freed.
-    pub reclaim: parking_lot::RwLock<()>,
+    /// Readers open a section while reading blocks a tree pointed to; the pool waits for
+    /// the sections open before it releases the blocks a committed txg freed.
+    pub reclaim: Reclaim,
 }
 
 #[derive(Debug, thiserror::Error)]

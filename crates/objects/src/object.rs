@@ -11,7 +11,7 @@
 //! instead of risking a deadlock.
 //!
 //! Must never: hand out its state without the lock, or read a block the tree pointed to
-//! without holding the reclaim lock (the block could be freed and reused under it).
+//! outside a reclaim section (the block could be freed and reused under it).
 //!
 //! A write lands in the open txg's records (read-modify-write of a partial record,
 //! `data.rs`); a quiesce freezes them as the syncing txg's and the sync writes them and
@@ -276,7 +276,7 @@ impl ObjGuard<'_> {
             }
         }
         // Hold off the release of freed blocks while we read blocks the tree pointed to.
-        let _reclaim = ctx.reclaim.read_recursive();
+        let _reclaim = ctx.reclaim.reading();
         drop(self);
         for (bp, page, in_rec, at, n) in disk_reads {
             if in_rec == 0 && n == bp.lsize as usize {
@@ -318,7 +318,7 @@ impl ObjGuard<'_> {
     }
 
     /// Where record `blkid` is, as `source` says, but an indirect block on the way that is
-    /// not in memory is read with the object unlocked (under the reclaim lock, so the block
+    /// not in memory is read with the object unlocked (inside a reclaim section, so the block
     /// cannot be freed and reused meanwhile): other readers and writers of the file go on
     /// during the device read. What the tree looks like once relocked decides; a path that
     /// keeps changing under these reads is finally read under the lock.
@@ -332,7 +332,7 @@ impl ObjGuard<'_> {
                 InMemory::Unloaded { bp, .. } => bp,
             };
             let objset = self.tree.objset();
-            let reclaim = ctx.reclaim.read_recursive();
+            let reclaim = ctx.reclaim.reading();
             let block = MutexGuard::unlocked(&mut self.state, || tree::read_block(&ctx.zio, bp, objset));
             drop(reclaim);
             self.tree.adopt(blkid, &block?);

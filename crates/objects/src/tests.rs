@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use parking_lot::RwLock;
+use crate::Reclaim;
 use proptest::prelude::*;
 use tarn_txg::{TxgConfig, TxgEngine};
 use tarn_vdev::{BlockDevice, FileDevice, Leaf, TopVdev, VdevTree};
@@ -24,7 +24,7 @@ fn ctx(dir: &Path) -> Arc<Ctx> {
     let leaf = Leaf::new(1, path.display().to_string(), Some(Arc::new(dev)));
     let zio = Arc::new(Zio::new(VdevTree::new(vec![TopVdev::new(0, 2, ASHIFT, asize, vec![leaf])], ASHIFT)));
     zio.finish_load();
-    Arc::new(Ctx { zio, txg: Arc::new(TxgEngine::new(0, TxgConfig::default())), reclaim: RwLock::new(()) })
+    Arc::new(Ctx { zio, txg: Arc::new(TxgEngine::new(0, TxgConfig::default())), reclaim: Reclaim::new() })
 }
 
 fn policy() -> SyncPolicy {

@@ -33,8 +33,9 @@
 //!   5. one flush of every device: every block N wrote is durable;
 //!   6. the uberblock of N is written to both labels of every device, each flushed. This
 //!      is the commit point;
-//!   7. the deferred frees are released for reuse, under the reclaim lock held
-//!      exclusively (no reader is still reading a block a tree pointed to);
+//!   7. the deferred frees are released for reuse, once every read that began before
+//!      (and so may still use a freed block) has ended (`tarn_objects::reclaim`; reads
+//!      that begin meanwhile never wait);
 //!   8. the intent log learns that N committed.
 //!
 //! What a crash leaves. Before step 6 completes on some device, import finds N-1's
@@ -49,9 +50,7 @@
 //!
 //! Locks: the barrier only during quiesce; `datasets` shared during quiesce; object
 //! locks one at a time inside each dataset's sync; space-map mutexes briefly per claim
-//! or free; the reclaim lock exclusively only in step 7. Step 8 runs outside the
-//! reclaim lock: an fsync holding the intent log may wait for an object lock whose
-//! holder waits for the reclaim lock.
+//! or free; no lock in step 7, which waits only for the reads begun before it.
 //!
 //! Owns: the order of a commit and the MOS content.
 //!
@@ -155,12 +154,10 @@ impl Inner {
             root: mos_bp.to_bytes(),
         };
         zio.write_uberblock(&ub, covers)?;
-        {
-            let _exclusive = self.ctx.reclaim.write();
-            zio.release_deferred();
-        }
-        // Not under the reclaim lock: an fsync holding the intent log may wait for an
-        // object lock whose holder waits for the reclaim lock.
+        // Reads that may still use a block this txg freed began before this point: once
+        // they end, the space is free to reuse. Reads that begin now see this txg's trees.
+        self.ctx.reclaim.wait_for_readers();
+        zio.release_deferred();
         self.zil.txg_committed(txg);
         Ok(())
     }

@@ -20,8 +20,8 @@
 //! `<metadata>:<0x0>`; a dead list's chunk is named by its tree (`tank/db@s1:<dead
 //! list>`, `tank/db:<dead list>` for the head's); listing never changes the pool.
 //!
-//! Must never: hold the log's lock while reading a block, or walk without the reclaim
-//! lock (a block it looks at could be freed and reused under it).
+//! Must never: hold the log's lock while reading a block, or walk outside a reclaim
+//! section (a block it looks at could be freed and reused under it).
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -226,7 +226,7 @@ impl Pool {
             self.inner.datasets.read().values().map(|(meta, ds)| (meta.id, ds.clone())).collect();
         let zio = &self.inner.ctx.zio;
         {
-            let _reclaim = self.inner.ctx.reclaim.read();
+            let _reclaim = self.inner.ctx.reclaim.reading();
             if let Some(root) = *self.inner.mos_bp.lock() {
                 let start = Start::Tree { root, nlevels: 1, object: None };
                 traverse::walk(zio, start, Options::default(), &mut r);

@@ -1,7 +1,7 @@
 //! The `Pool` handle and the state its rooms share.
 //!
 //! Owns: `Inner` — the pool's identity and label, the object context (pipeline, txg
-//! engine, reclaim lock), the datasets and their MOS records, what the next commit must
+//! engine, reclaim sections), the datasets and their MOS records, what the next commit must
 //! write (destroyed datasets, the frozen view of the syncing txg), the intent log, the
 //! scan, the error log and the snapshots — and the sync thread's handle. The operations
 //! live in rooms of their own: `lifecycle` (create, import, export, destroy), `commit`
@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 use tarn_dataset::{props, Dataset};
-use tarn_objects::{Ctx, Dnode};
+use tarn_objects::{Ctx, Dnode, Reclaim};
 use tarn_txg::{TxgConfig, TxgEngine};
 use tarn_vdev::Label;
 use tarn_zil::Zil;
@@ -226,7 +226,7 @@ impl Pool {
         }));
         let zil = Arc::new(Zil::new(zio.clone(), label.pool_guid, zil_seq));
         zio.start_prefetch();
-        let ctx = Arc::new(Ctx { zio, txg, reclaim: RwLock::new(()) });
+        let ctx = Arc::new(Ctx { zio, txg, reclaim: Reclaim::new() });
         Pool {
             inner: Arc::new(Inner {
                 name: label.pool_name.clone(),

@@ -22,10 +22,10 @@
 //!
 //! Owns: `scan_slice`, the per-block work (verify, copy, count, log an error), `Pacer`.
 //!
-//! Promises: the reclaim lock is held shared for the whole slice and only for it; a
+//! Promises: a reclaim section is open for the whole slice and only for it; a
 //! block is counted once per scan however often the path to it is read again.
 //!
-//! Must never: sleep without bound while holding the reclaim lock: every wait is capped
+//! Must never: sleep without bound inside its reclaim section: every wait is capped
 //! (`DEMAND_WAIT`, `SCAN_DELAY`, the rate's own step), and the slice ends at its deadline.
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -44,7 +44,7 @@ use crate::pool::Inner;
 use crate::scrub::{Bookmark, ScanKind, ScanPace, ScanRecord};
 use crate::snapshots::deadlist::Chunk;
 
-/// How long a slice holds the reclaim lock (and so may hold up a commit's last step).
+/// How long a slice keeps its reclaim section open (and so may hold up a commit's last step).
 pub(crate) const SLICE: Duration = Duration::from_millis(100);
 /// Longest wait for demand I/O in flight before one scan I/O goes anyway (a scan under
 /// a saturating load still progresses).
@@ -109,7 +109,7 @@ fn last_demand(top: &TopVdev) -> u64 {
     top.leaves.iter().map(|l| l.demand_activity().1).max().unwrap_or(0)
 }
 
-/// Walks from the record's bookmark for about `SLICE`, holding the reclaim lock.
+/// Walks from the record's bookmark for about `SLICE`, inside one reclaim section.
 pub(crate) fn scan_slice(inner: &Inner, record: &mut ScanRecord, pacer: &mut Pacer) -> SliceEnd {
     let mut sets: Vec<(u64, Arc<Dataset>, u64)> = inner
         .datasets
@@ -118,7 +118,7 @@ pub(crate) fn scan_slice(inner: &Inner, record: &mut ScanRecord, pacer: &mut Pac
         .map(|(meta, ds)| (meta.id, ds.clone(), meta.origin.as_ref().map_or(0, |o| o.txg)))
         .collect();
     sets.sort_by_key(|(id, _, _)| *id);
-    let _reclaim = inner.ctx.reclaim.read();
+    let _reclaim = inner.ctx.reclaim.reading();
     pacer.new_slice();
     let from = record.bookmark;
     let opts = Options {
@@ -194,7 +194,7 @@ struct Tree {
 /// taken by `scan_txg` (the scan's `max_txg`), so it stays the same from slice to slice;
 /// a destroy only lowers a floor, which walks more, never less. The lists are read under
 /// `snaps` (then `head_dead`), as the sync thread changes them: the chunks named are on
-/// disk, and the reclaim lock the caller holds keeps them there for the slice.
+/// disk, and the caller's reclaim section keeps them there for the slice.
 fn trees(inner: &Inner, id: u64, head: &Dataset, origin_txg: u64, scan_txg: u64) -> Vec<Tree> {
     let snaps_guard = inner.snaps.read();
     let snaps = snaps_guard.get(&id).map(Vec::as_slice).unwrap_or_default();

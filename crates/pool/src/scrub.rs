@@ -4,7 +4,7 @@
 //!
 //! Theory of operation. A scan runs on a thread of its own in the process that holds
 //! the pool; `scrub_start` returns at once. The thread walks the tree in slices
-//! (`scanwalk`): each slice holds the reclaim lock shared (no block it reaches can be
+//! (`scanwalk`): each slice is one reclaim section (no block it reaches can be
 //! freed and reused under it) for about `SLICE`, then records a bookmark — a position in
 //! the walk order (dataset id, object, record) before which everything was examined —
 //! and lets go, so the txg commit is never held up for long. The next slice walks the
@@ -31,7 +31,7 @@
 //! `scrub` (foreground) checks everything committed before it was called.
 //!
 //! Must never: change a block's contents other than rewriting a copy from a verified
-//! one, read without the reclaim lock held, or hold it for more than a slice.
+//! one, read outside a reclaim section, or keep one open for more than a slice.
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;

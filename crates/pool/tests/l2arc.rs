@@ -211,7 +211,9 @@ fn a_cache_device_returning_wrong_bytes_is_dropped_then_tried_again_by_clear() {
         f.read_exact_at(&mut b, at).unwrap();
         f.write_all_at(&[b[0] ^ 0x5a], at).unwrap();
     }
-    for p in 0..PAGES {
+    // Out of record order, so read-ahead never runs: its reads would race the demand
+    // reads for the cache device and count checksum errors past the tenth.
+    for p in (0..PAGES).map(|i| i * 97 % PAGES) {
         read_page(&ds, ino, &model, p);
     }
     let bad = l2(&pool, "cksum_bad");

@@ -18,7 +18,7 @@
 //! snapshot; a block that fails its checksum stops the send with the error (no stream
 //! ends with END unless every block went).
 //!
-//! Must never: change anything in the pool, or hold the reclaim lock across the walk (it
+//! Must never: change anything in the pool, or keep a reclaim section open across the walk (it
 //! would stall every commit for the length of the send): the blocks are verified by
 //! their checksums, and a snapshot destroyed under the send is found at the end.
 use std::io::Write;

@@ -29,7 +29,7 @@
 //! Must never: change, cache, claim or free anything (the visitor decides what a block
 //! means to it), or stop early on its own: errors are the visitor's to weigh. The caller
 //! keeps the walked blocks from being freed and reused under the walk (import: nothing
-//! else runs; scrub: the reclaim lock; a destroyed dataset: the sync thread, which alone
+//! else runs; scrub: a reclaim section; a destroyed dataset: the sync thread, which alone
 //! releases frees).
 //!
 //! Modules: this one (the visitor's API and `walk`), `walker` (the depth-first walk

@@ -34,7 +34,7 @@
 //! the origin), then the head's blocks born after its floor.
 //!
 //! Space (`used`, `referenced`, `usedbysnapshots`, `written`) is counted by the same
-//! walks, on demand, under the reclaim lock held shared (no block walked is reused).
+//! walks, on demand, inside a reclaim section (no block walked is reused).
 //!
 //! Owns: snapshot names, the snapshot list of each dataset (changed only by the sync
 //! thread), the checks of snapshot, clone and rollback commands, and their space.

@@ -7,8 +7,8 @@
 //!
 //! Owns: the space figures snapshots and origins change.
 //!
-//! Promises: every walk runs under the reclaim lock held shared (no block walked is
-//! reused meanwhile); a dataset with no snapshot and no origin is not walked for USED.
+//! Promises: every walk runs inside a reclaim section (no block walked is reused
+//! meanwhile); a dataset with no snapshot and no origin is not walked for USED.
 //!
 //! Must never: change the pool, or cache a figure (each is counted when asked).
 use std::sync::Arc;
@@ -45,7 +45,7 @@ impl Pool {
         let mut out = Vec::new();
         let zio = &self.inner.ctx.zio;
         // Shared: no block walked here is released for reuse meanwhile.
-        let _reading = self.inner.ctx.reclaim.read();
+        let _reading = self.inner.ctx.reclaim.reading();
         for (name, meta, head) in heads {
             let (list, head_dead) = self.lists_of(meta.id);
             let head_meta = head.meta_dnode();
@@ -145,7 +145,7 @@ impl Pool {
     /// head's changes since the newest snapshot, which USED does not need).
     fn walk_space(&self, meta: &DsMeta, head: &Dataset, count_written: bool) -> SnapSpace {
         let zio = &self.inner.ctx.zio;
-        let _reading = self.inner.ctx.reclaim.read();
+        let _reading = self.inner.ctx.reclaim.reading();
         let (list, head_dead) = self.lists_of(meta.id);
         let head_meta = head.meta_dnode();
         let origin_txg = meta.origin.as_ref().map_or(0, |o| o.txg);

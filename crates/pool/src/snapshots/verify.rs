@@ -32,7 +32,7 @@ impl Pool {
     pub fn verify_dead_lists(&self) -> Result<usize, String> {
         let _serial = self.inner.snap_lock.lock();
         self.sync().map_err(|e| e.to_string())?;
-        let _reclaim = self.inner.ctx.reclaim.read();
+        let _reclaim = self.inner.ctx.reclaim.reading();
         let zio = &self.inner.ctx.zio;
         let datasets: Vec<_> =
             self.inner.datasets.read().iter().map(|(n, (m, ds))| (n.clone(), m.clone(), ds.clone())).collect();
