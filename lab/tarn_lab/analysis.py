@@ -560,6 +560,11 @@ def variant_views(scenario: dict, cells: dict) -> list[tuple[str | None, dict, d
 # Single runs closer than this are a tie: the lab's own run-to-run noise on a shared machine.
 TIE = 0.05
 
+# tarn's default split of one memory budget (README, "Memory"): 7/8 to the buffer pool, 1/8
+# to the ARC, no property tuned. The memory scenario runs it beside the other splits, and
+# the advice says how it did against the best (issue #17).
+TARN_DEFAULT_ARC_SHARE = 1 / 8
+
 
 @dataclass
 class Sweep:
@@ -592,6 +597,31 @@ class Sweep:
                 out.append(c)
         return out
 
+    @property
+    def default(self) -> Cell | None:
+        """The split at tarn's default (TARN_DEFAULT_ARC_SHARE of the total as ARC, no
+        primarycache set), if the sweep ran it."""
+        if self.fs != "tarn":
+            return None
+        for c in self.points:
+            m = memory_of(c)
+            if m.primarycache in (None, "all") and abs(m.arc - self.total * TARN_DEFAULT_ARC_SHARE) < MiB:
+                return c
+        return None
+
+    def default_verdict(self) -> str:
+        """One sentence on tarn's default split against the sweep's best; empty if not run."""
+        d = self.default
+        if d is None:
+            return ""
+        split = memory_of(d).split()
+        if d is self.best:
+            return f"tarn's default split ({split}, no property tuned) is the best."
+        if d in self.tied_with_best():
+            return f"tarn's default split ({split}, no property tuned) ties it: {num(d.tps, 1)} TPS."
+        return (f"tarn's default split ({split}, no property tuned) did {num(d.tps, 1)} TPS, "
+                f"{times(d.tps / self.best.tps)} the best.")
+
     def advice(self) -> str:
         """One sentence: how to split the budget for this workload, and what it bought."""
         best, mem = self.best, memory_of(self.best)
@@ -609,7 +639,8 @@ class Sweep:
         elif len(self.ranked) > 1:
             nxt = self.ranked[1]
             s += f"; the next best split, {memory_of(nxt).split()}, did {num(nxt.tps, 1)} TPS"
-        return s + "."
+        verdict = self.default_verdict()
+        return s + "." + (" " + verdict if verdict else "")
 
 
 def _label(workload: str) -> str:

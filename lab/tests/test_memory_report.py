@@ -220,3 +220,31 @@ def test_the_memory_table_counts_a_capped_page_cache_in_what_was_given():
     mariadb = analysis.Memory(buffer_pool=64 * MiB, arc=64 * MiB, rss_max={"mariadbd": 70 * MiB})
     assert cols["page cache\ngiven MiB"](None, mariadb) == "—"
     assert cols["given\nin all"](None, mariadb) == report.mib(128 * MiB)
+
+
+def default_split_cell(tps: float) -> analysis.Cell:
+    """tarn-meta's recorded TPC-C-like run as tarn's default split would record it: the same
+    112/16 MiB, no primarycache set."""
+    r = copy.deepcopy(raw("tarn-meta", "tpcc_like"))
+    r["stack"], r["summary"]["tps"] = "tarn-default", tps
+    settings = r["settings"]
+    (settings.get("spec") or {}).pop("primarycache", None)
+    ((settings.get("stack") or {}).get("properties") or {}).pop("primarycache", None)
+    return analysis.Cell("tarn-default", "tarn", "tpcc_like", [r])
+
+
+@pytest.mark.parametrize("tps, verdict", [
+    (1000.0, "tarn's default split (112/16 MiB, no property tuned) is the best."),
+    (None, "tarn's default split (112/16 MiB, no property tuned) ties it"),
+    (1.0, "tarn's default split (112/16 MiB, no property tuned) did 1.0 TPS"),
+])
+def test_the_advice_says_how_tarns_default_split_did_against_the_best(tps, verdict):
+    scenario, cells = loaded()
+    (sweep,) = [s for s in analysis.sweeps(scenario, cells) if s.workload == "tpcc_like"]
+    assert sweep.default is None and "default split" not in sweep.advice()   # not run: not said
+    best_tps = sweep.best.tps
+    default = default_split_cell(best_tps * 0.98 if tps is None else tps)
+    sweep = analysis.Sweep("tpcc_like", "tarn", 128 * MiB, sweep.points + [default], sweep.references)
+    assert sweep.default is default
+    assert analysis.memory_of(default).split() == "112/16 MiB"
+    assert verdict in sweep.advice()
