@@ -255,6 +255,10 @@ impl ObjGuard<'_> {
         }
         let len = (buf.len() as u64).min(size - off) as usize;
         let blksz = self.blksz();
+        // Opened with the object locked, before the first pointer is found: a txg that
+        // frees a block this read found waits for it, even when the object is unlocked
+        // and relocked in between for an indirect block (`source_unlocked_io`).
+        let _reclaim = ctx.reclaim.reading();
         let mut done = 0usize;
         let mut disk_reads: Vec<(BlockPtr, PageId, usize, usize, usize)> = Vec::new();
         while done < len {
@@ -275,8 +279,6 @@ impl ObjGuard<'_> {
                 self.read_ahead(ctx, ahead)?;
             }
         }
-        // Hold off the release of freed blocks while we read blocks the tree pointed to.
-        let _reclaim = ctx.reclaim.reading();
         drop(self);
         for (bp, page, in_rec, at, n) in disk_reads {
             if in_rec == 0 && n == bp.lsize as usize {
@@ -318,10 +320,11 @@ impl ObjGuard<'_> {
     }
 
     /// Where record `blkid` is, as `source` says, but an indirect block on the way that is
-    /// not in memory is read with the object unlocked (inside a reclaim section, so the block
-    /// cannot be freed and reused meanwhile): other readers and writers of the file go on
-    /// during the device read. What the tree looks like once relocked decides; a path that
-    /// keeps changing under these reads is finally read under the lock.
+    /// not in memory is read with the object unlocked (inside the caller's reclaim section,
+    /// opened before it looked anything up, so the block cannot be freed and reused
+    /// meanwhile): other readers and writers of the file go on during the device read. What
+    /// the tree looks like once relocked decides; a path that keeps changing under these
+    /// reads is finally read under the lock.
     fn source_unlocked_io(&mut self, ctx: &Ctx, blkid: u64) -> Result<Source, ZioError> {
         for _ in 0..UNLOCKED_INDIRECT_READS {
             if let Some(s) = ObjState::changed(&self.open, blkid).or_else(|| ObjState::changed(&self.syncing, blkid)) {
@@ -332,9 +335,7 @@ impl ObjGuard<'_> {
                 InMemory::Unloaded { bp, .. } => bp,
             };
             let objset = self.tree.objset();
-            let reclaim = ctx.reclaim.reading();
             let block = MutexGuard::unlocked(&mut self.state, || tree::read_block(&ctx.zio, bp, objset));
-            drop(reclaim);
             self.tree.adopt(blkid, &block?);
         }
         self.source(&ctx.zio, blkid)

@@ -123,6 +123,18 @@ mod tests {
         rx.recv_timeout(Duration::from_secs(secs)).unwrap_or_else(|_| panic!("{what}"))
     }
 
+    /// Waits until a `wait_for_readers` is under way on `r` (it has moved the epoch past
+    /// `epoch` and found readers).
+    fn until_waiting(r: &Reclaim, epoch: u64) {
+        for _ in 0..10_000 {
+            if r.epoch.load(SeqCst) > epoch && r.waiting.load(SeqCst) {
+                return;
+            }
+            thread::sleep(Duration::from_millis(1));
+        }
+        panic!("wait_for_readers never began waiting");
+    }
+
     #[test]
     fn a_wait_outlasts_every_section_opened_before_it() {
         let r = Arc::new(Reclaim::new());
@@ -135,6 +147,7 @@ mod tests {
                 done_tx.send(()).expect("test alive");
             })
         };
+        until_waiting(&r, 0);
         assert!(
             done_rx.recv_timeout(Duration::from_millis(300)).is_err(),
             "the wait returned while a section opened before it was still open"
@@ -191,9 +204,7 @@ mod tests {
             let r = r.clone();
             thread::spawn(move || r.wait_for_readers())
         };
-        while !r.waiting.load(SeqCst) {
-            thread::yield_now();
-        }
+        until_waiting(&r, 0);
         let (tx, rx) = mpsc::channel();
         let reader = {
             let r = r.clone();

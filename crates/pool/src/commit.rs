@@ -154,8 +154,9 @@ impl Inner {
             root: mos_bp.to_bytes(),
         };
         zio.write_uberblock(&ub, covers)?;
-        // Reads that may still use a block this txg freed began before this point: once
-        // they end, the space is free to reuse. Reads that begin now see this txg's trees.
+        // A read that may still use a block this txg freed opened its reclaim section
+        // before this point (it found the pointer in a tree this txg changed since, and
+        // opened the section first): once those sections end, the space is free to reuse.
         self.ctx.reclaim.wait_for_readers();
         zio.release_deferred();
         self.zil.txg_committed(txg);

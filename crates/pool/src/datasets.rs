@@ -207,6 +207,9 @@ impl Pool {
     /// `charged_space` of every dataset (or of `under` and the datasets below it), by
     /// name. The walks run outside the `datasets` lock.
     pub(crate) fn charged_by_dataset(&self, under: Option<&str>) -> BTreeMap<String, u64> {
+        // Opened before the heads are listed: a head destroyed meanwhile keeps its blocks
+        // until the walks are done.
+        let _reading = self.inner.ctx.reclaim.reading();
         let heads: Vec<(String, DsMeta, Arc<Dataset>)> = {
             let sets = self.inner.datasets.read();
             sets.iter()

@@ -222,11 +222,13 @@ impl Pool {
             return;
         }
         let mut r = Resolver { dataset: 0, wanted, found: BTreeMap::new() };
-        let datasets: Vec<(u64, Arc<Dataset>)> =
-            self.inner.datasets.read().values().map(|(meta, ds)| (meta.id, ds.clone())).collect();
         let zio = &self.inner.ctx.zio;
         {
+            // Before the datasets are listed (a destroyed one's blocks are released once
+            // the sections open at its commit end).
             let _reclaim = self.inner.ctx.reclaim.reading();
+            let datasets: Vec<(u64, Arc<Dataset>)> =
+                self.inner.datasets.read().values().map(|(meta, ds)| (meta.id, ds.clone())).collect();
             if let Some(root) = *self.inner.mos_bp.lock() {
                 let start = Start::Tree { root, nlevels: 1, object: None };
                 traverse::walk(zio, start, Options::default(), &mut r);

@@ -81,8 +81,10 @@ impl Pool {
 
     /// `tarn get`: every property (or one) with its value and source.
     pub fn get_properties(&self, ds: &str, which: Option<&str>) -> Result<Vec<PropRow>, PoolError> {
-        // Walks and names first: neither runs under the `datasets` lock.
+        // Walks and names first: neither runs under the `datasets` lock. The reclaim
+        // section opens before the head is taken (see `charged_by_dataset`).
         let (space, origin) = {
+            let _reading = self.inner.ctx.reclaim.reading();
             let sets = self.inner.datasets.read();
             let Some((meta, head)) = sets.get(ds) else {
                 return Err(PoolError::NoSuchDataset(ds.into()));

@@ -111,6 +111,9 @@ fn last_demand(top: &TopVdev) -> u64 {
 
 /// Walks from the record's bookmark for about `SLICE`, inside one reclaim section.
 pub(crate) fn scan_slice(inner: &Inner, record: &mut ScanRecord, pacer: &mut Pacer) -> SliceEnd {
+    // Before the datasets are listed: a dataset destroyed (and its blocks released) after
+    // the list was taken would be walked over freed blocks.
+    let _reclaim = inner.ctx.reclaim.reading();
     let mut sets: Vec<(u64, Arc<Dataset>, u64)> = inner
         .datasets
         .read()
@@ -118,7 +121,6 @@ pub(crate) fn scan_slice(inner: &Inner, record: &mut ScanRecord, pacer: &mut Pac
         .map(|(meta, ds)| (meta.id, ds.clone(), meta.origin.as_ref().map_or(0, |o| o.txg)))
         .collect();
     sets.sort_by_key(|(id, _, _)| *id);
-    let _reclaim = inner.ctx.reclaim.reading();
     pacer.new_slice();
     let from = record.bookmark;
     let opts = Options {

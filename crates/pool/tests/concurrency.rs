@@ -12,6 +12,9 @@ use tarn_pool::{CreateOptions, ImportOptions, Pool, VdevSpec};
 use tarn_txg::TxgConfig;
 use tarn_vdev::{BlockDevice, FileDevice};
 
+#[path = "../../l2arc/tests/common/mod.rs"]
+mod hooked;
+
 /// A device whose flushes block while the gate is closed.
 struct GatedDevice {
     inner: FileDevice,
@@ -193,20 +196,26 @@ struct ColdFile {
 
 const COLD_REC: u64 = 4096;
 
+/// The exported image of a `ColdFile`: its directory, path and the file's inode.
+fn cold_file_image() -> (tempfile::TempDir, PathBuf, u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("d0.img");
+    let opts = CreateOptions { size: Some(64 << 20), ..Default::default() };
+    let pool = Pool::create("tank", &[VdevSpec::Disk(img.clone())], &opts).unwrap();
+    pool.set_property("tank", "recordsize", "4K").unwrap();
+    let ds = pool.dataset("tank").unwrap();
+    let ino = ds.create(ROOT_ID, b"f", NewObject::File, 0o644, 0, 0).unwrap().ino;
+    for r in 0..600u64 {
+        ds.write(ino, r * COLD_REC, &[r as u8; COLD_REC as usize]).unwrap();
+    }
+    drop(ds);
+    pool.export().unwrap();
+    (dir, img, ino)
+}
+
 impl ColdFile {
     fn new() -> ColdFile {
-        let dir = tempfile::tempdir().unwrap();
-        let img = dir.path().join("d0.img");
-        let opts = CreateOptions { size: Some(64 << 20), ..Default::default() };
-        let pool = Pool::create("tank", &[VdevSpec::Disk(img.clone())], &opts).unwrap();
-        pool.set_property("tank", "recordsize", "4K").unwrap();
-        let ds = pool.dataset("tank").unwrap();
-        let ino = ds.create(ROOT_ID, b"f", NewObject::File, 0o644, 0, 0).unwrap().ino;
-        for r in 0..600u64 {
-            ds.write(ino, r * COLD_REC, &[r as u8; COLD_REC as usize]).unwrap();
-        }
-        drop(ds);
-        pool.export().unwrap();
+        let (dir, img, ino) = cold_file_image();
         let dev = Arc::new(GatedDevice::new(&img));
         let pool = Pool::import(vec![dev.clone() as Arc<dyn BlockDevice>], &ImportOptions::default()).unwrap();
         let ds = pool.dataset("tank").unwrap();
@@ -272,6 +281,106 @@ fn a_reader_is_served_while_a_stream_reads_ahead_into_a_cold_indirect_block() {
     (480..512u64).rev().for_each(&read);
     // In order from the cache: read-ahead starts and reaches past record 511.
     file.record_0_is_served_while(move || (480..512u64).for_each(read), "the stream's read-ahead");
+}
+
+/// Holds each device read of the thread named "victim" until the test lets it go, and
+/// counts them; every other read and write passes.
+#[derive(Default)]
+struct VictimReads {
+    /// (reads held so far, reads let go so far)
+    counts: Mutex<(usize, usize)>,
+    changed: Condvar,
+}
+
+impl VictimReads {
+    fn hook(self: &Arc<Self>) -> impl Fn(hooked::Io) -> hooked::Then + Send + Sync + 'static {
+        let me = self.clone();
+        move |io| {
+            if matches!(io, hooked::Io::Read { .. }) && std::thread::current().name() == Some("victim") {
+                let mut c = me.counts.lock().unwrap();
+                let n = c.0;
+                c.0 += 1;
+                me.changed.notify_all();
+                while c.1 <= n {
+                    c = me.changed.wait(c).unwrap();
+                }
+            }
+            hooked::Then::Pass
+        }
+    }
+
+    /// Waits until the victim's read number `n` (from 0) is held.
+    fn wait_held(&self, n: usize) {
+        let c = self.counts.lock().unwrap();
+        let (c, timeout) = self.changed.wait_timeout_while(c, Duration::from_secs(30), |c| c.0 <= n).unwrap();
+        assert!(!timeout.timed_out(), "the victim never reached its device read #{n} ({} held)", c.0);
+    }
+
+    fn let_one_go(&self) {
+        self.counts.lock().unwrap().1 += 1;
+        self.changed.notify_all();
+    }
+
+    fn let_all_go(&self) {
+        self.counts.lock().unwrap().1 = usize::MAX;
+        self.changed.notify_all();
+    }
+}
+
+/// A read of two records finds the first one's pointer, then unlocks the file to read the
+/// cold indirect block of the second. Meanwhile a writer replaces the first record and a
+/// txg commits, freeing its old block: that block must not be released for reuse until
+/// the read that found it has read it (a reused block would read as a checksum error, or
+/// as another file's bytes).
+#[test]
+fn a_txg_never_releases_a_block_a_pending_read_found_before_it_unlocked() {
+    let (_dir, img, ino) = cold_file_image();
+    let gate = Arc::new(VictimReads::default());
+    let dev = Arc::new(hooked::Hooked::new(FileDevice::open(&img).unwrap(), gate.hook()));
+    let pool = Arc::new(Pool::import(vec![dev as Arc<dyn BlockDevice>], &ImportOptions::default()).unwrap());
+    let ds = pool.dataset("tank").unwrap();
+    let mut buf = vec![0u8; COLD_REC as usize];
+    ds.read(ino, 0, &mut buf).unwrap(); // the top block and the first level-1 block now in memory
+    let victim = {
+        let ds = ds.clone();
+        std::thread::Builder::new()
+            .name("victim".into())
+            .spawn(move || {
+                // Record 511 (first level-1 block) and 512 (the second, on the device).
+                let mut b = vec![0u8; 2 * COLD_REC as usize];
+                ds.read(ino, 511 * COLD_REC, &mut b).unwrap();
+                b
+            })
+            .unwrap()
+    };
+    gate.wait_held(0); // the second level-1 block, with record 511's pointer already found
+    ds.write(ino, 511 * COLD_REC, &[0xAB; COLD_REC as usize]).unwrap();
+    let (synced_tx, synced) = mpsc::channel();
+    let syncer = {
+        let pool = pool.clone();
+        std::thread::spawn(move || {
+            pool.sync().unwrap();
+            synced_tx.send(()).unwrap();
+        })
+    };
+    // Time for the commit to reach its wait for the readers (the victim's indirect read
+    // keeps it there). A commit slower than this only makes the test miss the race; it
+    // never makes it fail.
+    std::thread::sleep(Duration::from_secs(1));
+    gate.let_one_go();
+    gate.wait_held(1); // now the victim reads record 511's old block
+    let released_under_the_read = synced.recv_timeout(Duration::from_secs(2)).is_ok();
+    gate.let_all_go();
+    syncer.join().unwrap();
+    let got = victim.join().unwrap();
+    assert!(
+        !released_under_the_read,
+        "the txg that freed record 511's old block committed and released it while the read that found it was \
+         still reading it"
+    );
+    let (r511, r512) = got.split_at(COLD_REC as usize);
+    assert!(r511.iter().all(|&b| b == 511u64 as u8) || r511.iter().all(|&b| b == 0xAB), "record 511 torn");
+    assert!(r512.iter().all(|&b| b == 512u64 as u8), "record 512");
 }
 
 /// Readers of one file under a writer rewriting it across frequent txgs, with an ARC so

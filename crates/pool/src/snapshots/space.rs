@@ -35,6 +35,9 @@ impl Pool {
         if let Some(ds) = filter_ds {
             self.dataset(ds)?;
         }
+        // Shared, and opened before the heads are listed: no block walked here is released
+        // for reuse meanwhile, not even a head's destroyed after the list was taken.
+        let _reading = self.inner.ctx.reclaim.reading();
         let heads: Vec<(String, DsMeta, Arc<Dataset>)> = {
             let sets = self.inner.datasets.read();
             sets.iter()
@@ -44,8 +47,6 @@ impl Pool {
         };
         let mut out = Vec::new();
         let zio = &self.inner.ctx.zio;
-        // Shared: no block walked here is released for reuse meanwhile.
-        let _reading = self.inner.ctx.reclaim.reading();
         for (name, meta, head) in heads {
             let (list, head_dead) = self.lists_of(meta.id);
             let head_meta = head.meta_dnode();
@@ -165,6 +166,8 @@ impl Pool {
     /// Bytes only snapshots hold, summed over the pool's datasets (what destroying every
     /// snapshot would give back, at most).
     pub fn snapshot_space(&self) -> u64 {
+        // Before the heads are listed (see `snapshots`); `walk_space` opens its own inside.
+        let _reading = self.inner.ctx.reclaim.reading();
         let heads: Vec<(DsMeta, Arc<Dataset>)> =
             self.inner.datasets.read().values().map(|(m, d)| (m.clone(), d.clone())).collect();
         heads
