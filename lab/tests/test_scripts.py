@@ -119,3 +119,11 @@ def test_the_mount_benchmark_refuses_unknown_settings_by_name():
     proc = subprocess.run(["bash", str(bench), "--settings", "tuned"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "--settings takes recommended or same, not 'tuned'" in proc.stderr
+
+
+def test_the_saturated_disk_benchmark_refuses_a_duration_that_is_not_seconds():
+    bench = Path(__file__).resolve().parents[2] / "bench" / "saturated.sh"
+    for bad in ("90s", "0", "-5"):
+        proc = subprocess.run(["bash", str(bench), bad], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2, (bad, proc.stderr)
+        assert "usage: bash bench/saturated.sh [SECONDS]" in proc.stderr
