@@ -138,9 +138,9 @@ fn a_cache_added_to_an_open_pool_serves_and_a_removed_one_leaves_while_reads_go_
     let Ok(pool) = Arc::try_unwrap(pool) else { panic!("the readers are gone") };
     pool.export().unwrap();
     let pool = Pool::import_paths(&[img], &ImportOptions { txg: txg() }).unwrap();
-    let status = pool.status();
-    assert_eq!(status.caches.len(), 1, "the import opens the added device");
-    assert_eq!(status.caches[0].state.name(), "ONLINE");
+    assert_eq!(pool.status().caches.len(), 1, "the import opens the added device");
+    common::db::wait_rebuilt(&pool); // its ring is read back in the background first
+    assert_eq!(pool.status().caches[0].state.name(), "ONLINE");
     pool.remove_device(cache.to_str().unwrap()).unwrap();
     pool.export().unwrap();
     let pool = Pool::import_paths(&[dir.path().join("d0.img")], &ImportOptions { txg: txg() }).unwrap();

@@ -9,7 +9,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::db::{create_db_pool, fast_txg, Rng};
+use common::db::{create_db_pool, fast_txg, wait_rebuilt, Rng};
 use tarn_dataset::{Dataset, NewObject, ROOT_ID};
 use tarn_pool::{ImportOptions, Pool};
 
@@ -56,13 +56,6 @@ fn read_all_and_settle(pool: &Pool, ds: &Dataset, ino: u64, model: &[u8]) {
         std::thread::sleep(Duration::from_millis(10));
     }
     std::thread::sleep(Duration::from_millis(400));
-}
-
-fn wait_rebuilt(pool: &Pool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while l2(pool, "rebuilding") > 0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }
 
 #[test]

@@ -30,6 +30,17 @@ pub fn fast_txg() -> TxgConfig {
     TxgConfig { timeout: Duration::from_millis(50), ..Default::default() }
 }
 
+/// Waits until no cache device's ring is still being rebuilt (an import reads it in the
+/// background: until then the device is REBUILDING and serves nothing).
+pub fn wait_rebuilt(pool: &Pool) {
+    let rebuilding = || pool.stats().l2arc.get("rebuilding").copied().unwrap_or(0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while rebuilding() > 0 {
+        assert!(std::time::Instant::now() < deadline, "a cache device was still being rebuilt after 60 s");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// Pool `tank` of `size` bytes on the image `img`, with `caches` as its cache devices,
 /// and its dataset `tank/db`: 16 KiB records, lz4.
 pub fn create_db_pool(img: &Path, size: u64, caches: Vec<PathBuf>) -> (Pool, Arc<Dataset>) {
