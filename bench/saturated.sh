@@ -49,7 +49,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-paced_disk() { # name -> prints the loop device over a paced disk
+# Not run in $(...): the pacer and the loop device must be recorded in this shell for
+# cleanup. Sets $disk to the loop device over the new paced disk.
+paced_disk() { # name
     local dir="$work/$1" out pid
     mkdir -p "$dir/pacer"
     out=$("$pacer" --backing "$dir/disk.backing" --size 4294967296 --mountpoint "$dir/pacer" \
@@ -58,8 +60,7 @@ paced_disk() { # name -> prints the loop device over a paced disk
     [ -n "$pid" ] || { echo "bench/saturated.sh: tarn-pacer did not start: $out" >&2; exit 1; }
     pacers+=("$pid:$dir/pacer")
     for _ in $(seq 100); do [ -e "$dir/pacer/disk" ] && break; sleep 0.1; done
-    local l; l=$(losetup --find --show --direct-io=on "$dir/pacer/disk"); loops+=("$l")
-    echo "$l"
+    disk=$(losetup --find --show --direct-io=on "$dir/pacer/disk"); loops+=("$disk")
 }
 
 lay_out() { # dir
@@ -98,15 +99,15 @@ print(t["synced"], t["max_sync_us"], t["dirty_max_waits"], t["dirty_max_wait_us"
 }
 
 echo "bench/saturated.sh: ${seconds}s of fio per stack on a paced disk (500 IOPS, 8 MB/s, 16 KiB); tarn: $tarn"
-dev=$(paced_disk ext4)
-mkfs.ext4 -q -F "$dev"; mkdir -p "$work/ext4/mnt"; mount -o noatime "$dev" "$work/ext4/mnt"
+paced_disk ext4
+mkfs.ext4 -q -F "$disk"; mkdir -p "$work/ext4/mnt"; mount -o noatime "$disk" "$work/ext4/mnt"
 ext4_mounts+=("$work/ext4/mnt")
 echo "ext4: laying out the files"; lay_out "$work/ext4/mnt"
 echo "ext4: running"; read -r e_rd e_wr e_wp99 e_wmax e_sp99 e_smax < <(load "$work/ext4/mnt")
 
-dev=$(paced_disk tarn)
+paced_disk tarn
 pool="satur$$"
-"$tarn" pool create -f -o ashift=12 "$pool" "$dev" >/dev/null; pools+=("$pool")
+"$tarn" pool create -f -o ashift=12 "$pool" "$disk" >/dev/null; pools+=("$pool")
 "$tarn" ds create -o recordsize=8K -o compression=lz4 -o atime=off "$pool/db"
 mkdir -p "$work/tarn/mnt"; "$tarn" mount "$pool/db" "$work/tarn/mnt"; tarn_mounts+=("$work/tarn/mnt")
 echo "tarn: laying out the files"; lay_out "$work/tarn/mnt"
