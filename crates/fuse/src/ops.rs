@@ -480,7 +480,7 @@ impl TarnFs {
     }
 
     /// What an inode outside the mounted dataset (tree ≠ 0) names.
-    fn node(&self, ino: u64) -> Result<Node, FsError> {
+    fn node(&self, ino: u64) -> Result<Node<'_>, FsError> {
         self.snapdir()?.node(ino)
     }
 
@@ -488,7 +488,7 @@ impl TarnFs {
     fn other_attr(&self, ino: u64) -> Result<Attr, FsError> {
         match self.node(ino)? {
             Node::Virtual(v) => Ok(snapdir::virtual_attr(v)),
-            Node::Snapshot { tree, ds, object } => Ok(attr_in(tree, ds.getattr(object)?)),
+            Node::Snapshot { tree, ds, object, .. } => Ok(attr_in(tree, ds.getattr(object)?)),
         }
     }
 
@@ -505,7 +505,7 @@ impl TarnFs {
                 Ok(attr_in(tree, ds.getattr(ROOT)?))
             }
             Node::Virtual(_) => Err(FsError::NotFound),
-            Node::Snapshot { tree, ds, object } => Ok(attr_in(tree, ds.lookup(object, name)?)),
+            Node::Snapshot { tree, ds, object, .. } => Ok(attr_in(tree, ds.lookup(object, name)?)),
         }
     }
 
@@ -529,7 +529,7 @@ impl TarnFs {
                 }
                 Ok(dir(names, CTL_DIR))
             }
-            Node::Snapshot { tree, ds, object } => {
+            Node::Snapshot { tree, ds, object, .. } => {
                 let parent = if object == ROOT { SNAP_DIR } else { snapdir::encode(tree, ds.parent_of(object)?) };
                 let mut all = vec![(b".".to_vec(), ino, FileKind::Dir), (b"..".to_vec(), parent, FileKind::Dir)];
                 for (name, child, kind) in ds.readdir(object)? {

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 use tarn_dataset::{Attr, Dataset, FileKind, FsError, Timespec};
-use tarn_pool::Pool;
+use tarn_pool::{Pool, Reading};
 
 /// Bits of an inode number that hold the object id.
 const TREE_SHIFT: u32 = 48;
@@ -44,11 +44,13 @@ pub(crate) fn encode(tree: u64, object: u64) -> u64 {
 }
 
 /// What an inode number outside the mounted dataset names.
-pub(crate) enum Node {
+pub(crate) enum Node<'a> {
     /// `.tarn` or `.tarn/snapshot`.
     Virtual(u64),
-    /// Object `object` of a snapshot, reached through tree `tree`.
-    Snapshot { tree: u64, ds: Arc<Dataset>, object: u64 },
+    /// Object `object` of a snapshot, reached through tree `tree`. `_section` is the
+    /// reclaim section the snapshot was found current in: use the node inside it, so a
+    /// destroy that frees the snapshot's blocks meanwhile cannot release them under it.
+    Snapshot { tree: u64, ds: Arc<Dataset>, object: u64, _section: Reading<'a> },
 }
 
 pub(crate) struct SnapDir {
@@ -64,7 +66,7 @@ impl SnapDir {
     }
 
     /// What `ino` (of a tree other than 0) names.
-    pub(crate) fn node(&self, ino: u64) -> Result<Node, FsError> {
+    pub(crate) fn node(&self, ino: u64) -> Result<Node<'_>, FsError> {
         let tree = tree_of(ino);
         let object = ino & ((1 << TREE_SHIFT) - 1);
         if tree == VIRTUAL {
@@ -76,11 +78,13 @@ impl SnapDir {
         let slot = tree.checked_sub(FIRST_SNAP_TREE).ok_or(FsError::NotFound)? as usize;
         let opened = self.opened.read();
         let (full, ds) = opened.get(slot).ok_or(FsError::NotFound)?;
-        // A destroyed snapshot's blocks may be in use again: never read through it.
+        // A destroyed snapshot's blocks may be in use again: never read through it. The
+        // section opens before the check, so "current" holds for as long as the node lives.
+        let section = self.pool.reading();
         if !self.pool.snapshot_is_current(full, ds) {
             return Err(FsError::NotFound);
         }
-        Ok(Node::Snapshot { tree, ds: ds.clone(), object })
+        Ok(Node::Snapshot { tree, ds: ds.clone(), object, _section: section })
     }
 
     /// The snapshot `name` of the mounted dataset: its tree and contents.
@@ -124,5 +128,61 @@ pub(crate) fn virtual_attr(ino: u64) -> Attr {
         crtime: epoch,
         rdev: 0,
         blksize: 4096,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use tarn_dataset::{NewObject, ROOT_ID};
+    use tarn_pool::{CreateOptions, VdevSpec};
+
+    use super::*;
+
+    /// A node found current keeps the snapshot's blocks: a destroy that frees them cannot
+    /// finish (its txg cannot release them for reuse) until the node is dropped, so a read
+    /// through it never meets a block written since. Before the node held its section, the
+    /// destroy finished at once and the read went to freed blocks.
+    #[test]
+    fn a_destroy_waits_for_a_node_found_current() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let opts = CreateOptions { size: Some(256 << 20), ..Default::default() };
+        let pool = Pool::create("tank", &[VdevSpec::Disk(dir.path().join("d0.img"))], &opts).expect("create pool");
+        pool.create_dataset("tank/db").expect("create dataset");
+        let head = pool.dataset("tank/db").expect("open dataset");
+        let file = head.create(ROOT_ID, b"f", NewObject::File, 0o644, 0, 0).expect("create file").ino;
+        head.write(file, 0, &[7u8; 64 << 10]).expect("write");
+        pool.create_snapshots(&["tank/db@s".into()], false).expect("snapshot");
+        // Overwritten in the head: the snapshot alone holds the old blocks, the destroy frees them.
+        head.write(file, 0, &[9u8; 64 << 10]).expect("overwrite");
+        let pool = Arc::new(pool);
+        let snapdir = SnapDir::new(pool.clone(), "tank/db");
+        let (tree, _) = snapdir.snapshot(b"s").expect("open snapshot");
+
+        let node = snapdir.node(encode(tree, file)).expect("the snapshot is current");
+        let (done_tx, done) = mpsc::channel();
+        let destroyer = {
+            let pool = pool.clone();
+            std::thread::spawn(move || {
+                let result = pool.destroy_snapshot("tank/db@s");
+                let _ = done_tx.send(());
+                result
+            })
+        };
+        assert_eq!(
+            done.recv_timeout(Duration::from_secs(2)),
+            Err(mpsc::RecvTimeoutError::Timeout),
+            "the destroy finished while a node found current was still in use"
+        );
+        let Node::Snapshot { ds, object, .. } = &node else { panic!("not a snapshot node") };
+        let mut buf = vec![0u8; 64 << 10];
+        let n = ds.read(*object, 0, &mut buf).expect("read through the held node");
+        assert!(n == buf.len() && buf.iter().all(|&b| b == 7), "the held node read other bytes");
+        drop(node);
+        done.recv_timeout(Duration::from_secs(60)).expect("the destroy finishes once the node is dropped");
+        destroyer.join().expect("destroy thread").expect("destroy");
+        assert!(matches!(snapdir.node(encode(tree, file)), Err(FsError::NotFound)));
     }
 }

@@ -56,7 +56,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use tarn_dataset::{Dataset, SpaceUsed};
-use tarn_objects::{Dnode, ObjSet};
+use tarn_objects::{Dnode, ObjSet, Reading};
 use tarn_zio::BlockPtr;
 
 use crate::datasets::check_name;
@@ -263,9 +263,19 @@ impl Pool {
     }
 
     /// Whether `ds` is still the contents of snapshot `full` (false once it was
-    /// destroyed: its blocks may be reused, so a mount stops reading through it).
+    /// destroyed: its blocks may be reused, so a mount stops reading through it). Ask
+    /// inside a reclaim section (`reading`) and read in the same one: a destroy drops the
+    /// snapshot from this map before its txg frees a block, and that txg's release waits
+    /// for every section opened before, so a read that saw "current" cannot meet a block
+    /// reused since.
     pub fn snapshot_is_current(&self, full: &str, ds: &Arc<Dataset>) -> bool {
         self.inner.snap_open.lock().get(full).is_some_and(|open| Arc::ptr_eq(open, ds))
+    }
+
+    /// A reclaim section: no block freed by a txg that commits after this call is
+    /// released for reuse until the section ends.
+    pub fn reading(&self) -> Reading<'_> {
+        self.inner.ctx.reclaim.reading()
     }
 
     /// Names (after the `@`) of a dataset's snapshots, oldest first.
