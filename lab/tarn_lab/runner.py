@@ -289,26 +289,27 @@ def database_settings(scenario: dict, spec: dict, stack) -> dict:
 def start_database(scenario, spec, stack, workdir, teardown, initialize: bool = True):
     if scenario.get("database", {}).get("engine") == "postgresql":
         db = PrivatePostgres(stack.mountpoint / "pgdata", workdir / "postgres", postgres_settings(scenario, spec, stack))
-        db.cage = database_cage(spec, teardown)
+        db.cage = database_cage(spec, teardown, "postgresql")
         db.start(teardown, initialize=initialize)
         return db
     datadir = stack.mountpoint / datasets.DATADIR
     db = PrivateMariaDB(datadir, workdir / "mariadb", database_settings(scenario, spec, stack))
-    db.cage = database_cage(spec, teardown)
+    db.cage = database_cage(spec, teardown, "mariadb")
     db.start(teardown, initialize=initialize)
     db.sql("CREATE DATABASE IF NOT EXISTS sbtest")
     return db
 
 
-def database_cage(spec: dict, teardown: Teardown) -> MemoryCage | None:
+def database_cage(spec: dict, teardown: Teardown, engine: str) -> MemoryCage | None:
     """The server's memory cgroup when the scenario caps its page cache (database.page_cache):
-    buffer pool + page cache + the processes' allowance. The server keeps it across its
-    restarts; its teardown, pushed first, removes it after the server stops."""
+    buffer pool + page cache + the `engine`'s process allowance. The server keeps it across
+    its restarts; its teardown, pushed first, removes it after the server stops."""
     given = spec.get("memory") or {}
     page_cache = given.get("page_cache_bytes")
     if not page_cache:
         return None
-    return MemoryCage.create(spec["name"], given["buffer_pool_bytes"] + page_cache + PROCESS_ALLOWANCE, teardown)
+    limit = given["buffer_pool_bytes"] + page_cache + PROCESS_ALLOWANCE[engine]
+    return MemoryCage.create(spec["name"], limit, teardown)
 
 
 def postgres_settings(scenario: dict, spec: dict, stack) -> dict:

@@ -44,7 +44,7 @@ def test_a_postgresql_scenario_runs_end_to_end(real_machine, tmp_path):
     # The server ran in its memory cage (its shared buffers are charged there), and the
     # cage is gone with it.
     caged = r["memory"]["db_cage"]
-    assert caged["limit_bytes"] == (16 + 16) * 2**20 + cage.PROCESS_ALLOWANCE, caged
+    assert caged["limit_bytes"] == (16 + 16) * 2**20 + cage.PROCESS_ALLOWANCE["postgresql"], caged
     assert caged["shmem_bytes"] > 0 and caged["oom_kills"] == 0, caged
     parent = cage.find_controller().parent
     assert not list(parent.glob(f"tarn-lab-{os.getpid()}-*"))

@@ -56,7 +56,11 @@ def test_snapshots_under_load_then_the_database_moved_three_ways(real_machine, t
     assert tarn["move"]["bytes"] > 1 << 20 and tarn["move"]["seconds"] > 0
     inc = tarn["incremental"]
     assert 0 < inc["bytes"] < tarn["move"]["bytes"], "an incremental holds only what changed"
-    assert inc["innodb_written"]["Innodb_data_written"] > 0 and inc["pacer_delta"]["write_bytes"] > 0
+    # InnoDB wrote during the window (its redo log at least: a 16 MiB pool need not flush a
+    # page in 4 s), and the disk saw it.
+    innodb = inc["innodb_written"]
+    assert innodb["Innodb_data_written"] + innodb["Innodb_os_log_written"] > 0, innodb
+    assert inc["pacer_delta"]["write_bytes"] > 0
     assert ext4["mariadb_backup"]["bytes"] > 1 << 20 and ext4["mariadb_backup"]["prepare_seconds"] > 0
     assert ext4["mariadb_backup"]["received_bytes"] > 1 << 20
     assert ext4["tar"]["bytes"] > 1 << 20
