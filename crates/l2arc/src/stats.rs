@@ -188,7 +188,10 @@ impl L2Arc {
             s.rebuilt_blocks += get(&d.counters.rebuilt_blocks);
             s.rebuild_stale += get(&d.counters.rebuild_stale);
             s.rebuild_ms += get(&d.counters.rebuild_ms);
-            s.rebuilding += (d.state() == DevState::Rebuilding) as u64;
+            // From attach, not from when its thread starts: a device whose rebuild has not
+            // begun is not ready for the feed either (as `L2Arc::rebuilding` says), so a
+            // caller that waits for this to reach 0 never sees the gap before the thread runs.
+            s.rebuilding += (d.state() == DevState::Rebuilding || (d.usable() && !d.feed_ready())) as u64;
         }
         s.hdr_bytes_per_block = (s.hdr_size + s.blocks / 2).checked_div(s.blocks).unwrap_or(0);
         s
