@@ -65,15 +65,16 @@ impl Inner {
     }
 
     /// What the data policy holds within the budget: its blocks and their bookkeeping
-    /// (`policy::DATA_HEADER_BYTES` a block, and its ghosts).
+    /// (`policy::DATA_HEADER_BYTES` a block), and its read counts.
     fn data_held(&self) -> u64 {
-        self.data.bytes()
+        self.data.bytes() + self.data.sketch_bytes()
     }
 
-    /// Everything but the data policy: the lists' blocks and headers, the dirty data, and
-    /// `outside` (decoded metadata, hot copies).
+    /// Everything but the data policy's blocks: the lists' blocks and headers, the dirty
+    /// data, the data policy's read counts (fixed by `arc_max`) and `outside` (decoded
+    /// metadata, hot copies).
     fn beside_data(&self, outside: u64) -> u64 {
-        self.lists_bytes() + self.lists.headers() + self.lists.dirty + outside
+        self.lists_bytes() + self.lists.headers() + self.lists.dirty + self.data.sketch_bytes() + outside
     }
 
     /// Gives data what the rest leaves of the budget (less `incoming` bytes about to be
@@ -144,6 +145,7 @@ impl ArcCache {
             let mut g = self.inner.lock();
             g.lists.c = bytes;
             g.lists.p = g.lists.p.min(bytes);
+            g.data.size_sketch(bytes);
             self.max_bytes.store(bytes, Ordering::Relaxed);
         }
         let dropped = self.decoded.lock().evict_to(bytes / DECODED_SHARE, &self.decoded_bytes);

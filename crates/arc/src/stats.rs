@@ -95,7 +95,8 @@ pub struct ArcSnapshot {
     #[serde(default)]
     pub kind_misses: [u64; READ_KINDS],
     /// Bookkeeping of the cached blocks and of their ghosts: the ARC lists' (see
-    /// `ENTRY_HEADER_BYTES`) and the data policy's (`DATA_HEADER_BYTES` a block).
+    /// `ENTRY_HEADER_BYTES`) and the data policy's (`DATA_HEADER_BYTES` a block, and its
+    /// read counts, sized by `arc_max`).
     #[serde(default)]
     pub headers_size: u64,
     /// Decoded indirect blocks (ZFS's dbuf cache), within the budget.
@@ -168,7 +169,8 @@ impl ArcCache {
         let decoded_objects_size = self.objects_bytes.load(Ordering::Relaxed);
         let g = self.inner.lock();
         let (l, d) = (&g.lists, &g.data);
-        let headers_size = l.headers() + d.header_bytes();
+        // The data policy's read counts are bookkeeping too: fixed by `arc_max`.
+        let headers_size = l.headers() + d.header_bytes() + d.sketch_bytes();
         let c = &self.counters;
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let (window_ghosts, main_ghosts) = d.ghost_bytes();

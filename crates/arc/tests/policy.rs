@@ -340,3 +340,23 @@ fn shrink_with_metadata_over_its_new_limit(policy: DataPolicy) {
     assert!(s.accounted_size <= small, "{policy:?}: accounted over the new budget: {s:?}");
     drop(decoded);
 }
+
+/// The data policy's read counts (a sketch sized by `arc_max`, issue #17) are bookkeeping
+/// the budget covers: shown in `headers_size` on an empty cache, made smaller by a shrink,
+/// absent when the ARC lists keep data.
+#[test]
+fn the_read_counts_are_charged_and_follow_arc_max() {
+    const MIB: u64 = 1 << 20;
+    let arc = ArcCache::new(1024 * MIB);
+    let large = arc.snapshot().headers_size;
+    assert!((512 * 1024..=2 * MIB).contains(&large), "a 1 GiB cache's read counts: {large} bytes");
+    arc.set_max(64 * MIB);
+    let small = arc.snapshot().headers_size;
+    assert!(small * 8 <= large && small > 0, "after the shrink to 64 MiB: {small} bytes (was {large})");
+    for n in 0..100_000 {
+        read_page(&arc, n % 20_000, 0);
+    }
+    let s = arc.snapshot();
+    assert!(s.accounted_size <= 64 * MIB, "blocks, their headers and the read counts fit: {s:?}");
+    assert_eq!(arc_lists(1024 * MIB).snapshot().headers_size, 0, "no data policy, no read counts");
+}

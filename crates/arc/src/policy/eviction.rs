@@ -22,7 +22,7 @@ impl DataCache {
                 self.window.to_back(key);
             }
             Region::Main(old) => {
-                let new = self.history.get(&e.ident).copied().unwrap_or(0);
+                let new = self.sketch.estimate(&e.ident);
                 e.region = Region::Main(new);
                 if new == old {
                     self.main[old as usize].to_back(key);

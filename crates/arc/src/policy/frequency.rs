@@ -1,59 +1,34 @@
 //! The data policy's evidence: how often each page was read (kept by logical identity
-//! across rewrites, saturating at `MAX_FREQ`, halved as it ages) and the ghost hits that
-//! grow or shrink the window's share, ARC-style.
+//! across rewrites in the sketch, saturating at `MAX_FREQ`, halved as it ages) and the
+//! ghost hits that grow or shrink the window's share, ARC-style.
 //!
-//! Owns: the page history and the window's target share.
+//! Owns: when counts are taken and halved, and the window's target share.
 //!
-//! Promises: the history is bounded by the cached blocks (`HISTORY_PER_ENTRY`, at least
-//! `HISTORY_MIN`); the window's target stays within its minimum and maximum share.
+//! Promises: the window's target stays within its minimum and maximum share.
 //!
 //! Must never: move bytes in or out of the cache (only aging re-files main's lists).
 
-use super::{
-    DataCache, Ident, Region, AGE_READS_PER_ENTRY, HISTORY_MIN, HISTORY_PER_ENTRY, MAX_FREQ, RECENCY_READS_MAX,
-};
+use super::{DataCache, Ident, Region, AGE_MIN_ENTRIES, AGE_READS_PER_ENTRY, RECENCY_READS_MAX};
 use crate::BlockKey;
 
 impl DataCache {
     /// A page's read count.
     pub(super) fn freq(&self, ident: Ident) -> u8 {
-        self.history.get(&ident).copied().unwrap_or(0)
+        self.sketch.estimate(&ident)
     }
 
     pub(super) fn count_read(&mut self, ident: Ident) {
-        // Counted and moved to the back in one lookup; a new page is inserted.
-        match self.history.entry(ident) {
-            hashlink::linked_hash_map::Entry::Occupied(mut seen) => {
-                let f = seen.get_mut();
-                *f = (*f + 1).min(MAX_FREQ);
-                seen.to_back();
-            }
-            hashlink::linked_hash_map::Entry::Vacant(new) => {
-                new.insert(1);
-            }
-        }
-        self.trim_history();
+        self.sketch.increment(&ident);
         self.reads_since_aging += 1;
-        if self.reads_since_aging >= AGE_READS_PER_ENTRY * (self.entries.len().max(HISTORY_MIN) as u64) {
+        if self.reads_since_aging >= AGE_READS_PER_ENTRY * (self.entries.len().max(AGE_MIN_ENTRIES) as u64) {
             self.age();
-        }
-    }
-
-    /// Forgets the least recently read pages beyond the history's bound (it follows the
-    /// cached blocks down: a shrink leaves no history of blocks that are gone).
-    pub(super) fn trim_history(&mut self) {
-        let limit = (self.entries.len() * HISTORY_PER_ENTRY).max(HISTORY_MIN);
-        while self.history.len() > limit {
-            self.history.pop_front();
         }
     }
 
     /// Halves every read count (the main area's lists follow).
     pub(super) fn age(&mut self) {
         self.reads_since_aging = 0;
-        for f in self.history.values_mut() {
-            *f /= 2;
-        }
+        self.sketch.halve();
         let keys: Vec<BlockKey> = self.main.iter().flat_map(|l| l.keys().copied()).collect();
         for key in keys {
             let Some(e) = self.entries.get(&key) else { continue };

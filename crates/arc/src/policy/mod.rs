@@ -32,24 +32,28 @@
 //! ghosts, and the window took the whole cache — on TPC-C-like at equal memory (issue #17,
 //! 64 MiB buffer pool, 64 MiB cache) the policy became an LRU and hit 0.38 of demand reads
 //! where plain ARC hits 0.45 (`tests/trace_fixture.rs`, `tpcc9-restore-eq64`).
-//! Counts halve every `AGE_READS_PER_ENTRY` reads per cached block, so yesterday's hot set
-//! fades. Nothing to tune.
+//! The counts live in a count-min sketch (`sketch`) sized by `arc_max`, so a page is
+//! still known when it comes back from the pool thousands of reads later; they halve
+//! every `AGE_READS_PER_ENTRY` reads per cached block, so yesterday's hot set fades.
+//! Nothing to tune.
 //!
-//! Owns: the data blocks' window, main area (one LRU per read count), ghosts, page
-//! history and the window's adaptive share.
+//! Owns: the data blocks' window, main area (one LRU per read count), ghosts, the pages'
+//! read counts and the window's adaptive share.
 //!
 //! Promises: the resident bytes never exceed the budget after any call returns; a block
 //! is keyed by its physical identity, so a rewritten page never serves a stale version
-//! (the page index only decides placement); the history and ghosts are bounded by the
-//! number of cached blocks; each block is charged its bookkeeping (`DATA_HEADER_BYTES`)
-//! beside its bytes, and tables that emptied give their room back (`compact`).
+//! (the page index only decides placement); the ghosts are bounded by the budget and the
+//! read counts fixed by `arc_max`; each block is charged its bookkeeping
+//! (`DATA_HEADER_BYTES`) beside its bytes, the read counts are charged whole, and tables
+//! that emptied give their room back (`compact`).
 //!
 //! Must never: touch metadata (the ARC lists own it), hold bytes that were not verified
 //! (callers insert verified bytes only), or be needed for correctness.
 //!
 //! Modules: this one (the entries, the bookkeeping and the calls the ARC makes),
-//! `frequency` (page read counts, their aging, and the ghost hits that steer the window's
-//! share), `eviction` (where a block sits, admission to main, eviction and ghosts).
+//! `frequency` (counting reads, their aging, and the ghost hits that steer the window's
+//! share), `sketch` (the read counts), `eviction` (where a block sits, admission to main,
+//! eviction and ghosts).
 use std::mem::size_of;
 use std::sync::Arc;
 
@@ -60,6 +64,9 @@ use crate::{BlockKey, LinkedMap, Map, PageId};
 
 mod eviction;
 mod frequency;
+mod sketch;
+
+use sketch::FrequencySketch;
 
 /// Read counts saturate here (one main-area list per count).
 const MAX_FREQ: u8 = 15;
@@ -70,13 +77,10 @@ const RECENCY_READS_MAX: u8 = 2;
 /// (a workload only recency serves makes the cache an LRU).
 const WINDOW_MIN_PER_MILLE: u64 = 10;
 const WINDOW_MAX_PER_MILLE: u64 = 990;
-/// Page histories remembered per cached block (a page read once, evicted and read again
-/// must still be known).
-const HISTORY_PER_ENTRY: usize = 4;
-/// Histories are kept for at least this many pages, however small the cache.
-const HISTORY_MIN: usize = 4096;
-/// Every this many demand reads per cached block, all read counts halve.
+/// Every this many demand reads per cached block (at least `AGE_MIN_ENTRIES` blocks), all
+/// read counts halve.
 const AGE_READS_PER_ENTRY: u64 = 16;
+const AGE_MIN_ENTRIES: usize = 4096;
 /// The tables are looked at for compaction at most once per this many blocks leaving.
 const COMPACT_EVERY_MIN: usize = 4096;
 /// Read-ahead blocks evicted unread that are remembered (for read-ahead's judgement).
@@ -97,16 +101,14 @@ const fn table_bytes(slot: usize) -> usize {
 
 /// What the policy's bookkeeping of one cached block takes, charged to the budget beside
 /// its bytes as the ARC lists charge `ENTRY_HEADER_BYTES` (ZFS its `arc_buf_hdr_t`): its
-/// entry, its page's slot, its node in the window or main, and the `HISTORY_PER_ENTRY`
-/// page read counts the history keeps per cached block. Without it a tiny file's block
-/// (tens of bytes) cost ten times that uncharged, and 200,000 files held ~90 MiB beyond
-/// `arc_max` (issue #11, `crates/pool/tests/memory_files.rs`).
+/// entry, its page's slot and its node in the window or main (the read counts live in
+/// the sketch, charged whole: `sketch_bytes`). Without it a tiny file's block (tens of
+/// bytes) cost ten times that uncharged, and 200,000 files held ~90 MiB beyond `arc_max`
+/// (issue #11, `crates/pool/tests/memory_files.rs`).
 pub const DATA_HEADER_BYTES: u64 = (table_bytes(size_of::<BlockKey>() + size_of::<Entry>())
     + table_bytes(size_of::<PageId>() + size_of::<BlockKey>())
     + node_bytes(size_of::<BlockKey>())
-    + table_bytes(8)
-    + HISTORY_PER_ENTRY * (node_bytes(size_of::<Ident>() + 1) + table_bytes(8)))
-    as u64;
+    + table_bytes(8)) as u64;
 /// The ghosts' bookkeeping may take at most this fraction of the data's budget (small
 /// blocks would otherwise make a budget's worth of ghosts cost real memory).
 const GHOST_HEADER_SHARE: u64 = 32;
@@ -190,8 +192,8 @@ pub(crate) struct DataCache {
     pub(crate) window_bytes: u64,
     pub(crate) main_bytes: u64,
     pub(crate) logical_bytes: u64,
-    /// Read counts of pages (cached or not), least recently read first.
-    history: LinkedMap<Ident, u8>,
+    /// Read counts of pages, cached or not (sized by the cache's `arc_max`).
+    sketch: FrequencySketch,
     reads_since_aging: u64,
     /// Pages the window let go without admitting them, and pages main evicted, with
     /// their sizes.
@@ -210,8 +212,10 @@ pub(crate) struct DataCache {
 }
 
 impl DataCache {
+    /// A data cache within `budget`, its read counts sized for it (none for no budget).
     pub(crate) fn new(budget: u64, sink: SinkSlot) -> DataCache {
-        let mut d = DataCache { sink, ..DataCache::default() };
+        let sketch = if budget > 0 { FrequencySketch::with_budget(budget) } else { FrequencySketch::default() };
+        let mut d = DataCache { sink, sketch, ..DataCache::default() };
         d.set_budget(budget);
         d.window_target = d.window_min();
         d
@@ -239,6 +243,20 @@ impl DataCache {
     /// The blocks' part of `bytes`.
     pub(crate) fn block_bytes(&self) -> u64 {
         self.bytes() - self.header_bytes()
+    }
+
+    /// The read counts' memory: fixed by `arc_max`, held within the budget beside the
+    /// data (`Inner::beside_data`).
+    pub(crate) fn sketch_bytes(&self) -> u64 {
+        self.sketch.bytes()
+    }
+
+    /// Sizes the read counts for a new `arc_max` (a new size starts them at zero; the
+    /// same size keeps them).
+    pub(crate) fn size_sketch(&mut self, arc_max: u64) {
+        if self.sketch.bytes() > 0 && !self.sketch.sized_for(arc_max) {
+            self.sketch = FrequencySketch::with_budget(arc_max);
+        }
     }
 
     pub(crate) fn blocks(&self) -> usize {
@@ -350,14 +368,12 @@ impl DataCache {
     /// ghosts whose blocks left keep no memory (issue #11).
     pub(crate) fn compact(&mut self) {
         self.left_since_compact = 0;
-        self.trim_history();
         compact(&mut self.entries);
         compact(&mut self.pages);
         compact(&mut self.window);
         for list in &mut self.main {
             compact(list);
         }
-        compact(&mut self.history);
         compact(&mut self.window_ghosts);
         compact(&mut self.main_ghosts);
         compact(&mut self.unread_evicted);

@@ -34,7 +34,6 @@ impl DataCache {
         }
         assert!(self.bytes() <= self.budget, "{} over the budget {}", self.bytes(), self.budget);
         assert!(self.window_ghost_bytes <= self.budget && self.main_ghost_bytes <= self.budget);
-        assert!(self.history.len() <= (self.entries.len() * HISTORY_PER_ENTRY).max(HISTORY_MIN));
     }
 }
 
