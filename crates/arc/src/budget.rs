@@ -154,8 +154,8 @@ impl ArcCache {
         // What left the lists and the data policy leaves no room behind in their tables
         // (a shrink is rare: the rehash is not on any I/O path).
         let mut g = self.inner.lock();
-        g.lists.compact();
-        g.data.compact();
+        g.lists.compact(|t| crate::compact::compact_tight(t));
+        g.data.compact_after_shrink();
     }
 
     /// Evicts blocks until everything the budget covers fits in it (after the hot copies

@@ -287,14 +287,13 @@ impl Lists {
         (list, l.pop_front().expect("a non-empty list"))
     }
 
-    /// Gives back the room of lists the budget no longer fills (after a shrink).
-    pub(crate) fn compact(&mut self) {
-        use crate::compact::compact;
+    /// Gives back the room of lists the budget no longer fills (after a shrink), by `rule`.
+    pub(crate) fn compact(&mut self, rule: crate::compact::Rule) {
         for list in [&mut self.t1, &mut self.t2] {
-            compact(list);
+            rule(list);
         }
         for ghosts in [&mut self.b1, &mut self.b2] {
-            compact(ghosts);
+            rule(ghosts);
         }
     }
 

@@ -57,7 +57,7 @@
 use std::mem::size_of;
 use std::sync::Arc;
 
-use crate::compact::compact;
+use crate::compact::{compact, compact_tight, Rule};
 use crate::memory::charged_bytes;
 use crate::sink::SinkSlot;
 use crate::{BlockKey, LinkedMap, Map, PageId};
@@ -367,16 +367,26 @@ impl DataCache {
     /// shrink, or when small blocks gave way to large ones): entries, lists, histories and
     /// ghosts whose blocks left keep no memory (issue #11).
     pub(crate) fn compact(&mut self) {
+        self.compact_by(|t| compact(t));
+    }
+
+    /// After a shrink of the budget: every table gives back its room beyond its entries
+    /// (`compact_tight`), not only those left mostly empty.
+    pub(crate) fn compact_after_shrink(&mut self) {
+        self.compact_by(|t| compact_tight(t));
+    }
+
+    fn compact_by(&mut self, rule: Rule) {
         self.left_since_compact = 0;
-        compact(&mut self.entries);
-        compact(&mut self.pages);
-        compact(&mut self.window);
+        rule(&mut self.entries);
+        rule(&mut self.pages);
+        rule(&mut self.window);
         for list in &mut self.main {
-            compact(list);
+            rule(list);
         }
-        compact(&mut self.window_ghosts);
-        compact(&mut self.main_ghosts);
-        compact(&mut self.unread_evicted);
+        rule(&mut self.window_ghosts);
+        rule(&mut self.main_ghosts);
+        rule(&mut self.unread_evicted);
     }
 }
 
