@@ -14,15 +14,16 @@ use super::{DataCache, Entry, Evicted, Ident, Region, GHOST_HEADER_SHARE, REMEMB
 use crate::{BlockKey, Class, LinkedMap};
 
 impl DataCache {
-    /// A demand hit: to the window's MRU end, or up one list in main.
-    pub(super) fn touch(&mut self, key: &BlockKey) {
+    /// A demand hit on a page now read `count` times: to the window's MRU end, or to the
+    /// main list of its count.
+    pub(super) fn touch(&mut self, key: &BlockKey, count: u8) {
         let e = self.entries.get_mut(key).expect("touched entries exist");
         match e.region {
             Region::Window => {
                 self.window.to_back(key);
             }
             Region::Main(old) => {
-                let new = self.sketch.estimate(&e.ident);
+                let new = count;
                 e.region = Region::Main(new);
                 if new == old {
                     self.main[old as usize].to_back(key);

@@ -17,12 +17,15 @@ impl DataCache {
         self.sketch.estimate(&ident)
     }
 
-    pub(super) fn count_read(&mut self, ident: Ident) {
-        self.sketch.increment(&ident);
+    /// Counts a demand read of the page; returns its read count after it.
+    pub(super) fn count_read(&mut self, ident: Ident) -> u8 {
+        let count = self.sketch.increment(&ident);
         self.reads_since_aging += 1;
         if self.reads_since_aging >= AGE_READS_PER_ENTRY * (self.entries.len().max(AGE_MIN_ENTRIES) as u64) {
             self.age();
+            return self.freq(ident);
         }
+        count
     }
 
     /// Halves every read count (the main area's lists follow).

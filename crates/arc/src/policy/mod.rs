@@ -299,9 +299,7 @@ impl DataCache {
     /// toward its page's frequency (hit or miss), and a miss on a ghost steers the window.
     pub(crate) fn get(&mut self, key: &BlockKey, page: Option<PageId>, demand: bool) -> Found {
         let ident = Ident::of(*key, page);
-        if demand {
-            self.count_read(ident);
-        }
+        let count = demand.then(|| self.count_read(ident));
         let Some(e) = self.entries.get_mut(key) else {
             if demand {
                 self.steer_window(ident);
@@ -311,8 +309,8 @@ impl DataCache {
         let bytes = e.bytes.clone();
         let window = e.region == Region::Window;
         let prefetched = demand && std::mem::take(&mut e.prefetched);
-        if demand {
-            self.touch(key);
+        if let Some(count) = count {
+            self.touch(key, count);
         }
         Found::Hit { bytes, window, prefetched }
     }

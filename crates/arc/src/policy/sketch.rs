@@ -30,6 +30,8 @@ const MIN_COUNTERS: u64 = 1 << 16;
 /// Each page has a counter in this many rows.
 const DEPTH: u32 = 4;
 const COUNTERS_PER_WORD: u64 = 16;
+/// Words per block: a page's counters all lie in one 64-byte block (`slots`).
+const BLOCK_WORDS: usize = 8;
 /// Keeps the low three bits of each 4-bit counter after a shift: halves all sixteen.
 const HALVE_MASK: u64 = 0x7777_7777_7777_7777;
 /// The hash's fixed seed: estimates are reproducible run to run (the keys are block
@@ -73,14 +75,19 @@ impl FrequencySketch {
     }
 
     /// The word and the counter's shift within it, for each of the key's `DEPTH` counters.
+    /// All four lie in one block of `BLOCK_WORDS` words (a 64-byte cache line), two words
+    /// per row: a count costs one cache miss, not four, on the read path (Caffeine's
+    /// layout); the rows still pick their counters by independent bits of the hash.
     fn slots<K: Hash>(&self, key: &K) -> [(usize, u32); DEPTH as usize] {
         let hash = self.hasher.hash_one(key);
-        let mask = self.words.len() - 1;
+        let blocks = self.words.len() / BLOCK_WORDS;
+        let block = (hash as usize & (blocks - 1)) * BLOCK_WORDS;
+        // The block took the low bits; the counters take a remix of the whole hash.
+        let counters = (hash ^ (hash >> 29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         let mut slots = [(0, 0); DEPTH as usize];
         for (row, slot) in slots.iter_mut().enumerate() {
-            // Each row mixes the hash with its own odd constant, so rows collide independently.
-            let h = hash.wrapping_mul(0x9e37_79b9_7f4a_7c15 ^ ((row as u64) << 1 | 1)).rotate_left(17 * row as u32 + 7);
-            *slot = ((h as usize) & mask, ((h >> 58) as u32 & 0xf) * 4);
+            let h = (counters >> (row * 8 + 32)) as usize;
+            *slot = (block + 2 * row + (h & 1), ((h >> 1) & 0xf) as u32 * 4);
         }
         slots
     }
@@ -98,21 +105,23 @@ impl FrequencySketch {
     }
 
     /// Counts one read of the page: its smallest counters go up (conservative update,
-    /// which overstates less than raising all four), saturating at `MAX_FREQ`.
-    pub(crate) fn increment<K: Hash>(&mut self, key: &K) {
+    /// which overstates less than raising all four), saturating at `MAX_FREQ`. Returns
+    /// the page's estimate after it.
+    pub(crate) fn increment<K: Hash>(&mut self, key: &K) -> u8 {
         if self.words.is_empty() {
-            return;
+            return 0;
         }
         let slots = self.slots(key);
         let least = slots.iter().map(|&(w, s)| Self::counter(self.words[w], s)).min().unwrap_or(0);
         if least >= MAX_FREQ {
-            return;
+            return MAX_FREQ;
         }
         for (w, s) in slots {
             if Self::counter(self.words[w], s) == least {
                 self.words[w] += 1 << s;
             }
         }
+        least + 1
     }
 
     /// Halves every count, so yesterday's hot pages fade.
@@ -130,8 +139,8 @@ mod tests {
     #[test]
     fn counts_saturate_and_halve() {
         let mut s = FrequencySketch::with_budget(0);
-        for _ in 0..20 {
-            s.increment(&42u64);
+        for n in 1..=20u8 {
+            assert_eq!(s.increment(&42u64), n.min(MAX_FREQ), "the count after read {n}");
         }
         assert_eq!(s.estimate(&42u64), MAX_FREQ);
         s.halve();
