@@ -141,6 +141,7 @@ impl ArcCache {
     /// Changes the budget at run time; shrinking evicts at once (decoded indirect blocks
     /// too; the objects' owner trims its own, see `objects_over_share`).
     pub fn set_max(&self, bytes: u64) {
+        let shrink = bytes < self.max_bytes.load(Ordering::Relaxed);
         {
             let mut g = self.inner.lock();
             g.lists.c = bytes;
@@ -153,9 +154,11 @@ impl ArcCache {
         self.evict_to_budget();
         // What left the lists and the data policy leaves no room behind in their tables
         // (a shrink is rare: the rehash is not on any I/O path).
-        let mut g = self.inner.lock();
-        g.lists.compact(|t| crate::compact::compact_tight(t));
-        g.data.compact_after_shrink();
+        if shrink {
+            let mut g = self.inner.lock();
+            g.lists.compact(|t| crate::compact::compact_tight(t));
+            g.data.compact_after_shrink();
+        }
     }
 
     /// Evicts blocks until everything the budget covers fits in it (after the hot copies

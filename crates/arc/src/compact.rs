@@ -10,11 +10,12 @@
 //! beyond `KEPT_ROOM` after a shrink of the budget, [`compact_tight`]) and compaction
 //! itself.
 //!
-//! Promises: a compacted table keeps every entry and its order; a table is compacted only
-//! once its room is more than `SPARSE_FACTOR` times its length (and more than
-//! `KEPT_ROOM` entries), so a table that shrinks and grows by a little is never
-//! reallocated back and forth: the rehash costs O(len) and comes only after at least
-//! 3 × len removals, amortized O(1) each.
+//! Promises: a compacted table keeps every entry and its order; as entries leave
+//! ([`compact`]) a table is compacted only once its room is more than `SPARSE_FACTOR`
+//! times its length (and more than `KEPT_ROOM` entries), so a table that shrinks and grows
+//! by a little is never reallocated back and forth: the rehash costs O(len) and comes only
+//! after at least 3 × len removals, amortized O(1) each. After a shrink of the budget
+//! ([`compact_tight`], rare and asked for) any room beyond `KEPT_ROOM` is given back.
 //!
 //! Must never: be called on the 16 KiB read hit path or in an fsync's wait (its caller
 //! picks a point where entries were just evicted or committed).

@@ -135,13 +135,10 @@ impl ArcCache {
     pub fn with_policy(max_bytes: u64, policy: DataPolicy) -> ArcCache {
         let sink = SinkSlot::default();
         let lists = Lists { c: max_bytes, p: max_bytes / 2, sink: sink.clone(), ..Default::default() };
-        let data = DataCache::new(
-            match policy {
-                DataPolicy::SecondLevel => max_bytes,
-                DataPolicy::Arc => 0,
-            },
-            sink.clone(),
-        );
+        let data = match policy {
+            DataPolicy::SecondLevel => DataCache::new(max_bytes, sink.clone()),
+            DataPolicy::Arc => DataCache::unused(sink.clone()),
+        };
         ArcCache {
             inner: Mutex::new(Inner { lists, data, policy }),
             sink,

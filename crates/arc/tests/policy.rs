@@ -359,4 +359,7 @@ fn the_read_counts_are_charged_and_follow_arc_max() {
     let s = arc.snapshot();
     assert!(s.accounted_size <= 64 * MIB, "blocks, their headers and the read counts fit: {s:?}");
     assert_eq!(arc_lists(1024 * MIB).snapshot().headers_size, 0, "no data policy, no read counts");
+    let grown = ArcCache::new(0);
+    grown.set_max(1024 * MIB);
+    assert_eq!(grown.snapshot().headers_size, large, "a cache made empty and grown counts as one made at its size");
 }

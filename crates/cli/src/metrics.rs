@@ -152,7 +152,7 @@ const METRICS: &[(&str, &str, Kind, &str)] = &[
     ("arc", "data_size", Kind::Gauge, "Bytes of file data in the ARC."),
     ("arc", "metadata_size", Kind::Gauge, "Bytes of metadata (indirect blocks, dnodes, the MOS) in the ARC."),
     ("arc", "blocks", Kind::Gauge, "Blocks in the ARC."),
-    ("arc", "headers_size", Kind::Gauge, "Bytes of the ARC's bookkeeping (cached blocks' and ghosts' headers)."),
+    ("arc", "headers_size", Kind::Gauge, "Bytes of the ARC's bookkeeping (cached blocks' and ghosts' headers, the data policy's read counts)."),
     (
         "arc",
         "decoded_indirect_size",

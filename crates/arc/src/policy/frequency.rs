@@ -32,6 +32,12 @@ impl DataCache {
     pub(super) fn age(&mut self) {
         self.reads_since_aging = 0;
         self.sketch.halve();
+        self.refile_main();
+    }
+
+    /// Files every main block under its page's read count as the sketch has it now
+    /// (after a halving, or a new sketch).
+    pub(super) fn refile_main(&mut self) {
         let keys: Vec<BlockKey> = self.main.iter().flat_map(|l| l.keys().copied()).collect();
         for key in keys {
             let Some(e) = self.entries.get(&key) else { continue };

@@ -212,9 +212,18 @@ pub(crate) struct DataCache {
 }
 
 impl DataCache {
-    /// A data cache within `budget`, its read counts sized for it (none for no budget).
+    /// A data cache within `budget`, its read counts sized for it.
     pub(crate) fn new(budget: u64, sink: SinkSlot) -> DataCache {
-        let sketch = if budget > 0 { FrequencySketch::with_budget(budget) } else { FrequencySketch::default() };
+        DataCache::with_sketch(budget, sink, FrequencySketch::with_budget(budget))
+    }
+
+    /// A data cache that holds nothing and counts nothing (`DataPolicy::Arc`: the ARC
+    /// lists keep the data).
+    pub(crate) fn unused(sink: SinkSlot) -> DataCache {
+        DataCache::with_sketch(0, sink, FrequencySketch::default())
+    }
+
+    fn with_sketch(budget: u64, sink: SinkSlot, sketch: FrequencySketch) -> DataCache {
         let mut d = DataCache { sink, sketch, ..DataCache::default() };
         d.set_budget(budget);
         d.window_target = d.window_min();
@@ -251,11 +260,14 @@ impl DataCache {
         self.sketch.bytes()
     }
 
-    /// Sizes the read counts for a new `arc_max` (a new size starts them at zero; the
-    /// same size keeps them).
+    /// Sizes the read counts for a new `arc_max` (a new size starts them at zero, and main
+    /// is filed again by them; the same size keeps them). A cache that counts nothing
+    /// (`unused`) stays so.
     pub(crate) fn size_sketch(&mut self, arc_max: u64) {
         if self.sketch.bytes() > 0 && !self.sketch.sized_for(arc_max) {
             self.sketch = FrequencySketch::with_budget(arc_max);
+            self.reads_since_aging = 0;
+            self.refile_main();
         }
     }
 
@@ -309,7 +321,11 @@ impl DataCache {
         let bytes = e.bytes.clone();
         let window = e.region == Region::Window;
         let prefetched = demand && std::mem::take(&mut e.prefetched);
+        let own = e.ident;
         if let Some(count) = count {
+            // The entry's own page, which the read may name differently (a clone's or
+            // snapshot's objset reading a shared block, a page unknown at insert).
+            let count = if own == ident { count } else { self.freq(own) };
             self.touch(key, count);
         }
         Found::Hit { bytes, window, prefetched }
@@ -362,8 +378,8 @@ impl DataCache {
     }
 
     /// Gives back the room of every table the cached blocks no longer fill (after a
-    /// shrink, or when small blocks gave way to large ones): entries, lists, histories and
-    /// ghosts whose blocks left keep no memory (issue #11).
+    /// shrink, or when small blocks gave way to large ones): entries, lists and ghosts
+    /// whose blocks left keep no memory (issue #11).
     pub(crate) fn compact(&mut self) {
         self.compact_by(|t| compact(t));
     }

@@ -25,8 +25,12 @@ use super::MAX_FREQ;
 const COUNTERS_PER_BLOCK: u64 = 16;
 /// Budget bytes per block the sketch is sized for (smaller blocks share counters more).
 const SIZING_BLOCK_BYTES: u64 = 8 << 10;
-/// At least this many counters (32 KiB), however small the budget.
+/// At least this many counters (32 KiB)…
 const MIN_COUNTERS: u64 = 1 << 16;
+/// …unless that is more than 1/`MAX_SHARE` of the budget (a tiny cache keeps its room for
+/// blocks), and never more than `MAX_COUNTERS` (1 GiB, for an `arc_max` of 512 GiB).
+const MAX_SHARE: u64 = 64;
+const MAX_COUNTERS: u64 = 1 << 31;
 /// Each page has a counter in this many rows.
 const DEPTH: u32 = 4;
 const COUNTERS_PER_WORD: u64 = 16;
@@ -64,9 +68,16 @@ impl FrequencySketch {
         self.words.len() == FrequencySketch::with_budget_len(budget)
     }
 
+    /// Words of a sketch for `budget`: a power of two, at least one block.
     fn with_budget_len(budget: u64) -> usize {
-        let counters = (budget / SIZING_BLOCK_BYTES * COUNTERS_PER_BLOCK).max(MIN_COUNTERS).next_power_of_two();
-        (counters / COUNTERS_PER_WORD) as usize
+        let wanted = (budget / SIZING_BLOCK_BYTES * COUNTERS_PER_BLOCK).max(MIN_COUNTERS);
+        // Two 4-bit counters a byte: the share's bytes hold twice as many counters.
+        let cap = (budget / MAX_SHARE * 2).min(MAX_COUNTERS);
+        let mut counters = wanted.min(MAX_COUNTERS).next_power_of_two();
+        while counters > cap && counters > BLOCK_WORDS as u64 * COUNTERS_PER_WORD {
+            counters /= 2;
+        }
+        ((counters / COUNTERS_PER_WORD) as usize).max(BLOCK_WORDS)
     }
 
     /// Memory the counters take.
@@ -136,9 +147,11 @@ impl FrequencySketch {
 mod tests {
     use super::*;
 
+    const MIB: u64 = 1 << 20;
+
     #[test]
     fn counts_saturate_and_halve() {
-        let mut s = FrequencySketch::with_budget(0);
+        let mut s = FrequencySketch::with_budget(16 * MIB);
         for n in 1..=20u8 {
             assert_eq!(s.increment(&42u64), n.min(MAX_FREQ), "the count after read {n}");
         }
@@ -151,10 +164,9 @@ mod tests {
         assert_eq!((none.estimate(&42u64), none.bytes()), (0, 0), "no budget, no counters");
     }
 
-    /// Reads of `pages` pages (1 to 5 each) into the smallest sketch: how many estimates
-    /// are exact; every one is at least the page's reads.
-    fn exact_estimates(pages: u64) -> u64 {
-        let mut s = FrequencySketch::with_budget(0);
+    /// Reads of `pages` pages (1 to 5 each) into `s`: how many estimates are exact; every
+    /// one is at least the page's reads.
+    fn exact_estimates(mut s: FrequencySketch, pages: u64) -> u64 {
         let reads = |p: u64| (p % 5) as u8 + 1;
         for p in 0..pages {
             for _ in 0..reads(p) {
@@ -173,17 +185,26 @@ mod tests {
     #[test]
     fn a_count_is_never_understated_and_mostly_exact() {
         // Collisions may raise an estimate, never lower it, even far past the load the
-        // sketch is sized for; at that load (a page per 16 counters) nearly all are exact.
-        exact_estimates(50_000);
-        let pages = MIN_COUNTERS / COUNTERS_PER_BLOCK;
-        let exact = exact_estimates(pages);
+        // sketch is sized for (and in the smallest one); at that load (a page per 16
+        // counters) nearly all are exact.
+        exact_estimates(FrequencySketch::with_budget(16 * MIB), 50_000);
+        exact_estimates(FrequencySketch::with_budget(0), 5_000);
+        let s = FrequencySketch::with_budget(16 * MIB);
+        let pages = s.bytes() * 2 / COUNTERS_PER_BLOCK;
+        let exact = exact_estimates(s, pages);
         assert!(exact * 100 >= pages * 95, "{exact} of {pages} estimates exact");
     }
 
     #[test]
-    fn its_size_follows_the_budget() {
-        assert_eq!(FrequencySketch::with_budget(0).bytes(), MIN_COUNTERS / 2);
-        let big = FrequencySketch::with_budget(1 << 30);
-        assert_eq!(big.bytes(), ((1u64 << 30) / SIZING_BLOCK_BYTES * COUNTERS_PER_BLOCK).next_power_of_two() / 2);
+    fn its_size_follows_the_budget_within_its_share() {
+        let counters = |budget: u64| FrequencySketch::with_budget(budget).bytes() * 2;
+        assert_eq!(counters(16 * MIB), MIN_COUNTERS, "the minimum for a small cache");
+        assert_eq!(counters(1 << 30), (1u64 << 30) / SIZING_BLOCK_BYTES * COUNTERS_PER_BLOCK);
+        for budget in [0, 64 << 10, 160 << 10, MIB, 4 * MIB] {
+            let bytes = FrequencySketch::with_budget(budget).bytes();
+            assert!(bytes <= (budget / MAX_SHARE).max(64), "{bytes} bytes of counts for a budget of {budget}");
+            assert!(bytes >= 64 && bytes.is_power_of_two(), "at least one block: {bytes}");
+        }
+        assert_eq!(counters(1 << 50), MAX_COUNTERS, "an absurd budget gets the largest sketch, no more");
     }
 }

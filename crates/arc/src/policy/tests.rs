@@ -124,3 +124,23 @@ fn counts_halve_with_age_so_an_old_hot_set_can_be_replaced() {
     assert!((0..40).filter(|&n| d.contains(&key(n, 0))).count() < 10);
     d.check();
 }
+
+#[test]
+fn a_new_sketch_files_main_by_its_counts() {
+    // Hot pages in main at high counts; a new size for the read counts forgets them, and
+    // main must be filed by what the sketch says now, or a victim's old count would keep
+    // every candidate out of main until the next halving.
+    let mut d = DataCache::new(64 << 20, SinkSlot::default());
+    for _ in 0..8 {
+        for n in 0..2000 {
+            if let Found::Miss = d.get(&key(n, 0), Some(page(n)), true) {
+                d.insert(key(n, 0), bytes(4096), 16384, Some(page(n)), false);
+            }
+        }
+    }
+    let in_main = |d: &DataCache| d.main.iter().map(|l| l.len()).sum::<usize>();
+    assert!(in_main(&d) > 1000 && d.main[0].is_empty(), "hot pages sit in main above count 0");
+    d.size_sketch(1 << 30);
+    assert_eq!(d.main[0].len(), in_main(&d), "every main block filed at the new sketch's count");
+    d.check();
+}
