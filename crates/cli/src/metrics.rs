@@ -202,6 +202,7 @@ const METRICS: &[(&str, &str, Kind, &str)] = &[
         Kind::Counter,
         "Writes logged as a pointer to a block written in place (data not copied).",
     ),
+    ("zil", "copied_bytes", Kind::Counter, "File data copied into the intent log (the txg writes it again)."),
     ("zil", "commit_us", Kind::Counter, "Microseconds fsyncs spent committing the intent log, all together."),
     ("zil", "max_commit_us", Kind::Gauge, "The longest intent-log commit, in microseconds."),
     (

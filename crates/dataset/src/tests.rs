@@ -351,6 +351,23 @@ fn fsync_with_logbias_throughput_writes_in_place_even_with_a_log_device() {
     }
 }
 
+/// The page-batch rule: whole records fsynced together (a page flush) go in place once
+/// they reach the immediate-write size; one page alone, or parts of records, are copied.
+#[test]
+fn a_page_batch_goes_in_place_and_a_single_page_or_partial_writes_are_copied() {
+    let (indirect, log_bytes) = fsync_case(false, "latency", 1, 16384);
+    assert_eq!(indirect, 0, "one page alone is copied");
+    assert!(log_bytes >= 16384);
+    let (indirect, log_bytes) = fsync_case(false, "latency", 2, 16384);
+    assert_eq!(indirect, 2, "two whole pages: one pointer each");
+    assert!(log_bytes < 8192, "only pointers went to the log: {log_bytes}");
+    let (indirect, log_bytes) = fsync_case(false, "latency", 8, 8192);
+    assert_eq!(indirect, 0, "half records are copied, however many");
+    assert!(log_bytes >= 65536);
+    let (indirect, _) = fsync_case(true, "latency", 2, 16384);
+    assert_eq!(indirect, 0, "a log device takes the copies");
+}
+
 #[test]
 fn a_bulk_fsync_goes_in_place_without_a_log_device_only() {
     let pages = (BULK_IN_PLACE / 16384) as usize + 2;

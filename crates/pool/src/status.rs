@@ -235,6 +235,7 @@ impl Pool {
                 ("bytes_written".to_string(), get(&z.bytes_written)),
                 ("records_written".to_string(), get(&z.records_written)),
                 ("indirect_records".to_string(), get(&z.indirect_records)),
+                ("copied_bytes".to_string(), get(&z.copied_bytes)),
                 ("commit_us".to_string(), get(&z.commit_us)),
                 ("max_commit_us".to_string(), get(&z.max_commit_us)),
                 ("fallback_syncs".to_string(), get(&z.fallback_syncs)),

@@ -24,7 +24,7 @@ use std::vec::IntoIter;
 use tarn_zio::BlockPtr;
 
 use crate::chain::Chain;
-use crate::policy::{self, Placement};
+use crate::policy::{self, CommitCopies, Placement};
 use crate::queue::{Queued, Taken};
 use crate::record::{Op, Record};
 use crate::tickets::Ticket;
@@ -168,11 +168,11 @@ impl Zil {
         // the txg's writes stay out of the devices' queues ahead of it.
         let _sync = self.zio.hold_sync();
         let newest_txg = taken.iter().map(|(_, q)| q.txg()).max().unwrap_or(0);
-        let copied: u64 = taken.iter().map(|(_, q)| q.copied_bytes()).sum();
+        let copies = Queued::copies(taken.iter().map(|(_, q)| q));
         let mut items = taken.into_iter().peekable();
         let mut waited = false;
         loop {
-            let resolved = self.resolve_batch(&mut items, copied, source);
+            let resolved = self.resolve_batch(&mut items, copies, source);
             let last = items.peek().is_none();
             if !waited {
                 self.tickets.wait_for_earlier(ticket);
@@ -228,14 +228,14 @@ impl Zil {
     /// Turns queued changes into records, from `items` until the batch holds
     /// `COMMIT_BATCH_BYTES` of copied data or `items` ends: writes become a copy of their
     /// bytes or a pointer to their record written in place, as the log policy says
-    /// (`copied`: the file data the whole commit would copy as queued); writes of
+    /// (`copies`: the file data the whole commit would copy as queued); writes of
     /// committed txgs are dropped. Consecutive writes are asked for together, as many as
     /// the batch could still hold copied, so their records written in place share device
     /// writes.
     fn resolve_batch(
         &self,
         items: &mut Peekable<IntoIter<(u64, Queued)>>,
-        copied: u64,
+        copies: CommitCopies,
         source: &dyn WriteSource,
     ) -> Result<Resolved, ZilError> {
         let log_device = self.zio.has_log_device();
@@ -249,8 +249,8 @@ impl Zil {
                     out.records.push((seq, r));
                     continue;
                 }
-                Queued::Write { txg, dataset, obj, offset, len, placement } => {
-                    let placement = policy::at_commit(placement, copied, log_device);
+                Queued::Write { txg, dataset, obj, offset, len, whole, placement } => {
+                    let placement = policy::at_commit(placement, whole, copies, log_device);
                     writes.push((seq, dataset, WantedData { txg, obj, offset, len, placement }));
                     len as usize
                 }
@@ -260,10 +260,11 @@ impl Zil {
                 if held + wanted_bytes + *len as usize > COMMIT_BATCH_BYTES {
                     break;
                 }
-                let Some((seq, Queued::Write { txg, dataset, obj, offset, len, placement })) = items.next() else {
+                let Some((seq, Queued::Write { txg, dataset, obj, offset, len, whole, placement })) = items.next()
+                else {
                     unreachable!("the item just peeked is a write")
                 };
-                let placement = policy::at_commit(placement, copied, log_device);
+                let placement = policy::at_commit(placement, whole, copies, log_device);
                 writes.push((seq, dataset, WantedData { txg, obj, offset, len, placement }));
                 wanted_bytes += len as usize;
             }
@@ -297,6 +298,7 @@ impl Zil {
                 }
                 WriteData::Copied(data) => {
                     copied += data.len();
+                    self.stats.copied_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
                     push_copied(&mut out.records, seq, txg, dataset, obj, offset, data);
                 }
                 WriteData::Committed => {}

@@ -130,6 +130,8 @@ pub struct ZilStats {
     pub records_written: AtomicU64,
     /// Writes logged as a pointer to a block written in place (their data not copied).
     pub indirect_records: AtomicU64,
+    /// File data copied into the log (written again by its txg).
+    pub copied_bytes: AtomicU64,
     /// Microseconds fsyncs spent in `commit_for`, all together, and the longest one.
     pub commit_us: AtomicU64,
     pub max_commit_us: AtomicU64,
@@ -231,7 +233,8 @@ impl Zil {
             if placement == Placement::Copy {
                 piece = piece.min(MAX_WRITE_RECORD as u64);
             }
-            self.enqueue(Queued::Write { txg, dataset, obj, offset: at, len: piece, placement });
+            let whole = piece == blksz;
+            self.enqueue(Queued::Write { txg, dataset, obj, offset: at, len: piece, whole, placement });
             at += piece;
         }
     }

@@ -15,7 +15,7 @@ use std::collections::{HashMap, VecDeque};
 
 use tarn_arc::compact::compact;
 
-use crate::policy::Placement;
+use crate::policy::{CommitCopies, Placement};
 use crate::record::Record;
 
 /// A queued change: a record ready to encode, or a write whose data is fetched only if a
@@ -24,7 +24,16 @@ use crate::record::Record;
 /// for before its txg commits is never copied at all.
 pub(crate) enum Queued {
     Ready(Record),
-    Write { txg: u64, dataset: u64, obj: u64, offset: u64, len: u64, placement: Placement },
+    /// `whole`: the write covers its whole record (the page-batch rule of `policy`).
+    Write {
+        txg: u64,
+        dataset: u64,
+        obj: u64,
+        offset: u64,
+        len: u64,
+        whole: bool,
+        placement: Placement,
+    },
 }
 
 impl Queued {
@@ -49,6 +58,18 @@ impl Queued {
             Queued::Write { len, placement: Placement::Copy, .. } => *len,
             _ => 0,
         }
+    }
+
+    /// What a commit of `items` would copy into the log as queued.
+    pub(crate) fn copies<'a>(items: impl Iterator<Item = &'a Queued>) -> CommitCopies {
+        let mut copies = CommitCopies::default();
+        for q in items {
+            if let Queued::Write { len, whole, placement: Placement::Copy, .. } = q {
+                copies.all += len;
+                copies.whole_records += if *whole { *len } else { 0 };
+            }
+        }
+        copies
     }
 }
 
@@ -193,7 +214,15 @@ mod tests {
         q.push(write(5, 7)); // 2
         q.push(write(5, 8)); // 3: another file
         q.push(create(6, 9)); // 4
-        q.push(Queued::Write { txg: 6, dataset: 1, obj: 7, offset: 0, len: 10, placement: Placement::InPlace }); // 5
+        q.push(Queued::Write {
+            txg: 6,
+            dataset: 1,
+            obj: 7,
+            offset: 0,
+            len: 10,
+            whole: false,
+            placement: Placement::InPlace,
+        }); // 5
         q.push(write(6, 7)); // 6: after the fsync started
         assert_eq!(seqs(&q.take_for((1, 7), 5)), vec![1, 2, 4, 5]);
         assert_eq!(seqs(&q.take_for((1, 7), 6)), vec![6]);
@@ -206,8 +235,17 @@ mod tests {
 
     #[test]
     fn only_copied_writes_count_toward_the_bulk_rule() {
-        let copy = Queued::Write { txg: 1, dataset: 1, obj: 2, offset: 0, len: 100, placement: Placement::Copy };
-        let in_place = Queued::Write { txg: 1, dataset: 1, obj: 2, offset: 0, len: 100, placement: Placement::InPlace };
+        let copy =
+            Queued::Write { txg: 1, dataset: 1, obj: 2, offset: 0, len: 100, whole: false, placement: Placement::Copy };
+        let in_place = Queued::Write {
+            txg: 1,
+            dataset: 1,
+            obj: 2,
+            offset: 0,
+            len: 100,
+            whole: false,
+            placement: Placement::InPlace,
+        };
         assert_eq!(copy.copied_bytes(), 100);
         assert_eq!(in_place.copied_bytes(), 0);
         assert_eq!(write(1, 2).copied_bytes(), 0, "a ready record is already encoded");
