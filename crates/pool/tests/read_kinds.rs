@@ -200,14 +200,20 @@ fn every_read_is_counted_by_kind_cold_and_warm() {
     pool.export().unwrap();
 }
 
+/// A 256 MiB pool in `dir` whose root dataset has 16 KiB records.
+fn pool_of_16k_records(dir: &tempfile::TempDir) -> Pool {
+    let opts = CreateOptions { size: Some(256 << 20), ..Default::default() };
+    let pool = Pool::create("tank", &[VdevSpec::Disk(dir.path().join("d0.img"))], &opts).unwrap();
+    pool.set_property("tank", "recordsize", "16K").unwrap();
+    pool
+}
+
 /// Every byte a txg writes is counted under its block type (`tarn stats io`
 /// `written_bytes_*`): records at their stored size, and the tree, dnodes and MOS above.
 #[test]
 fn every_written_block_is_counted_by_its_type() {
     let dir = tempfile::tempdir().unwrap();
-    let opts = CreateOptions { size: Some(256 << 20), ..Default::default() };
-    let pool = Pool::create("tank", &[VdevSpec::Disk(dir.path().join("d0.img"))], &opts).unwrap();
-    pool.set_property("tank", "recordsize", "16K").unwrap();
+    let pool = pool_of_16k_records(&dir);
     // Stored as written: the records' bytes are known exactly.
     pool.set_property("tank", "compression", "off").unwrap();
     let ds = pool.dataset("tank").unwrap();
@@ -243,9 +249,7 @@ fn every_written_block_is_counted_by_its_type() {
 #[test]
 fn indirect_blocks_are_written_with_zstd_and_read_back_cold() {
     let dir = tempfile::tempdir().unwrap();
-    let opts = CreateOptions { size: Some(256 << 20), ..Default::default() };
-    let pool = Pool::create("tank", &[VdevSpec::Disk(dir.path().join("d0.img"))], &opts).unwrap();
-    pool.set_property("tank", "recordsize", "16K").unwrap();
+    let pool = pool_of_16k_records(&dir);
     let ds = pool.dataset("tank").unwrap();
     let f = ds.create(ROOT_ID, b"f", NewObject::File, 0o644, 0, 0).unwrap();
     for r in 0..RECORDS {
