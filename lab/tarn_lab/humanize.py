@@ -128,6 +128,8 @@ def describe_stack(spec: dict) -> str:
             bits.append(f"{key}={value}")
     if spec.get("arc_mb"):
         bits.append(f"ARC {spec['arc_mb']} MiB")
+    if spec.get("transport"):
+        bits.append("FUSE over io_uring" if spec["transport"] == "uring" else "FUSE over /dev/fuse")
     if spec.get("slog"):
         bits.append("SLOG on the fast disk")
     if spec.get("l2arc"):

@@ -29,7 +29,7 @@ from pathlib import Path
 from . import budget
 from .budget import BudgetError
 from .devices import parse_size
-from .stacks import FILESYSTEMS
+from .stacks import FILESYSTEMS, FUSE_TRANSPORTS
 from .sysbench import WORKLOADS
 
 
@@ -65,7 +65,7 @@ STACK_SCHEMA = {
     "l2arc": BOOL, "slog": BOOL, "logbias": STR, "primarycache": STR, "dataset": STR,
     "mariadb": TABLE, "postgres": TABLE, "properties": TABLE, "buffer_pool": SIZE_OR_SHARE, "notes": STR,
     "external_journal": BOOL, "baseline": STR, "arc": SIZE_OR_SHARE, "variants": list,
-    "snapshot_every": INT, "snapshot_keep": INT, "move": BOOL,
+    "snapshot_every": INT, "snapshot_keep": INT, "move": BOOL, "transport": STR,
 }
 # Dataset properties given as top-level stack keys, on ZFS and tarn alike, and their values.
 PROPERTY_KEYS = {"logbias": ("latency", "throughput"), "primarycache": ("all", "metadata", "none")}
@@ -264,6 +264,12 @@ def _check_stacks(stacks: list, origin: str) -> None:
             raise ScenarioError(f"{origin}: '{where}.l2arc' only applies to fs = \"zfs\" or \"tarn\"")
         if "slog" in stack and stack["fs"] not in ("zfs", "tarn"):
             raise ScenarioError(f"{origin}: '{where}.slog' only applies to fs = \"zfs\" or \"tarn\"")
+        if "transport" in stack:
+            if stack["fs"] != "tarn":
+                raise ScenarioError(f"{origin}: '{where}.transport' only applies to fs = \"tarn\"")
+            if stack["transport"] not in FUSE_TRANSPORTS:
+                raise ScenarioError(f"{origin}: '{where}.transport' = {stack['transport']!r} is not one of "
+                                    f"{', '.join(FUSE_TRANSPORTS)}")
         if "properties" in stack and stack["fs"] != "tarn":
             raise ScenarioError(f"{origin}: '{where}.properties' only applies to fs = \"tarn\"")
         if stack["fs"] == "tarn" and "compression" in stack:

@@ -382,6 +382,9 @@ def tarn_command(workdir: Path, *args: str, arc_mb: int | None = None) -> list[s
     return ["env", *env, str(tarn_binary()), *args]
 
 
+# How a tarn stack's mount takes the kernel's requests (`tarn mount --transport`; a stack
+# that names none gets tarn's default, /dev/fuse).
+FUSE_TRANSPORTS = ("dev", "uring")
 TARN_DEFAULT_PROPERTIES = {"recordsize": "16K", "compression": "lz4", "atime": "off"}
 # Stack keys that are dataset properties on ZFS and on tarn alike: given at the top level of
 # a tarn stack they become tarn properties (the scenario check refuses a conflicting value
@@ -418,11 +421,14 @@ def _tarn(spec, data, fast, workdir, mnt, teardown) -> BuiltStack:
     options = [a for k, v in props.items() for a in ("-o", f"{k}={v}")]
     run(tarn_command(workdir, "ds", "create", *options, f"{pool}/db"))
     arc_mb = spec.get("arc_mb")
-    run(tarn_command(workdir, "mount", f"{pool}/db", str(mnt), arc_mb=arc_mb))
+    transport = spec.get("transport")
+    run(tarn_command(workdir, *tarn_mount_args(f"{pool}/db", mnt, transport), arc_mb=arc_mb))
     teardown.push(f"tarn umount {mnt}", lambda: (run(tarn_command(workdir, "umount", str(mnt)), check=False),
                                                   umount_if_mounted(str(mnt))))
     settings = {"properties": props, "ashift": ashift, "vdev": data.path, "arc_mb": arc_mb or "default (1/4 of RAM)",
-                "slog": bool(spec.get("slog")), "l2arc": bool(spec.get("l2arc"))}
+                "slog": bool(spec.get("slog")), "l2arc": bool(spec.get("l2arc")),
+                "fuse_transport_asked": transport or "default (dev)",
+                **served_transport(workdir, pool, mnt)}
     pid = tarn_daemon_pid(workdir, pool)
     settings["mount_daemon_pid"] = pid
     stack = BuiltStack(spec["name"], "tarn", mnt, devices, settings, pool=pool,
@@ -448,12 +454,53 @@ def _tarn_restart(stack: BuiltStack, workdir: Path, arc_mb: int | None) -> dict:
     # /dev/loopN paths it was created with.
     run(tarn_command(workdir, "pool", "import", *[a for d in stack.devices for a in ("-d", d.path)], pool),
         timeout=600)
-    run(tarn_command(workdir, "mount", f"{pool}/db", mnt, arc_mb=arc_mb), timeout=600)
+    transport = stack.settings.get("fuse_transport_asked")
+    run(tarn_command(workdir, *tarn_mount_args(f"{pool}/db", mnt, transport if transport in FUSE_TRANSPORTS else None),
+                     arc_mb=arc_mb), timeout=600)
     pid = tarn_daemon_pid(workdir, pool)
     stack.processes = {"tarn": pid} if pid else {}
     stack.settings["mount_daemon_pid_after_restart"] = pid
+    stack.settings["fuse_transport_after_restart"] = served_transport(workdir, pool, mnt)["fuse_transport"]
     return {"how": "tarn umount, pool export, pool import -d DEV… (same devices), tarn mount",
             "export_seconds": round(exported - t0, 1), "import_seconds": round(time.monotonic() - exported, 1)}
+
+
+def tarn_mount_args(dataset: str, mountpoint, transport: str | None) -> list[str]:
+    """`tarn mount` with the stack's FUSE transport (None: tarn's default, /dev/fuse)."""
+    return ["mount", *(["--transport", transport] if transport else []), dataset, str(mountpoint)]
+
+
+def served_transport(workdir: Path, pool: str, mountpoint) -> dict:
+    """Which FUSE transport the daemon really serves the mount with (`tarn stats fuse`):
+    a `uring` mount falls back to /dev/fuse where the kernel refuses it, and the results
+    must say what was measured, not what was asked."""
+    proc = subprocess.run(tarn_command(workdir, "stats", "fuse", pool, "--json"),
+                          capture_output=True, text=True, timeout=30)
+    found = parse_fuse_mounts(proc.stdout, str(mountpoint)) if proc.returncode == 0 else None
+    if found is None:
+        return {"fuse_transport": "unknown (tarn stats fuse did not answer)"}
+    out = {"fuse_transport": found["transport"]}
+    if found.get("fallback"):
+        out["fuse_transport_fallback"] = found["fallback"]
+    return out
+
+
+def parse_fuse_mounts(text: str, mountpoint: str) -> dict | None:
+    """`tarn stats fuse --json` output -> the entry of the mount at MOUNTPOINT (with its
+    "transport"), or None when the text is not that or names no such mount."""
+    import json
+    try:
+        mounts = json.loads(text)
+    except ValueError:
+        return None
+    if isinstance(mounts, dict):
+        mounts = mounts.get("mounts", [])
+    if not isinstance(mounts, list):
+        return None
+    for m in mounts:
+        if isinstance(m, dict) and m.get("mountpoint") == mountpoint and isinstance(m.get("transport"), str):
+            return m
+    return None
 
 
 def parse_mount_record(text: str) -> int:

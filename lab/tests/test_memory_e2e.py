@@ -1,6 +1,7 @@
 """Memory, for real: a tiny budget split between ext4's buffer pool and tarn's buffer pool +
-ARC, the data copied from the dataset cache onto each paced disk, and the RSS of mariadbd
-and of the tarn mount daemon sampled every second. About two minutes."""
+ARC (the tarn stack mounted over io_uring), the data copied from the dataset cache onto
+each paced disk, and the RSS of mariadbd and of the tarn mount daemon sampled every
+second. About two minutes."""
 import json
 import os
 
@@ -16,7 +17,7 @@ TINY = {
     "disk": {"size": "1G", "iops": 2000, "bandwidth": "32M", "max_io": "16K"},
     "workload": {"threads": 2, "duration": 6, "warmup": 2, "tables": 1, "table_size": 20000},
     "stacks": [{"name": "ext4", "fs": "ext4", "buffer_pool": "100%"},
-               {"name": "tarn", "fs": "tarn", "buffer_pool": "50%"}],
+               {"name": "tarn", "fs": "tarn", "buffer_pool": "50%", "transport": "uring"}],
 }
 
 
@@ -44,6 +45,9 @@ def test_cached_data_and_the_memory_each_stack_was_given_and_used(real_machine, 
     assert info["ext4"]["memory"]["buffer_pool_actual_bytes"] == 32 << 20
     assert info["tarn"]["memory"]["buffer_pool_actual_bytes"] == 16 << 20
     assert info["tarn"]["memory"]["arc_bytes"] == 16 << 20
+    # The transport the daemon served the run with, asked of it (the kernel here offers io_uring).
+    assert info["tarn"]["settings"]["fuse_transport_asked"] == "uring"
+    assert info["tarn"]["settings"]["fuse_transport"] == "uring", info["tarn"]["settings"]
 
     r = json.loads((rundir / "runs" / "tarn" / "select_random_points.json").read_text())
     rss = r["memory"]["rss"]

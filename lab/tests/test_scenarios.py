@@ -77,6 +77,8 @@ def test_a_scenario_without_medium_sizes_says_which_it_has():
     (bad(stacks=[{"name": "e", "fs": "ext4", "dataset": "cached"}], database={"engine": "postgresql"}),
      "the dataset cache (load = \"cached\") restores MariaDB datadirs"),
     (bad(repeat="twice"), "'repeat' must be a non-negative integer"),
+    (bad(stacks=[{"name": "e", "fs": "ext4", "transport": "uring"}]), "'stacks[0].transport' only applies to fs = \"tarn\""),
+    (bad(stacks=[{"name": "t", "fs": "tarn", "transport": "ring"}]), "'stacks[0].transport' = 'ring' is not one of dev, uring"),
 ])
 def test_bad_scenarios_name_the_key(scenario, message):
     with pytest.raises(ScenarioError) as err:

@@ -92,6 +92,28 @@ def test_tarn_honours_logbias_and_primarycache_given_as_stack_keys():
     assert "logbias" not in stacks.tarn_properties({"name": "t", "fs": "tarn"})
 
 
+def test_a_tarn_stack_mounts_with_the_transport_it_names():
+    assert stacks.tarn_mount_args("p/db", "/mnt/x", "uring") == ["mount", "--transport", "uring", "p/db", "/mnt/x"]
+    assert stacks.tarn_mount_args("p/db", "/mnt/x", None) == ["mount", "p/db", "/mnt/x"]
+
+
+# `tarn stats fuse POOL --json` as the daemon prints it (crates/control MountInfo): one
+# mount asked for uring and refused by the kernel, one on the rings.
+FUSE_JSON = """[{"dataset": "p/a", "mountpoint": "/mnt/a", "transport": "dev", "ring_requests": 0,
+  "dev_requests": 12, "fallback": "the kernel refused FUSE over io_uring at INIT"},
+ {"dataset": "p/db", "mountpoint": "/mnt/db", "transport": "uring", "ring_requests": 940, "dev_requests": 3,
+  "fallback": null}]"""
+
+
+def test_the_transport_served_is_read_for_the_stacks_mountpoint():
+    assert stacks.parse_fuse_mounts(FUSE_JSON, "/mnt/db")["transport"] == "uring"
+    refused = stacks.parse_fuse_mounts(FUSE_JSON, "/mnt/a")
+    assert refused["transport"] == "dev" and "refused" in refused["fallback"]
+    assert stacks.parse_fuse_mounts(FUSE_JSON, "/mnt/other") is None
+    assert stacks.parse_fuse_mounts("error: no daemon", "/mnt/db") is None
+    assert stacks.parse_fuse_mounts('{"mounts": 3}', "/mnt/db") is None
+
+
 def test_ext4_with_its_journal_on_the_fast_device(real_machine, tmp_path):
     from conftest import leftovers
     from tarn_lab.cleanup import Teardown
