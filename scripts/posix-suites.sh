@@ -35,7 +35,21 @@ trap cleanup EXIT
 mkdir -p "$mnt"
 "$tarn" pool create suites "$work/d0.img" --size 2G
 "$tarn" ds create suites/fs
-"$tarn" mount suites/fs "$mnt"
+# TARN_TEST_TRANSPORT=dev|uring: the FUSE transport to mount with (unset: tarn's default).
+# A uring mount the kernel refuses is served over /dev/fuse: that run would test the wrong
+# transport, so it stops here instead.
+transport=()
+if [ -n "${TARN_TEST_TRANSPORT:-}" ]; then
+    [ "$TARN_TEST_TRANSPORT" = uring ] && echo 1 > /sys/module/fuse/parameters/enable_uring
+    transport=(--transport "$TARN_TEST_TRANSPORT")
+fi
+"$tarn" mount "${transport[@]}" suites/fs "$mnt"
+served=$("$tarn" stats fuse suites | sed -n 's/^fuse .* transport //p')
+echo "posix-suites: FUSE transport $served"
+if [ -n "${TARN_TEST_TRANSPORT:-}" ] && [ "$served" != "$TARN_TEST_TRANSPORT" ]; then
+    echo "posix-suites: asked for transport $TARN_TEST_TRANSPORT, the mount is served over $served" >&2
+    exit 1
+fi
 
 # pjdfstest needs two unprivileged users with their own groups.
 cat > "$work/pjdfstest.toml" <<'TOML'
