@@ -16,12 +16,28 @@
 # Per pattern: a table (fdatasync p50/p99, write() p50/p99, IOPS = write+fdatasync pairs
 # per second), then ratios: every tarn variant against ext4 on the data image, and the
 # SLOG variants against ext4 on the fast image (issue #5's aim: p50 within 1.5x there).
-# Usage: bash bench/fsync.sh [SECONDS]     (root; after scripts/setup.sh; SECONDS per fio run)
+# Usage: bash bench/fsync.sh [SECONDS] [--transport dev|uring]
+#   (root; after scripts/setup.sh; SECONDS per fio run, default 10; --transport: the FUSE
+#   transport every tarn stack is mounted with, default tarn's own, /dev/fuse; the table
+#   says which one served)
 # Everything it makes (mounts, loop devices, pools, images) is removed on exit, each by
 # the id it was made with, also when interrupted.
 set -euo pipefail
-seconds=${1:-10}
-[[ $seconds =~ ^[0-9]+$ && $seconds -gt 0 ]] || { echo "usage: bash bench/fsync.sh [SECONDS]" >&2; exit 2; }
+usage="usage: bash bench/fsync.sh [SECONDS] [--transport dev|uring]"
+seconds=10
+transport=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --transport)
+            case "${2:-}" in
+                dev|uring) transport=(--transport "$2") ;;
+                *) echo "bench/fsync.sh: --transport takes dev or uring, not '${2:-}'" >&2; exit 2 ;;
+            esac
+            shift 2 ;;
+        *) seconds=$1; shift ;;
+    esac
+done
+[[ $seconds =~ ^[0-9]+$ && $seconds -gt 0 ]] || { echo "$usage" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || { echo "bench/fsync.sh: run as root (loop devices, mounts)" >&2; exit 1; }
 for t in fio losetup mkfs.ext4 python3 cargo; do
     command -v "$t" >/dev/null || { echo "bench/fsync.sh: $t is missing (run scripts/setup.sh)" >&2; exit 1; }
@@ -56,8 +72,10 @@ tarn_on() { # pool mountpoint sync logbias data [log]
     "$tarn" pool create --size 2G "$pool" "$data" ${log:+log "$log"}; pools+=("$pool")
     "$tarn" ds create -o recordsize=16K -o compression=lz4 -o atime=off \
         -o sync="$sync" -o logbias="$logbias" "$pool/fs"
-    mkdir -p "$m"; "$tarn" mount "$pool/fs" "$m"; tarn_mounts+=("$m")
+    mkdir -p "$m"; "$tarn" mount "${transport[@]}" "$pool/fs" "$m"; tarn_mounts+=("$m")
+    served+=("$("$tarn" stats fuse "$pool" | sed -n 's/^fuse .* transport //p')")
 }
+served=()
 
 # fio's JSON -> "sync_p50_us sync_p99_us write_p50_us write_p99_us iops"
 fio_summary() {
@@ -94,6 +112,7 @@ tarn_on "fs$$slat" "$work/m-tarn-slog" standard latency "$work/t3.img" "$fast/sl
 tarn_on "fs$$sthr" "$work/m-tarn-slog-thr" standard throughput "$work/t4.img" "$fast/slog2.img"
 tarn_on "fs$$nos" "$work/m-tarn-nosync" disabled latency "$work/t5.img"
 
+echo "tarn stacks served over FUSE transport: $(printf '%s\n' "${served[@]}" | sort -u | paste -sd,)"
 for pattern in redo pages; do
     case $pattern in
         redo) title="4 KiB append + fdatasync" ;;

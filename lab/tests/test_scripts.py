@@ -114,6 +114,16 @@ def test_the_mount_benchmark_refuses_an_unknown_transport_by_name():
     assert "--transport takes dev, uring or both, not 'pigeon'" in proc.stderr
 
 
+def test_the_fsync_benchmark_refuses_an_unknown_transport_and_bad_seconds():
+    bench = Path(__file__).resolve().parents[2] / "bench" / "fsync.sh"
+    proc = subprocess.run(["bash", str(bench), "10", "--transport", "pigeon"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "--transport takes dev or uring, not 'pigeon'" in proc.stderr
+    proc = subprocess.run(["bash", str(bench), "ten"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "usage: bash bench/fsync.sh [SECONDS] [--transport dev|uring]" in proc.stderr
+
+
 def test_the_mount_benchmark_refuses_unknown_settings_by_name():
     bench = Path(__file__).resolve().parents[2] / "bench" / "mount.sh"
     proc = subprocess.run(["bash", str(bench), "--settings", "tuned"], capture_output=True, text=True, timeout=60)
