@@ -292,6 +292,18 @@ fn posix_semantics_through_the_mount_and_after_remount() {
     m.umount();
 }
 
+/// On the suite's transport (/dev/fuse, or io_uring under TARN_TEST_TRANSPORT=uring;
+/// mount_uring.rs runs the same on uring).
+#[test]
+fn a_reader_killed_mid_read_ends_at_once_and_the_mount_serves_on() {
+    let env = Env::with_pool("512M");
+    let m = env.mount("mnt", &[]);
+    let big = m.p("big");
+    fs::write(&big, vec![7u8; 256 << 20]).expect("write 256 MiB");
+    common::killed_readers_end_at_once(&big);
+    m.umount();
+}
+
 #[test]
 fn fsynced_data_survives_kill_9_of_the_daemon() {
     let env = Env::with_pool("256M");

@@ -213,6 +213,29 @@ pub fn wait_exit(child: &mut Child, timeout: Duration) -> bool {
     true
 }
 
+/// Readers of `file` with O_DIRECT (a FUSE request per 16 KiB), killed with SIGKILL
+/// mid-read, three times: each must end at once — the kernel aborts or interrupts the
+/// request it waits on, whichever transport carries it — and the file must still read
+/// back whole afterwards (the mount went on serving).
+pub fn killed_readers_end_at_once(file: &Path) {
+    let len = std::fs::metadata(file).expect("stat the file to read").len();
+    for _ in 0..3 {
+        let mut reader = Command::new("dd")
+            .args([&format!("if={}", file.display()), "of=/dev/null", "bs=16k", "iflag=direct"])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn reader");
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(
+            reader.try_wait().expect("poll the reader").is_none(),
+            "the reader finished before it could be killed mid-read: the file is too small"
+        );
+        reader.kill().expect("kill -9 the reader");
+        assert!(wait_exit(&mut reader, Duration::from_secs(10)), "a killed reader hung");
+    }
+    assert_eq!(std::fs::read(file).expect("read after the killed readers").len() as u64, len);
+}
+
 /// True once `pid` has exited (or is a zombie nobody reaps).
 pub fn wait_gone(pid: u32, timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;
