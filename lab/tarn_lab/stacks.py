@@ -436,13 +436,13 @@ def _tarn(spec, data, fast, workdir, mnt, teardown) -> BuiltStack:
                        engine_stats=lambda: tarn_stats(workdir, pool), processes={"tarn": pid} if pid else {},
                        scrub_argv=lambda stop: tarn_command(workdir, "pool", "scrub", *(["-s"] if stop else []), pool),
                        l2arc_stats=(lambda: tarn_l2arc_stats(workdir, pool)) if spec.get("l2arc") else None)
-    stack.restart = lambda: _tarn_restart(stack, workdir, arc_mb)
+    stack.restart = lambda: _tarn_restart(stack, workdir, arc_mb, transport)
     stack.tarn_argv = lambda *args: tarn_command(workdir, *args)
     stack.dataset = f"{pool}/db"
     return stack
 
 
-def _tarn_restart(stack: BuiltStack, workdir: Path, arc_mb: int | None) -> dict:
+def _tarn_restart(stack: BuiltStack, workdir: Path, arc_mb: int | None, transport: str | None) -> dict:
     """tarn umount, pool export, pool import from the same devices (cache device included),
     mount again with the same ARC cap; the new daemon's pid replaces the old one's."""
     pool, mnt = stack.pool, str(stack.mountpoint)
@@ -454,9 +454,7 @@ def _tarn_restart(stack: BuiltStack, workdir: Path, arc_mb: int | None) -> dict:
     # /dev/loopN paths it was created with.
     run(tarn_command(workdir, "pool", "import", *[a for d in stack.devices for a in ("-d", d.path)], pool),
         timeout=600)
-    transport = stack.settings.get("fuse_transport_asked")
-    run(tarn_command(workdir, *tarn_mount_args(f"{pool}/db", mnt, transport if transport in FUSE_TRANSPORTS else None),
-                     arc_mb=arc_mb), timeout=600)
+    run(tarn_command(workdir, *tarn_mount_args(f"{pool}/db", mnt, transport), arc_mb=arc_mb), timeout=600)
     pid = tarn_daemon_pid(workdir, pool)
     stack.processes = {"tarn": pid} if pid else {}
     stack.settings["mount_daemon_pid_after_restart"] = pid
@@ -493,8 +491,6 @@ def parse_fuse_mounts(text: str, mountpoint: str) -> dict | None:
         mounts = json.loads(text)
     except ValueError:
         return None
-    if isinstance(mounts, dict):
-        mounts = mounts.get("mounts", [])
     if not isinstance(mounts, list):
         return None
     for m in mounts:
