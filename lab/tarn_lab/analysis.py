@@ -103,6 +103,24 @@ class Cell:
         return self.per_txn(self.data_total("write_bytes") / 1024)
 
     @property
+    def flushes_per_s(self) -> float | None:
+        """Cache flushes the data disk completed per second (iostat's f/s); None for
+        results recorded before flushes were."""
+        if not any("flushes" in ((r.get("device_totals") or {}).get("data") or {}) for r in self.runs):
+            return None
+        return self.data_total("flushes") / self.seconds
+
+    @property
+    def f_await_ms(self) -> float | None:
+        """The mean flush's wait in ms (iostat's f_await). On the lab's loop device every
+        request queued behind a flush waits with it, so a high figure stalls reads too."""
+        flushes = self.data_total("flushes")
+        if not flushes or not any("flush_ms" in ((r.get("device_totals") or {}).get("data") or {})
+                                  for r in self.runs):
+            return None
+        return self.data_total("flush_ms") / flushes
+
+    @property
     def io_units(self) -> tuple[int, bool]:
         """(I/O units the paced disk charged over the runs, exact). Exact from the pacer's
         own counter; for older results a lower bound from diskstats (see io_units_of)."""

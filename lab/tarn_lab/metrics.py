@@ -19,7 +19,9 @@ SECTOR = 512  # /proc/diskstats counts 512-byte sectors whatever the device's bl
 
 
 def parse_diskstats(text: str) -> dict[str, dict[str, int]]:
-    """device name -> {reads, read_bytes, writes, write_bytes, flushes}."""
+    """device name -> {reads, read_bytes, writes, write_bytes, flushes, flush_ms}.
+    flush_ms is the kernel's time spent on completed flushes (iostat's f_await times f/s):
+    on a loop device a flush holds the requests queued behind it."""
     devices = {}
     for line in text.splitlines():
         f = line.split()
@@ -29,6 +31,7 @@ def parse_diskstats(text: str) -> dict[str, dict[str, int]]:
             "reads": int(f[3]), "read_bytes": int(f[5]) * SECTOR,
             "writes": int(f[7]), "write_bytes": int(f[9]) * SECTOR,
             "flushes": int(f[18]) if len(f) >= 20 else 0,
+            "flush_ms": int(f[19]) if len(f) >= 20 else 0,
         }
     return devices
 
@@ -91,7 +94,10 @@ def device_rates(before: dict, after: dict, seconds: float) -> dict[str, float]:
     d = {k: after[k] - before[k] for k in after}
     return {"r_iops": d["reads"] / seconds, "w_iops": d["writes"] / seconds,
             "r_mbps": d["read_bytes"] / seconds / 1e6, "w_mbps": d["write_bytes"] / seconds / 1e6,
-            "flushes_ps": d["flushes"] / seconds}
+            "flushes_ps": d["flushes"] / seconds,
+            # ms of each second spent flushing, and the mean flush's wait (iostat's f_await)
+            "flush_ms_ps": d.get("flush_ms", 0) / seconds,
+            "f_await_ms": d.get("flush_ms", 0) / d["flushes"] if d["flushes"] else 0.0}
 
 
 def cpu_percent(before: dict, after: dict) -> dict[str, float]:

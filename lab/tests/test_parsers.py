@@ -43,13 +43,21 @@ def test_diskstats_recorded():
     assert devs["vda"]["reads"] == int(line[3])
     assert devs["vda"]["read_bytes"] == int(line[5]) * 512
     assert devs["vda"]["writes"] == int(line[7])
+    assert devs["vda"]["flushes"] == int(line[18]) and devs["vda"]["flush_ms"] == int(line[19])
 
 
 def test_device_rates_are_deltas_per_second():
-    a = {"reads": 10, "read_bytes": 1000, "writes": 0, "write_bytes": 0, "flushes": 0}
-    b = {"reads": 30, "read_bytes": 3000, "writes": 8, "write_bytes": 4_000_000, "flushes": 2}
+    a = {"reads": 10, "read_bytes": 1000, "writes": 0, "write_bytes": 0, "flushes": 0, "flush_ms": 5}
+    b = {"reads": 30, "read_bytes": 3000, "writes": 8, "write_bytes": 4_000_000, "flushes": 2, "flush_ms": 65}
     r = metrics.device_rates(a, b, 2.0)
     assert r["r_iops"] == 10 and r["w_iops"] == 4 and r["w_mbps"] == 2.0 and r["flushes_ps"] == 1
+    assert r["flush_ms_ps"] == 30 and r["f_await_ms"] == 30
+
+
+def test_device_rates_without_flushes_have_no_flush_wait():
+    a = {"reads": 0, "read_bytes": 0, "writes": 0, "write_bytes": 0, "flushes": 3, "flush_ms": 9}
+    r = metrics.device_rates(a, {**a, "reads": 4}, 1.0)
+    assert r["flushes_ps"] == 0 and r["f_await_ms"] == 0.0
 
 
 def test_proc_stat_cpu_recorded():

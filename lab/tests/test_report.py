@@ -235,6 +235,23 @@ def test_steadiness_counts_stalled_seconds_and_the_spread_of_tps():
     assert analysis.steadiness_of([]) == {"tps_cv": None, "zero_tps_seconds": None}
 
 
+def test_flushes_and_their_wait_come_from_the_data_disk_over_every_repeat():
+    def run(flushes, flush_ms):
+        data = {"reads": 0, "read_bytes": 0, "writes": 0, "write_bytes": 0, "flushes": flushes}
+        if flush_ms is not None:
+            data["flush_ms"] = flush_ms
+        return {"summary": {"transactions": 100, "total_time_s": 10.0, "tps": 10.0, "latency_ms": {}},
+                "device_totals": {"data": data}}
+    cell = analysis.Cell("tarn", "tarn", "oltp_read_write", [run(400, 200), run(200, 400)])
+    assert cell.flushes_per_s == pytest.approx(30.0)  # 600 flushes in 20 s
+    assert cell.f_await_ms == pytest.approx(1.0)  # 600 ms over 600 flushes
+    older = analysis.Cell("tarn", "tarn", "oltp_read_write", [run(400, None)])
+    assert older.flushes_per_s == pytest.approx(40.0) and older.f_await_ms is None
+    lines = table_text(report.steadiness_table([cell], "oltp_read_write"))
+    assert any("f_await" in line for line in lines)
+    assert "1.0" in lines[-1].split()[-1] and "30.0" in lines[-1].split()[-2], "\n".join(lines)
+
+
 def test_steadiness_of_a_recorded_run_and_its_table():
     scenario, cells = loaded(QUICK)
     run = raw_runs(QUICK, "ext4")[0]
