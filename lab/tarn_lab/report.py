@@ -145,7 +145,7 @@ def steadiness_columns() -> list[tuple[str, object]]:
         ("KiB wr\n/txn", lambda c: fmt(c.written_kib_per_txn, 1)),
         ("writes\n/txn", lambda c: fmt_per_txn(c.writes_per_txn)),
         ("IO units\n/txn", lambda c: fmt_units(c)),
-        ("flushes\n/s", lambda c: fmt(c.flushes_per_s, 1)),
+        ("f/s", lambda c: fmt(c.flushes_per_s, 1)),
         ("f_await\nms", lambda c: fmt(c.f_await_ms, 1)),
     ]
 
