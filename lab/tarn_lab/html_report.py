@@ -152,7 +152,7 @@ def devices_html_table(cells: dict) -> HtmlTable:
     rows = []
     for c in cells.values():
         other = sum(v.get("reads", 0) + v.get("writes", 0) for r in c.runs
-                    for k, v in (r.get("device_totals") or {}).items() if k != "data")
+                    for k, v in (r.get("device_totals") or {}).items() if k not in ("data", "host"))
         units, exact = c.io_units
         rows.append([c.stack, workload_label(c.workload), f"{c.data_total('reads'):,}", f"{c.data_total('writes'):,}",
                      human_bytes(c.data_total("read_bytes")), human_bytes(c.data_total("write_bytes")),

@@ -12,6 +12,7 @@ Must never: write anything to the system; it only reads /proc (and runs its prob
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -19,17 +20,18 @@ SECTOR = 512  # /proc/diskstats counts 512-byte sectors whatever the device's bl
 
 
 def parse_diskstats(text: str) -> dict[str, dict[str, int]]:
-    """device name -> {reads, read_bytes, writes, write_bytes, flushes, flush_ms}.
-    flush_ms is the kernel's time spent on completed flushes (iostat's f_await times f/s):
-    on a loop device a flush holds the requests queued behind it."""
+    """device name -> {reads, read_bytes, read_ms, writes, write_bytes, write_ms, flushes,
+    flush_ms}. The _ms fields are the kernel's time spent on completed requests of that
+    kind; divided by their count they are iostat's r_await, w_await and f_await. On a loop
+    device a flush holds the requests queued behind it, so flush_ms is read time lost too."""
     devices = {}
     for line in text.splitlines():
         f = line.split()
         if len(f) < 14:
             continue
         devices[f[2]] = {
-            "reads": int(f[3]), "read_bytes": int(f[5]) * SECTOR,
-            "writes": int(f[7]), "write_bytes": int(f[9]) * SECTOR,
+            "reads": int(f[3]), "read_bytes": int(f[5]) * SECTOR, "read_ms": int(f[6]),
+            "writes": int(f[7]), "write_bytes": int(f[9]) * SECTOR, "write_ms": int(f[10]),
             "flushes": int(f[18]) if len(f) >= 20 else 0,
             "flush_ms": int(f[19]) if len(f) >= 20 else 0,
         }
@@ -97,7 +99,28 @@ def device_rates(before: dict, after: dict, seconds: float) -> dict[str, float]:
             "flushes_ps": d["flushes"] / seconds,
             # ms of each second spent flushing, and the mean flush's wait (iostat's f_await)
             "flush_ms_ps": d.get("flush_ms", 0) / seconds,
-            "f_await_ms": d.get("flush_ms", 0) / d["flushes"] if d["flushes"] else 0.0}
+            "f_await_ms": _await(d.get("flush_ms", 0), d["flushes"]),
+            "r_await_ms": _await(d.get("read_ms", 0), d["reads"]),
+            "w_await_ms": _await(d.get("write_ms", 0), d["writes"])}
+
+
+def _await(ms: int, count: int) -> float:
+    """The mean completed request's time in ms, 0 when none completed."""
+    return ms / count if count else 0.0
+
+
+def host_device_of(path: str) -> str | None:
+    """The kernel name (as in /proc/diskstats) of the block device holding `path`, or None
+    when it is not on one (tmpfs, overlay). The lab samples it as the "host" device: a
+    second in which the paced disk completed nothing can then be told apart — the host's
+    disk under the pacer's backing file stalled too, or only the pacer did."""
+    try:
+        st = os.stat(path)
+        target = os.path.realpath(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}")
+    except OSError:
+        return None
+    name = os.path.basename(target)
+    return name if os.path.exists(target) and name else None
 
 
 def cpu_percent(before: dict, after: dict) -> dict[str, float]:

@@ -42,7 +42,7 @@ from .devices import (REPO_ROOT, PacerMissing, counters_delta, pacer_binary, rea
 from .mariadb import INNODB_CACHE_COUNTERS, PrivateMariaDB
 from .postgres import PrivatePostgres
 from .cachephases import phase_file
-from .metrics import Sampler
+from .metrics import Sampler, host_device_of
 from .scrubload import ScrubLoop, scrub_effect
 from . import snapshots as snapshots_mod
 from .progress import Progress, StackPlan
@@ -426,6 +426,18 @@ def latest_iops(sampler: Sampler, role: str = "data") -> float | None:
     return rates["r_iops"] + rates["w_iops"] if rates else None
 
 
+def sampled_devices(stack) -> dict[str, str]:
+    """The stack's devices by role, and as "host" the machine's disk under the paced disk's
+    backing file (where it has one): a second at 0 TPS whose paced disk completed nothing
+    is read against whether the host's disk did."""
+    devices = stack.device_names()
+    paced = [d for d in stack.devices if d.stats_path]
+    host = host_device_of(str(Path(paced[0].stats_path).parent)) if paced else None
+    if host and host not in devices.values():
+        devices["host"] = host
+    return devices
+
+
 def pacer_snapshot(stack) -> dict:
     return {d.role: read_fresh_pacer_stats(d) for d in stack.devices if d.stats_path}
 
@@ -457,7 +469,7 @@ def run_workload(scenario, spec, stack, db, workload, repeat, rundir, progress: 
         # The txg, intent-log and I/O-queue counters each second: a second at 0 TPS is
         # read against what the engine did in it (waits for dirty_max, syncs, queue waits).
         probes["tarn"] = lambda: engine_second(stack.engine_stats())
-    with Sampler(stack.device_names(), processes=memory_processes(stack, db), probes=probes) as sampler:
+    with Sampler(sampled_devices(stack), processes=memory_processes(stack, db), probes=probes) as sampler:
         if scrubs:
             scrubs.start()
         if snaps:

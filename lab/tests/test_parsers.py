@@ -44,6 +44,7 @@ def test_diskstats_recorded():
     assert devs["vda"]["read_bytes"] == int(line[5]) * 512
     assert devs["vda"]["writes"] == int(line[7])
     assert devs["vda"]["flushes"] == int(line[18]) and devs["vda"]["flush_ms"] == int(line[19])
+    assert devs["vda"]["read_ms"] == int(line[6]) and devs["vda"]["write_ms"] == int(line[10])
 
 
 def test_device_rates_are_deltas_per_second():
@@ -52,6 +53,23 @@ def test_device_rates_are_deltas_per_second():
     r = metrics.device_rates(a, b, 2.0)
     assert r["r_iops"] == 10 and r["w_iops"] == 4 and r["w_mbps"] == 2.0 and r["flushes_ps"] == 1
     assert r["flush_ms_ps"] == 30 and r["f_await_ms"] == 30
+
+
+def test_device_rates_give_the_mean_wait_of_each_kind_of_request():
+    a = {"reads": 0, "read_bytes": 0, "read_ms": 0, "writes": 0, "write_bytes": 0, "write_ms": 0,
+         "flushes": 0, "flush_ms": 0}
+    b = {**a, "reads": 50, "read_ms": 600, "writes": 10, "write_ms": 25}
+    r = metrics.device_rates(a, b, 1.0)
+    assert r["r_await_ms"] == 12 and r["w_await_ms"] == 2.5 and r["f_await_ms"] == 0.0
+
+
+def test_host_device_is_the_disk_under_a_path_and_none_off_a_block_device(tmp_path):
+    names = metrics.parse_diskstats(Path("/proc/diskstats").read_text())
+    host = metrics.host_device_of(str(tmp_path))
+    # tmp_path may be on tmpfs or overlay (no block device): then None, never a guess
+    assert host is None or host in names
+    assert metrics.host_device_of("/proc") is None
+    assert metrics.host_device_of(str(tmp_path / "missing")) is None
 
 
 def test_device_rates_without_flushes_have_no_flush_wait():

@@ -32,3 +32,17 @@ def test_restart_and_long_parts_run_the_first_workload_once_per_stack():
     assert runner.parts_workload(s) == "tpcc_like"
     assert runner.phase_seconds(s) == 240
     assert runner.phase_seconds({"workloads": ["tpcc_like"], "workload": {}}) == 0
+
+
+def test_the_host_disk_is_sampled_beside_a_paced_stack_and_not_twice(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+    from tarn_lab.devices import Device
+    paced = Device("/dev/loop7", "data", stats_path=str(tmp_path / "data.stats.json"))
+    fast = Device("/dev/loop8", "log")
+    stack = SimpleNamespace(devices=[paced, fast], device_names=lambda: {"data": "loop7", "log": "loop8"})
+    monkeypatch.setattr(runner, "host_device_of", lambda path: "vda" if path == str(tmp_path) else None)
+    assert runner.sampled_devices(stack) == {"data": "loop7", "log": "loop8", "host": "vda"}
+    # unpaced (the local NVMe only) or the host not a block device: the stack's own devices only
+    assert runner.sampled_devices(SimpleNamespace(devices=[fast], device_names=lambda: {"log": "loop8"})) == {"log": "loop8"}
+    monkeypatch.setattr(runner, "host_device_of", lambda path: None)
+    assert runner.sampled_devices(stack) == {"data": "loop7", "log": "loop8"}
