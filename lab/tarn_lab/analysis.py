@@ -102,23 +102,28 @@ class Cell:
     def written_kib_per_txn(self) -> float | None:
         return self.per_txn(self.data_total("write_bytes") / 1024)
 
+    def data_recorded(self, key: str) -> bool:
+        """Whether any run recorded `key` for the data disk (older results lack newer keys)."""
+        return any(key in ((r.get("device_totals") or {}).get("data") or {}) for r in self.runs)
+
+    @property
+    def other_device_ios(self) -> int:
+        """Reads + writes of the stack's other devices (cache, log), not the host's disk."""
+        return sum(v.get("reads", 0) + v.get("writes", 0) for r in self.runs
+                   for k, v in (r.get("device_totals") or {}).items() if k not in ("data", "host"))
+
     @property
     def flushes_per_s(self) -> float | None:
         """Cache flushes the data disk completed per second (iostat's f/s); None for
         results recorded before flushes were."""
-        if not any("flushes" in ((r.get("device_totals") or {}).get("data") or {}) for r in self.runs):
-            return None
-        return self.data_total("flushes") / self.seconds
+        return self.data_total("flushes") / self.seconds if self.data_recorded("flushes") else None
 
     @property
     def f_await_ms(self) -> float | None:
         """The mean flush's wait in ms (iostat's f_await). On the lab's loop device every
         request queued behind a flush waits with it, so a high figure stalls reads too."""
         flushes = self.data_total("flushes")
-        if not flushes or not any("flush_ms" in ((r.get("device_totals") or {}).get("data") or {})
-                                  for r in self.runs):
-            return None
-        return self.data_total("flush_ms") / flushes
+        return self.data_total("flush_ms") / flushes if flushes and self.data_recorded("flush_ms") else None
 
     @property
     def io_units(self) -> tuple[int, bool]:

@@ -151,8 +151,7 @@ def sysbench_html_table(stack: str, runs: list[dict]) -> HtmlTable:
 def devices_html_table(cells: dict) -> HtmlTable:
     rows = []
     for c in cells.values():
-        other = sum(v.get("reads", 0) + v.get("writes", 0) for r in c.runs
-                    for k, v in (r.get("device_totals") or {}).items() if k not in ("data", "host"))
+        other = c.other_device_ios
         units, exact = c.io_units
         rows.append([c.stack, workload_label(c.workload), f"{c.data_total('reads'):,}", f"{c.data_total('writes'):,}",
                      human_bytes(c.data_total("read_bytes")), human_bytes(c.data_total("write_bytes")),

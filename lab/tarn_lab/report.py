@@ -341,8 +341,7 @@ def devices_table(cells: dict) -> Table:
                 "IO units", "disk busy", "cache/log I/Os", "buffer pool hits", "ARC hits"):
         t.add_column(col, justify="left" if col in ("stack", "workload") else "right")
     for c in cells.values():
-        other = sum(v.get("reads", 0) + v.get("writes", 0) for r in c.runs
-                    for k, v in (r.get("device_totals") or {}).items() if k not in ("data", "host"))
+        other = c.other_device_ios
         units, exact = c.io_units
         t.add_row(c.stack, workload_label(c.workload), f"{c.data_total('reads'):,}", f"{c.data_total('writes'):,}",
                   fmt(c.data_total("read_bytes") / 2**20, 1), fmt(c.data_total("write_bytes") / 2**20, 1),

@@ -245,6 +245,10 @@ def test_flushes_and_their_wait_come_from_the_data_disk_over_every_repeat():
     cell = analysis.Cell("tarn", "tarn", "oltp_read_write", [run(400, 200), run(200, 400)])
     assert cell.flushes_per_s == pytest.approx(30.0)  # 600 flushes in 20 s
     assert cell.f_await_ms == pytest.approx(1.0)  # 600 ms over 600 flushes
+    # the host's disk under the paced one is sampled beside it, but is not the stack's device
+    with_devices = run(1, 1)
+    with_devices["device_totals"].update({"log": {"reads": 2, "writes": 5}, "host": {"reads": 90, "writes": 900}})
+    assert analysis.Cell("tarn", "tarn", "oltp_read_write", [with_devices]).other_device_ios == 7
     older = analysis.Cell("tarn", "tarn", "oltp_read_write", [run(400, None)])
     assert older.flushes_per_s == pytest.approx(40.0) and older.f_await_ms is None
     lines = table_text(report.steadiness_table([cell], "oltp_read_write"))
