@@ -2,22 +2,30 @@
 //!
 //! Owns: which sectors of a vdev's data area hold live bytes. Blocks are packed without
 //! sector padding, so several blocks may share a sector; the map keeps a live-byte count
-//! per sector, and a sector is free only when its count is zero.
+//! per sector (`counts`, in memory that grows with the partly live sectors, not with the
+//! vdev), and a sector is free only when its count is zero.
 //!
 //! Promises: a sector freed in txg N is handed out again only after `release_deferred`,
 //! which the pool calls once txg N's uberblock is durable; allocation never returns a
 //! sector that holds a live byte; running out of space is `None`, never a panic.
 //!
 //! Must never: persist anything. The map is rebuilt at import by walking the block tree
-//! (`claim`), so it can never disagree with the tree. Never free a byte twice: a free
+//! (`claim`), so it can never disagree with the tree; a claim that would put more live
+//! bytes in a sector than it has is refused (`Overlap`: a corrupt tree pointing two
+//! blocks at the same bytes), not counted.
+//! Never free a byte twice: a free
 //! that would take a sector's live count below zero, or that overlaps bytes already freed
 //! since the last release (the deferred list of the syncing txg), is a bug that would
 //! hand another block's sectors out while it is live; both stop with a panic.
+mod counts;
+
 use std::collections::BTreeMap;
+
+use counts::SectorCounts;
 
 pub struct SpaceMap {
     shift: u32,
-    live: Vec<u32>,
+    live: SectorCounts,
     /// Free extents: first sector -> length in sectors.
     free: BTreeMap<u64, u64>,
     free_sectors: u64,
@@ -43,7 +51,7 @@ impl SpaceMap {
         let sectors = bytes >> shift;
         SpaceMap {
             shift,
-            live: vec![0; sectors as usize],
+            live: SectorCounts::new(sectors, 1 << shift),
             free: BTreeMap::new(),
             free_sectors: 0,
             deferred: Vec::new(),
@@ -57,7 +65,12 @@ impl SpaceMap {
     }
 
     pub fn total_bytes(&self) -> u64 {
-        (self.live.len() as u64) << self.shift
+        self.live.len() << self.shift
+    }
+
+    /// Heap bytes the map's per-sector counts hold (for `tarn stats arc`).
+    pub fn heap_bytes(&self) -> u64 {
+        self.live.heap_bytes()
     }
 
     /// Bytes not free for allocation now (live, partly live, or freed but not yet
@@ -78,32 +91,37 @@ impl SpaceMap {
     /// (sectors holding any live byte, live bytes): their ratio says how full the
     /// allocated sectors are (1.0 = no space lost to partly freed sectors).
     pub fn occupancy(&self) -> (u64, u64) {
-        self.live.iter().filter(|&&c| c > 0).fold((0, 0), |(n, b), &c| (n + 1, b + c as u64))
+        self.live.occupancy()
     }
 
     /// Records `len` live bytes at byte `offset` (import walk, or a block just written).
-    pub fn claim(&mut self, offset: u64, len: u64) {
-        self.for_each_sector_share(offset, len, |count, share| {
-            *count = count.checked_add(share).expect("live-byte count overflow");
-        });
+    /// `Err(Overlap)`, with nothing recorded, if a sector would hold more live bytes than
+    /// it has: the bytes are already claimed.
+    pub fn claim(&mut self, offset: u64, len: u64) -> Result<(), Overlap> {
+        let size = self.sector_size();
+        let mut at = offset;
+        let end = offset + len;
+        assert!(end <= self.total_bytes(), "block [{offset}, {end}) beyond the vdev");
+        while at < end {
+            let sector = at >> self.shift;
+            let share = end.min((sector + 1) * size) - at;
+            if self.live.get(sector) as u64 + share > size {
+                return Err(Overlap { offset, len });
+            }
+            at += share;
+        }
+        self.for_each_sector_share_indexed(offset, len, |_, count, share| count + share);
+        Ok(())
     }
 
     /// After the import walk: every sector with no live byte is free.
     pub fn rebuild_free(&mut self) {
         self.free.clear();
         self.free_sectors = 0;
-        let mut s = 0u64;
-        let n = self.live.len() as u64;
-        while s < n {
-            if self.live[s as usize] != 0 {
-                s += 1;
-                continue;
-            }
-            let start = s;
-            while s < n && self.live[s as usize] == 0 {
-                s += 1;
-            }
-            self.insert_free(start, s - start);
+        let mut runs = Vec::new();
+        self.live.for_each_empty_run(|first, len| runs.push((first, len)));
+        for (first, len) in runs {
+            self.insert_free(first, len);
         }
     }
 
@@ -133,7 +151,7 @@ impl SpaceMap {
     /// Gives back the tail of a run the packer did not use (sectors with no live byte).
     pub fn return_unused(&mut self, first: u64, sectors: u64) {
         for s in first..first + sectors {
-            assert_eq!(self.live[s as usize], 0, "returning a sector that holds live bytes");
+            assert_eq!(self.live.get(s), 0, "returning a sector that holds live bytes");
         }
         if sectors > 0 {
             self.insert_free(first, sectors);
@@ -154,7 +172,7 @@ impl SpaceMap {
         while at < end {
             let sector = at >> self.shift;
             let share = end.min((sector + 1) * size) - at;
-            if (self.live[sector as usize] as u64) < share {
+            if (self.live.get(sector) as u64) < share {
                 return false;
             }
             at += share;
@@ -172,10 +190,10 @@ impl SpaceMap {
             let Some(left) = count.checked_sub(share) else {
                 panic!("space freed twice: freeing {share} bytes from sector {sector}, which holds {count} live bytes")
             };
-            *count = left;
             if left == 0 {
                 emptied.push(sector);
             }
+            left
         });
         self.deferred.extend(emptied);
     }
@@ -232,12 +250,9 @@ impl SpaceMap {
         self.free.insert(start, len);
     }
 
-    fn for_each_sector_share(&mut self, offset: u64, len: u64, mut f: impl FnMut(&mut u32, u32)) {
-        self.for_each_sector_share_indexed(offset, len, |_, c, s| f(c, s));
-    }
-
-    /// Splits [offset, offset+len) into per-sector byte shares.
-    fn for_each_sector_share_indexed(&mut self, offset: u64, len: u64, mut f: impl FnMut(u64, &mut u32, u32)) {
+    /// Splits [offset, offset+len) into per-sector byte shares and stores, for each
+    /// sector, `f(sector, its count, the share)`.
+    fn for_each_sector_share_indexed(&mut self, offset: u64, len: u64, mut f: impl FnMut(u64, u32, u32) -> u32) {
         let size = self.sector_size();
         let end = offset + len;
         assert!(end <= self.total_bytes(), "block [{offset}, {end}) beyond the vdev");
@@ -246,10 +261,19 @@ impl SpaceMap {
             let sector = at >> self.shift;
             let sector_end = (sector + 1) * size;
             let share = (end.min(sector_end) - at) as u32;
-            f(sector, &mut self.live[sector as usize], share);
+            let count = f(sector, self.live.get(sector), share);
+            self.live.set(sector, count).expect("a count within the sector, checked by the caller");
             at += share as u64;
         }
     }
+}
+
+/// A claim of bytes some sector has no room for: they are claimed already.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("bytes [{offset}, +{len}) are already claimed by another block")]
+pub struct Overlap {
+    pub offset: u64,
+    pub len: u64,
 }
 
 #[cfg(test)]
@@ -265,8 +289,8 @@ mod tests {
     #[test]
     fn may_hold_says_no_for_freed_bytes_and_maybe_for_shared_sectors() {
         let mut m = empty(8);
-        m.claim(0, 100);
-        m.claim(100, 800);
+        m.claim(0, 100).unwrap();
+        m.claim(100, 800).unwrap();
         assert!(m.may_hold(0, 100));
         assert!(m.may_hold(100, 800));
         m.free(100, 800);
@@ -282,8 +306,8 @@ mod tests {
         let mut m = empty(8);
         let run = m.alloc_run(1, 1).unwrap();
         assert_eq!(run, Run { first: 0, sectors: 1 });
-        m.claim(0, 100);
-        m.claim(100, 200);
+        m.claim(0, 100).unwrap();
+        m.claim(100, 200).unwrap();
         m.free(0, 100);
         m.release_deferred();
         assert_eq!(m.free_bytes(), 7 * 512);
@@ -297,7 +321,7 @@ mod tests {
     fn full_map_returns_none_and_freed_space_is_reused_after_release() {
         let mut m = empty(4);
         let r = m.alloc_run(4, 4).unwrap();
-        m.claim(0, 4 * 512);
+        m.claim(0, 4 * 512).unwrap();
         assert!(m.alloc_run(1, 1).is_none());
         m.free(512, 512);
         assert!(m.alloc_run(1, 1).is_none(), "deferred sectors are not handed out");
@@ -310,7 +334,7 @@ mod tests {
     #[should_panic(expected = "space freed twice")]
     fn freeing_bytes_that_are_not_live_stops() {
         let mut m = empty(8);
-        m.claim(0, 100);
+        m.claim(0, 100).unwrap();
         m.free(512, 100);
     }
 
@@ -318,8 +342,8 @@ mod tests {
     #[should_panic(expected = "space freed twice")]
     fn freeing_a_block_twice_in_one_txg_stops_even_in_a_shared_sector() {
         let mut m = empty(8);
-        m.claim(0, 100);
-        m.claim(100, 200);
+        m.claim(0, 100).unwrap();
+        m.claim(100, 200).unwrap();
         m.free(0, 100);
         // The sector still counts 200 live bytes, so the counts alone would not notice;
         // the block at 100 would lose its space to this second free.
@@ -330,7 +354,7 @@ mod tests {
     #[should_panic(expected = "space freed twice")]
     fn freeing_part_of_a_range_freed_in_this_txg_stops() {
         let mut m = empty(8);
-        m.claim(0, 2048);
+        m.claim(0, 2048).unwrap();
         m.free(0, 1024);
         m.free(512, 1024);
     }
@@ -339,15 +363,27 @@ mod tests {
     fn after_release_the_same_bytes_may_be_claimed_and_freed_again() {
         let mut m = empty(8);
         let run = m.alloc_run(1, 1).unwrap();
-        m.claim(run.first * 512, 100);
+        m.claim(run.first * 512, 100).unwrap();
         m.free(run.first * 512, 100);
         m.release_deferred();
         let run = m.alloc_run(1, 1).unwrap();
         assert_eq!(run.first, 0, "the freed sector is handed out again");
-        m.claim(run.first * 512, 100);
+        m.claim(run.first * 512, 100).unwrap();
         m.free(run.first * 512, 100);
         m.release_deferred();
         assert_eq!(m.free_bytes(), 8 * 512);
+    }
+
+    #[test]
+    fn a_claim_of_bytes_already_claimed_is_refused_and_changes_nothing() {
+        let mut m = empty(8);
+        m.claim(0, 1000).unwrap();
+        // Sector 1 holds 488 bytes: 300 more cannot fit (24 could: the counts see only
+        // what overflows a sector).
+        assert_eq!(m.claim(900, 300), Err(Overlap { offset: 900, len: 300 }));
+        assert_eq!(m.occupancy(), (2, 1000), "the refused claim left no bytes behind");
+        m.claim(1000, 300).unwrap();
+        assert_eq!(m.occupancy(), (3, 1300));
     }
 
     proptest::proptest! {
@@ -366,7 +402,7 @@ mod tests {
                     for &(o, l) in &blocks {
                         proptest::prop_assert!(off + len <= o || o + l <= off);
                     }
-                    m.claim(off, len);
+                    m.claim(off, len).unwrap();
                     blocks.push((off, len));
                 }
             }

@@ -268,6 +268,12 @@ const METRICS: &[(&str, &str, Kind, &str)] = &[
         Kind::Gauge,
         "Bytes of the datasets' data before compression, as of the last commit.",
     ),
+    (
+        "space",
+        "map_memory_bytes",
+        Kind::Gauge,
+        "Memory the space maps' per-sector counts hold, outside the ARC's budget (part of heap_other_size).",
+    ),
 ];
 
 /// What each read kind counts (the suffix of the per-kind counters).

@@ -123,9 +123,8 @@ fn claim_dead_list(zio: &Zio, rec: Option<&DeadListRecord>) -> Result<Option<Dea
     let mut chunks = Vec::with_capacity(rec.chunks.len());
     for c in &rec.chunks {
         let bp = c.block().map_err(DeadClaim::Record)?;
-        zio.claim(&bp).map_err(|source| {
-            DeadClaim::Claim(ClaimError::OutsideDevice { vdev: bp.vdev, offset: bp.offset, source })
-        })?;
+        zio.claim(&bp)
+            .map_err(|source| DeadClaim::Claim(ClaimError::BadPointer { vdev: bp.vdev, offset: bp.offset, source }))?;
         chunks.push(Chunk { bp, entries: c.entries, min_birth: c.min_birth, max_birth: c.max_birth, bytes: c.bytes });
     }
     Ok(Some(DeadList::stored(chunks)))
@@ -170,11 +169,7 @@ impl Visitor for Claimer<'_> {
         // Whether or not it read: a block no copy of which verifies is still referenced.
         if v.bp.birth > self.floor {
             if let Err(source) = self.zio.claim(v.bp) {
-                self.first_error.get_or_insert(ClaimError::OutsideDevice {
-                    vdev: v.bp.vdev,
-                    offset: v.bp.offset,
-                    source,
-                });
+                self.first_error.get_or_insert(ClaimError::BadPointer { vdev: v.bp.vdev, offset: v.bp.offset, source });
             }
         }
         self.physical += v.bp.psize as u64;

@@ -196,8 +196,9 @@ pub enum ClaimError {
         #[source]
         source: DnodeError,
     },
-    #[error("block pointer outside the device at vdev {vdev} offset {offset}")]
-    OutsideDevice {
+    /// A pointer outside its device, or to bytes another block already holds.
+    #[error("bad block pointer at vdev {vdev} offset {offset}")]
+    BadPointer {
         vdev: u16,
         offset: u64,
         #[source]

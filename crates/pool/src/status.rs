@@ -276,6 +276,7 @@ impl Pool {
                     ("live_bytes".to_string(), live),
                     ("datasets_used_bytes".to_string(), used),
                     ("datasets_logical_bytes".to_string(), logical),
+                    ("map_memory_bytes".to_string(), zio.space_map_bytes()),
                 ])
             },
             io: io_class_counters(&zio.vdevs)

@@ -38,6 +38,9 @@ pub enum ZioError {
         #[source]
         source: DecompressError,
     },
+    /// Two pointers to the same bytes: claiming both would let one be overwritten.
+    #[error("corrupt block tree: block at vdev {vdev} offset {offset} size {len} overlaps bytes another block holds")]
+    Overlap { vdev: u16, offset: u64, len: u64 },
     #[error("out of space: no free run of {0} bytes on any vdev")]
     NoSpace(u64),
 }

@@ -49,7 +49,7 @@ impl Zio {
             let sectors = bytes.div_ceil(sector);
             let got = self.with_map(top, |m| {
                 let run = m.alloc_run(sectors, sectors)?;
-                m.claim(run.first * sector, sectors * sector);
+                m.claim(run.first * sector, sectors * sector).expect("a run just allocated holds no live byte");
                 Some(run)
             });
             if let Some(run) = got {
@@ -62,8 +62,11 @@ impl Zio {
     /// Marks an extent found at import (a log block) live.
     pub fn claim_extent(&self, e: &Extent) -> Result<(), ZioError> {
         self.check_extent(e)?;
-        self.with_map(e.vdev as usize, |m| m.claim(e.offset, e.len));
-        Ok(())
+        self.with_map(e.vdev as usize, |m| m.claim(e.offset, e.len)).map_err(|o| ZioError::Overlap {
+            vdev: e.vdev,
+            offset: o.offset,
+            len: o.len,
+        })
     }
 
     /// Frees an extent; like any free, it is reused only after the txg commits.

@@ -183,8 +183,11 @@ impl Zio {
     /// Marks a block found by the import walk live.
     pub fn claim(&self, bp: &BlockPtr) -> Result<(), ZioError> {
         self.check_bounds(bp)?;
-        self.with_map(bp.vdev as usize, |m| m.claim(bp.offset, bp.psize as u64));
-        Ok(())
+        self.with_map(bp.vdev as usize, |m| m.claim(bp.offset, bp.psize as u64)).map_err(|o| ZioError::Overlap {
+            vdev: bp.vdev,
+            offset: o.offset,
+            len: o.len,
+        })
     }
 
     /// False if the `psize` stored bytes at `offset` of vdev `vdev` cannot be a live
@@ -227,6 +230,11 @@ impl Zio {
             let (n, live) = m.occupancy();
             (s + n * m.sector_size(), b + live)
         })
+    }
+
+    /// Heap bytes the space maps hold (outside the caches' budget).
+    pub fn space_map_bytes(&self) -> u64 {
+        self.maps.iter().map(|m| m.lock().heap_bytes()).sum()
     }
 
     /// Bytes that return to the free pool once the syncing txg commits.
@@ -398,6 +406,28 @@ mod tests {
         let mark = zio.write_mark();
         zio.flush_tops(&[0]).unwrap();
         let _ = zio.write_uberblock(&ub(1, &bp), mark);
+    }
+
+    #[test]
+    fn a_second_pointer_to_a_full_sector_is_refused_at_claim() {
+        let dir = tempfile::tempdir().unwrap();
+        let zio = zio(&dir);
+        // Bytes that do not compress: the block fills its sector.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let data: Vec<u8> = (0..4096)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 32) as u8
+            })
+            .collect();
+        let bp = zio.write_blocks(&[PendingBlock::pool_metadata(&data)], 1).unwrap()[0];
+        assert_eq!(bp.psize, 4096, "the test needs a block that fills its sector");
+        let err = zio.claim(&bp).unwrap_err();
+        assert!(matches!(err, crate::ZioError::Overlap { vdev: 0, len: 4096, .. }), "{err:?}");
+        assert!(err.to_string().contains("overlaps bytes another block holds"), "{err}");
+        assert_eq!(zio.read(&bp, crate::Access::of(crate::ReadKind::Pool)).unwrap(), data, "the block is untouched");
     }
 
     #[test]

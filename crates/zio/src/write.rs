@@ -282,7 +282,7 @@ impl Zio {
         let used = (run.cursor as u64).div_ceil(sector);
         self.with_map(run.top, |map| {
             for &(off, len) in &run.placed {
-                map.claim(off, len);
+                map.claim(off, len).expect("blocks packed into a run just allocated overlap nothing");
             }
             map.return_unused(run.run.first + used, run.run.sectors - used);
         });
