@@ -65,6 +65,27 @@ pub fn allocated_bytes() -> Option<u64> {
     ALLOCATED.get().and_then(|allocated| allocated())
 }
 
+/// Bytes the process has allocated that are never written by design, so never resident.
+static UNTOUCHED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Says `bytes` more of the process's allocations are never written: a buffer sized for a
+/// request larger than any that will come (a FUSE worker's, see `tarn_fuse::mount`).
+/// `tarn stats arc` leaves them out of the live allocations outside the budget, which
+/// would otherwise count, against resident memory, allocations that take none.
+pub fn add_untouched_bytes(bytes: u64) {
+    UNTOUCHED.fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Takes back what `add_untouched_bytes` said, once those buffers are freed.
+pub fn sub_untouched_bytes(bytes: u64) {
+    UNTOUCHED.fetch_sub(bytes, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The bytes allocated but never written, as told (`add_untouched_bytes`).
+pub fn untouched_bytes() -> u64 {
+    UNTOUCHED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Gives the allocator's free memory back to the OS, if the binary said how.
 pub fn release_memory() {
     if let Some(release) = MEMORY_RELEASE.get() {

@@ -214,9 +214,9 @@ fn mount_one(
                 let why = s.refused.clone();
                 (Session::Uring(s), why)
             }
-            Err(why) => (Session::Dev(dev(fs)?), Some(why)),
+            Err(why) => (dev(fs)?, Some(why)),
         },
-        Transport::Dev => (Session::Dev(dev(fs)?), None),
+        Transport::Dev => (dev(fs)?, None),
     };
     // Before the daemon is ready its stderr is still the caller's: this is the caller's
     // one line; later (a mount asked for on the control socket) it goes to the log.
@@ -228,8 +228,9 @@ fn mount_one(
 
 /// A mount's FUSE session, on either transport.
 pub(crate) enum Session {
-    /// /dev/fuse through fuser.
-    Dev(fuser::BackgroundSession),
+    /// /dev/fuse through fuser, and its workers' read buffers' untouched part.
+    /// (Dropping the session drops `_buffers` with it: the engine is told they are gone.)
+    Dev { session: fuser::BackgroundSession, _buffers: UntouchedBuffers },
     /// FUSE over io_uring, run by tarn (`uring`).
     Uring(uring::UringSession),
 }
@@ -238,7 +239,7 @@ impl Session {
     /// Whether the connection has ended and the session's threads are gone.
     pub fn is_finished(&self) -> bool {
         match self {
-            Session::Dev(s) => s.guard.is_finished(),
+            Session::Dev { session, .. } => session.guard.is_finished(),
             Session::Uring(s) => s.is_finished(),
         }
     }
@@ -246,7 +247,7 @@ impl Session {
     /// Waits for the session's threads: what ended them.
     pub fn join(self) -> std::io::Result<()> {
         match self {
-            Session::Dev(s) => s.join(),
+            Session::Dev { session, .. } => session.join(),
             Session::Uring(s) => s.join(),
         }
     }
@@ -256,10 +257,34 @@ impl Session {
     /// for a uring session only).
     pub fn transport(&self) -> (Transport, Option<(u64, u64)>) {
         match self {
-            Session::Dev(_) => (Transport::Dev, None),
+            Session::Dev { .. } => (Transport::Dev, None),
             Session::Uring(s) if s.on_rings() => (Transport::Uring, Some(s.counts.totals())),
             Session::Uring(s) => (Transport::Dev, Some(s.counts.totals())),
         }
+    }
+}
+
+/// The read buffer fuser 0.18 gives each worker (`read_buf.rs`): zeroed and sized for its
+/// largest write, 16 MiB + 4 KiB. The kernel writes at most our `MAX_WRITE` and a header
+/// into it, so the rest is allocated but never touched, never resident.
+const FUSER_READ_BUFFER: u64 = (16 << 20) + 4096;
+const UNTOUCHED_PER_WORKER: u64 = FUSER_READ_BUFFER - (crate::ops::MAX_WRITE as u64 + 2 * 4096);
+
+/// `threads` workers' untouched buffer bytes, told to the engine while they exist (so
+/// `tarn stats arc` does not count 128 MiB of allocations that take no memory as live).
+pub(crate) struct UntouchedBuffers(u64);
+
+impl UntouchedBuffers {
+    fn of_workers(threads: usize) -> UntouchedBuffers {
+        let bytes = threads as u64 * UNTOUCHED_PER_WORKER;
+        tarn_pool::add_untouched_bytes(bytes);
+        UntouchedBuffers(bytes)
+    }
+}
+
+impl Drop for UntouchedBuffers {
+    fn drop(&mut self) {
+        tarn_pool::sub_untouched_bytes(self.0);
     }
 }
 
@@ -272,7 +297,7 @@ fn session(
     o: &MountOptions,
     dataset: &str,
     atime: bool,
-) -> Result<fuser::BackgroundSession, MountError> {
+) -> Result<Session, MountError> {
     let mut config = fuser::Config::default();
     config.mount_options = vec![
         MountOption::FSName(dataset.to_string()),
@@ -299,7 +324,8 @@ fn session(
     config.clone_fd = true;
     let err = |source| MountError::Mount { path: mountpoint.display().to_string(), source };
     let s = fuser::Session::new(fs, mountpoint, &config).map_err(err)?;
-    s.spawn().map_err(err)
+    let workers = threads.max(1);
+    Ok(Session::Dev { session: s.spawn().map_err(err)?, _buffers: UntouchedBuffers::of_workers(workers) })
 }
 
 impl Started {

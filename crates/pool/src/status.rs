@@ -96,10 +96,13 @@ pub struct PoolStats {
 /// allocator has handed out (`allocated`, when the binary gives it): the live part is
 /// `heap_other_size`, the rest `allocator_slack_size`; the two always sum to `other_size`.
 /// Allocated bytes not yet touched are not resident (a zeroed buffer is demand-paged), so
-/// the live part is an upper bound, clamped to `other_size`, and the slack a lower one.
-fn split_other(a: &mut tarn_arc::ArcSnapshot, allocated: Option<u64>) {
+/// the live part is an upper bound, clamped to `other_size`, and the slack a lower one;
+/// `untouched`, allocations known never to be written (FUSE workers' buffers sized for
+/// requests that never come: 15 MiB each), are left out.
+fn split_other(a: &mut tarn_arc::ArcSnapshot, allocated: Option<u64>, untouched: u64) {
     let Some(allocated) = allocated else { return };
-    a.heap_other_size = allocated.saturating_sub(a.accounted_size).min(a.other_size);
+    let live = allocated.saturating_sub(untouched);
+    a.heap_other_size = live.saturating_sub(a.accounted_size).min(a.other_size);
     a.allocator_slack_size = a.other_size - a.heap_other_size;
 }
 
@@ -226,7 +229,7 @@ impl Pool {
                 // Where the rest of the process's memory goes is not the budget's.
                 a.rss = tarn_arc::resident_bytes();
                 a.other_size = a.rss.saturating_sub(a.accounted_size);
-                split_other(&mut a, tarn_arc::allocated_bytes());
+                split_other(&mut a, tarn_arc::allocated_bytes(), tarn_arc::untouched_bytes());
                 a
             },
             zil: BTreeMap::from([
@@ -372,22 +375,28 @@ mod tests {
     #[test]
     fn the_unaccounted_memory_splits_into_live_allocations_and_the_allocators_slack() {
         let mut a = snapshot(300, 200);
-        split_other(&mut a, Some(260));
+        split_other(&mut a, Some(260), 0);
         assert_eq!((a.heap_other_size, a.allocator_slack_size), (60, 40));
 
         // The budget counts more than is allocated (dirty data is told in steps): all slack.
         let mut a = snapshot(300, 200);
-        split_other(&mut a, Some(150));
+        split_other(&mut a, Some(150), 0);
         assert_eq!((a.heap_other_size, a.allocator_slack_size), (0, 100));
 
         // Allocated beyond resident (pages not touched yet): never more than other_size.
         let mut a = snapshot(300, 200);
-        split_other(&mut a, Some(400));
+        split_other(&mut a, Some(400), 0);
         assert_eq!((a.heap_other_size, a.allocator_slack_size), (100, 0));
+
+        // 128 MiB of FUSE buffers, of which the kernel touches 1 MiB each: not live. Left
+        // in, they would make every unaccounted byte look live and the slack always 0.
+        let mut a = snapshot(300, 200);
+        split_other(&mut a, Some(380), 120);
+        assert_eq!((a.heap_other_size, a.allocator_slack_size), (60, 40));
 
         // No allocator statistics: nothing split.
         let mut a = snapshot(300, 200);
-        split_other(&mut a, None);
+        split_other(&mut a, None, 0);
         assert_eq!((a.heap_other_size, a.allocator_slack_size), (0, 0));
     }
 }
