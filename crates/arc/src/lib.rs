@@ -73,7 +73,7 @@ pub use hot::HotCopies;
 use lists::Lists;
 pub use lists::{ENTRY_HEADER_BYTES, GHOST_HEADER_BYTES};
 pub use memory::{
-    add_untouched_bytes, allocated_bytes, release_free_pages_over, release_memory, resident_bytes, set_alloc_size,
+    add_untouched, allocated_bytes, release_free_pages_over, release_memory, resident_bytes, set_alloc_size,
     set_allocated_bytes, set_free_page_bytes, set_memory_release, sub_untouched_bytes, untouched_bytes,
     FREE_PAGES_KEPT,
 };

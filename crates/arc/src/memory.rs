@@ -68,20 +68,27 @@ pub fn allocated_bytes() -> Option<u64> {
 /// Bytes the process has allocated that are never written by design, so never resident.
 static UNTOUCHED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// Says `bytes` more of the process's allocations are never written: a buffer sized for a
-/// request larger than any that will come (a FUSE worker's, see `tarn_fuse::mount`).
-/// `tarn stats arc` leaves them out of the live allocations outside the budget, which
-/// would otherwise count, against resident memory, allocations that take none.
-pub fn add_untouched_bytes(bytes: u64) {
+/// Says that of an allocation of `allocation` bytes at most `written_at_most` are ever
+/// written (a buffer sized for a request larger than any that will come: a FUSE worker's,
+/// see `tarn_fuse::mount`), and returns how many bytes that leaves untouched, to give back
+/// with `sub_untouched_bytes` when the buffer is freed. The untouched bytes run to the end
+/// of the allocator's slot, not of the request: jemalloc rounds 16 MiB + 4 KiB up to a
+/// 20 MiB size class and counts all of it as allocated. `tarn stats arc` leaves them out
+/// of the live allocations outside the budget, which would otherwise count, against
+/// resident memory, allocations that take none.
+pub fn add_untouched(allocation: usize, written_at_most: usize) -> u64 {
+    let slot = ALLOC_SIZE.get().map_or(allocation, |size| size(allocation).max(allocation));
+    let bytes = slot.saturating_sub(written_at_most) as u64;
     UNTOUCHED.fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+    bytes
 }
 
-/// Takes back what `add_untouched_bytes` said, once those buffers are freed.
+/// Takes back what `add_untouched` said, once those buffers are freed.
 pub fn sub_untouched_bytes(bytes: u64) {
     UNTOUCHED.fetch_sub(bytes, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// The bytes allocated but never written, as told (`add_untouched_bytes`).
+/// The bytes allocated but never written, as told (`add_untouched`).
 pub fn untouched_bytes() -> u64 {
     UNTOUCHED.load(std::sync::atomic::Ordering::Relaxed)
 }

@@ -1,4 +1,5 @@
-//! A cached block is charged the slot the allocator hands out for it (issue #11), when the
+//! A cached block is charged the slot the allocator hands out for it, and a buffer never
+//! written is counted untouched to its slot's end (issue #11), when the
 //! binary says how big that is (`set_alloc_size`); alone in its test binary, since the
 //! hook is set once per process.
 use std::sync::Arc;
@@ -28,4 +29,17 @@ fn a_block_is_charged_its_allocator_slot_and_the_budget_holds_slots() {
     assert!(s.accounted_size <= max, "{s:?}");
     assert_eq!(s.size % 8192, 0, "every block charged a whole slot: {s:?}");
     assert!(s.blocks * 8192 <= max, "{s:?}");
+}
+
+#[test]
+fn an_untouched_buffer_is_counted_to_the_end_of_its_slot() {
+    tarn_arc::set_alloc_size(page_slots);
+    let before = tarn_arc::untouched_bytes();
+    // A 10,000-byte buffer sits in a 12 KiB slot; 3,000 bytes of it are ever written, so
+    // the allocator counts 9,288 bytes that never become resident (not 7,000).
+    let untouched = tarn_arc::add_untouched(10_000, 3_000);
+    assert_eq!(untouched, 12_288 - 3_000);
+    assert_eq!(tarn_arc::untouched_bytes(), before + untouched);
+    tarn_arc::sub_untouched_bytes(untouched);
+    assert_eq!(tarn_arc::untouched_bytes(), before);
 }

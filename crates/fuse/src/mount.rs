@@ -266,18 +266,17 @@ impl Session {
 
 /// The read buffer fuser 0.18 gives each worker (`read_buf.rs`): zeroed and sized for its
 /// largest write, 16 MiB + 4 KiB. The kernel writes at most our `MAX_WRITE` and a header
-/// into it, so the rest is allocated but never touched, never resident.
-const FUSER_READ_BUFFER: u64 = (16 << 20) + 4096;
-const UNTOUCHED_PER_WORKER: u64 = FUSER_READ_BUFFER - (crate::ops::MAX_WRITE as u64 + 2 * 4096);
+/// into it, so the rest of its slot is allocated but never touched, never resident.
+const FUSER_READ_BUFFER: usize = (16 << 20) + 4096;
+const FUSER_READ_WRITTEN_AT_MOST: usize = crate::ops::MAX_WRITE as usize + 2 * 4096;
 
 /// `threads` workers' untouched buffer bytes, told to the engine while they exist (so
-/// `tarn stats arc` does not count 128 MiB of allocations that take no memory as live).
+/// `tarn stats arc` does not count 150 MiB of allocations that take no memory as live).
 pub(crate) struct UntouchedBuffers(u64);
 
 impl UntouchedBuffers {
     fn of_workers(threads: usize) -> UntouchedBuffers {
-        let bytes = threads as u64 * UNTOUCHED_PER_WORKER;
-        tarn_pool::add_untouched_bytes(bytes);
+        let bytes = (0..threads).map(|_| tarn_pool::add_untouched(FUSER_READ_BUFFER, FUSER_READ_WRITTEN_AT_MOST)).sum();
         UntouchedBuffers(bytes)
     }
 }

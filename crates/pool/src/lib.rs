@@ -64,7 +64,7 @@ pub use scrub::{Bookmark, ScanKind, ScanPace, ScanRecord, ScanState, ScanStatus,
 pub use snapshots::{split_snapshot_name, SnapshotInfo};
 pub use status::{PoolStats, PoolStatus, TopStatus};
 /// The binary's allocator tells the engine how to give free memory back to the OS.
-pub use tarn_arc::{add_untouched_bytes, set_alloc_size, set_allocated_bytes, set_memory_release, sub_untouched_bytes};
+pub use tarn_arc::{add_untouched, set_alloc_size, set_allocated_bytes, set_memory_release, sub_untouched_bytes};
 /// A reclaim section (`Pool::reading`): what a read through a snapshot holds.
 pub use tarn_objects::Reading;
 pub use tarn_vdev::{IoSnapshot, LeafHealth, VdevError};

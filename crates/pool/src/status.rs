@@ -98,7 +98,7 @@ pub struct PoolStats {
 /// Allocated bytes not yet touched are not resident (a zeroed buffer is demand-paged), so
 /// the live part is an upper bound, clamped to `other_size`, and the slack a lower one;
 /// `untouched`, allocations known never to be written (FUSE workers' buffers sized for
-/// requests that never come: 15 MiB each), are left out.
+/// requests that never come: 19 MiB of each one's 20 MiB slot), are left out.
 fn split_other(a: &mut tarn_arc::ArcSnapshot, allocated: Option<u64>, untouched: u64) {
     let Some(allocated) = allocated else { return };
     let live = allocated.saturating_sub(untouched);
