@@ -137,8 +137,22 @@ impl ChecksumKind {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// `len` bytes no codec can shrink (xorshift64), for tests that need a block to fill its
+    /// sectors or stay raw.
+    pub(crate) fn incompressible(len: usize) -> Vec<u8> {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 32) as u8
+            })
+            .collect()
+    }
 
     #[test]
     fn compressible_data_shrinks_and_round_trips() {
@@ -191,15 +205,7 @@ mod tests {
 
     #[test]
     fn incompressible_data_is_left_raw() {
-        let mut x = 0x12345678u32;
-        let data: Vec<u8> = (0..16384)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 17;
-                x ^= x << 5;
-                x as u8
-            })
-            .collect();
+        let data = incompressible(16384);
         assert!(Compression::Lz4.compress(&data).is_none());
         assert!(Compression::Zstd(3).compress(&data).is_none());
     }
@@ -214,3 +220,4 @@ mod tests {
         }
     }
 }
+

@@ -413,15 +413,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let zio = zio(&dir);
         // Bytes that do not compress: the block fills its sector.
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let data: Vec<u8> = (0..4096)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x >> 32) as u8
-            })
-            .collect();
+        let data = crate::codec::tests::incompressible(4096);
         let bp = zio.write_blocks(&[PendingBlock::pool_metadata(&data)], 1).unwrap()[0];
         assert_eq!(bp.psize, 4096, "the test needs a block that fills its sector");
         let err = zio.claim(&bp).unwrap_err();
