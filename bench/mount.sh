@@ -22,6 +22,8 @@
 #                DIR/STACK-WORKLOAD.folded and .svg, flame graphs drawn by inferno
 #                (`cargo install inferno`), and DIR/STACK-WORKLOAD.top: the daemon's
 #                heaviest frames
+# TARN_BIN=PATH measures that `tarn` binary instead of building this tree's (two builds, run
+# by run, in one window).
 # Cleans up what it made (its mariadbd, the tarn daemon, the ext4 mount, the loop
 # device), each by its own pid or path, also when interrupted.
 set -euo pipefail
@@ -67,7 +69,7 @@ if [ -n "$profile" ]; then
     mkdir -p "$profile"
 fi
 here=$(cd "$(dirname "$0")/.." && pwd)
-tarn="$here/target/release/tarn"
+tarn=${TARN_BIN:-$here/target/release/tarn}
 [ -n "$work" ] || work=$(mktemp -d /var/tmp/tarn-mount-bench.XXXXXX)
 mkdir -p "$work"
 export TARN_CACHE_FILE="$work/pools.json" TARN_RUN_DIR="$work/run"
@@ -90,7 +92,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-cargo build --release -q -p tarn-cli --manifest-path "$here/Cargo.toml"
+[ -n "${TARN_BIN:-}" ] || cargo build --release -q -p tarn-cli --manifest-path "$here/Cargo.toml"
 
 setup_ext4() {
     truncate -s "$img_size" "$work/ext4.img"
