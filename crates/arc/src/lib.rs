@@ -69,7 +69,7 @@ use budget::Inner;
 pub use budget::{DataPolicy, Outside, DECODED_SHARE, OBJECTS_SHARE};
 use decoded::Clock;
 pub use decoded::Decoded;
-pub use hot::HotCopies;
+pub use hot::{HotCopies, HOT_HEADER_BYTES};
 use lists::Lists;
 pub use lists::{ENTRY_HEADER_BYTES, GHOST_HEADER_BYTES};
 pub use memory::{

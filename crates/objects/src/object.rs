@@ -260,7 +260,9 @@ impl ObjGuard<'_> {
         // and relocked in between for an indirect block (`source_unlocked_io`).
         let _reclaim = ctx.reclaim.reading();
         let mut done = 0usize;
-        let mut disk_reads: Vec<(BlockPtr, PageId, usize, usize, usize)> = Vec::new();
+        // (block, page, offset in the record, offset in `buf`, length, whether the read
+        // reaches the end of the file).
+        let mut disk_reads: Vec<(BlockPtr, PageId, usize, usize, usize, bool)> = Vec::new();
         while done < len {
             let pos = off + done as u64;
             let blkid = pos / blksz;
@@ -268,7 +270,7 @@ impl ObjGuard<'_> {
             let n = (blksz as usize - in_rec).min(len - done);
             match self.source_unlocked_io(ctx, blkid)? {
                 Source::Mem(r) if !r.is_empty() => buf[done..done + n].copy_from_slice(&r[in_rec..in_rec + n]),
-                Source::Disk(bp) => disk_reads.push((bp, self.page(blkid), in_rec, done, n)),
+                Source::Disk(bp) => disk_reads.push((bp, self.page(blkid), in_rec, done, n, pos + n as u64 >= size)),
                 _ => buf[done..done + n].fill(0),
             }
             done += n;
@@ -280,7 +282,7 @@ impl ObjGuard<'_> {
             }
         }
         drop(self);
-        for (bp, page, in_rec, at, n) in disk_reads {
+        for (bp, page, in_rec, at, n, to_eof) in disk_reads {
             if in_rec == 0 && n == bp.lsize as usize {
                 // The reader takes the whole record and holds it: no second copy here.
                 zio.read_cached(
@@ -291,9 +293,12 @@ impl ObjGuard<'_> {
                     Access::page(ReadKind::Demand, page),
                 )?;
             } else {
-                // A part: the reader will likely want the rest, kept decompressed.
+                // A part: the reader will likely want the rest, kept decompressed — unless
+                // it read from the record's start to the end of the file, which is all the
+                // record holds (a small file's one record; the tail past the end is zeros).
+                let hot = if in_rec == 0 && to_eof { HotCopy::Skip } else { HotCopy::Keep };
                 let mut rec = vec![0u8; bp.lsize as usize];
-                zio.read_cached(&bp, &mut rec, policy, HotCopy::Keep, Access::page(ReadKind::Demand, page))?;
+                zio.read_cached(&bp, &mut rec, policy, hot, Access::page(ReadKind::Demand, page))?;
                 let avail = rec.len().saturating_sub(in_rec).min(n);
                 buf[at..at + avail].copy_from_slice(&rec[in_rec..in_rec + avail]);
                 buf[at + avail..at + n].fill(0);

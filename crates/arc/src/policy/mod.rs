@@ -89,13 +89,13 @@ const UNREAD_REMEMBERED: usize = 4096;
 const REMEMBERED_BYTES: u64 = (size_of::<Ident>() + 8 + 2 * 8 + 8 + 16) as u64;
 
 /// A list node's allocation: its payload and two links, in the allocator's 16-byte steps.
-const fn node_bytes(payload: usize) -> usize {
+pub(crate) const fn node_bytes(payload: usize) -> usize {
     (payload + 2 * 8).div_ceil(16) * 16
 }
 
 /// A table slot of `slot` bytes and its control byte, counted 3/2: a hash table is
 /// between 7/16 and 7/8 full (compacted when far emptier, `crate::compact`).
-const fn table_bytes(slot: usize) -> usize {
+pub(crate) const fn table_bytes(slot: usize) -> usize {
     (slot + 1) * 3 / 2
 }
 
