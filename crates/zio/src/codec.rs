@@ -220,4 +220,3 @@ pub(crate) mod tests {
         }
     }
 }
-
